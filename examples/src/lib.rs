@@ -1,0 +1,1 @@
+//! Runnable examples live in this package: see `quickstart.rs`.

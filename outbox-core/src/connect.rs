@@ -1,0 +1,48 @@
+//! Opening a database the way the outbox wants it: WAL, a busy timeout, `synchronous=FULL` unless asked
+//! otherwise, and a pool larger than one connection.
+
+use std::time::Duration;
+
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+
+use crate::error::{Error, Result};
+
+/// How [`connect_with`] opens a database.
+#[derive(Debug, Clone)]
+pub struct ConnectOpts {
+    /// Durable by default (`true`: `synchronous=FULL`). `false` selects `NORMAL`: in WAL mode a power loss
+    /// can then lose the last transactions committed before it (never corrupt the file). Jobs enqueued in
+    /// them would be lost with the domain rows they belong to.
+    pub full_sync: bool,
+    /// Pool size (default 8). sea-orm's own SQLite default is one connection, which deadlocks any statement
+    /// issued on the pool while a transaction from it is open.
+    pub max_connections: u32,
+    /// How long a statement waits for another writer (default 10 s).
+    pub busy_timeout: Duration,
+}
+
+impl Default for ConnectOpts {
+    fn default() -> Self {
+        ConnectOpts { full_sync: true, max_connections: 8, busy_timeout: Duration::from_secs(10) }
+    }
+}
+
+/// Connects with [`ConnectOpts::default`]. `url` is a sea-orm URL such as `sqlite://outbox.db?mode=rwc`.
+pub async fn connect(url: &str) -> Result<DatabaseConnection> {
+    connect_with(url, ConnectOpts::default()).await
+}
+
+/// Connects with explicit options.
+pub async fn connect_with(url: &str, opts: ConnectOpts) -> Result<DatabaseConnection> {
+    let mut options = ConnectOptions::new(url.to_owned());
+    options.max_connections(opts.max_connections.max(2)).test_before_acquire(false).sqlx_logging(false);
+    if url.starts_with("sqlite:") {
+        let synchronous = if opts.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };
+        let busy = opts.busy_timeout;
+        options.map_sqlx_sqlite_opts(move |o| {
+            o.journal_mode(SqliteJournalMode::Wal).synchronous(synchronous).busy_timeout(busy)
+        });
+    }
+    Database::connect(options).await.map_err(|source| Error::Database { context: format!("connecting to {url}"), source })
+}

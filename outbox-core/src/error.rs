@@ -1,0 +1,144 @@
+//! The framework's error type. What a handler says about a job is [`crate::JobError`], not this.
+
+use std::fmt;
+
+/// Result alias with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// One violation of a kind's JSON Schema: where in the payload, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON pointer into the payload (`/items/0/name`); empty for the payload as a whole.
+    pub path: String,
+    /// What the schema requires there.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = if self.path.is_empty() { "/" } else { &self.path };
+        write!(f, "at {path}: {}", self.message)
+    }
+}
+
+/// Joins violations as `at /a: ...; at /b: ...`.
+pub(crate) fn join_violations(violations: &[Violation]) -> String {
+    violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// Everything that can go wrong in the framework itself.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A database statement failed.
+    #[error("database error while {context}: {source}")]
+    Database {
+        /// What the framework was doing.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: sea_orm::DbErr,
+    },
+    /// The worker's own SQLite connection failed.
+    #[error("sqlite error while {context}: {source}")]
+    Sqlite {
+        /// What the framework was doing.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A payload does not match its kind's JSON Schema.
+    #[error("invalid payload for kind `{kind}`: {}", join_violations(.violations))]
+    InvalidPayload {
+        /// The job kind.
+        kind: String,
+        /// Every violation, each with its JSON path.
+        violations: Vec<Violation>,
+    },
+    /// A payload is larger than the configured cap.
+    #[error("payload for kind `{kind}` is {size} bytes, over the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The job kind.
+        kind: String,
+        /// Serialized size in bytes.
+        size: usize,
+        /// The configured cap.
+        limit: usize,
+    },
+    /// A payload could not be serialized or deserialized.
+    #[error("payload for kind `{kind}` is not valid json for its type: {source}")]
+    Serde {
+        /// The job kind.
+        kind: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A kind's JSON Schema does not compile, or its options contradict the schema.
+    #[error("kind `{kind}` is misconfigured: {reason}")]
+    InvalidKind {
+        /// The job kind.
+        kind: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Enqueue options are out of range.
+    #[error("invalid enqueue options for kind `{kind}`: {reason}")]
+    InvalidOpts {
+        /// The job kind.
+        kind: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A worker was given two handlers for one kind.
+    #[error("kind `{kind}` is registered twice on this worker")]
+    DuplicateKind {
+        /// The job kind.
+        kind: String,
+    },
+    /// No job has this id.
+    #[error("no job with id `{id}`")]
+    NotFound {
+        /// The job id.
+        id: String,
+    },
+    /// An operator action does not apply to the job's current status.
+    #[error("cannot {action} job `{id}`: its status is `{status}` ({hint})")]
+    InvalidTransition {
+        /// The job id.
+        id: String,
+        /// What was attempted (`retry`, `cancel`).
+        action: &'static str,
+        /// The job's status.
+        status: String,
+        /// Which statuses allow it.
+        hint: &'static str,
+    },
+    /// The database is not one the framework supports for this operation.
+    #[error("unsupported database: {0}")]
+    Unsupported(String),
+    /// A row holds a value the framework cannot read.
+    #[error("corrupt job row `{id}`: {reason}")]
+    CorruptRow {
+        /// The job id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The worker has stopped.
+    #[error("the worker has stopped")]
+    WorkerStopped,
+}
+
+impl Error {
+    pub(crate) fn db(context: impl Into<String>) -> impl FnOnce(sea_orm::DbErr) -> Error {
+        let context = context.into();
+        move |source| Error::Database { context, source }
+    }
+
+    pub(crate) fn sqlite(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Sqlite { context, source }
+    }
+}

@@ -1,0 +1,280 @@
+//! The runtime description of a job kind: its options, JSON Schema, schema hash and compiled validator.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result, Violation};
+use crate::job::{Job, KindOpts};
+
+/// Default cap on a serialized payload: 256 KiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+
+static MAX_PAYLOAD_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_PAYLOAD_BYTES);
+
+/// Sets the process-wide cap on serialized payload size enforced at enqueue.
+pub fn set_max_payload_bytes(limit: usize) {
+    MAX_PAYLOAD_BYTES.store(limit, Ordering::Relaxed);
+}
+
+/// The process-wide cap on serialized payload size.
+pub fn max_payload_bytes() -> usize {
+    MAX_PAYLOAD_BYTES.load(Ordering::Relaxed)
+}
+
+/// A job kind at run time: what enqueue and the worker need to validate and store its jobs.
+///
+/// Typed kinds come from [`Kind::of`]; producers without the Rust type (a CLI, another service) build one
+/// from a JSON Schema with [`Kind::from_schema`].
+pub struct Kind {
+    name: String,
+    queue: String,
+    priority: i32,
+    max_attempts: i32,
+    unique: bool,
+    key_fields: Vec<String>,
+    schema: Value,
+    schema_hash: String,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kind")
+            .field("name", &self.name)
+            .field("queue", &self.queue)
+            .field("priority", &self.priority)
+            .field("max_attempts", &self.max_attempts)
+            .field("unique", &self.unique)
+            .field("key_fields", &self.key_fields)
+            .field("schema_hash", &self.schema_hash)
+            .finish_non_exhaustive()
+    }
+}
+
+fn typed_kinds() -> &'static RwLock<HashMap<TypeId, Arc<Kind>>> {
+    static KINDS: OnceLock<RwLock<HashMap<TypeId, Arc<Kind>>>> = OnceLock::new();
+    KINDS.get_or_init(Default::default)
+}
+
+impl Kind {
+    /// The kind of the job type `J`, its schema compiled once per process.
+    pub fn of<J: Job>() -> Result<Arc<Kind>> {
+        let id = TypeId::of::<J>();
+        if let Some(kind) = typed_kinds().read().unwrap_or_else(|e| e.into_inner()).get(&id) {
+            return Ok(Arc::clone(kind));
+        }
+        let schema = schemars::SchemaGenerator::default().into_root_schema_for::<J>().to_value();
+        let kind = Arc::new(Kind::from_schema(J::KIND, schema, J::OPTS)?);
+        typed_kinds().write().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::clone(&kind));
+        Ok(kind)
+    }
+
+    /// A kind described by name, JSON Schema and options.
+    pub fn from_schema(name: &str, schema: Value, opts: KindOpts) -> Result<Kind> {
+        let invalid = |reason: String| Error::InvalidKind { kind: name.to_owned(), reason };
+        if name.is_empty() {
+            return Err(invalid("the kind name is empty".into()));
+        }
+        if opts.max_attempts < 1 {
+            return Err(invalid(format!("max_attempts is {}, it must be at least 1", opts.max_attempts)));
+        }
+        if !opts.unique && !opts.key_fields.is_empty() {
+            return Err(invalid("key fields are set but unique is false".into()));
+        }
+        let validator =
+            jsonschema::validator_for(&schema).map_err(|e| invalid(format!("its json schema does not compile: {e}")))?;
+        for field in opts.key_fields {
+            let known = schema.get("properties").and_then(|p| p.get(*field)).is_some();
+            if !known {
+                return Err(invalid(format!("key field `{field}` is not a property of the payload schema")));
+            }
+        }
+        let schema_hash = sha256_hex(canonical_json(&schema).as_bytes());
+        Ok(Kind {
+            name: name.to_owned(),
+            queue: opts.queue.to_owned(),
+            priority: opts.priority,
+            max_attempts: opts.max_attempts,
+            unique: opts.unique,
+            key_fields: opts.key_fields.iter().map(|f| (*f).to_owned()).collect(),
+            schema,
+            schema_hash,
+            validator,
+        })
+    }
+
+    /// The stable kind name stored with each job.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The kind's default queue.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The kind's default priority.
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// The kind's default attempt limit.
+    pub fn max_attempts(&self) -> i32 {
+        self.max_attempts
+    }
+
+    /// The kind's JSON Schema.
+    pub fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    /// sha256 (hex) of the kind's canonical JSON Schema.
+    pub fn schema_hash(&self) -> &str {
+        &self.schema_hash
+    }
+
+    /// Every violation of the schema by `payload`, each with its JSON path.
+    pub fn violations(&self, payload: &Value) -> Vec<Violation> {
+        self.validator
+            .iter_errors(payload)
+            .map(|e| Violation { path: e.instance_path().to_string(), message: e.to_string() })
+            .collect()
+    }
+
+    /// Validates a payload, naming every violation.
+    pub fn validate(&self, payload: &Value) -> Result<()> {
+        if self.validator.is_valid(payload) {
+            return Ok(());
+        }
+        Err(Error::InvalidPayload { kind: self.name.clone(), violations: self.violations(payload) })
+    }
+
+    /// The idempotency key the kind derives for `payload`: the key fields as canonical JSON, or the sha256 of
+    /// kind and canonical payload; `None` when the kind is not unique.
+    pub(crate) fn derive_key(&self, payload: &Value) -> Option<String> {
+        if !self.unique {
+            return None;
+        }
+        if self.key_fields.is_empty() {
+            let mut hasher = Sha256::new();
+            hasher.update(self.name.as_bytes());
+            hasher.update([0]);
+            hasher.update(canonical_json(payload).as_bytes());
+            return Some(hex(&hasher.finalize()));
+        }
+        let picked: serde_json::Map<String, Value> = self
+            .key_fields
+            .iter()
+            .map(|f| (f.clone(), payload.get(f).cloned().unwrap_or(Value::Null)))
+            .collect();
+        Some(canonical_json(&Value::Object(picked)))
+    }
+}
+
+/// JSON with object keys sorted at every level, so equal values always give equal text.
+pub(crate) fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kind(opts: KindOpts) -> Kind {
+        let schema = json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+            "required": ["a"]
+        });
+        Kind::from_schema("k", schema, opts).expect("kind compiles")
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_level() {
+        let v = json!({"b": 1, "a": {"y": [2, {"d": 1, "c": 2}], "x": null}});
+        assert_eq!(canonical_json(&v), r#"{"a":{"x":null,"y":[2,{"c":2,"d":1}]},"b":1}"#);
+    }
+
+    #[test]
+    fn violations_carry_json_paths() {
+        let k = kind(KindOpts::DEFAULT);
+        let err = k.validate(&json!({"a": "x", "b": 3})).expect_err("invalid");
+        let text = err.to_string();
+        assert!(text.contains("at /a:"), "{text}");
+        assert!(text.contains("at /b:"), "{text}");
+        assert!(text.contains("kind `k`"), "{text}");
+    }
+
+    #[test]
+    fn key_from_fields_and_default_hash() {
+        let k = kind(KindOpts { key_fields: &["a"], ..KindOpts::DEFAULT });
+        assert_eq!(k.derive_key(&json!({"a": 1, "b": "x"})).as_deref(), Some(r#"{"a":1}"#));
+        let k = kind(KindOpts::DEFAULT);
+        let one = k.derive_key(&json!({"a": 1, "b": "x"}));
+        assert_eq!(one, k.derive_key(&json!({"b": "x", "a": 1})));
+        assert_ne!(one, k.derive_key(&json!({"a": 2, "b": "x"})));
+        let k = kind(KindOpts { unique: false, ..KindOpts::DEFAULT });
+        assert_eq!(k.derive_key(&json!({"a": 1})), None);
+    }
+
+    #[test]
+    fn misconfigured_kinds_are_named() {
+        let schema = json!({"type": "object", "properties": {"a": {}}});
+        let err = Kind::from_schema("k", schema.clone(), KindOpts { key_fields: &["zz"], ..KindOpts::DEFAULT })
+            .expect_err("unknown key field");
+        assert!(err.to_string().contains("key field `zz`"), "{err}");
+        let err = Kind::from_schema("k", schema, KindOpts { max_attempts: 0, ..KindOpts::DEFAULT })
+            .expect_err("zero attempts");
+        assert!(err.to_string().contains("max_attempts"), "{err}");
+    }
+}

@@ -1,0 +1,217 @@
+//! Operator functions: the six questions (what is outstanding, what failed and why, what is stuck, how long
+//! jobs take, which keys were enqueued more than once, what ran lately) and the actions that follow.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::ConnectionTrait;
+
+use crate::error::{Error, Result};
+use crate::record::{JobRecord, JobStatus};
+use crate::storage::{self, now_ms, sqlite};
+
+/// Which jobs [`list`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only this status.
+    pub status: Option<JobStatus>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only jobs changed at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// At most this many (default 100).
+    pub limit: u64,
+}
+
+impl Default for JobFilter {
+    fn default() -> Self {
+        JobFilter { status: None, kind: None, queue: None, since: None, limit: 100 }
+    }
+}
+
+/// How many jobs of one kind are in one status.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StatusCount {
+    /// Kind name.
+    pub kind: String,
+    /// Status.
+    pub status: JobStatus,
+    /// Number of jobs.
+    pub count: u64,
+    /// Oldest enqueue time in the group.
+    pub oldest: DateTime<Utc>,
+}
+
+/// Run and wait times of completed jobs of one kind.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KindDurations {
+    /// Kind name.
+    pub kind: String,
+    /// Completed jobs measured.
+    pub completed: u64,
+    /// Mean time from claim to completion of the last attempt, ms.
+    pub avg_run_ms: f64,
+    /// Longest such time, ms.
+    pub max_run_ms: i64,
+    /// Mean time from enqueue to the last claim, ms.
+    pub avg_wait_ms: f64,
+}
+
+/// An idempotency key carried by more than one job over time.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DuplicateKey {
+    /// Kind name.
+    pub kind: String,
+    /// The key.
+    pub key: String,
+    /// Jobs with this key, in any status.
+    pub jobs: u64,
+    /// Of those, pending or claimed (at most one).
+    pub active: u64,
+    /// Of those, completed.
+    pub completed: u64,
+}
+
+/// All six answers at once.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Stats {
+    /// Counts of every kind and status (pending and claimed are what is outstanding).
+    pub counts: Vec<StatusCount>,
+    /// The most recent failed jobs with their errors.
+    pub failed: Vec<JobRecord>,
+    /// Claimed jobs whose lease has expired.
+    pub stuck: Vec<JobRecord>,
+    /// Durations of jobs completed in the window.
+    pub durations: Vec<KindDurations>,
+    /// Keys enqueued more than once.
+    pub duplicates: Vec<DuplicateKey>,
+    /// What finished in the window, by kind and status.
+    pub recent: Vec<StatusCount>,
+    /// The window of `durations` and `recent`.
+    pub window_secs: u64,
+}
+
+fn since(window: Duration) -> i64 {
+    now_ms().saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Job counts by kind and status.
+pub async fn counts<C: ConnectionTrait>(conn: &C) -> Result<Vec<StatusCount>> {
+    storage::backend(conn)?;
+    sqlite::counts(conn).await
+}
+
+/// Jobs matching `filter`, newest first.
+pub async fn list<C: ConnectionTrait>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
+    storage::backend(conn)?;
+    sqlite::list(conn, filter).await
+}
+
+/// One job by id.
+pub async fn get<C: ConnectionTrait>(conn: &C, id: &str) -> Result<JobRecord> {
+    storage::backend(conn)?;
+    sqlite::get(conn, id).await?.ok_or_else(|| Error::NotFound { id: id.to_owned() })
+}
+
+/// Claimed jobs whose lease has expired: their worker died or hangs, and no rescuer has run since.
+pub async fn stuck<C: ConnectionTrait>(conn: &C) -> Result<Vec<JobRecord>> {
+    storage::backend(conn)?;
+    sqlite::stuck(conn, now_ms()).await
+}
+
+/// The most recent failed jobs, each with its last error.
+pub async fn failed<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<JobRecord>> {
+    list(conn, &JobFilter { status: Some(JobStatus::Failed), limit, ..JobFilter::default() }).await
+}
+
+/// Run and wait times of jobs completed within `window`, by kind.
+pub async fn durations<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Vec<KindDurations>> {
+    storage::backend(conn)?;
+    sqlite::durations(conn, since(window)).await
+}
+
+/// Idempotency keys carried by more than one job, most repeated first.
+pub async fn duplicates<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>> {
+    storage::backend(conn)?;
+    sqlite::duplicates(conn, limit).await
+}
+
+/// What finished (completed, failed, cancelled) within `window`, by kind and status.
+pub async fn recent<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Vec<StatusCount>> {
+    storage::backend(conn)?;
+    sqlite::finished_since(conn, since(window)).await
+}
+
+/// The six answers at once; `window` bounds durations and recent activity (an hour is typical).
+pub async fn stats<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Stats> {
+    Ok(Stats {
+        counts: counts(conn).await?,
+        failed: failed(conn, 20).await?,
+        stuck: stuck(conn).await?,
+        durations: durations(conn, window).await?,
+        duplicates: duplicates(conn, 20).await?,
+        recent: recent(conn, window).await?,
+        window_secs: window.as_secs(),
+    })
+}
+
+async fn transition_error<C: ConnectionTrait>(
+    conn: &C,
+    id: &str,
+    action: &'static str,
+    hint: &'static str,
+) -> Error {
+    match sqlite::get(conn, id).await {
+        Ok(Some(job)) => Error::InvalidTransition { id: id.to_owned(), action, status: job.status.to_string(), hint },
+        Ok(None) => Error::NotFound { id: id.to_owned() },
+        Err(e) => e,
+    }
+}
+
+/// Puts a failed or cancelled job back to pending with its attempts reset.
+pub async fn retry<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
+    storage::backend(conn)?;
+    if sqlite::retry(conn, id, now_ms()).await? {
+        tracing::info!(job_id = id, "job retried by operator");
+        crate::wake::wake();
+        return Ok(());
+    }
+    Err(transition_error(conn, id, "retry", "only failed or cancelled jobs can be retried").await)
+}
+
+/// Puts every failed job (of `kind`, when given) back to pending; returns how many. A job whose key is held
+/// by an active job stays failed.
+pub async fn retry_failed<C: ConnectionTrait>(conn: &C, kind: Option<&str>) -> Result<u64> {
+    storage::backend(conn)?;
+    let n = sqlite::retry_failed(conn, kind, now_ms()).await?;
+    tracing::info!(jobs = n, kind = kind.unwrap_or("*"), "failed jobs retried by operator");
+    if n > 0 {
+        crate::wake::wake();
+    }
+    Ok(n)
+}
+
+/// Cancels a pending job.
+pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
+    storage::backend(conn)?;
+    if sqlite::cancel(conn, id, now_ms()).await? {
+        tracing::info!(job_id = id, "job cancelled");
+        return Ok(());
+    }
+    Err(transition_error(conn, id, "cancel", "only pending jobs can be cancelled").await)
+}
+
+/// Deletes jobs in the given terminal statuses last changed more than `older_than` ago; returns how many.
+pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_than: Duration) -> Result<u64> {
+    storage::backend(conn)?;
+    if let Some(active) = statuses.iter().find(|s| !s.is_terminal()) {
+        return Err(Error::Unsupported(format!(
+            "cannot purge {active} jobs: only completed, failed and cancelled jobs can be purged"
+        )));
+    }
+    let n = sqlite::purge(conn, statuses, since(older_than)).await?;
+    tracing::info!(jobs = n, "finished jobs purged");
+    Ok(n)
+}

@@ -1,0 +1,362 @@
+//! SQLite statements issued through the caller's sea-orm connection: schema, enqueue and operator queries.
+//! Timestamps are stored as integer milliseconds since the Unix epoch.
+
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
+
+use super::NewJob;
+use crate::error::{Error, Result};
+use crate::ops::{DuplicateKey, JobFilter, KindDurations, StatusCount};
+use crate::record::{JobRecord, JobStatus, from_ms};
+
+/// The first schema: the jobs table and the indexes of the claim path, the lease scan, dedup and purge.
+pub(crate) const SCHEMA_V1: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS outbox_jobs (
+        id TEXT PRIMARY KEY NOT NULL,
+        kind TEXT NOT NULL,
+        queue TEXT NOT NULL DEFAULT 'default',
+        payload TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
+        priority INTEGER NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+        run_at INTEGER NOT NULL,
+        locked_by TEXT,
+        locked_at INTEGER,
+        lease_expires_at INTEGER,
+        last_error TEXT,
+        idempotency_key TEXT,
+        schema_hash TEXT NOT NULL,
+        output TEXT,
+        created_at INTEGER NOT NULL,
+        claimed_at INTEGER,
+        completed_at INTEGER,
+        updated_at INTEGER NOT NULL
+    )",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
+    "CREATE UNIQUE INDEX IF NOT EXISTS outbox_jobs_active_key
+        ON outbox_jobs (kind, idempotency_key)
+        WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_lease
+        ON outbox_jobs (lease_expires_at) WHERE status = 'claimed'",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_finished
+        ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')",
+];
+
+const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
+const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
+/// Eleven values per row; SQLite allows 32,766 per statement.
+const ROWS_PER_INSERT: usize = 2_000;
+
+fn push_values(values: &mut Vec<Value>, job: &NewJob) {
+    values.extend([
+        job.id.clone().into(),
+        job.kind.clone().into(),
+        job.queue.clone().into(),
+        job.payload.clone().into(),
+        job.priority.into(),
+        job.max_attempts.into(),
+        job.run_at.into(),
+        job.key.clone().into(),
+        job.schema_hash.clone().into(),
+        job.created_at.into(),
+        job.created_at.into(),
+    ]);
+}
+
+fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
+    Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
+}
+
+/// Inserts one job unless an active job of its kind holds its key. True when the row was written.
+pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
+    let mut values = Vec::with_capacity(11);
+    push_values(&mut values, job);
+    let sql = format!("{INSERT_COLUMNS}{INSERT_ROW} ON CONFLICT DO NOTHING");
+    let res = conn
+        .execute_raw(stmt(sql, values))
+        .await
+        .map_err(Error::db(format!("enqueuing a job of kind `{}`", job.kind)))?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
+pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
+    let mut written = Vec::with_capacity(jobs.len());
+    for chunk in jobs.chunks(ROWS_PER_INSERT) {
+        let mut sql = String::with_capacity(INSERT_COLUMNS.len() + chunk.len() * (INSERT_ROW.len() + 2) + 64);
+        sql.push_str(INSERT_COLUMNS);
+        let mut values = Vec::with_capacity(chunk.len() * 11);
+        for (i, job) in chunk.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(INSERT_ROW);
+            push_values(&mut values, job);
+        }
+        sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
+        let rows = conn.query_all_raw(stmt(sql, values)).await.map_err(Error::db("enqueuing a batch of jobs"))?;
+        for row in rows {
+            written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
+        }
+    }
+    Ok(written)
+}
+
+/// The id of the active (pending or claimed) job of `kind` holding `key`.
+pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(conn: &C, kind: &str, key: &str) -> Result<Option<String>> {
+    let row = conn
+        .query_one_raw(stmt(
+            "SELECT id FROM outbox_jobs WHERE kind = ? AND idempotency_key = ? \
+             AND status IN ('pending', 'claimed') LIMIT 1",
+            vec![kind.into(), key.into()],
+        ))
+        .await
+        .map_err(Error::db(format!("looking up the active job of kind `{kind}` by key")))?;
+    row.map(|r| r.try_get_by_index::<String>(0)).transpose().map_err(Error::db("reading a job id"))
+}
+
+const RECORD_COLUMNS: &str = "id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
+     locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, \
+     claimed_at, completed_at, updated_at";
+
+fn record(row: &QueryResult) -> Result<JobRecord> {
+    let get_err = Error::db("reading a job row");
+    let r = (|| -> std::result::Result<JobRecord, sea_orm::DbErr> {
+        let id: String = row.try_get_by_index(0)?;
+        let status: String = row.try_get_by_index(4)?;
+        let status = status
+            .parse::<JobStatus>()
+            .map_err(|reason| sea_orm::DbErr::Custom(format!("job `{id}`: {reason}")))?;
+        let opt_ms = |i: usize| row.try_get_by_index::<Option<i64>>(i).map(|v| v.map(from_ms));
+        Ok(JobRecord {
+            kind: row.try_get_by_index(1)?,
+            queue: row.try_get_by_index(2)?,
+            payload: row.try_get_by_index(3)?,
+            status,
+            priority: row.try_get_by_index(5)?,
+            attempts: row.try_get_by_index(6)?,
+            max_attempts: row.try_get_by_index(7)?,
+            run_at: from_ms(row.try_get_by_index(8)?),
+            locked_by: row.try_get_by_index(9)?,
+            locked_at: opt_ms(10)?,
+            lease_expires_at: opt_ms(11)?,
+            last_error: row.try_get_by_index(12)?,
+            idempotency_key: row.try_get_by_index(13)?,
+            schema_hash: row.try_get_by_index(14)?,
+            output: row.try_get_by_index(15)?,
+            created_at: from_ms(row.try_get_by_index(16)?),
+            claimed_at: opt_ms(17)?,
+            completed_at: opt_ms(18)?,
+            updated_at: from_ms(row.try_get_by_index(19)?),
+            id,
+        })
+    })();
+    r.map_err(get_err)
+}
+
+async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement) -> Result<Vec<JobRecord>> {
+    let rows = conn.query_all_raw(s).await.map_err(Error::db(what.to_owned()))?;
+    rows.iter().map(record).collect()
+}
+
+/// One job by id.
+pub(crate) async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<JobRecord>> {
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE id = ?");
+    Ok(records(conn, &format!("reading job `{id}`"), stmt(sql, vec![id.into()])).await?.into_iter().next())
+}
+
+/// Jobs matching a filter, newest first.
+pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
+    let mut sql = format!("SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE 1 = 1");
+    let mut values: Vec<Value> = Vec::new();
+    if let Some(status) = filter.status {
+        sql.push_str(" AND status = ?");
+        values.push(status.as_str().into());
+    }
+    if let Some(kind) = &filter.kind {
+        sql.push_str(" AND kind = ?");
+        values.push(kind.clone().into());
+    }
+    if let Some(queue) = &filter.queue {
+        sql.push_str(" AND queue = ?");
+        values.push(queue.clone().into());
+    }
+    if let Some(since) = filter.since {
+        sql.push_str(" AND updated_at >= ?");
+        values.push(since.timestamp_millis().into());
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    values.push(i64::try_from(filter.limit).unwrap_or(i64::MAX).into());
+    records(conn, "listing jobs", stmt(sql, values)).await
+}
+
+/// Claimed jobs whose lease has run out: their worker died or hung and no rescuer has run since.
+pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<JobRecord>> {
+    let sql = format!(
+        "SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < ? \
+         ORDER BY lease_expires_at"
+    );
+    records(conn, "listing stuck jobs", stmt(sql, vec![now.into()])).await
+}
+
+fn status_counts(rows: Vec<QueryResult>) -> Result<Vec<StatusCount>> {
+    rows.iter()
+        .map(|row| {
+            let status: String = row.try_get_by_index(1).map_err(Error::db("reading job counts"))?;
+            Ok(StatusCount {
+                kind: row.try_get_by_index(0).map_err(Error::db("reading job counts"))?,
+                status: status.parse().map_err(|reason| Error::CorruptRow { id: "?".into(), reason })?,
+                count: row.try_get_by_index::<i64>(2).map_err(Error::db("reading job counts"))?.max(0).unsigned_abs(),
+                oldest: from_ms(row.try_get_by_index(3).map_err(Error::db("reading job counts"))?),
+            })
+        })
+        .collect()
+}
+
+/// Job counts by kind and status, with the oldest enqueue time of each group.
+pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<StatusCount>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT kind, status, COUNT(*), MIN(created_at) FROM outbox_jobs GROUP BY kind, status \
+             ORDER BY kind, status",
+            vec![],
+        ))
+        .await
+        .map_err(Error::db("counting jobs"))?;
+    status_counts(rows)
+}
+
+/// Jobs that finished (completed or failed) since `since`, by kind and status.
+pub(crate) async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<StatusCount>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT kind, status, COUNT(*), MIN(created_at) FROM outbox_jobs \
+             WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= ? \
+             GROUP BY kind, status ORDER BY kind, status",
+            vec![since.into()],
+        ))
+        .await
+        .map_err(Error::db("counting recently finished jobs"))?;
+    status_counts(rows)
+}
+
+/// Run and wait times of jobs completed since `since`, by kind.
+pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT kind, COUNT(*), AVG(completed_at - claimed_at), MAX(completed_at - claimed_at), \
+             AVG(claimed_at - created_at) FROM outbox_jobs \
+             WHERE status = 'completed' AND updated_at >= ? GROUP BY kind ORDER BY kind",
+            vec![since.into()],
+        ))
+        .await
+        .map_err(Error::db("measuring job durations"))?;
+    let ctx = || Error::db("reading job durations");
+    rows.iter()
+        .map(|row| {
+            Ok(KindDurations {
+                kind: row.try_get_by_index(0).map_err(ctx())?,
+                completed: row.try_get_by_index::<i64>(1).map_err(ctx())?.max(0).unsigned_abs(),
+                avg_run_ms: row.try_get_by_index::<Option<f64>>(2).map_err(ctx())?.unwrap_or(0.0),
+                max_run_ms: row.try_get_by_index::<Option<i64>>(3).map_err(ctx())?.unwrap_or(0),
+                avg_wait_ms: row.try_get_by_index::<Option<f64>>(4).map_err(ctx())?.unwrap_or(0.0),
+            })
+        })
+        .collect()
+}
+
+/// Idempotency keys held by more than one job (across all statuses), most repeated first.
+pub(crate) async fn duplicates<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT kind, idempotency_key, COUNT(*), SUM(status IN ('pending', 'claimed')), \
+             SUM(status = 'completed') FROM outbox_jobs WHERE idempotency_key IS NOT NULL \
+             GROUP BY kind, idempotency_key HAVING COUNT(*) > 1 ORDER BY COUNT(*) DESC, kind LIMIT ?",
+            vec![i64::try_from(limit).unwrap_or(i64::MAX).into()],
+        ))
+        .await
+        .map_err(Error::db("finding duplicate keys"))?;
+    let ctx = || Error::db("reading duplicate keys");
+    let n = |row: &QueryResult, i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs());
+    rows.iter()
+        .map(|row| {
+            Ok(DuplicateKey {
+                kind: row.try_get_by_index(0).map_err(ctx())?,
+                key: row.try_get_by_index(1).map_err(ctx())?,
+                jobs: n(row, 2).map_err(ctx())?,
+                active: n(row, 3).map_err(ctx())?,
+                completed: n(row, 4).map_err(ctx())?,
+            })
+        })
+        .collect()
+}
+
+fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
+    err.to_string().contains("UNIQUE constraint failed")
+}
+
+/// Failed or cancelled back to pending with its attempts reset. `Ok(false)` when no such job is in a
+/// retryable status; an active job with the same key is reported by id.
+pub(crate) async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
+    let res = conn
+        .execute_raw(stmt(
+            "UPDATE outbox_jobs SET status = 'pending', attempts = 0, run_at = ?, lease_expires_at = NULL, \
+             updated_at = ? WHERE id = ? AND status IN ('failed', 'cancelled')",
+            vec![now.into(), now.into(), id.into()],
+        ))
+        .await;
+    match res {
+        Ok(r) => Ok(r.rows_affected() == 1),
+        Err(e) if is_unique_violation(&e) => Err(Error::InvalidTransition {
+            id: id.to_owned(),
+            action: "retry",
+            status: "failed".into(),
+            hint: "an active job with the same kind and idempotency key exists; it already carries this intent",
+        }),
+        Err(e) => Err(Error::Database { context: format!("retrying job `{id}`"), source: e }),
+    }
+}
+
+/// Every failed job (of one kind, when given) back to pending; jobs whose key is held by an active twin stay.
+pub(crate) async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64> {
+    let mut sql = String::from(
+        "UPDATE OR IGNORE outbox_jobs SET status = 'pending', attempts = 0, run_at = ?, \
+         lease_expires_at = NULL, updated_at = ? WHERE status = 'failed'",
+    );
+    let mut values: Vec<Value> = vec![now.into(), now.into()];
+    if let Some(kind) = kind {
+        sql.push_str(" AND kind = ?");
+        values.push(kind.into());
+    }
+    let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("retrying failed jobs"))?;
+    Ok(res.rows_affected())
+}
+
+/// Pending to cancelled. `Ok(false)` when the job is not pending.
+pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
+    let res = conn
+        .execute_raw(stmt(
+            "UPDATE outbox_jobs SET status = 'cancelled', updated_at = ? WHERE id = ? AND status = 'pending'",
+            vec![now.into(), id.into()],
+        ))
+        .await
+        .map_err(Error::db(format!("cancelling job `{id}`")))?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Deletes terminal jobs (of the given statuses) last changed before `before`.
+pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64> {
+    let terminal: Vec<&str> = statuses.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
+    if terminal.is_empty() {
+        return Ok(0);
+    }
+    let marks = vec!["?"; terminal.len()].join(", ");
+    let mut values: Vec<Value> = terminal.iter().map(|s| (*s).into()).collect();
+    values.push(before.into());
+    let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < ?");
+    let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
+    Ok(res.rows_affected())
+}

@@ -1,0 +1,307 @@
+//! The worker: claims jobs in batches sized to its free slots, runs their handlers, renews their leases,
+//! records outcomes fenced by the claim, rescues expired claims, and shuts down gracefully.
+
+mod handler;
+mod retry;
+mod run;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use tokio_util::sync::CancellationToken;
+
+pub use handler::{IntoOutput, JobContext, JobError};
+pub use run::shutdown_signal;
+pub use retry::RetryPolicy;
+
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::kind::Kind;
+use crate::storage::sqlite_worker::{StoreConfig, WorkerStore};
+use handler::ErasedHandler;
+
+pub(crate) struct Registered {
+    pub(crate) handler: ErasedHandler,
+    pub(crate) retry: RetryPolicy,
+}
+
+/// Settings of a worker; see [`WorkerBuilder`] for each one's meaning and default.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerConfig {
+    pub(crate) concurrency: usize,
+    pub(crate) poll_interval: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) rescue_interval: Duration,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) cancel_grace: Duration,
+    pub(crate) max_db_backoff: Duration,
+}
+
+/// Configures and builds a [`Worker`].
+pub struct WorkerBuilder {
+    db: DatabaseConnection,
+    handlers: HashMap<String, Registered>,
+    errors: Vec<Error>,
+    queues: Option<Vec<String>>,
+    retry: RetryPolicy,
+    config: WorkerConfig,
+    id: Option<String>,
+}
+
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("kinds", &self.handlers.keys().collect::<Vec<_>>())
+            .field("queues", &self.queues)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A configured worker; start it with [`Worker::start`], [`Worker::run_until`] or [`Worker::drain`].
+pub struct Worker {
+    pub(crate) store: WorkerStore,
+    pub(crate) handlers: Arc<HashMap<String, Registered>>,
+    pub(crate) config: WorkerConfig,
+    pub(crate) id: String,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("id", &self.id).field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Starts configuring a worker on `db`, an SQLite file database.
+    pub fn builder(db: &DatabaseConnection) -> WorkerBuilder {
+        WorkerBuilder {
+            db: db.clone(),
+            handlers: HashMap::new(),
+            errors: Vec::new(),
+            queues: None,
+            retry: RetryPolicy::default(),
+            config: WorkerConfig {
+                concurrency: 10,
+                poll_interval: Duration::from_secs(1),
+                lease: Duration::from_secs(300),
+                rescue_interval: Duration::from_secs(30),
+                shutdown_grace: Duration::from_secs(30),
+                cancel_grace: Duration::from_secs(5),
+                max_db_backoff: Duration::from_secs(30),
+            },
+            id: None,
+        }
+    }
+
+    /// This worker's identity, recorded as `locked_by` on the jobs it claims.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Runs in the background until [`WorkerHandle::shutdown`].
+    pub fn start(self) -> WorkerHandle {
+        let shutdown = CancellationToken::new();
+        let join = tokio::spawn(run::run(self, shutdown.clone(), false));
+        WorkerHandle { shutdown, join }
+    }
+
+    /// Runs until `signal` resolves, then shuts down gracefully.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) -> Result<()> {
+        let handle = self.start();
+        signal.await;
+        handle.shutdown().await
+    }
+
+    /// Runs until no job it can claim is due and none is in flight, then stops. For tests, scripts and
+    /// batch runs.
+    pub async fn drain(self) -> Result<()> {
+        run::run(self, CancellationToken::new(), true).await
+    }
+}
+
+/// A running worker.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    shutdown: CancellationToken,
+    join: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl WorkerHandle {
+    /// Stops claiming, lets in-flight jobs finish within the grace period, then cancels the rest and
+    /// releases their jobs without using their attempts. Resolves when no job of this worker is claimed.
+    pub async fn shutdown(self) -> Result<()> {
+        self.shutdown.cancel();
+        self.join.await.map_err(|e| Error::Unsupported(format!("the worker task failed: {e}")))?
+    }
+
+    /// Whether the worker has stopped on its own (it only does on a fatal error).
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+}
+
+impl WorkerBuilder {
+    /// Registers the handler of job kind `J`. Registering a kind twice is reported by [`WorkerBuilder::build`].
+    pub fn register<J, F, Fut, O>(self, handler: F) -> Self
+    where
+        J: Job,
+        F: Fn(J, JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, JobError>> + Send + 'static,
+        O: IntoOutput,
+    {
+        let retry = self.retry;
+        self.register_with::<J, F, Fut, O>(retry, handler)
+    }
+
+    /// Registers the handler of job kind `J` with its own retry policy.
+    pub fn register_with<J, F, Fut, O>(mut self, retry: RetryPolicy, handler: F) -> Self
+    where
+        J: Job,
+        F: Fn(J, JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, JobError>> + Send + 'static,
+        O: IntoOutput,
+    {
+        let kind = match Kind::of::<J>() {
+            Ok(kind) => kind,
+            Err(e) => {
+                self.errors.push(e);
+                return self;
+            }
+        };
+        if self.handlers.contains_key(J::KIND) {
+            self.errors.push(Error::DuplicateKind { kind: J::KIND.to_owned() });
+            return self;
+        }
+        let handler = handler::erase::<J, F, Fut, O>(kind, handler);
+        self.handlers.insert(J::KIND.to_owned(), Registered { handler, retry });
+        self
+    }
+
+    /// Jobs run at once (default 10). Claims are sized to the free slots.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n.max(1);
+        self
+    }
+
+    /// Only claim jobs of these queues (default: every queue).
+    pub fn queues<I, S>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.queues = Some(queues.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// How often to look for due jobs when nothing wakes the worker (default 1 s).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.config.poll_interval = d;
+        self
+    }
+
+    /// How long a claim stays valid without renewal (default 5 min); renewed every third of it.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.config.lease = d.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How often to return expired claims to pending (default 30 s).
+    pub fn rescue_interval(mut self, d: Duration) -> Self {
+        self.config.rescue_interval = d;
+        self
+    }
+
+    /// At shutdown, how long in-flight jobs may run before they are cancelled (default 30 s).
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.config.shutdown_grace = d;
+        self
+    }
+
+    /// After cancelling, how long handlers get to stop before they are dropped (default 5 s).
+    pub fn cancel_grace(mut self, d: Duration) -> Self {
+        self.config.cancel_grace = d;
+        self
+    }
+
+    /// The default retry policy of kinds registered after this call.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Sets the worker's identity (default: host, process id and a random suffix). Must be unique.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Checks the configuration and opens the worker's own connection to the database file.
+    pub async fn build(mut self) -> Result<Worker> {
+        if let Some(e) = self.errors.drain(..).next() {
+            return Err(e);
+        }
+        let path = sqlite_file(&self.db)?;
+        let synchronous = synchronous_mode(&self.db).await?;
+        let id = self.id.unwrap_or_else(default_worker_id);
+        let mut kinds: Vec<&String> = self.handlers.keys().collect();
+        kinds.sort();
+        let encode = |v: &[&String]| serde_json::to_string(v).map_err(|e| Error::Unsupported(format!("encoding names: {e}")));
+        let store = WorkerStore::open(StoreConfig {
+            path,
+            synchronous,
+            busy_timeout: Duration::from_secs(10),
+            worker_id: id.clone(),
+            kinds_json: encode(&kinds)?,
+            queues_json: self.queues.as_ref().map(|q| encode(&q.iter().collect::<Vec<_>>())).transpose()?,
+        })?;
+        Ok(Worker { store, handlers: Arc::new(self.handlers), config: self.config, id })
+    }
+}
+
+fn sqlite_file(db: &DatabaseConnection) -> Result<PathBuf> {
+    if db.get_database_backend() != DbBackend::Sqlite {
+        return Err(Error::Unsupported("the worker supports SQLite databases only for now".into()));
+    }
+    let options = db.get_sqlite_connection_pool().connect_options();
+    let path = options.get_filename();
+    let text = path.to_string_lossy();
+    if text.is_empty() || text == ":memory:" || text.starts_with("file:sqlx-in-memory") {
+        return Err(Error::Unsupported(
+            "the worker needs an SQLite file database (`sqlite://path/to/file.db?mode=rwc`); \
+             an in-memory database is private to one connection"
+                .into(),
+        ));
+    }
+    Ok(path.to_path_buf())
+}
+
+async fn synchronous_mode(db: &DatabaseConnection) -> Result<String> {
+    let row = db
+        .query_one_raw(Statement::from_string(DbBackend::Sqlite, "PRAGMA synchronous"))
+        .await
+        .map_err(Error::db("reading PRAGMA synchronous"))?;
+    let level = row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(Error::db("reading PRAGMA synchronous"))?;
+    Ok(match level {
+        Some(0) => "OFF",
+        Some(1) => "NORMAL",
+        Some(3) => "EXTRA",
+        _ => "FULL",
+    }
+    .to_owned())
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &suffix[suffix.len() - 8..])
+}

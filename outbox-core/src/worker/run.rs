@@ -1,0 +1,276 @@
+//! The worker loop.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::task::{Id, JoinError, JoinSet};
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::handler::{JobContext, JobError};
+use super::{Registered, Worker};
+use crate::error::Result;
+
+use crate::storage::{ClaimedJob, Finished, Outcome, now_ms};
+use crate::wake;
+
+type HandlerResult = std::result::Result<Option<Value>, JobError>;
+
+struct InFlight {
+    job: ClaimedJob,
+    cancel: CancellationToken,
+}
+
+struct Loop {
+    worker: Worker,
+    tasks: JoinSet<HandlerResult>,
+    in_flight: HashMap<Id, InFlight>,
+    next_heartbeat: Instant,
+    next_rescue: Instant,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool) -> Result<()> {
+    let now = Instant::now();
+    let mut lp = Loop {
+        next_heartbeat: now + worker.config.lease / 3,
+        next_rescue: now,
+        worker,
+        tasks: JoinSet::new(),
+        in_flight: HashMap::new(),
+    };
+    tracing::info!(worker = %lp.worker.id, concurrency = lp.worker.config.concurrency, "worker started");
+    let result = lp.work(&shutdown, drain).await;
+    let stopped = lp.stop().await;
+    tracing::info!(worker = %lp.worker.id, "worker stopped");
+    result.and(stopped)
+}
+
+impl Loop {
+    async fn work(&mut self, shutdown: &CancellationToken, drain: bool) -> Result<()> {
+        let config = self.worker.config.clone();
+        // Claim only when a useful batch fits, unless the worker is idle.
+        let min_claim = (config.concurrency / 10).max(1);
+        let mut claim_now = true;
+        let mut next_poll = Instant::now() + config.poll_interval;
+        let mut db_backoff = config.poll_interval;
+        loop {
+            let notified = wake::notifier().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            while let Some(done) = self.tasks.try_join_next_with_id() {
+                self.settle(done, false)?;
+            }
+            if shutdown.is_cancelled() {
+                return Ok(());
+            }
+            self.maintain().await;
+            let free = config.concurrency - self.tasks.len();
+            if claim_now && free > 0 && (free >= min_claim || self.tasks.is_empty()) {
+                let now = now_ms();
+                match self.worker.store.claim(free, now, now + ms(config.lease)).await {
+                    Ok(jobs) => {
+                        db_backoff = config.poll_interval;
+                        claim_now = jobs.len() == free;
+                        if drain && jobs.is_empty() && self.tasks.is_empty() {
+                            return Ok(());
+                        }
+                        for job in jobs {
+                            self.spawn(job);
+                        }
+                        if claim_now {
+                            continue;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(worker = %self.worker.id, error = %e, retry_in = ?db_backoff, "claiming failed");
+                        claim_now = false;
+                        next_poll = Instant::now() + db_backoff;
+                        db_backoff = (db_backoff * 2).min(config.max_db_backoff);
+                    }
+                }
+            }
+            let wake_at = next_poll.min(self.next_heartbeat).min(self.next_rescue);
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(()),
+                Some(done) = self.tasks.join_next_with_id() => {
+                    self.settle(done, false)?;
+                    if drain && self.tasks.is_empty() {
+                        claim_now = true;
+                    }
+                }
+                _ = &mut notified => claim_now = true,
+                _ = sleep_until(wake_at) => {
+                    if Instant::now() >= next_poll {
+                        claim_now = true;
+                        next_poll = Instant::now() + db_backoff.max(config.poll_interval);
+                    }
+                }
+            }
+        }
+    }
+
+    fn spawn(&mut self, job: ClaimedJob) {
+        let Some(registered) = self.worker.handlers.get(&job.kind) else {
+            // Claims are filtered by kind, so this cannot happen; give the job back rather than lose it.
+            let _ = self.worker.store.finish(finished(&job, Outcome::Released));
+            return;
+        };
+        tracing::debug!(job_id = %job.id, kind = %job.kind, queue = %job.queue, attempt = job.attempt, "job claimed");
+        let cancel = CancellationToken::new();
+        let ctx = JobContext {
+            id: job.id.clone(),
+            kind: job.kind.clone(),
+            queue: job.queue.clone(),
+            attempt: job.attempt,
+            max_attempts: job.max_attempts,
+            cancel: cancel.clone(),
+            store: self.worker.store.clone(),
+        };
+        let fut = (registered.handler)(job.payload.clone(), job.schema_hash.clone(), ctx);
+        let handle = self.tasks.spawn(fut);
+        self.in_flight.insert(handle.id(), InFlight { job, cancel });
+    }
+
+    /// Records how a handler's task ended. `cancelling`: the worker asked it to stop.
+    fn settle(&mut self, done: std::result::Result<(Id, HandlerResult), JoinError>, cancelling: bool) -> Result<()> {
+        let (id, result) = match done {
+            Ok((id, result)) => (id, Ok(result)),
+            Err(e) => (e.id(), Err(e)),
+        };
+        let Some(InFlight { job, .. }) = self.in_flight.remove(&id) else { return Ok(()) };
+        let retry = self.worker.handlers.get(&job.kind);
+        let outcome = match result {
+            Ok(Ok(output)) => Outcome::Completed { output: output.map(|v| v.to_string()) },
+            Ok(Err(JobError::Snooze(after))) => Outcome::Snoozed { run_at: now_ms() + ms(after) },
+            Ok(Err(JobError::Permanent(error))) => Outcome::Failed { error },
+            Ok(Err(JobError::Retry(_))) if cancelling => Outcome::Released,
+            Ok(Err(JobError::Retry(error))) => failure(&job, error, retry),
+            Err(e) if e.is_cancelled() => Outcome::Released,
+            Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
+        };
+        self.worker.store.finish(finished(&job, outcome))
+    }
+
+    /// Renews the leases of in-flight jobs and rescues expired claims when they are due.
+    async fn maintain(&mut self) {
+        let now = Instant::now();
+        let config = &self.worker.config;
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + config.lease / 3;
+            let ids: Vec<String> = self.in_flight.values().map(|f| f.job.id.clone()).collect();
+            if !ids.is_empty()
+                && let Err(e) = self.worker.store.extend(ids, now_ms() + ms(config.lease)).await
+            {
+                tracing::warn!(worker = %self.worker.id, error = %e, "renewing leases failed");
+            }
+        }
+        if now >= self.next_rescue {
+            self.next_rescue = now + config.rescue_interval;
+            match self.worker.store.rescue(now_ms()).await {
+                Ok(rescued) => {
+                    for r in rescued {
+                        let (job_id, kind, queue, attempt) = (&r.id, &r.kind, &r.queue, r.attempt);
+                        let owner = r.previous_owner.as_deref().unwrap_or("?");
+                        if r.status == "failed" {
+                            tracing::error!(job_id, kind, queue, attempt, owner, "lease expired with no attempts left; job failed");
+                        } else {
+                            tracing::warn!(job_id, kind, queue, attempt, owner, "lease expired; job rescued to pending");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(worker = %self.worker.id, error = %e, "rescuing expired claims failed"),
+            }
+        }
+    }
+
+    /// Graceful stop: let in-flight jobs finish within the grace period, cancel the rest, give their jobs
+    /// back, and wait until every outcome is written.
+    async fn stop(&mut self) -> Result<()> {
+        let config = self.worker.config.clone();
+        if !self.tasks.is_empty() {
+            tracing::info!(worker = %self.worker.id, in_flight = self.tasks.len(), grace = ?config.shutdown_grace, "waiting for in-flight jobs");
+            self.wait_tasks(Instant::now() + config.shutdown_grace, false).await?;
+        }
+        if !self.tasks.is_empty() {
+            tracing::info!(worker = %self.worker.id, in_flight = self.tasks.len(), "cancelling in-flight jobs");
+            for f in self.in_flight.values() {
+                f.cancel.cancel();
+            }
+            self.wait_tasks(Instant::now() + config.cancel_grace, true).await?;
+        }
+        self.tasks.abort_all();
+        while let Some(done) = self.tasks.join_next_with_id().await {
+            self.settle(done, true)?;
+        }
+        self.worker.store.flush().await
+    }
+
+    async fn wait_tasks(&mut self, deadline: Instant, cancelling: bool) -> Result<()> {
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                Some(done) = self.tasks.join_next_with_id() => self.settle(done, cancelling)?,
+                _ = sleep_until(deadline.min(self.next_heartbeat)) => {
+                    if Instant::now() >= deadline {
+                        return Ok(());
+                    }
+                    self.maintain().await;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn failure(job: &ClaimedJob, error: String, registered: Option<&Registered>) -> Outcome {
+    if job.attempt >= job.max_attempts {
+        return Outcome::Failed { error: format!("{error} (attempt {} of {})", job.attempt, job.max_attempts) };
+    }
+    let backoff = registered.map(|r| r.retry.backoff(job.attempt)).unwrap_or(Duration::from_secs(1));
+    Outcome::Retry { run_at: now_ms() + ms(backoff), error }
+}
+
+fn finished(job: &ClaimedJob, outcome: Outcome) -> Finished {
+    Finished { id: job.id.clone(), kind: job.kind.clone(), queue: job.queue.clone(), attempt: job.attempt, outcome }
+}
+
+fn panic_message(e: JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic payload".into()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM: pass it to [`Worker::run_until`].
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = async {
+            match signal(SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
