@@ -1,1 +1,97 @@
-//! Integration tests for the outbox workspace.
+//! Shared pieces of the integration tests: job kinds, fresh databases, and the worker binary the crash and
+//! race tests run as child processes.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use outbox_core::Job;
+use schemars::JsonSchema;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use serde::{Deserialize, Serialize};
+
+/// A job that carries a number; tests attach whatever handler they need.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "probe", max_attempts = 3)]
+pub struct Probe {
+    /// Distinguishes jobs (and so their default payload-hash keys).
+    #[schemars(range(min = 1))]
+    pub n: u64,
+}
+
+/// A job keyed by one field.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "keyed", queue = "mail")]
+#[serde(rename_all = "camelCase")]
+pub struct Keyed {
+    /// The idempotency key.
+    #[job(key)]
+    pub user_id: i64,
+    /// Not part of the key.
+    pub note: String,
+}
+
+/// A job run by child worker processes: sleeps, records its run, or hangs.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "race", unique = false, max_attempts = 5)]
+pub struct Race {
+    /// Sequence number.
+    pub n: u64,
+    /// Handler sleep in milliseconds.
+    pub sleep_ms: u64,
+}
+
+/// A test database in its own temp dir.
+pub struct TestDb {
+    /// Owns the directory; dropped last.
+    pub dir: tempfile::TempDir,
+    /// The database file.
+    pub path: PathBuf,
+    /// sea-orm URL of the file.
+    pub url: String,
+    /// An open, migrated connection.
+    pub db: DatabaseConnection,
+}
+
+/// A fresh migrated SQLite file database.
+pub async fn fresh_db() -> TestDb {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("outbox.db");
+    let url = sqlite_url(&path);
+    let db = outbox_core::connect(&url).await.expect("connect");
+    outbox_core::migrate(&db).await.expect("migrate");
+    TestDb { dir, path, url, db }
+}
+
+/// sea-orm URL of an SQLite file, created if missing.
+pub fn sqlite_url(path: &Path) -> String {
+    format!("sqlite://{}?mode=rwc", path.display())
+}
+
+/// Runs one statement with positional values.
+pub async fn exec(db: &DatabaseConnection, sql: &str, values: Vec<sea_orm::Value>) -> u64 {
+    db.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)).await.expect(sql).rows_affected()
+}
+
+/// One integer from a query.
+pub async fn scalar(db: &DatabaseConnection, sql: &str) -> i64 {
+    let row = db.query_one_raw(Statement::from_string(DbBackend::Sqlite, sql)).await.expect(sql).expect("one row");
+    row.try_get_by_index::<i64>(0).expect("an integer")
+}
+
+/// Polls `check` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

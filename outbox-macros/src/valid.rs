@@ -1,0 +1,154 @@
+//! Checks on the parsed input that go beyond one attribute, and the error collector they report into.
+
+use crate::ast::{Input, Shape, Style};
+use quote::quote;
+use syn::{Error, Ident};
+
+/// Collects every error found in the input so that all of them are reported in one build.
+#[derive(Default)]
+pub(crate) struct Errors(Option<Error>);
+
+impl Errors {
+    /// Adds `error` to those reported.
+    pub(crate) fn push(&mut self, error: Error) {
+        match &mut self.0 {
+            Some(errors) => errors.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    /// All the errors pushed, combined into one, or `Ok` if there were none.
+    pub(crate) fn finish(self) -> Result<(), Error> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// The error for a job type without `#[job(kind = "...")]`.
+pub(crate) fn missing_kind(ident: &Ident) -> Error {
+    Error::new_spanned(ident, "missing #[job(kind = \"...\")]: every job kind needs a stable name")
+}
+
+/// The characters allowed in a kind name besides ASCII letters and digits.
+const KIND_PUNCTUATION: &[char] = &['_', '.', ':', '/', '-'];
+
+impl Input<'_> {
+    /// Reports what is wrong with the input as a whole: its shape, generics, a missing or malformed kind,
+    /// and options that contradict each other.
+    pub(crate) fn validate(&self, errors: &mut Errors) {
+        let node = self.original;
+        let ident = &node.ident;
+        let is_struct = match &self.shape {
+            Shape::Struct { .. } => true,
+            Shape::Enum(data) => {
+                let keyword = data.enum_token;
+                errors.push(Error::new_spanned(
+                    quote!(#keyword #ident),
+                    "#[derive(Job)] does not support enums: job payloads are structs with named fields",
+                ));
+                false
+            }
+            Shape::Union(data) => {
+                let keyword = data.union_token;
+                errors.push(Error::new_spanned(
+                    quote!(#keyword #ident),
+                    "#[derive(Job)] does not support unions: job payloads are structs with named fields",
+                ));
+                false
+            }
+        };
+
+        if !node.generics.params.is_empty() {
+            let what = if node.generics.type_params().next().is_some() || node.generics.const_params().next().is_some()
+            {
+                "one kind name must stand for one concrete payload type"
+            } else {
+                "payloads are deserialized into owned, 'static data"
+            };
+            errors.push(Error::new_spanned(&node.generics, format!("job kinds cannot be generic: {what}")));
+        }
+
+        match &self.attrs.kind {
+            Some(kind) => {
+                if let Err(message) = check_kind(&kind.value) {
+                    errors.push(Error::new_spanned(&kind.value_tokens, message));
+                }
+            }
+            // A mistyped `kind` was reported where it was parsed; an enum or union is reported above.
+            None if is_struct && !self.attrs.written.contains("kind") => errors.push(missing_kind(&node.ident)),
+            None => {}
+        }
+
+        if let Some(max_attempts) = &self.attrs.max_attempts {
+            if max_attempts.value < 1 {
+                errors.push(Error::new_spanned(
+                    &max_attempts.value_tokens,
+                    format!("max_attempts must be at least 1, not {}", max_attempts.value),
+                ));
+            }
+        }
+
+        if let Shape::Struct { style, fields } = &self.shape {
+            let keys: Vec<_> = fields.iter().filter_map(|field| field.attrs.key.map(|attr| (field, attr))).collect();
+            if *style != Style::Named {
+                for (_, attr) in &keys {
+                    errors.push(Error::new_spanned(
+                        attr,
+                        "#[job(key)] needs a named field: key fields are found by their JSON name, and fields of a \
+                         tuple struct have none",
+                    ));
+                }
+            } else if let (Some(unique), Some((first, _))) = (&self.attrs.unique, keys.first()) {
+                if !unique.value {
+                    let name = first.serialized_name.as_deref().unwrap_or_default();
+                    errors.push(Error::new_spanned(
+                        &unique.tokens,
+                        format!(
+                            "`unique = false` contradicts #[job(key)] on `{name}`: key fields only matter for unique \
+                             kinds; remove one or the other"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Checks a kind name, returning the message to show if it is not acceptable.
+pub(crate) fn check_kind(kind: &str) -> Result<(), String> {
+    const ALLOWED: &str = "use only ASCII letters, digits and `_` `.` `:` `/` `-`";
+    if kind.is_empty() {
+        return Err("job kind is empty: give it a stable name like \"send_email\"".to_owned());
+    }
+    if kind.chars().any(char::is_whitespace) {
+        return Err(format!("job kind {kind:?} contains whitespace: {ALLOWED}"));
+    }
+    if let Some(bad) = kind.chars().find(|c| !c.is_ascii_alphanumeric() && !KIND_PUNCTUATION.contains(c)) {
+        return Err(format!("job kind {kind:?} contains {bad:?}: {ALLOWED}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_kind;
+
+    #[test]
+    fn kind_names() {
+        for good in ["send_welcome", "mail.send", "billing:charge/v2", "A-9", "x"] {
+            assert_eq!(check_kind(good), Ok(()), "{good}");
+        }
+        assert_eq!(check_kind(""), Err("job kind is empty: give it a stable name like \"send_email\"".to_owned()));
+        assert_eq!(
+            check_kind("send welcome"),
+            Err("job kind \"send welcome\" contains whitespace: use only ASCII letters, digits and `_` `.` `:` `/` \
+                 `-`"
+                .to_owned())
+        );
+        assert!(check_kind("tab\there").is_err());
+        assert_eq!(
+            check_kind("send!"),
+            Err("job kind \"send!\" contains '!': use only ASCII letters, digits and `_` `.` `:` `/` `-`".to_owned())
+        );
+        assert!(check_kind("café").is_err());
+    }
+}

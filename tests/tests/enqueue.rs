@@ -1,0 +1,181 @@
+//! Transactional enqueue, deduplication and validation on real SQLite files.
+
+use outbox_core::{EnqueueOpts, Enqueued, Error, Kind, KindOpts, ops};
+use sea_orm::{ConnectionTrait, TransactionTrait};
+use outbox_tests::{Keyed, Probe, exec, fresh_db, scalar};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_leaves_no_job_and_commit_leaves_one() {
+    let t = fresh_db().await;
+    exec(&t.db, "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL)", vec![]).await;
+
+    // The helper rolls back when the closure fails: neither the domain row nor the job exists.
+    let failed: Result<(), Error> = outbox_core::transaction(&t.db, |txn| {
+        Box::pin(async move {
+            txn.execute_raw(sea_orm::Statement::from_string(
+                sea_orm::DbBackend::Sqlite,
+                "INSERT INTO orders (customer) VALUES ('ann')",
+            ))
+            .await
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+            outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await?;
+            Err(Error::Unsupported("domain check failed".into()))
+        })
+    })
+    .await;
+    assert!(failed.is_err());
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM orders").await, 0);
+
+    // A hand-managed transaction dropped without commit also leaves nothing.
+    let txn = t.db.begin().await.expect("begin");
+    outbox_core::enqueue(&txn, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    txn.rollback().await.expect("rollback");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
+
+    // Commit: both rows exist.
+    let done = outbox_core::transaction(&t.db, |txn| {
+        Box::pin(async move {
+            txn.execute_raw(sea_orm::Statement::from_string(
+                sea_orm::DbBackend::Sqlite,
+                "INSERT INTO orders (customer) VALUES ('bob')",
+            ))
+            .await
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+            outbox_core::enqueue(txn, &Probe { n: 3 }, EnqueueOpts::new()).await
+        })
+    })
+    .await
+    .expect("commit");
+    assert!(done.is_new());
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM orders").await, 1);
+    let job = ops::get(&t.db, done.id()).await.expect("get");
+    assert_eq!(job.kind, "probe");
+    assert_eq!(job.payload, r#"{"n":3}"#);
+    assert_eq!(job.status, outbox_core::JobStatus::Pending);
+    assert_eq!(job.schema_hash, Kind::of::<Probe>().expect("kind").schema_hash());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicate_enqueues_leave_one_row() {
+    let t = fresh_db().await;
+    // Two independent pools on the same file, 16 racing transactions.
+    let other = outbox_core::connect(&t.url).await.expect("second pool");
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let db = if i % 2 == 0 { t.db.clone() } else { other.clone() };
+        tasks.push(tokio::spawn(async move {
+            outbox_core::transaction(&db, |txn| {
+                Box::pin(async move {
+                    outbox_core::enqueue(txn, &Keyed { user_id: 42, note: format!("try {i}") }, EnqueueOpts::new())
+                        .await
+                })
+            })
+            .await
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.expect("join").expect("enqueue"));
+    }
+    let new: Vec<&Enqueued> = results.iter().filter(|r| r.is_new()).collect();
+    assert_eq!(new.len(), 1, "{results:?}");
+    assert!(results.iter().all(|r| r.id() == new[0].id()), "{results:?}");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
+    let job = ops::get(&t.db, new[0].id()).await.expect("get");
+    assert_eq!(job.idempotency_key.as_deref(), Some(r#"{"userId":42}"#));
+    assert_eq!(job.queue, "mail");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_unique_among_active_jobs_only() {
+    let t = fresh_db().await;
+    let first = outbox_core::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
+    let again = outbox_core::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
+    assert_eq!(again, Enqueued::Existing(first.id().to_owned()));
+    // Another payload is another intent.
+    assert!(outbox_core::enqueue(&t.db, &Probe { n: 6 }, EnqueueOpts::new()).await.expect("enqueue").is_new());
+    // An explicit key overrides the payload hash.
+    let a = outbox_core::enqueue(&t.db, &Probe { n: 7 }, EnqueueOpts::new().idempotency_key("k")).await.expect("a");
+    let b = outbox_core::enqueue(&t.db, &Probe { n: 8 }, EnqueueOpts::new().idempotency_key("k")).await.expect("b");
+    assert_eq!(a.id(), b.id());
+    // Once the job is finished the key is free again.
+    exec(&t.db, "UPDATE outbox_jobs SET status = 'completed' WHERE id = ?", vec![first.id().into()]).await;
+    let later = outbox_core::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
+    assert!(later.is_new());
+    assert_ne!(later.id(), first.id());
+    let dups = ops::duplicates(&t.db, 10).await.expect("duplicates");
+    assert_eq!(dups.len(), 1);
+    assert_eq!((dups[0].jobs, dups[0].active, dups[0].completed), (2, 1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing() {
+    let t = fresh_db().await;
+    // Typed: the schema requires n >= 1.
+    let err = outbox_core::enqueue(&t.db, &Probe { n: 0 }, EnqueueOpts::new()).await.expect_err("n = 0");
+    let text = err.to_string();
+    assert!(matches!(err, Error::InvalidPayload { .. }), "{text}");
+    assert!(text.contains("kind `probe`") && text.contains("at /n:"), "{text}");
+
+    // Raw: every violation is named.
+    let kind = Kind::of::<Keyed>().expect("kind");
+    let err = outbox_core::enqueue_raw(&t.db, &kind, json!({"userId": "x", "note": 3}), EnqueueOpts::new())
+        .await
+        .expect_err("two violations");
+    let text = err.to_string();
+    assert!(text.contains("at /userId:") && text.contains("at /note:"), "{text}");
+    let err = outbox_core::enqueue_raw(&t.db, &kind, json!({"note": "x"}), EnqueueOpts::new())
+        .await
+        .expect_err("missing field");
+    assert!(err.to_string().contains("userId"), "{err}");
+
+    // Over the size cap.
+    let schema = json!({"type": "object", "properties": {"blob": {"type": "string"}}});
+    let blob_kind = Kind::from_schema("blob", schema, KindOpts::DEFAULT).expect("kind");
+    let big = "x".repeat(outbox_core::DEFAULT_MAX_PAYLOAD_BYTES + 1);
+    let err = outbox_core::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), EnqueueOpts::new())
+        .await
+        .expect_err("too large");
+    assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("kind `blob`") && err.to_string().contains("262144"), "{err}");
+
+    // Bad options.
+    let err = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().max_attempts(0)).await.expect_err("0");
+    assert!(err.to_string().contains("max_attempts"), "{err}");
+
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_enqueue_writes_in_order_and_collapses_duplicates() {
+    let t = fresh_db().await;
+    let existing = outbox_core::enqueue(&t.db, &Keyed { user_id: 3, note: "old".into() }, EnqueueOpts::new())
+        .await
+        .expect("enqueue");
+    let jobs: Vec<Keyed> = (0..2_500).map(|i| Keyed { user_id: i % 2_400, note: format!("n{i}") }).collect();
+    let results = outbox_core::transaction(&t.db, |txn| {
+        let jobs = jobs.clone();
+        Box::pin(async move { outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new().priority(3)).await })
+    })
+    .await
+    .expect("batch");
+    assert_eq!(results.len(), 2_500);
+    assert_eq!(results[3], Enqueued::Existing(existing.id().to_owned()));
+    // Inputs 2400.. repeat the keys of inputs 0..100 within the batch.
+    assert_eq!(results[2_400].id(), results[0].id());
+    assert!(!results[2_400].is_new());
+    assert_eq!(results.iter().filter(|r| r.is_new()).count(), 2_399);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 2_400);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE priority = 3").await, 2_399);
+
+    // An invalid member rejects the whole batch before anything is written.
+    let kind = Kind::of::<Probe>().expect("kind");
+    let err = outbox_core::enqueue_batch_raw(&t.db, &kind, vec![json!({"n": 1}), json!({"n": -1})], EnqueueOpts::new())
+        .await
+        .expect_err("invalid member");
+    assert!(err.to_string().contains("at /n:"), "{err}");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe'").await, 0);
+}

@@ -1,0 +1,354 @@
+//! Worker behaviour on real SQLite files: outcomes, retries, snooze, panics, invalid payloads, unknown kinds,
+//! stale writers and graceful shutdown.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outbox_core::{EnqueueOpts, Error, JobContext, JobError, JobStatus, Kind, KindOpts, RetryPolicy, Worker, ops};
+use outbox_tests::{Probe, exec, fresh_db, scalar};
+use serde_json::json;
+use tokio::sync::Notify;
+
+fn quick(db: &sea_orm::DatabaseConnection) -> outbox_core::WorkerBuilder {
+    Worker::builder(db).poll_interval(Duration::from_millis(20)).retry_policy(RetryPolicy {
+        base: Duration::from_millis(50),
+        max: Duration::from_secs(1),
+        jitter: 0.0,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completes_jobs_and_records_output() {
+    let t = fresh_db().await;
+    for n in 1..=20 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    let worker = quick(&t.db)
+        .concurrency(4)
+        .register(|job: Probe, ctx: JobContext| async move { Ok::<_, JobError>(json!({"double": job.n * 2, "attempt": ctx.attempt()})) })
+        .build()
+        .await
+        .expect("build");
+    worker.drain().await.expect("drain");
+    let done = ops::list(&t.db, &ops::JobFilter { status: Some(JobStatus::Completed), ..Default::default() })
+        .await
+        .expect("list");
+    assert_eq!(done.len(), 20);
+    for job in done {
+        let n: u64 = serde_json::from_str::<serde_json::Value>(&job.payload).expect("json")["n"].as_u64().expect("n");
+        let out: serde_json::Value = serde_json::from_str(job.output.as_deref().expect("output")).expect("json");
+        assert_eq!(out, json!({"double": n * 2, "attempt": 1}));
+        assert_eq!(job.attempts, 1);
+        assert!(job.completed_at.is_some() && job.claimed_at.is_some());
+        assert_eq!(job.lease_expires_at, None);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_back_off_then_fail_after_max_attempts() {
+    let t = fresh_db().await;
+    let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let calls = Arc::new(Mutex::new(Vec::<(i32, Instant)>::new()));
+    let seen = Arc::clone(&calls);
+    let handle = quick(&t.db)
+        .register(move |_: Probe, ctx: JobContext| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().expect("lock").push((ctx.attempt(), Instant::now()));
+                Err::<(), _>(JobError::retry("upstream unavailable"))
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let db = t.db.clone();
+    let failed = outbox_tests::eventually(Duration::from_secs(20), || {
+        let db = db.clone();
+        let id = id.id().to_owned();
+        async move { ops::get(&db, &id).await.expect("get").status == JobStatus::Failed }
+    })
+    .await;
+    handle.shutdown().await.expect("shutdown");
+    assert!(failed, "job did not fail in time");
+    let job = ops::get(&t.db, id.id()).await.expect("get");
+    assert_eq!(job.attempts, 3);
+    let error = job.last_error.expect("error");
+    assert!(error.contains("upstream unavailable") && error.contains("attempt 3 of 3"), "{error}");
+    let calls = calls.lock().expect("lock").clone();
+    assert_eq!(calls.iter().map(|c| c.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+    // Backoff 50 ms, then 100 ms (no jitter).
+    assert!(calls[1].1 - calls[0].1 >= Duration::from_millis(50), "{calls:?}");
+    assert!(calls[2].1 - calls[1].1 >= Duration::from_millis(100), "{calls:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry() {
+    let t = fresh_db().await;
+    let snoozer = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let doomed = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let calls = Arc::new(Mutex::new(Vec::<(u64, i32)>::new()));
+    let seen = Arc::clone(&calls);
+    let handle = quick(&t.db)
+        .register(move |job: Probe, ctx: JobContext| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let first = {
+                    let mut calls = seen.lock().expect("lock");
+                    calls.push((job.n, ctx.attempt()));
+                    calls.iter().filter(|c| c.0 == job.n).count() == 1
+                };
+                match job.n {
+                    1 if first => Err(JobError::snooze(Duration::from_millis(100))),
+                    1 => Ok(()),
+                    _ => Err(JobError::permanent("the account is closed")),
+                }
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let db = t.db.clone();
+    let settled = outbox_tests::eventually(Duration::from_secs(20), || {
+        let db = db.clone();
+        async move { scalar(&db, "SELECT COUNT(*) FROM outbox_jobs WHERE status IN ('completed', 'failed')").await == 2 }
+    })
+    .await;
+    handle.shutdown().await.expect("shutdown");
+    assert!(settled);
+    let job = ops::get(&t.db, snoozer.id()).await.expect("get");
+    assert_eq!((job.status, job.attempts), (JobStatus::Completed, 1));
+    let job = ops::get(&t.db, doomed.id()).await.expect("get");
+    assert_eq!((job.status, job.attempts), (JobStatus::Failed, 1));
+    assert_eq!(job.last_error.as_deref(), Some("the account is closed"));
+    let mut calls = calls.lock().expect("lock").clone();
+    calls.sort();
+    assert_eq!(calls, vec![(1, 1), (1, 1), (2, 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on() {
+    let t = fresh_db().await;
+    let boom = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let fine = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new().delay(Duration::from_millis(200)))
+        .await
+        .expect("enqueue");
+    let handle = quick(&t.db)
+        .register(|job: Probe, ctx: JobContext| async move {
+            if job.n == 1 && ctx.attempt() == 1 {
+                panic!("boom at attempt {}", ctx.attempt());
+            }
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let db = t.db.clone();
+    let done = outbox_tests::eventually(Duration::from_secs(20), || {
+        let db = db.clone();
+        async move { scalar(&db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await == 2 }
+    })
+    .await;
+    assert!(!handle.is_finished(), "the worker died");
+    handle.shutdown().await.expect("shutdown");
+    assert!(done);
+    let job = ops::get(&t.db, boom.id()).await.expect("get");
+    assert_eq!(job.attempts, 2);
+    assert_eq!(job.last_error.as_deref(), Some("handler panicked: boom at attempt 1"));
+    assert_eq!(ops::get(&t.db, fine.id()).await.expect("get").attempts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_payload_fails_permanently_on_its_first_claim() {
+    let t = fresh_db().await;
+    let bad_value = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let not_json = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let drifted = outbox_core::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new()).await.expect("enqueue");
+    exec(&t.db, "UPDATE outbox_jobs SET payload = '{\"n\": \"oops\"}' WHERE id = ?", vec![bad_value.id().into()]).await;
+    exec(&t.db, "UPDATE outbox_jobs SET payload = 'not json' WHERE id = ?", vec![not_json.id().into()]).await;
+    exec(
+        &t.db,
+        "UPDATE outbox_jobs SET payload = '{\"n\": 0}', schema_hash = 'a0a0a0a0a0a0a0a0' WHERE id = ?",
+        vec![drifted.id().into()],
+    )
+    .await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    quick(&t.db)
+        .register(move |_: Probe, _: JobContext| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, JobError>(()) }
+        })
+        .build()
+        .await
+        .expect("build")
+        .drain()
+        .await
+        .expect("drain");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "a handler ran on an invalid payload");
+    for (id, needle) in [
+        (bad_value.id(), "at /n:"),
+        (not_json.id(), "not json"),
+        (drifted.id(), "schema changed since enqueue: a0a0a0a0a0a0 then"),
+    ] {
+        let job = ops::get(&t.db, id).await.expect("get");
+        assert_eq!((job.status, job.attempts), (JobStatus::Failed, 1), "{job:?}");
+        let error = job.last_error.expect("error");
+        assert!(error.starts_with("invalid payload") && error.contains(needle), "{error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_kinds_stay_pending_and_visible() {
+    let t = fresh_db().await;
+    let schema = json!({"type": "object"});
+    let other = Kind::from_schema("not_handled_here", schema, KindOpts::DEFAULT).expect("kind");
+    let id = outbox_core::enqueue_raw(&t.db, &other, json!({"a": 1}), EnqueueOpts::new()).await.expect("enqueue");
+    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    quick(&t.db)
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .drain()
+        .await
+        .expect("drain");
+    let job = ops::get(&t.db, id.id()).await.expect("get");
+    assert_eq!((job.status, job.attempts), (JobStatus::Pending, 0));
+    let counts = ops::counts(&t.db).await.expect("counts");
+    assert!(counts.iter().any(|c| c.kind == "not_handled_here" && c.status == JobStatus::Pending && c.count == 1));
+    assert!(counts.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Completed && c.count == 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registering_a_kind_twice_is_an_error() {
+    let t = fresh_db().await;
+    let err = Worker::builder(&t.db)
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect_err("twice");
+    assert!(matches!(err, Error::DuplicateKind { ref kind } if kind == "probe"), "{err}");
+}
+
+/// A worker whose claim expired and was rescued cannot complete or fail the job afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job() {
+    let t = fresh_db().await;
+    let ok_job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let err_job = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let started = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(Notify::new());
+    let (s, r) = (Arc::clone(&started), Arc::clone(&release));
+    let stale = quick(&t.db)
+        .id("stale-worker")
+        .concurrency(2)
+        .register(move |job: Probe, _: JobContext| {
+            let (s, r) = (Arc::clone(&s), Arc::clone(&r));
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                r.notified().await;
+                if job.n == 1 { Ok(json!({"by": "stale"})) } else { Err(JobError::permanent("stale failure")) }
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let counter = Arc::clone(&started);
+    assert!(outbox_tests::eventually(Duration::from_secs(10), || {
+        let n = counter.load(Ordering::SeqCst);
+        async move { n == 2 }
+    })
+    .await);
+    // Both leases run out while the stale worker is stuck in its handlers.
+    assert_eq!(exec(&t.db, "UPDATE outbox_jobs SET lease_expires_at = 0 WHERE status = 'claimed'", vec![]).await, 2);
+    // A second worker rescues and completes them.
+    quick(&t.db)
+        .id("fresh-worker")
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(json!({"by": "fresh"})) })
+        .build()
+        .await
+        .expect("build")
+        .drain()
+        .await
+        .expect("drain");
+    // Now the stale handlers return; their writes must not land.
+    release.notify_waiters();
+    stale.shutdown().await.expect("shutdown");
+    for id in [ok_job.id(), err_job.id()] {
+        let job = ops::get(&t.db, id).await.expect("get");
+        assert_eq!(job.status, JobStatus::Completed, "{job:?}");
+        assert_eq!(job.output.as_deref(), Some(r#"{"by":"fresh"}"#));
+        assert_eq!(job.locked_by.as_deref(), Some("fresh-worker"));
+        assert_eq!(job.attempts, 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_leaves_no_job_claimed() {
+    let t = fresh_db().await;
+    for n in 1..=6 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = Arc::clone(&started);
+    let handle = quick(&t.db)
+        .concurrency(6)
+        .shutdown_grace(Duration::from_millis(300))
+        .cancel_grace(Duration::from_millis(300))
+        .register(move |job: Probe, ctx: JobContext| {
+            let s = Arc::clone(&s);
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                match job.n % 3 {
+                    // Finishes within the grace period.
+                    0 => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(())
+                    }
+                    // Stops at its checkpoint when cancelled.
+                    1 => {
+                        ctx.cancelled().await;
+                        Err(JobError::retry("interrupted"))
+                    }
+                    // Ignores cancellation entirely.
+                    _ => {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        Ok(())
+                    }
+                }
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let counter = Arc::clone(&started);
+    assert!(outbox_tests::eventually(Duration::from_secs(10), || {
+        let n = counter.load(Ordering::SeqCst);
+        async move { n == 6 }
+    })
+    .await);
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed'").await, 0);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 2);
+    // Interrupted jobs are pending again with their attempt given back.
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'pending' AND attempts = 0").await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_needs_a_file_database() {
+    let db = outbox_core::connect("sqlite::memory:").await.expect("connect");
+    outbox_core::migrate(&db).await.expect("migrate");
+    let err = Worker::builder(&db)
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect_err("in-memory");
+    assert!(err.to_string().contains("file database"), "{err}");
+}
