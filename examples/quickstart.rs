@@ -1,1 +1,135 @@
-fn main() {}
+//! Run with: `cargo run --example quickstart` (from the workspace root).
+//!
+//! One SQLite file, `quickstart.db` in the working directory (`OUTBOX_QUICKSTART_DB` overrides it): an order
+//! row and the job that sends its confirmation are written in one transaction; a transaction that fails
+//! leaves neither; the same intent enqueued twice collapses onto one job; a worker drains the queue; the
+//! operator functions summarise what happened.
+
+use std::time::Duration;
+
+use outbox_core::{EnqueueOpts, Error, Job, JobContext, JobError, Worker, ops};
+use schemars::JsonSchema;
+use sea_orm::entity::prelude::*;
+use sea_orm::{ActiveValue::Set, DatabaseTransaction, PaginatorTrait, Schema};
+use serde::{Deserialize, Serialize};
+
+/// The domain: orders.
+mod order {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "orders")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        pub customer: String,
+        pub total_cents: i64,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+/// The side effect an order implies: a confirmation e-mail, keyed by order so it is sent once per order.
+#[derive(Job, Debug, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "send_order_confirmation", queue = "mail", max_attempts = 5)]
+#[serde(rename_all = "camelCase")]
+struct SendOrderConfirmation {
+    #[job(key)]
+    order_id: i64,
+    #[schemars(email)]
+    email: String,
+}
+
+/// Writes an order and its confirmation job in the caller's transaction.
+async fn place_order(txn: &DatabaseTransaction, customer: &str, total_cents: i64) -> Result<i64, Error> {
+    let order = order::ActiveModel { customer: Set(customer.into()), total_cents: Set(total_cents), ..Default::default() }
+        .insert(txn)
+        .await
+        .map_err(|e| Error::Unsupported(format!("inserting order: {e}")))?;
+    let job = SendOrderConfirmation { order_id: order.id, email: format!("{customer}@example.com") };
+    outbox_core::enqueue(txn, &job, EnqueueOpts::new()).await?;
+    Ok(order.id)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt().with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sea_orm=warn,sqlx=warn".into()),
+    ).init();
+    let path = std::env::var("OUTBOX_QUICKSTART_DB").unwrap_or_else(|_| "quickstart.db".into());
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
+    let db = outbox_core::connect(&format!("sqlite://{path}?mode=rwc")).await?;
+    outbox_core::migrate(&db).await?;
+    let backend = db.get_database_backend();
+    db.execute(&Schema::new(backend).create_table_from_entity(order::Entity).if_not_exists().to_owned()).await?;
+
+    // 1. An order and its job commit together.
+    let order_id = outbox_core::transaction(&db, |txn| Box::pin(place_order(txn, "ada", 4_200))).await?;
+    println!("order {order_id} placed with its confirmation job");
+
+    // 2. A transaction that fails after enqueueing leaves neither the order nor the job.
+    let failed: Result<i64, Error> = outbox_core::transaction(&db, |txn| {
+        Box::pin(async move {
+            place_order(txn, "grace", -1).await?;
+            Err(Error::Unsupported("a negative total is refused; rolling back".into()))
+        })
+    })
+    .await;
+    println!("second order rejected: {}", failed.map(|_| String::new()).unwrap_or_else(|e| e.to_string()));
+
+    // 3. The same intent again (a retried request, say) collapses onto the pending job.
+    let again = outbox_core::enqueue(
+        &db,
+        &SendOrderConfirmation { order_id, email: "ada@example.com".into() },
+        EnqueueOpts::new(),
+    )
+    .await?;
+    println!("duplicate enqueue: new job written = {}, job {}", again.is_new(), again.id());
+
+    // 4. An invalid payload is refused before anything is written.
+    let invalid = outbox_core::enqueue(
+        &db,
+        &SendOrderConfirmation { order_id: 99, email: "not an address".into() },
+        EnqueueOpts::new(),
+    )
+    .await;
+    if let Err(e) = invalid {
+        println!("invalid payload refused: {e}");
+    }
+
+    // 5. A worker drains the queue.
+    Worker::builder(&db)
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(100))
+        .register(|job: SendOrderConfirmation, ctx: JobContext| async move {
+            println!("  -> sending confirmation of order {} to {} (attempt {})", job.order_id, job.email, ctx.attempt());
+            Ok::<_, JobError>(serde_json::json!({ "sent_to": job.email }))
+        })
+        .build()
+        .await?
+        .drain()
+        .await?;
+
+    // 6. What the operator sees.
+    let stats = ops::stats(&db, Duration::from_secs(3600)).await?;
+    let orders = order::Entity::find().count(&db).await?;
+    println!("\nsummary: {orders} order(s) in the database");
+    for c in &stats.counts {
+        println!("  {:<26} {:<10} {}", c.kind, c.status, c.count);
+    }
+    println!(
+        "  failed: {}, stuck: {}, keys enqueued more than once: {}",
+        stats.failed.len(),
+        stats.stuck.len(),
+        stats.duplicates.len()
+    );
+    for d in &stats.durations {
+        println!("  {} completed {} job(s), mean run {:.1} ms", d.kind, d.completed, d.avg_run_ms);
+    }
+    Ok(())
+}

@@ -86,8 +86,11 @@ impl Kind {
         if !opts.unique && !opts.key_fields.is_empty() {
             return Err(invalid("key fields are set but unique is false".into()));
         }
-        let validator =
-            jsonschema::validator_for(&schema).map_err(|e| invalid(format!("its json schema does not compile: {e}")))?;
+        // Formats (`email`, `uuid`, `date-time`, ...) are asserted: a schema that names one means it.
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&schema)
+            .map_err(|e| invalid(format!("its json schema does not compile: {e}")))?;
         for field in opts.key_fields {
             let known = schema.get("properties").and_then(|p| p.get(*field)).is_some();
             if !known {

@@ -79,9 +79,7 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
                 _ => {
                     skip_value(&meta)?;
                     let message = if name == "key" {
-                        format!(
-                            "#[job(key)] goes on a field, not on the type; the type takes {CONTAINER_OPTIONS}"
-                        )
+                        format!("#[job(key)] goes on a field, not on the type; the type takes {CONTAINER_OPTIONS}")
                     } else {
                         let path = &meta.path;
                         format!("unknown job option `{}`: expected one of {CONTAINER_OPTIONS}", quote!(#path))

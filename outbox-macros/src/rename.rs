@@ -44,10 +44,7 @@ impl RenameRule {
     /// The rule spelled `name` in `rename_all = "name"`, or `None` for a spelling serde does not know (serde
     /// reports that itself).
     pub(crate) fn from_name(name: &str) -> Option<Self> {
-        RENAME_RULES
-            .iter()
-            .find(|(spelling, _)| *spelling == name)
-            .map(|(_, rule)| *rule)
+        RENAME_RULES.iter().find(|(spelling, _)| *spelling == name).map(|(_, rule)| *rule)
     }
 
     /// The serialized name of a struct field called `field` (already without any `r#`).
@@ -95,15 +92,9 @@ mod tests {
         assert_eq!(RenameRule::from_name("PascalCase"), Some(PascalCase));
         assert_eq!(RenameRule::from_name("camelCase"), Some(CamelCase));
         assert_eq!(RenameRule::from_name("snake_case"), Some(SnakeCase));
-        assert_eq!(
-            RenameRule::from_name("SCREAMING_SNAKE_CASE"),
-            Some(ScreamingSnakeCase)
-        );
+        assert_eq!(RenameRule::from_name("SCREAMING_SNAKE_CASE"), Some(ScreamingSnakeCase));
         assert_eq!(RenameRule::from_name("kebab-case"), Some(KebabCase));
-        assert_eq!(
-            RenameRule::from_name("SCREAMING-KEBAB-CASE"),
-            Some(ScreamingKebabCase)
-        );
+        assert_eq!(RenameRule::from_name("SCREAMING-KEBAB-CASE"), Some(ScreamingKebabCase));
         assert_eq!(RenameRule::from_name("camelcase"), Option::None);
         assert_eq!(RenameRule::from_name(""), Option::None);
     }
@@ -112,18 +103,8 @@ mod tests {
     #[test]
     fn renames_fields_like_serde() {
         for &(original, upper, pascal, camel, screaming, kebab, screaming_kebab) in &[
-            (
-                "outcome", "OUTCOME", "Outcome", "outcome", "OUTCOME", "outcome", "OUTCOME",
-            ),
-            (
-                "very_tasty",
-                "VERY_TASTY",
-                "VeryTasty",
-                "veryTasty",
-                "VERY_TASTY",
-                "very-tasty",
-                "VERY-TASTY",
-            ),
+            ("outcome", "OUTCOME", "Outcome", "outcome", "OUTCOME", "outcome", "OUTCOME"),
+            ("very_tasty", "VERY_TASTY", "VeryTasty", "veryTasty", "VERY_TASTY", "very-tasty", "VERY-TASTY"),
             ("a", "A", "A", "a", "A", "a", "A"),
             ("z42", "Z42", "Z42", "z42", "Z42", "z42", "Z42"),
         ] {

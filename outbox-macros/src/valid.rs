@@ -142,7 +142,7 @@ mod tests {
             check_kind("send welcome"),
             Err("job kind \"send welcome\" contains whitespace: use only ASCII letters, digits and `_` `.` `:` `/` \
                  `-`"
-                .to_owned())
+            .to_owned())
         );
         assert!(check_kind("tab\there").is_err());
         assert_eq!(
