@@ -1,1 +1,368 @@
-fn main() {}
+//! Throughput of outbox-core on SQLite against rusqlite running the same SQL on the same libsqlite3.
+//!
+//! `cargo run --release -p outbox-bench -- [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]`
+//!
+//! Every figure is the median of `--runs` runs, each on a fresh WAL-mode database file in a temporary
+//! directory. `--jobs N` (default 20,000) sizes the cases: `enqueue` runs N/10 jobs at FULL and N/4 at
+//! NORMAL (one transaction each), `enqueue_batch` and `process` N, `process_memory` 5×N.
+
+mod outbox;
+mod raw;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+/// Every error of the benchmark, reported and turned into a failing exit code by `main`.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Jobs per transaction in `enqueue_batch`.
+const BATCH: u64 = 1_000;
+/// Worker concurrency, and the baseline's claim size, in `process` and `process_memory`.
+const CONCURRENCY: usize = 100;
+
+/// SQLite's `synchronous` setting for a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum SyncMode {
+    Full,
+    Normal,
+}
+
+impl SyncMode {
+    fn name(self) -> &'static str {
+        match self {
+            SyncMode::Full => "FULL",
+            SyncMode::Normal => "NORMAL",
+        }
+    }
+
+    fn is_full(self) -> bool {
+        self == SyncMode::Full
+    }
+}
+
+/// One timed run.
+#[derive(Debug, Clone, Copy)]
+struct Measure {
+    jobs: u64,
+    secs: f64,
+}
+
+impl Measure {
+    fn jobs_per_sec(self) -> f64 {
+        self.jobs as f64 / self.secs
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Case {
+    Enqueue,
+    EnqueueOrmCeiling,
+    EnqueueBatch,
+    Process,
+    ProcessMemory,
+}
+
+const CASES: [Case; 5] =
+    [Case::Enqueue, Case::EnqueueOrmCeiling, Case::EnqueueBatch, Case::Process, Case::ProcessMemory];
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::Enqueue => "enqueue",
+            Case::EnqueueOrmCeiling => "enqueue_orm_ceiling",
+            Case::EnqueueBatch => "enqueue_batch",
+            Case::Process => "process",
+            Case::ProcessMemory => "process_memory",
+        }
+    }
+
+    fn syncs(self) -> &'static [SyncMode] {
+        match self {
+            Case::EnqueueOrmCeiling => &[SyncMode::Normal],
+            Case::ProcessMemory => &[SyncMode::Full],
+            _ => &[SyncMode::Full, SyncMode::Normal],
+        }
+    }
+
+    /// Jobs per run, scaled from `--jobs`.
+    fn jobs(self, sync: SyncMode, base: u64) -> u64 {
+        let n = match (self, sync) {
+            (Case::Enqueue | Case::EnqueueOrmCeiling, SyncMode::Full) => base / 10,
+            (Case::Enqueue | Case::EnqueueOrmCeiling, SyncMode::Normal) => base / 4,
+            (Case::EnqueueBatch | Case::Process, _) => base,
+            (Case::ProcessMemory, _) => base * 5,
+        };
+        n.max(1)
+    }
+
+    /// Whether the case's jobs carry the default payload-hash idempotency key.
+    fn unique(self) -> bool {
+        matches!(self, Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch)
+    }
+
+    fn baseline(self) -> Option<&'static str> {
+        match self {
+            Case::Enqueue | Case::EnqueueOrmCeiling => {
+                Some("rusqlite: BEGIN IMMEDIATE; INSERT order; INSERT job ON CONFLICT DO NOTHING; COMMIT")
+            }
+            Case::EnqueueBatch => Some("rusqlite: one transaction per 1000 jobs, multi-row INSERT ... RETURNING id"),
+            Case::Process => {
+                Some("rusqlite: claim UPDATE ... RETURNING LIMIT 100, then 100 fenced UPDATEs in one transaction")
+            }
+            Case::ProcessMemory => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Args {
+    json: bool,
+    runs: usize,
+    jobs: u64,
+    case: Option<Case>,
+    sync: Option<SyncMode>,
+}
+
+const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
+cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory";
+
+fn parse_args() -> Result<Option<Args>, BoxError> {
+    let mut args = Args { json: false, runs: 3, jobs: 20_000, case: None, sync: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
+        match flag.as_str() {
+            "--json" => args.json = true,
+            "--runs" => args.runs = value()?.parse()?,
+            "--jobs" => args.jobs = value()?.parse()?,
+            "--case" => {
+                let name = value()?;
+                let case = CASES.into_iter().find(|c| c.name() == name);
+                args.case = Some(case.ok_or_else(|| format!("unknown case `{name}`\n{USAGE}"))?);
+            }
+            "--sync" => {
+                args.sync = Some(match value()?.to_ascii_lowercase().as_str() {
+                    "full" => SyncMode::Full,
+                    "normal" => SyncMode::Normal,
+                    other => return Err(format!("unknown sync mode `{other}`\n{USAGE}").into()),
+                })
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            other => return Err(format!("unknown argument `{other}`\n{USAGE}").into()),
+        }
+    }
+    if args.runs == 0 || args.jobs == 0 {
+        return Err("--runs and --jobs must be at least 1".into());
+    }
+    Ok(Some(args))
+}
+
+/// One output line.
+#[derive(Debug, Serialize)]
+struct Row {
+    case: &'static str,
+    backend: &'static str,
+    sync: &'static str,
+    jobs: u64,
+    jobs_per_sec: f64,
+    baseline_jobs_per_sec: Option<f64>,
+    ratio: Option<f64>,
+    runs: usize,
+    /// Whether jobs carry the payload-hash idempotency key (`unique = true`, the default).
+    unique: bool,
+    /// Jobs per transaction on the enqueue side; null for the process cases.
+    jobs_per_txn: Option<u64>,
+    /// Worker concurrency (and the baseline's claim size) in the process cases.
+    concurrency: Option<usize>,
+    baseline: Option<&'static str>,
+    run_jobs_per_sec: Vec<f64>,
+    baseline_run_jobs_per_sec: Vec<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rss_before_mb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_rss_mb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rss_after_mb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vm_hwm_mb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hwm_reset: Option<bool>,
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 }
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
+}
+
+/// Runs one case at one sync setting `runs` times, outbox and baseline alternating, and summarizes it.
+struct Runner {
+    rt: tokio::runtime::Runtime,
+    runs: usize,
+    base_jobs: u64,
+    /// Baseline runs already measured, by (baseline, sync, jobs): the ORM ceiling shares `enqueue`'s.
+    baselines: HashMap<(&'static str, SyncMode, u64), Vec<f64>>,
+}
+
+impl Runner {
+    fn baseline_run(&self, case: Case, sync: SyncMode, n: u64) -> Result<Measure, BoxError> {
+        match case {
+            Case::Enqueue | Case::EnqueueOrmCeiling => {
+                let file = self.rt.block_on(outbox::empty_file(sync))?;
+                raw::enqueue(&file.path, sync, &outbox::order_kind()?, n)
+            }
+            Case::EnqueueBatch => {
+                let file = self.rt.block_on(outbox::empty_file(sync))?;
+                raw::enqueue_batch(&file.path, sync, &outbox::order_kind()?, n, BATCH)
+            }
+            Case::Process | Case::ProcessMemory => {
+                let file = self.rt.block_on(outbox::backlog_file(sync, n))?;
+                raw::process(&file.path, sync, &outbox::noop_kind()?, n, CONCURRENCY as u64)
+            }
+        }
+    }
+
+    fn run(&mut self, case: Case, sync: SyncMode) -> Result<Row, BoxError> {
+        let n = case.jobs(sync, self.base_jobs);
+        let baseline = case.baseline();
+        let cached = baseline.and_then(|b| self.baselines.get(&(b, sync, n)).cloned());
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        let mut memory = Vec::new();
+        for run in 1..=self.runs {
+            eprintln!("{} {} run {run}/{} ({n} jobs)", case.name(), sync.name(), self.runs);
+            let measure = match case {
+                Case::Enqueue => self.rt.block_on(outbox::enqueue(sync, n))?,
+                Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(sync, n))?,
+                Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(sync, n, BATCH))?,
+                Case::Process => self.rt.block_on(outbox::process(sync, n, CONCURRENCY))?,
+                Case::ProcessMemory => {
+                    let (measure, mem) = self.rt.block_on(outbox::process_memory(sync, n, CONCURRENCY))?;
+                    memory.push(mem);
+                    measure
+                }
+            };
+            ours.push(measure.jobs_per_sec());
+            if baseline.is_some() && cached.is_none() {
+                theirs.push(self.baseline_run(case, sync, n)?.jobs_per_sec());
+            }
+        }
+        if let (Some(b), Some(runs)) = (baseline, &cached) {
+            theirs.clone_from(runs);
+            eprintln!("{} {}: reusing the {b:?} baseline measured earlier", case.name(), sync.name());
+        } else if let Some(b) = baseline {
+            self.baselines.insert((b, sync, n), theirs.clone());
+        }
+        let jobs_per_sec = median(&ours);
+        let baseline_jobs_per_sec = (!theirs.is_empty()).then(|| median(&theirs));
+        let mem = |f: fn(&outbox::Memory) -> f64| {
+            (!memory.is_empty()).then(|| round(median(&memory.iter().map(f).collect::<Vec<_>>()), 1))
+        };
+        let process = matches!(case, Case::Process | Case::ProcessMemory);
+        Ok(Row {
+            case: case.name(),
+            backend: "sqlite",
+            sync: sync.name(),
+            jobs: n,
+            jobs_per_sec: round(jobs_per_sec, 1),
+            baseline_jobs_per_sec: baseline_jobs_per_sec.map(|b| round(b, 1)),
+            ratio: baseline_jobs_per_sec.map(|b| round(jobs_per_sec / b, 3)),
+            runs: self.runs,
+            unique: case.unique(),
+            jobs_per_txn: match case {
+                Case::Enqueue | Case::EnqueueOrmCeiling => Some(1),
+                Case::EnqueueBatch => Some(BATCH),
+                Case::Process | Case::ProcessMemory => None,
+            },
+            concurrency: process.then_some(CONCURRENCY),
+            baseline,
+            run_jobs_per_sec: ours.iter().map(|v| round(*v, 1)).collect(),
+            baseline_run_jobs_per_sec: theirs.iter().map(|v| round(*v, 1)).collect(),
+            rss_before_mb: mem(|m| m.rss_before_mb),
+            peak_rss_mb: mem(|m| m.peak_rss_mb),
+            rss_after_mb: mem(|m| m.rss_after_mb),
+            vm_hwm_mb: mem(|m| m.vm_hwm_mb),
+            hwm_reset: (!memory.is_empty()).then(|| memory.iter().all(|m| m.hwm_reset)),
+        })
+    }
+}
+
+fn table_header() -> String {
+    format!("{:<20} {:<6} {:>7} {:>11} {:>11} {:>6}  notes", "case", "sync", "jobs", "jobs/s", "baseline/s", "ratio")
+}
+
+fn table_line(row: &Row) -> String {
+    let opt = |v: Option<f64>, digits: usize| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"));
+    let mut notes = vec![if row.unique { "unique key" } else { "no key" }.to_owned()];
+    if let Some(n) = row.jobs_per_txn {
+        notes.push(format!("{n}/txn"));
+    }
+    if let Some(c) = row.concurrency {
+        notes.push(format!("concurrency {c}"));
+    }
+    if let (Some(before), Some(peak), Some(after), Some(hwm)) =
+        (row.rss_before_mb, row.peak_rss_mb, row.rss_after_mb, row.vm_hwm_mb)
+    {
+        notes.push(format!("RSS {before:.1} -> peak {peak:.1} -> {after:.1} MiB, HWM {hwm:.1} MiB"));
+    }
+    format!(
+        "{:<20} {:<6} {:>7} {:>11.0} {:>11} {:>6}  {}",
+        row.case,
+        row.sync,
+        row.jobs,
+        row.jobs_per_sec,
+        opt(row.baseline_jobs_per_sec, 0),
+        opt(row.ratio, 2),
+        notes.join(", ")
+    )
+}
+
+fn run() -> Result<(), BoxError> {
+    let Some(args) = parse_args()? else { return Ok(()) };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut runner = Runner { rt, runs: args.runs, base_jobs: args.jobs, baselines: HashMap::new() };
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        writeln!(out, "{}", table_header())?;
+    }
+    for case in CASES {
+        if args.case.is_some_and(|c| c != case) {
+            continue;
+        }
+        for &sync in case.syncs() {
+            if args.sync.is_some_and(|s| s != sync) {
+                continue;
+            }
+            let row = runner.run(case, sync)?;
+            if args.json {
+                writeln!(out, "{}", serde_json::to_string(&row)?)?;
+            } else {
+                writeln!(out, "{}", table_line(&row))?;
+            }
+            out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("outbox-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

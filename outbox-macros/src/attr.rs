@@ -214,8 +214,15 @@ fn setting<T>(
         errors.push(Error::new_spanned(path, format!("duplicate job option `{name}`")));
     }
     if !meta.input.peek(Token![=]) {
-        skip_value(meta)?;
-        errors.push(meta.error(format!("`{name}` needs a value: #[job({usage})]")));
+        let missing = || meta.error(format!("`{name}` needs a value: #[job({usage})]"));
+        if meta.input.peek(token::Paren) {
+            // `kind("x")`: the rest of the attribute still parses.
+            skip_value(meta)?;
+        } else if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
+            // `kind "x"`: the rest of the attribute does not parse; give up on it with this one error.
+            return Err(missing());
+        }
+        errors.push(missing());
         return Ok(());
     }
     let expr: Expr = meta.value()?.parse()?;
@@ -372,7 +379,7 @@ mod tests {
             struct S {}
         };
         let (_, errors) = parse_container(&input);
-        assert_eq!(errors.len(), 1);
+        assert_eq!(errors, ["`kind` needs a value: #[job(kind = \"send_email\")]"]);
     }
 
     #[test]

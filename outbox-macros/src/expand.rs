@@ -91,3 +91,115 @@ pub(crate) fn call_site_ident(ident: &Ident) -> Ident {
     ident.set_span(Span::call_site());
     ident
 }
+
+#[cfg(test)]
+mod tests {
+    use super::derive;
+    use quote::quote;
+    use syn::{DeriveInput, parse_quote};
+
+    #[test]
+    fn all_options() {
+        let input: DeriveInput = parse_quote! {
+            #[serde(rename_all = "camelCase")]
+            #[job(kind = "send_welcome", queue = "mail", priority = -5, max_attempts = 10, unique = true)]
+            struct SendWelcome {
+                #[job(key)]
+                user_id: i64,
+                template: String,
+                #[job(key)]
+                #[serde(rename = "org")]
+                org_id: i64,
+            }
+        };
+        let expected = quote! {
+            const _: () = {
+                #[automatically_derived]
+                impl ::outbox_core::Job for SendWelcome {
+                    const KIND: &'static str = "send_welcome";
+                    const OPTS: ::outbox_core::KindOpts = ::outbox_core::KindOpts {
+                        queue: "mail",
+                        priority: -5i32,
+                        max_attempts: 10i32,
+                        unique: true,
+                        key_fields: &["userId", "org"],
+                    };
+                }
+            };
+        };
+        assert_eq!(derive(&input).to_string(), expected.to_string());
+    }
+
+    #[test]
+    fn missing_options_take_the_defaults() {
+        let input: DeriveInput = parse_quote! {
+            #[job(kind = "k", queue = "q")]
+            struct S {
+                a: i64,
+            }
+        };
+        let expected = quote! {
+            const _: () = {
+                #[automatically_derived]
+                impl ::outbox_core::Job for S {
+                    const KIND: &'static str = "k";
+                    const OPTS: ::outbox_core::KindOpts = ::outbox_core::KindOpts {
+                        queue: "q",
+                        ..::outbox_core::KindOpts::DEFAULT
+                    };
+                }
+            };
+        };
+        assert_eq!(derive(&input).to_string(), expected.to_string());
+
+        let input: DeriveInput = parse_quote! {
+            #[job(kind = "k")]
+            struct S;
+        };
+        let expected = quote! {
+            const _: () = {
+                #[automatically_derived]
+                impl ::outbox_core::Job for S {
+                    const KIND: &'static str = "k";
+                    const OPTS: ::outbox_core::KindOpts = ::outbox_core::KindOpts::DEFAULT;
+                }
+            };
+        };
+        assert_eq!(derive(&input).to_string(), expected.to_string());
+    }
+
+    #[test]
+    fn errors_come_with_a_placeholder_impl_for_plain_structs() {
+        let input: DeriveInput = parse_quote! {
+            #[job(queue = "q")]
+            struct S {}
+        };
+        let expanded = derive(&input).to_string();
+        assert!(expanded.contains("compile_error"), "{expanded}");
+        assert!(expanded.contains("missing #[job(kind = \\\"...\\\")]"), "{expanded}");
+        let fallback = quote! {
+            const _: () = {
+                #[automatically_derived]
+                impl ::outbox_core::Job for S {
+                    const KIND: &'static str = "";
+                }
+            };
+        };
+        assert!(expanded.ends_with(&fallback.to_string()), "{expanded}");
+
+        for input in [
+            parse_quote! {
+                #[job(queue = "q")]
+                struct S<T> { t: T }
+            },
+            parse_quote! {
+                #[job(kind = "k")]
+                enum E { A }
+            },
+        ] {
+            let expanded = derive(&input).to_string();
+            assert!(expanded.contains("compile_error"), "{expanded}");
+            assert!(!expanded.contains("impl"), "{expanded}");
+        }
+    }
+}

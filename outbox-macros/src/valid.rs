@@ -43,7 +43,7 @@ impl Input<'_> {
                 let keyword = data.enum_token;
                 errors.push(Error::new_spanned(
                     quote!(#keyword #ident),
-                    "#[derive(Job)] does not support enums: job payloads are structs with named fields",
+                    "#[derive(Job)] does not support enums: a job payload is a struct",
                 ));
                 false
             }
@@ -51,7 +51,7 @@ impl Input<'_> {
                 let keyword = data.union_token;
                 errors.push(Error::new_spanned(
                     quote!(#keyword #ident),
-                    "#[derive(Job)] does not support unions: job payloads are structs with named fields",
+                    "#[derive(Job)] does not support unions: a job payload is a struct",
                 ));
                 false
             }
@@ -78,13 +78,13 @@ impl Input<'_> {
             None => {}
         }
 
-        if let Some(max_attempts) = &self.attrs.max_attempts {
-            if max_attempts.value < 1 {
-                errors.push(Error::new_spanned(
-                    &max_attempts.value_tokens,
-                    format!("max_attempts must be at least 1, not {}", max_attempts.value),
-                ));
-            }
+        if let Some(max_attempts) = &self.attrs.max_attempts
+            && max_attempts.value < 1
+        {
+            errors.push(Error::new_spanned(
+                &max_attempts.value_tokens,
+                format!("max_attempts must be at least 1, not {}", max_attempts.value),
+            ));
         }
 
         if let Shape::Struct { style, fields } = &self.shape {
@@ -97,17 +97,17 @@ impl Input<'_> {
                          tuple struct have none",
                     ));
                 }
-            } else if let (Some(unique), Some((first, _))) = (&self.attrs.unique, keys.first()) {
-                if !unique.value {
-                    let name = first.serialized_name.as_deref().unwrap_or_default();
-                    errors.push(Error::new_spanned(
-                        &unique.tokens,
-                        format!(
-                            "`unique = false` contradicts #[job(key)] on `{name}`: key fields only matter for unique \
-                             kinds; remove one or the other"
-                        ),
-                    ));
-                }
+            } else if let (Some(unique), Some((first, _))) = (&self.attrs.unique, keys.first())
+                && !unique.value
+            {
+                let name = first.serialized_name.as_deref().unwrap_or_default();
+                errors.push(Error::new_spanned(
+                    &unique.tokens,
+                    format!(
+                        "`unique = false` contradicts #[job(key)] on `{name}`: key fields only matter for unique \
+                         kinds; remove one or the other"
+                    ),
+                ));
             }
         }
     }

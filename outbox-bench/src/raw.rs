@@ -1,0 +1,287 @@
+//! The baselines: the same SQL outbox-core issues, run directly through rusqlite on one connection.
+//!
+//! The job INSERT, the claim UPDATE ... RETURNING and the fenced completion UPDATE are copied from
+//! `outbox-core/src/storage/sqlite.rs` and `storage/sqlite_worker.rs`; keep them in step when those change.
+//! Job rows carry the same values outbox-core writes: a UUIDv7 id, the payload's JSON text, the kind's schema
+//! hash and, for unique kinds, the sha256 idempotency key of kind and payload.
+
+use std::path::Path;
+use std::time::Instant;
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, TransactionBehavior, params, params_from_iter};
+use sha2::{Digest, Sha256};
+
+use crate::{BoxError, Measure, SyncMode};
+
+/// The domain row written next to each job in the enqueue cases.
+pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) VALUES (?, ?, ?)";
+
+/// `INSERT_COLUMNS` of outbox-core's `storage/sqlite.rs`.
+const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
+/// `INSERT_ROW` of outbox-core's `storage/sqlite.rs`.
+const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
+
+/// The single-job INSERT of outbox-core's `insert_job`.
+pub(crate) fn insert_job_sql() -> String {
+    format!("{INSERT_COLUMNS}{INSERT_ROW} ON CONFLICT DO NOTHING")
+}
+
+/// The multi-row INSERT of outbox-core's `insert_jobs` for `rows` rows.
+fn insert_jobs_sql(rows: usize) -> String {
+    let mut sql = String::from(INSERT_COLUMNS);
+    for i in 0..rows {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(INSERT_ROW);
+    }
+    sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
+    sql
+}
+
+/// The worker's claim (`Actor::claim`, no queue filter).
+const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, locked_by = ?1, \
+     locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
+     WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ?2 \
+     AND kind IN (SELECT value FROM json_each(?4)) AND ?6 IS NULL \
+     ORDER BY priority DESC, run_at, id LIMIT ?5) \
+     RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash";
+
+/// The worker's fenced completion (`Actor::write_finished`, `Outcome::Completed`).
+const COMPLETE_SQL: &str = "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
+     lease_expires_at = NULL, updated_at = ?5 WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3";
+
+/// The worker's default lease.
+const LEASE_MS: i64 = 300_000;
+
+/// What a job row needs from its kind.
+#[derive(Debug, Clone)]
+pub(crate) struct KindInfo {
+    /// The kind name.
+    pub(crate) name: &'static str,
+    /// The payload's single integer field (`{"<field>":<n>}`).
+    pub(crate) field: &'static str,
+    /// sha256 of the kind's canonical JSON Schema, as outbox-core computes it.
+    pub(crate) schema_hash: String,
+    /// Whether jobs carry the payload-hash idempotency key.
+    pub(crate) unique: bool,
+}
+
+/// One job row with the values outbox-core's enqueue writes (default queue, priority 0, 3 attempts, due now).
+#[derive(Debug, Clone)]
+pub(crate) struct JobRow {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) queue: String,
+    pub(crate) payload: String,
+    pub(crate) priority: i32,
+    pub(crate) max_attempts: i32,
+    pub(crate) run_at: i64,
+    pub(crate) key: Option<String>,
+    pub(crate) schema_hash: String,
+    pub(crate) created_at: i64,
+}
+
+impl JobRow {
+    /// The row of the job whose payload field is `n`.
+    pub(crate) fn new(kind: &KindInfo, n: u64, now: i64) -> JobRow {
+        let payload = format!("{{\"{}\":{n}}}", kind.field);
+        // outbox-core's `Kind::derive_key`: sha256 of kind, a NUL and the canonical payload.
+        let key = kind.unique.then(|| {
+            let mut hasher = Sha256::new();
+            hasher.update(kind.name.as_bytes());
+            hasher.update([0]);
+            hasher.update(payload.as_bytes());
+            hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        });
+        JobRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            kind: kind.name.to_owned(),
+            queue: "default".to_owned(),
+            payload,
+            priority: 0,
+            max_attempts: 3,
+            run_at: now,
+            key,
+            schema_hash: kind.schema_hash.clone(),
+            created_at: now,
+        }
+    }
+
+    /// The eleven bound values, in `INSERT_ROW` order.
+    fn values(self) -> [SqlValue; 11] {
+        [
+            self.id.into(),
+            self.kind.into(),
+            self.queue.into(),
+            self.payload.into(),
+            self.priority.into(),
+            self.max_attempts.into(),
+            self.run_at.into(),
+            self.key.map_or(SqlValue::Null, SqlValue::Text),
+            self.schema_hash.into(),
+            self.created_at.into(),
+            self.created_at.into(),
+        ]
+    }
+}
+
+/// The domain row of order `i`: id, customer, total.
+pub(crate) fn order_row(i: u64) -> (i64, String, i64) {
+    let id = i64::try_from(i).unwrap_or(i64::MAX);
+    (id + 1, format!("customer-{i}"), id % 997 * 100)
+}
+
+/// Milliseconds since the Unix epoch, the unit of outbox-core's timestamps.
+pub(crate) fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn open(path: &Path, sync: SyncMode) -> Result<Connection, BoxError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", sync.name())?;
+    conn.set_prepared_statement_cache_capacity(32);
+    let journal: String = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
+    let level: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?;
+    let want = if sync.is_full() { 2 } else { 1 };
+    if !journal.eq_ignore_ascii_case("wal") || level != want {
+        return Err(format!("baseline connection: journal_mode {journal}, synchronous {level}").into());
+    }
+    Ok(conn)
+}
+
+fn count(conn: &Connection, sql: &str) -> Result<u64, BoxError> {
+    let n: i64 = conn.query_row(sql, [], |row| row.get(0))?;
+    Ok(u64::try_from(n)?)
+}
+
+fn expect_count(conn: &Connection, sql: &str, want: u64, what: &str) -> Result<(), BoxError> {
+    let got = count(conn, sql)?;
+    if got != want {
+        return Err(format!("baseline {what}: expected {want} rows, found {got}").into());
+    }
+    Ok(())
+}
+
+/// Case `enqueue`: per job `BEGIN IMMEDIATE; INSERT order; INSERT job; COMMIT`.
+pub(crate) fn enqueue(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64) -> Result<Measure, BoxError> {
+    let mut conn = open(path, sync)?;
+    let insert_job = insert_job_sql();
+    let start = Instant::now();
+    for i in 0..n {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (id, customer, total) = order_row(i);
+        tx.prepare_cached(INSERT_ORDER)?.execute(params![id, customer, total])?;
+        let row = JobRow::new(kind, i, now_ms());
+        let written = tx.prepare_cached(&insert_job)?.execute(params_from_iter(row.values()))?;
+        if written != 1 {
+            return Err(format!("baseline enqueue: job {i} was not written").into());
+        }
+        tx.commit()?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    expect_count(&conn, "SELECT COUNT(*) FROM outbox_jobs", n, "enqueue")?;
+    expect_count(&conn, "SELECT COUNT(*) FROM orders", n, "enqueue")?;
+    Ok(Measure { jobs: n, secs })
+}
+
+/// Case `enqueue_batch`: per `per_txn` jobs one transaction holding the multi-row INSERT ... RETURNING id.
+pub(crate) fn enqueue_batch(
+    path: &Path,
+    sync: SyncMode,
+    kind: &KindInfo,
+    n: u64,
+    per_txn: u64,
+) -> Result<Measure, BoxError> {
+    let mut conn = open(path, sync)?;
+    let start = Instant::now();
+    let mut next = 0;
+    while next < n {
+        let size = per_txn.min(n - next);
+        let now = now_ms();
+        let mut values = Vec::with_capacity(usize::try_from(size)? * 11);
+        for i in next..next + size {
+            values.extend(JobRow::new(kind, i, now).values());
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let written = {
+            let mut stmt = tx.prepare_cached(&insert_jobs_sql(usize::try_from(size)?))?;
+            let ids = stmt.query_map(params_from_iter(values), |row| row.get::<_, String>(0))?;
+            ids.collect::<rusqlite::Result<Vec<String>>>()?.len()
+        };
+        if u64::try_from(written)? != size {
+            return Err(format!("baseline enqueue_batch: {written} of {size} jobs written").into());
+        }
+        tx.commit()?;
+        next += size;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    expect_count(&conn, "SELECT COUNT(*) FROM outbox_jobs", n, "enqueue_batch")?;
+    Ok(Measure { jobs: n, secs })
+}
+
+/// A claimed row, decoded like the worker decodes it.
+struct Claimed {
+    id: String,
+    attempt: i32,
+    _kind: String,
+    _queue: String,
+    _payload: String,
+    _max_attempts: i32,
+    _schema_hash: String,
+}
+
+/// Case `process`: claim `batch` jobs in one autocommit UPDATE ... RETURNING, complete them with the fenced
+/// UPDATE in one `BEGIN IMMEDIATE` transaction, until nothing is left. `n` jobs of `kind` must be pending.
+pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batch: u64) -> Result<Measure, BoxError> {
+    let mut conn = open(path, sync)?;
+    let worker_id = format!("bench-host:{}:0a1b2c3d", std::process::id());
+    let kinds_json = format!("[\"{}\"]", kind.name);
+    let limit = i64::try_from(batch)?;
+    let start = Instant::now();
+    loop {
+        let now = now_ms();
+        let claimed = {
+            let mut stmt = conn.prepare_cached(CLAIM_SQL)?;
+            let rows =
+                stmt.query_map(params![worker_id, now, now + LEASE_MS, kinds_json, limit, None::<String>], |row| {
+                    Ok(Claimed {
+                        id: row.get(0)?,
+                        _kind: row.get(1)?,
+                        _queue: row.get(2)?,
+                        _payload: row.get(3)?,
+                        attempt: row.get(4)?,
+                        _max_attempts: row.get(5)?,
+                        _schema_hash: row.get(6)?,
+                    })
+                })?;
+            rows.collect::<rusqlite::Result<Vec<Claimed>>>()?
+        };
+        if claimed.is_empty() {
+            break;
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        for job in &claimed {
+            let done = tx.prepare_cached(COMPLETE_SQL)?.execute(params![
+                job.id,
+                worker_id,
+                job.attempt,
+                None::<String>,
+                now
+            ])?;
+            if done != 1 {
+                return Err(format!("baseline process: job {} was not completed", job.id).into());
+            }
+        }
+        tx.commit()?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    expect_count(&conn, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'", n, "process")?;
+    Ok(Measure { jobs: n, secs })
+}

@@ -1,0 +1,10 @@
+use outbox_core::Job;
+
+#[derive(Job)]
+#[job(kind = "bits")]
+union Bits {
+    int: u32,
+    float: f32,
+}
+
+fn main() {}
