@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, Error, Job, JobContext, JobError, Worker, ops};
+use outbox_core::{EnqueueOpts, Job, JobContext, JobError, Worker, ops};
 use schemars::JsonSchema;
 use sea_orm::entity::prelude::*;
 use sea_orm::{ActiveValue::Set, DatabaseTransaction, PaginatorTrait, Schema};
@@ -19,7 +19,7 @@ mod order {
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
     #[sea_orm(table_name = "orders")]
-    pub struct Model {
+    pub(crate) struct Model {
         #[sea_orm(primary_key)]
         pub id: i64,
         pub customer: String,
@@ -27,7 +27,7 @@ mod order {
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-    pub enum Relation {}
+    pub(crate) enum Relation {}
 
     impl ActiveModelBehavior for ActiveModel {}
 }
@@ -43,12 +43,22 @@ struct SendOrderConfirmation {
     email: String,
 }
 
+/// The application's error: its own refusals, database errors, and the outbox's.
+#[derive(Debug, thiserror::Error)]
+enum AppError {
+    #[error("order refused: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Db(#[from] DbErr),
+    #[error(transparent)]
+    Outbox(#[from] outbox_core::Error),
+}
+
 /// Writes an order and its confirmation job in the caller's transaction.
-async fn place_order(txn: &DatabaseTransaction, customer: &str, total_cents: i64) -> Result<i64, Error> {
+async fn place_order(txn: &DatabaseTransaction, customer: &str, total_cents: i64) -> Result<i64, AppError> {
     let order = order::ActiveModel { customer: Set(customer.into()), total_cents: Set(total_cents), ..Default::default() }
         .insert(txn)
-        .await
-        .map_err(|e| Error::Unsupported(format!("inserting order: {e}")))?;
+        .await?;
     let job = SendOrderConfirmation { order_id: order.id, email: format!("{customer}@example.com") };
     outbox_core::enqueue(txn, &job, EnqueueOpts::new()).await?;
     Ok(order.id)
@@ -69,18 +79,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     db.execute(&Schema::new(backend).create_table_from_entity(order::Entity).if_not_exists().to_owned()).await?;
 
     // 1. An order and its job commit together.
-    let order_id = outbox_core::transaction(&db, |txn| Box::pin(place_order(txn, "ada", 4_200))).await?;
+    let order_id: i64 =
+        outbox_core::transaction::<_, AppError, _>(&db, |txn| Box::pin(place_order(txn, "ada", 4_200))).await?;
     println!("order {order_id} placed with its confirmation job");
 
     // 2. A transaction that fails after enqueueing leaves neither the order nor the job.
-    let failed: Result<i64, Error> = outbox_core::transaction(&db, |txn| {
+    let failed: Result<i64, AppError> = outbox_core::transaction(&db, |txn| {
         Box::pin(async move {
             place_order(txn, "grace", -1).await?;
-            Err(Error::Unsupported("a negative total is refused; rolling back".into()))
+            Err(AppError::Refused("a negative total; the order and its job roll back together".into()))
         })
     })
     .await;
-    println!("second order rejected: {}", failed.map(|_| String::new()).unwrap_or_else(|e| e.to_string()));
+    if let Err(e) = failed {
+        println!("second order: {e}");
+    }
 
     // 3. The same intent again (a retried request, say) collapses onto the pending job.
     let again = outbox_core::enqueue(

@@ -183,6 +183,9 @@ struct Row {
     baseline: Option<&'static str>,
     run_jobs_per_sec: Vec<f64>,
     baseline_run_jobs_per_sec: Vec<f64>,
+    /// 1-minute load average when the case finished: other work on the machine (builds) skews fsync-bound
+    /// FULL figures most.
+    load_avg_1m: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rss_before_mb: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -261,7 +264,7 @@ impl Runner {
         }
         if let (Some(b), Some(runs)) = (baseline, &cached) {
             theirs.clone_from(runs);
-            eprintln!("{} {}: reusing the {b:?} baseline measured earlier", case.name(), sync.name());
+            eprintln!("{} {}: reusing the baseline runs measured for `{b}`", case.name(), sync.name());
         } else if let Some(b) = baseline {
             self.baselines.insert((b, sync, n), theirs.clone());
         }
@@ -290,6 +293,7 @@ impl Runner {
             baseline,
             run_jobs_per_sec: ours.iter().map(|v| round(*v, 1)).collect(),
             baseline_run_jobs_per_sec: theirs.iter().map(|v| round(*v, 1)).collect(),
+            load_avg_1m: load_avg(),
             rss_before_mb: mem(|m| m.rss_before_mb),
             peak_rss_mb: mem(|m| m.peak_rss_mb),
             rss_after_mb: mem(|m| m.rss_after_mb),
@@ -297,6 +301,11 @@ impl Runner {
             hwm_reset: (!memory.is_empty()).then(|| memory.iter().all(|m| m.hwm_reset)),
         })
     }
+}
+
+/// The 1-minute load average from `/proc/loadavg`.
+fn load_avg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 fn table_header() -> String {
@@ -311,6 +320,9 @@ fn table_line(row: &Row) -> String {
     }
     if let Some(c) = row.concurrency {
         notes.push(format!("concurrency {c}"));
+    }
+    if let Some(load) = row.load_avg_1m {
+        notes.push(format!("load {load:.1}"));
     }
     if let (Some(before), Some(peak), Some(after), Some(hwm)) =
         (row.rss_before_mb, row.peak_rss_mb, row.rss_after_mb, row.vm_hwm_mb)
