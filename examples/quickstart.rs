@@ -56,9 +56,10 @@ enum AppError {
 
 /// Writes an order and its confirmation job in the caller's transaction.
 async fn place_order(txn: &DatabaseTransaction, customer: &str, total_cents: i64) -> Result<i64, AppError> {
-    let order = order::ActiveModel { customer: Set(customer.into()), total_cents: Set(total_cents), ..Default::default() }
-        .insert(txn)
-        .await?;
+    let order =
+        order::ActiveModel { customer: Set(customer.into()), total_cents: Set(total_cents), ..Default::default() }
+            .insert(txn)
+            .await?;
     let job = SendOrderConfirmation { order_id: order.id, email: format!("{customer}@example.com") };
     outbox_core::enqueue(txn, &job, EnqueueOpts::new()).await?;
     Ok(order.id)
@@ -66,9 +67,12 @@ async fn place_order(txn: &DatabaseTransaction, customer: &str, total_cents: i64
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt().with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sea_orm=warn,sqlx=warn".into()),
-    ).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sea_orm=warn,sqlx=warn".into()),
+        )
+        .init();
     let path = std::env::var("OUTBOX_QUICKSTART_DB").unwrap_or_else(|_| "quickstart.db".into());
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{path}{suffix}"));
@@ -120,7 +124,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .concurrency(4)
         .poll_interval(Duration::from_millis(100))
         .register(|job: SendOrderConfirmation, ctx: JobContext| async move {
-            println!("  -> sending confirmation of order {} to {} (attempt {})", job.order_id, job.email, ctx.attempt());
+            println!(
+                "  -> sending confirmation of order {} to {} (attempt {})",
+                job.order_id,
+                job.email,
+                ctx.attempt()
+            );
             Ok::<_, JobError>(serde_json::json!({ "sent_to": job.email }))
         })
         .build()

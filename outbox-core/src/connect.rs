@@ -44,5 +44,7 @@ pub async fn connect_with(url: &str, opts: ConnectOpts) -> Result<DatabaseConnec
             o.journal_mode(SqliteJournalMode::Wal).synchronous(synchronous).busy_timeout(busy)
         });
     }
-    Database::connect(options).await.map_err(|source| Error::Database { context: format!("connecting to {url}"), source })
+    Database::connect(options)
+        .await
+        .map_err(|source| Error::Database { context: format!("connecting to {url}"), source })
 }

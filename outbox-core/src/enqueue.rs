@@ -294,7 +294,7 @@ where
             return Err(e);
         }
     };
-    txn.commit().await.map_err(|e| Error::db("committing a transaction")(e).into())?;
+    txn.commit().await.map_err(|e| E::from(Error::db("committing a transaction")(e)))?;
     wake::wake();
     Ok(value)
 }

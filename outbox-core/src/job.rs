@@ -54,13 +54,8 @@ pub struct KindOpts {
 
 impl KindOpts {
     /// The options of a kind that sets none.
-    pub const DEFAULT: KindOpts = KindOpts {
-        queue: "default",
-        priority: 0,
-        max_attempts: 3,
-        unique: true,
-        key_fields: &[],
-    };
+    pub const DEFAULT: KindOpts =
+        KindOpts { queue: "default", priority: 0, max_attempts: 3, unique: true, key_fields: &[] };
 }
 
 impl Default for KindOpts {

@@ -170,11 +170,8 @@ impl Kind {
             hasher.update(canonical_json(payload).as_bytes());
             return Some(hex(&hasher.finalize()));
         }
-        let picked: serde_json::Map<String, Value> = self
-            .key_fields
-            .iter()
-            .map(|f| (f.clone(), payload.get(f).cloned().unwrap_or(Value::Null)))
-            .collect();
+        let picked: serde_json::Map<String, Value> =
+            self.key_fields.iter().map(|f| (f.clone(), payload.get(f).cloned().unwrap_or(Value::Null))).collect();
         Some(canonical_json(&Value::Object(picked)))
     }
 }

@@ -157,12 +157,7 @@ pub async fn stats<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Sta
     })
 }
 
-async fn transition_error<C: ConnectionTrait>(
-    conn: &C,
-    id: &str,
-    action: &'static str,
-    hint: &'static str,
-) -> Error {
+async fn transition_error<C: ConnectionTrait>(conn: &C, id: &str, action: &'static str, hint: &'static str) -> Error {
     match sqlite::get(conn, id).await {
         Ok(Some(job)) => Error::InvalidTransition { id: id.to_owned(), action, status: job.status.to_string(), hint },
         Ok(None) => Error::NotFound { id: id.to_owned() },

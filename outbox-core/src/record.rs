@@ -50,10 +50,9 @@ impl std::str::FromStr for JobStatus {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        JobStatus::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| format!("unknown job status `{s}` (expected pending, claimed, completed, failed or cancelled)"))
+        JobStatus::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| {
+            format!("unknown job status `{s}` (expected pending, claimed, completed, failed or cancelled)")
+        })
     }
 }
 

@@ -69,12 +69,17 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
         let parsed = attr.parse_nested_meta(|meta| {
             let name = meta.path.get_ident().map(ToString::to_string).unwrap_or_default();
             match name.as_str() {
+                // #[job(kind = "send_welcome")]
                 "kind" => setting(&mut out.kind, &mut out.written, &meta, errors, "kind = \"send_email\"", string),
+                // #[job(queue = "mail")]
                 "queue" => setting(&mut out.queue, &mut out.written, &meta, errors, "queue = \"mail\"", string),
+                // #[job(priority = 5)], #[job(priority = -1)]
                 "priority" => setting(&mut out.priority, &mut out.written, &meta, errors, "priority = 10", int),
+                // #[job(max_attempts = 10)]
                 "max_attempts" => {
                     setting(&mut out.max_attempts, &mut out.written, &meta, errors, "max_attempts = 5", int)
                 }
+                // #[job(unique = false)]
                 "unique" => setting(&mut out.unique, &mut out.written, &meta, errors, "unique = false", boolean),
                 _ => {
                     skip_value(&meta)?;

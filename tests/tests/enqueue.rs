@@ -1,8 +1,8 @@
 //! Transactional enqueue, deduplication and validation on real SQLite files.
 
 use outbox_core::{EnqueueOpts, Enqueued, Error, Kind, KindOpts, ops};
-use sea_orm::{ConnectionTrait, TransactionTrait};
 use outbox_tests::{Keyed, Probe, exec, fresh_db, scalar};
+use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

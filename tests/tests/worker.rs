@@ -26,7 +26,9 @@ async fn completes_jobs_and_records_output() {
     }
     let worker = quick(&t.db)
         .concurrency(4)
-        .register(|job: Probe, ctx: JobContext| async move { Ok::<_, JobError>(json!({"double": job.n * 2, "attempt": ctx.attempt()})) })
+        .register(|job: Probe, ctx: JobContext| async move {
+            Ok::<_, JobError>(json!({"double": job.n * 2, "attempt": ctx.attempt()}))
+        })
         .build()
         .await
         .expect("build");
@@ -260,11 +262,13 @@ async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job() {
         .expect("build")
         .start();
     let counter = Arc::clone(&started);
-    assert!(outbox_tests::eventually(Duration::from_secs(10), || {
-        let n = counter.load(Ordering::SeqCst);
-        async move { n == 2 }
-    })
-    .await);
+    assert!(
+        outbox_tests::eventually(Duration::from_secs(10), || {
+            let n = counter.load(Ordering::SeqCst);
+            async move { n == 2 }
+        })
+        .await
+    );
     // Both leases run out while the stale worker is stuck in its handlers.
     assert_eq!(exec(&t.db, "UPDATE outbox_jobs SET lease_expires_at = 0 WHERE status = 'claimed'", vec![]).await, 2);
     // A second worker rescues and completes them.
@@ -329,11 +333,13 @@ async fn graceful_shutdown_leaves_no_job_claimed() {
         .expect("build")
         .start();
     let counter = Arc::clone(&started);
-    assert!(outbox_tests::eventually(Duration::from_secs(10), || {
-        let n = counter.load(Ordering::SeqCst);
-        async move { n == 6 }
-    })
-    .await);
+    assert!(
+        outbox_tests::eventually(Duration::from_secs(10), || {
+            let n = counter.load(Ordering::SeqCst);
+            async move { n == 6 }
+        })
+        .await
+    );
     handle.shutdown().await.expect("shutdown");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed'").await, 0);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 2);

@@ -106,7 +106,11 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
 }
 
 /// The id of the active (pending or claimed) job of `kind` holding `key`.
-pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(conn: &C, kind: &str, key: &str) -> Result<Option<String>> {
+pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kind: &str,
+    key: &str,
+) -> Result<Option<String>> {
     let row = conn
         .query_one_raw(stmt(
             "SELECT id FROM outbox_jobs WHERE kind = ? AND idempotency_key = ? \
@@ -127,9 +131,8 @@ fn record(row: &QueryResult) -> Result<JobRecord> {
     let r = (|| -> std::result::Result<JobRecord, sea_orm::DbErr> {
         let id: String = row.try_get_by_index(0)?;
         let status: String = row.try_get_by_index(4)?;
-        let status = status
-            .parse::<JobStatus>()
-            .map_err(|reason| sea_orm::DbErr::Custom(format!("job `{id}`: {reason}")))?;
+        let status =
+            status.parse::<JobStatus>().map_err(|reason| sea_orm::DbErr::Custom(format!("job `{id}`: {reason}")))?;
         let opt_ms = |i: usize| row.try_get_by_index::<Option<i64>>(i).map(|v| v.map(from_ms));
         Ok(JobRecord {
             kind: row.try_get_by_index(1)?,

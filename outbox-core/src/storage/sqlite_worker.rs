@@ -297,7 +297,12 @@ fn log_finished(f: &Finished, applied: bool, worker: &str) {
     let (job_id, kind, queue, attempt) = (f.id.as_str(), f.kind.as_str(), f.queue.as_str(), f.attempt);
     if !applied {
         tracing::warn!(
-            job_id, kind, queue, attempt, worker, outcome = f.outcome.name(),
+            job_id,
+            kind,
+            queue,
+            attempt,
+            worker,
+            outcome = f.outcome.name(),
             "discarded a stale result: the job's claim had expired and was rescued"
         );
         return;

@@ -171,10 +171,13 @@ fn decode<J: Job>(kind: &Kind, payload: &str, schema_hash: &str) -> std::result:
     let changed = if schema_hash == kind.schema_hash() {
         String::new()
     } else {
-        format!(" (the kind's schema changed since enqueue: {} then, {} now)", short(schema_hash), short(kind.schema_hash()))
+        format!(
+            " (the kind's schema changed since enqueue: {} then, {} now)",
+            short(schema_hash),
+            short(kind.schema_hash())
+        )
     };
-    let value: Value =
-        serde_json::from_str(payload).map_err(|e| format!("invalid payload: not json: {e}{changed}"))?;
+    let value: Value = serde_json::from_str(payload).map_err(|e| format!("invalid payload: not json: {e}{changed}"))?;
     let violations = kind.violations(&value);
     if !violations.is_empty() {
         return Err(format!("invalid payload: {}{changed}", join_violations(&violations)));

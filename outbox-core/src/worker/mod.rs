@@ -15,8 +15,8 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use tokio_util::sync::CancellationToken;
 
 pub use handler::{IntoOutput, JobContext, JobError};
-pub use run::shutdown_signal;
 pub use retry::RetryPolicy;
+pub use run::shutdown_signal;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -250,7 +250,8 @@ impl WorkerBuilder {
         let id = self.id.unwrap_or_else(default_worker_id);
         let mut kinds: Vec<&String> = self.handlers.keys().collect();
         kinds.sort();
-        let encode = |v: &[&String]| serde_json::to_string(v).map_err(|e| Error::Unsupported(format!("encoding names: {e}")));
+        let encode =
+            |v: &[&String]| serde_json::to_string(v).map_err(|e| Error::Unsupported(format!("encoding names: {e}")));
         let store = WorkerStore::open(StoreConfig {
             path,
             synchronous,
@@ -285,7 +286,8 @@ async fn synchronous_mode(db: &DatabaseConnection) -> Result<String> {
         .query_one_raw(Statement::from_string(DbBackend::Sqlite, "PRAGMA synchronous"))
         .await
         .map_err(Error::db("reading PRAGMA synchronous"))?;
-    let level = row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(Error::db("reading PRAGMA synchronous"))?;
+    let level =
+        row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(Error::db("reading PRAGMA synchronous"))?;
     Ok(match level {
         Some(0) => "OFF",
         Some(1) => "NORMAL",

@@ -178,9 +178,23 @@ impl Loop {
                         let (job_id, kind, queue, attempt) = (&r.id, &r.kind, &r.queue, r.attempt);
                         let owner = r.previous_owner.as_deref().unwrap_or("?");
                         if r.status == "failed" {
-                            tracing::error!(job_id, kind, queue, attempt, owner, "lease expired with no attempts left; job failed");
+                            tracing::error!(
+                                job_id,
+                                kind,
+                                queue,
+                                attempt,
+                                owner,
+                                "lease expired with no attempts left; job failed"
+                            );
                         } else {
-                            tracing::warn!(job_id, kind, queue, attempt, owner, "lease expired; job rescued to pending");
+                            tracing::warn!(
+                                job_id,
+                                kind,
+                                queue,
+                                attempt,
+                                owner,
+                                "lease expired; job rescued to pending"
+                            );
                         }
                     }
                 }
@@ -273,4 +287,3 @@ pub async fn shutdown_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
-
