@@ -246,10 +246,15 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
     let start = Instant::now();
     {
         let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {CLAIM_SQL}"))?;
-        let rows = st.query_map(params![worker_id, 0, 0, kinds_json, limit, None::<String>], |r| r.get::<_, String>(3))?;
-        for r in rows { eprintln!("PLAN {}", r?); }
+        let rows =
+            st.query_map(params![worker_id, 0, 0, kinds_json, limit, None::<String>], |r| r.get::<_, String>(3))?;
+        for r in rows {
+            eprintln!("PLAN {}", r?);
+        }
     }
-    let mut t_claim = 0.0; let mut t_done = 0.0; let mut t_commit = 0.0;
+    let mut t_claim = 0.0;
+    let mut t_done = 0.0;
+    let mut t_commit = 0.0;
     loop {
         let now = now_ms();
         let t0 = Instant::now();

@@ -358,3 +358,68 @@ async fn the_worker_needs_a_file_database() {
         .expect_err("in-memory");
     assert!(err.to_string().contains("file database"), "{err}");
 }
+
+/// A handler running past several lease periods keeps its claim: the worker renews it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_renewed_while_a_handler_runs() {
+    let t = fresh_db().await;
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let slow = quick(&t.db)
+        .lease(Duration::from_millis(300))
+        .rescue_interval(Duration::from_millis(50))
+        .register(|_: Probe, _: JobContext| async {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    // A second worker rescues aggressively all along.
+    let rescuer = quick(&t.db)
+        .rescue_interval(Duration::from_millis(50))
+        .register(|_: Probe, _: JobContext| async { Err::<(), _>(JobError::permanent("must never run")) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let db = t.db.clone();
+    let id = job.id().to_owned();
+    let done = outbox_tests::eventually(Duration::from_secs(10), || {
+        let (db, id) = (db.clone(), id.clone());
+        async move { ops::get(&db, &id).await.expect("get").status.is_terminal() }
+    })
+    .await;
+    slow.shutdown().await.expect("shutdown");
+    rescuer.shutdown().await.expect("shutdown");
+    assert!(done);
+    let job = ops::get(&t.db, job.id()).await.expect("get");
+    assert_eq!((job.status, job.attempts, job.last_error), (JobStatus::Completed, 1, None));
+}
+
+/// Database errors in the loop back off and the worker recovers when the database does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_survives_database_errors_and_recovers() {
+    let t = fresh_db().await;
+    let handle = quick(&t.db)
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    // Every claim fails while the table is away.
+    exec(&t.db, "ALTER TABLE outbox_jobs RENAME TO outbox_jobs_away", vec![]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!handle.is_finished(), "the worker died on a database error");
+    exec(&t.db, "ALTER TABLE outbox_jobs_away RENAME TO outbox_jobs", vec![]).await;
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let db = t.db.clone();
+    let id = job.id().to_owned();
+    let done = outbox_tests::eventually(Duration::from_secs(15), || {
+        let (db, id) = (db.clone(), id.clone());
+        async move { ops::get(&db, &id).await.expect("get").status == JobStatus::Completed }
+    })
+    .await;
+    handle.shutdown().await.expect("shutdown");
+    assert!(done, "the worker did not recover");
+}

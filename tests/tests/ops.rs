@@ -1,0 +1,115 @@
+//! Operator functions on real SQLite files.
+
+use std::time::Duration;
+
+use outbox_core::{EnqueueOpts, Error, JobStatus, ops};
+use outbox_tests::{Keyed, Probe, exec, fresh_db, scalar};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_cancel_and_purge_follow_the_lifecycle() {
+    let t = fresh_db().await;
+    let a = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let b = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+
+    // Cancel applies to pending jobs only.
+    ops::cancel(&t.db, a.id()).await.expect("cancel");
+    assert_eq!(ops::get(&t.db, a.id()).await.expect("get").status, JobStatus::Cancelled);
+    let err = ops::cancel(&t.db, a.id()).await.expect_err("cancel twice");
+    assert!(err.to_string().contains("its status is `cancelled`"), "{err}");
+
+    // Retry applies to failed and cancelled jobs, and resets attempts.
+    let err = ops::retry(&t.db, b.id()).await.expect_err("pending");
+    assert!(matches!(err, Error::InvalidTransition { action: "retry", .. }), "{err}");
+    exec(
+        &t.db,
+        "UPDATE outbox_jobs SET status = 'failed', attempts = 3, last_error = 'x' WHERE id = ?",
+        vec![b.id().into()],
+    )
+    .await;
+    ops::retry(&t.db, b.id()).await.expect("retry failed");
+    ops::retry(&t.db, a.id()).await.expect("retry cancelled");
+    let job = ops::get(&t.db, b.id()).await.expect("get");
+    assert_eq!((job.status, job.attempts), (JobStatus::Pending, 0));
+
+    // A failed job whose intent is already carried by an active job is not retried twice.
+    exec(&t.db, "UPDATE outbox_jobs SET status = 'failed' WHERE id = ?", vec![b.id().into()]).await;
+    let twin = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    assert!(twin.is_new());
+    let err = ops::retry(&t.db, b.id()).await.expect_err("twin active");
+    assert!(err.to_string().contains("same kind and idempotency key"), "{err}");
+    assert_eq!(ops::retry_failed(&t.db, Some("probe")).await.expect("bulk"), 0);
+
+    // Unknown ids are named.
+    let err = ops::get(&t.db, "nope").await.expect_err("unknown");
+    assert_eq!(err.to_string(), "no job with id `nope`");
+
+    // Purge removes only terminal jobs older than the cutoff.
+    exec(&t.db, "UPDATE outbox_jobs SET status = 'completed', updated_at = 0 WHERE id = ?", vec![twin.id().into()])
+        .await;
+    let err = ops::purge(&t.db, &[JobStatus::Pending], Duration::from_secs(1)).await.expect_err("pending");
+    assert!(err.to_string().contains("cannot purge pending jobs"), "{err}");
+    let n =
+        ops::purge(&t.db, &[JobStatus::Completed, JobStatus::Failed], Duration::from_secs(3600)).await.expect("purge");
+    assert_eq!(n, 1);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_answer_the_six_questions() {
+    let t = fresh_db().await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let ids: Vec<String> = futures_ids(&t.db, 6).await;
+    // One job in each state the questions are about.
+    let set = |sql: &'static str, id: &str| exec(&t.db, sql, vec![id.into()]);
+    set("UPDATE outbox_jobs SET status = 'claimed', attempts = 1, lease_expires_at = 1 WHERE id = ?", &ids[0]).await;
+    exec(
+        &t.db,
+        "UPDATE outbox_jobs SET status = 'claimed', attempts = 1, lease_expires_at = ? WHERE id = ?",
+        vec![(now + 600_000).into(), ids[1].clone().into()],
+    )
+    .await;
+    exec(
+        &t.db,
+        "UPDATE outbox_jobs SET status = 'completed', attempts = 1, claimed_at = ?, completed_at = ?, updated_at = ? \
+         WHERE id = ?",
+        vec![(now - 250).into(), now.into(), now.into(), ids[2].clone().into()],
+    )
+    .await;
+    set("UPDATE outbox_jobs SET status = 'failed', attempts = 3, last_error = 'smtp said no' WHERE id = ?", &ids[3])
+        .await;
+    // A key enqueued again after its first job completed.
+    let first =
+        outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: "a".into() }, EnqueueOpts::new()).await.expect("e");
+    set("UPDATE outbox_jobs SET status = 'completed' WHERE id = ?", first.id()).await;
+    outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: "b".into() }, EnqueueOpts::new()).await.expect("e");
+
+    let stats = ops::stats(&t.db, Duration::from_secs(3600)).await.expect("stats");
+    let count = |kind: &str, status| {
+        stats.counts.iter().find(|c| c.kind == kind && c.status == status).map(|c| c.count).unwrap_or(0)
+    };
+    assert_eq!(count("probe", JobStatus::Pending), 2);
+    assert_eq!(count("probe", JobStatus::Claimed), 2);
+    assert_eq!(count("probe", JobStatus::Completed), 1);
+    assert_eq!(count("probe", JobStatus::Failed), 1);
+    assert_eq!(stats.failed.len(), 1);
+    assert_eq!(stats.failed[0].last_error.as_deref(), Some("smtp said no"));
+    assert_eq!(stats.stuck.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), vec![ids[0].as_str()]);
+    let probe = stats.durations.iter().find(|d| d.kind == "probe").expect("durations");
+    assert_eq!((probe.completed, probe.max_run_ms), (1, 250));
+    assert_eq!(stats.duplicates.len(), 1);
+    assert_eq!(stats.duplicates[0].key, r#"{"userId":1}"#);
+    assert!(stats.recent.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Completed && c.count == 1));
+    assert!(stats.recent.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Failed && c.count == 1));
+    let listed =
+        ops::list(&t.db, &ops::JobFilter { kind: Some("keyed".into()), ..Default::default() }).await.expect("list");
+    assert_eq!(listed.len(), 2);
+    assert!(serde_json::to_string(&stats).expect("stats serialize").contains("smtp said no"));
+}
+
+async fn futures_ids(db: &sea_orm::DatabaseConnection, n: u64) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 1..=n {
+        ids.push(outbox_core::enqueue(db, &Probe { n: i }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+    }
+    ids
+}
