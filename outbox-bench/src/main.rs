@@ -4,7 +4,8 @@
 //!
 //! Every figure is the median of `--runs` runs, each on a fresh WAL-mode database file in a temporary
 //! directory. `--jobs N` (default 20,000) sizes the cases: `enqueue` runs N/10 jobs at FULL and N/4 at
-//! NORMAL (one transaction each), `enqueue_batch` and `process` N, `process_memory` 5×N.
+//! NORMAL (one transaction each), `enqueue_batch` and `process` N, `process_memory` 5×N. `process_memory`
+//! drains in a child process (this binary again, `--drain-child`) so its RSS figures hold the worker alone.
 
 mod outbox;
 mod raw;
@@ -40,6 +41,14 @@ impl SyncMode {
 
     fn is_full(self) -> bool {
         self == SyncMode::Full
+    }
+
+    fn from_name(name: &str) -> Result<SyncMode, BoxError> {
+        match name.to_ascii_lowercase().as_str() {
+            "full" => Ok(SyncMode::Full),
+            "normal" => Ok(SyncMode::Normal),
+            other => Err(format!("unknown sync mode `{other}`\n{USAGE}").into()),
+        }
     }
 }
 
@@ -129,9 +138,9 @@ struct Args {
 const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
 cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory";
 
-fn parse_args() -> Result<Option<Args>, BoxError> {
+fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
     let mut args = Args { json: false, runs: 3, jobs: 20_000, case: None, sync: None };
-    let mut it = std::env::args().skip(1);
+    let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
         match flag.as_str() {
@@ -143,13 +152,7 @@ fn parse_args() -> Result<Option<Args>, BoxError> {
                 let case = CASES.into_iter().find(|c| c.name() == name);
                 args.case = Some(case.ok_or_else(|| format!("unknown case `{name}`\n{USAGE}"))?);
             }
-            "--sync" => {
-                args.sync = Some(match value()?.to_ascii_lowercase().as_str() {
-                    "full" => SyncMode::Full,
-                    "normal" => SyncMode::Normal,
-                    other => return Err(format!("unknown sync mode `{other}`\n{USAGE}").into()),
-                })
-            }
+            "--sync" => args.sync = Some(SyncMode::from_name(&value()?)?),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
@@ -237,6 +240,23 @@ impl Runner {
         }
     }
 
+    /// Preloads a file here, then drains it in a fresh child process whose RSS holds the worker alone.
+    fn process_memory_run(&self, sync: SyncMode, n: u64) -> Result<(Measure, outbox::Memory), BoxError> {
+        let file = self.rt.block_on(outbox::backlog_file(sync, n))?;
+        let output = std::process::Command::new(std::env::current_exe()?)
+            .arg(DRAIN_CHILD)
+            .arg(&file.path)
+            .arg(sync.name())
+            .arg(n.to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()?;
+        if !output.status.success() {
+            return Err(format!("the process_memory child failed: {}", output.status).into());
+        }
+        let report: outbox::WatchedDrain = serde_json::from_slice(&output.stdout)?;
+        Ok((Measure { jobs: n, secs: report.secs }, report.memory))
+    }
+
     fn run(&mut self, case: Case, sync: SyncMode) -> Result<Row, BoxError> {
         let n = case.jobs(sync, self.base_jobs);
         let baseline = case.baseline();
@@ -252,7 +272,7 @@ impl Runner {
                 Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(sync, n, BATCH))?,
                 Case::Process => self.rt.block_on(outbox::process(sync, n, CONCURRENCY))?,
                 Case::ProcessMemory => {
-                    let (measure, mem) = self.rt.block_on(outbox::process_memory(sync, n, CONCURRENCY))?;
+                    let (measure, mem) = self.process_memory_run(sync, n)?;
                     memory.push(mem);
                     measure
                 }
@@ -341,8 +361,25 @@ fn table_line(row: &Row) -> String {
     )
 }
 
+/// The hidden first argument that makes this binary the child of a `process_memory` run:
+/// `--drain-child <db file> <FULL|NORMAL> <jobs>`; it prints one [`outbox::WatchedDrain`] as JSON.
+const DRAIN_CHILD: &str = "--drain-child";
+
+fn drain_child(argv: &[String]) -> Result<(), BoxError> {
+    let [path, sync, jobs] = argv else { return Err(format!("usage: {DRAIN_CHILD} <db file> <sync> <jobs>").into()) };
+    let (sync, jobs): (SyncMode, u64) = (SyncMode::from_name(sync)?, jobs.parse()?);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let report = rt.block_on(outbox::drain_watched(std::path::Path::new(path), sync, jobs, CONCURRENCY))?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
 fn run() -> Result<(), BoxError> {
-    let Some(args) = parse_args()? else { return Ok(()) };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().is_some_and(|a| a == DRAIN_CHILD) {
+        return drain_child(&argv[1..]);
+    }
+    let Some(args) = parse_args(argv)? else { return Ok(()) };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut runner = Runner { rt, runs: args.runs, base_jobs: args.jobs, baselines: HashMap::new() };
     let mut out = std::io::stdout().lock();

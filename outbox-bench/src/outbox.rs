@@ -1,6 +1,6 @@
 //! The measured side: enqueue and processing through outbox-core, each run on a fresh SQLite file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -60,14 +60,19 @@ pub(crate) struct Scratch {
     db: DatabaseConnection,
 }
 
+/// Opens (creating it if needed) the database file at `path` and brings the outbox tables up to date.
+async fn connect(path: &Path, sync: SyncMode) -> Result<DatabaseConnection, BoxError> {
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let db = outbox_core::connect_with(&url, ConnectOpts { full_sync: sync.is_full(), ..Default::default() }).await?;
+    outbox_core::migrate(&db).await?;
+    Ok(db)
+}
+
 impl Scratch {
     async fn new(sync: SyncMode) -> Result<Scratch, BoxError> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("bench.db");
-        let url = format!("sqlite://{}?mode=rwc", path.display());
-        let db =
-            outbox_core::connect_with(&url, ConnectOpts { full_sync: sync.is_full(), ..Default::default() }).await?;
-        outbox_core::migrate(&db).await?;
+        let db = connect(&path, sync).await?;
         db.execute_unprepared("CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT, total INTEGER)").await?;
         Ok(Scratch { dir, path, db })
     }
@@ -78,19 +83,18 @@ impl Scratch {
         Ok(ScratchFile { _dir: self.dir, path: self.path })
     }
 
-    async fn count(&self, sql: &str) -> Result<u64, BoxError> {
-        let row = self.db.query_one_raw(Statement::from_string(DbBackend::Sqlite, sql)).await?;
-        let n: i64 = row.ok_or("COUNT returned no row")?.try_get_by_index(0)?;
-        Ok(u64::try_from(n)?)
-    }
-
     async fn expect_count(&self, sql: &str, want: u64, what: &str) -> Result<(), BoxError> {
-        let got = self.count(sql).await?;
-        if got != want {
-            return Err(format!("outbox {what}: expected {want} rows, found {got}").into());
-        }
-        Ok(())
+        expect_count(&self.db, sql, want, what).await
     }
+}
+
+async fn expect_count(db: &DatabaseConnection, sql: &str, want: u64, what: &str) -> Result<(), BoxError> {
+    let row = db.query_one_raw(Statement::from_string(DbBackend::Sqlite, sql)).await?;
+    let got: i64 = row.ok_or("COUNT returned no row")?.try_get_by_index(0)?;
+    if u64::try_from(got)? != want {
+        return Err(format!("outbox {what}: expected {want} rows, found {got}").into());
+    }
+    Ok(())
 }
 
 /// A prepared database file for a baseline; removed on drop.
@@ -247,9 +251,9 @@ pub(crate) async fn process(sync: SyncMode, n: u64, concurrency: usize) -> Resul
 }
 
 /// Resident-set figures of one `process_memory` run, in MiB.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct Memory {
-    /// VmRSS after the preload, before the worker starts.
+    /// VmRSS with the database open, before the worker starts.
     pub(crate) rss_before_mb: f64,
     /// Highest VmRSS sampled every 50 ms during the drain.
     pub(crate) peak_rss_mb: f64,
@@ -303,23 +307,38 @@ impl RssSampler {
     }
 }
 
-/// Case `process_memory`: like `process`, with the resident set watched during the drain.
-pub(crate) async fn process_memory(sync: SyncMode, n: u64, concurrency: usize) -> Result<(Measure, Memory), BoxError> {
-    let scratch = Scratch::new(sync).await?;
-    preload(&scratch.db, n).await?;
+/// What [`drain_watched`] reports.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct WatchedDrain {
+    /// Seconds the drain took (worker build included).
+    pub(crate) secs: f64,
+    /// The resident set around and during the drain.
+    pub(crate) memory: Memory,
+}
+
+/// Case `process_memory`, run in a child process so that the figures hold the worker alone, not the heap
+/// of the preload or of earlier cases: drains the `n` pending `Noop` jobs of the file at `path` while
+/// watching VmRSS.
+pub(crate) async fn drain_watched(
+    path: &Path,
+    sync: SyncMode,
+    n: u64,
+    concurrency: usize,
+) -> Result<WatchedDrain, BoxError> {
+    let db = connect(path, sync).await?;
     let rss_before_mb = status_mb("VmRSS")?;
     // Writing 5 resets VmHWM to the current RSS (Linux 4.0+).
     let hwm_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let sampler = RssSampler::start()?;
-    let drained = drain(&scratch.db, concurrency).await;
+    let drained = drain(&db, concurrency).await;
     let peak_rss_mb = sampler.finish()?;
     let secs = drained?;
     let rss_after_mb = status_mb("VmRSS")?;
     let vm_hwm_mb = status_mb("VmHWM")?;
-    scratch.expect_count(COMPLETED, n, "process_memory").await?;
+    expect_count(&db, COMPLETED, n, "process_memory").await?;
     let memory =
         Memory { rss_before_mb, peak_rss_mb: peak_rss_mb.max(rss_after_mb), rss_after_mb, vm_hwm_mb, hwm_reset };
-    Ok((Measure { jobs: n, secs }, memory))
+    Ok(WatchedDrain { secs, memory })
 }
 
 #[cfg(test)]

@@ -244,20 +244,8 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
     let kinds_json = format!("[\"{}\"]", kind.name);
     let limit = i64::try_from(batch)?;
     let start = Instant::now();
-    {
-        let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {CLAIM_SQL}"))?;
-        let rows =
-            st.query_map(params![worker_id, 0, 0, kinds_json, limit, None::<String>], |r| r.get::<_, String>(3))?;
-        for r in rows {
-            eprintln!("PLAN {}", r?);
-        }
-    }
-    let mut t_claim = 0.0;
-    let mut t_done = 0.0;
-    let mut t_commit = 0.0;
     loop {
         let now = now_ms();
-        let t0 = Instant::now();
         let claimed = {
             let mut stmt = conn.prepare_cached(CLAIM_SQL)?;
             let rows =
@@ -274,11 +262,9 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
                 })?;
             rows.collect::<rusqlite::Result<Vec<Claimed>>>()?
         };
-        t_claim += t0.elapsed().as_secs_f64();
         if claimed.is_empty() {
             break;
         }
-        let t1 = Instant::now();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ms();
         for job in &claimed {
@@ -293,12 +279,8 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
                 return Err(format!("baseline process: job {} was not completed", job.id).into());
             }
         }
-        let t2 = Instant::now();
-        t_done += t2.duration_since(t1).as_secs_f64();
         tx.commit()?;
-        t_commit += t2.elapsed().as_secs_f64();
     }
-    eprintln!("TIMING claim {t_claim:.3}s updates {t_done:.3}s commit {t_commit:.3}s");
     let secs = start.elapsed().as_secs_f64();
     expect_count(&conn, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'", n, "process")?;
     Ok(Measure { jobs: n, secs })

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::ops::{DuplicateKey, JobFilter, KindDurations, StatusCount};
 use crate::record::{JobRecord, JobStatus, from_ms};
 
-/// The first schema: the jobs table and the indexes of the claim path, the lease scan, dedup and purge.
+/// The first schema: the jobs table and the indexes of the claim paths, the lease scan, dedup and purge.
 pub(crate) const SCHEMA_V1: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS outbox_jobs (
         id TEXT PRIMARY KEY NOT NULL,
@@ -33,7 +33,12 @@ pub(crate) const SCHEMA_V1: &[&str] = &[
         completed_at INTEGER,
         updated_at INTEGER NOT NULL
     )",
+    // Workers serving every queue claim in (priority, run_at, id) order straight off this index; a claim
+    // that had to sort the whole backlog would cost time proportional to it.
     "CREATE INDEX IF NOT EXISTS outbox_jobs_claim
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending'",
+    // Workers restricted to queues seek each queue's due jobs here.
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim_queue
         ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
     "CREATE UNIQUE INDEX IF NOT EXISTS outbox_jobs_active_key
         ON outbox_jobs (kind, idempotency_key)
