@@ -47,7 +47,7 @@ impl WorkerStore {
         let (tx, rx) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
-            .spawn(move || Actor { conn, config, rx, stash: None }.run())
+            .spawn(move || Actor { conn, config, rx }.run())
             .map_err(|e| Error::Unsupported(format!("cannot start the worker's database thread: {e}")))?;
         Ok(WorkerStore { tx })
     }
@@ -96,91 +96,113 @@ struct Actor {
     conn: Connection,
     config: StoreConfig,
     rx: mpsc::UnboundedReceiver<Cmd>,
-    stash: Option<Cmd>,
+}
+
+/// A claim waiting for its turn.
+struct ClaimReq {
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+    reply: oneshot::Sender<Result<Vec<ClaimedJob>>>,
 }
 
 /// Attempts at writing one batch of finished jobs before giving up on it (the lease rescues the jobs).
 const FINISH_TRIES: u32 = 12;
 
 impl Actor {
+    /// Takes every command queued so far and runs the finished jobs and claims among them in one write
+    /// transaction: under load the worker then pays one commit (one fsync at `synchronous=FULL`) per cycle of
+    /// "record what finished, take the next batch".
     fn run(mut self) {
-        while let Some(cmd) = self.stash.take().or_else(|| self.rx.blocking_recv()) {
-            match cmd {
-                Cmd::Claim { limit, now, lease_until, reply } => {
-                    let _ = reply.send(self.claim(limit, now, lease_until));
+        while let Some(first) = self.rx.blocking_recv() {
+            let mut finished = Vec::new();
+            let mut claims = Vec::new();
+            let mut rest = Vec::new();
+            let mut next = Some(first);
+            while let Some(cmd) = next.take().or_else(|| self.rx.try_recv().ok()) {
+                match cmd {
+                    Cmd::Finish(f) => finished.push(f),
+                    Cmd::Claim { limit, now, lease_until, reply } => {
+                        claims.push(ClaimReq { limit, now, lease_until, reply })
+                    }
+                    other => rest.push(other),
                 }
-                Cmd::Finish(first) => self.finish_batch(first),
-                Cmd::Extend { ids, until, reply } => {
-                    let _ = reply.send(self.extend(&ids, until));
-                }
-                Cmd::Rescue { now, reply } => {
-                    let _ = reply.send(self.rescue(now));
-                }
-                Cmd::Flush { reply } => {
-                    let _ = reply.send(());
+            }
+            if !claims.is_empty() || !finished.is_empty() {
+                self.write_cycle(finished, claims);
+            }
+            // Extends, rescues and flushes come after: a flush resolves once the finishes before it are written.
+            for cmd in rest {
+                match cmd {
+                    Cmd::Extend { ids, until, reply } => {
+                        let _ = reply.send(self.extend(&ids, until));
+                    }
+                    Cmd::Rescue { now, reply } => {
+                        let _ = reply.send(self.rescue(now));
+                    }
+                    Cmd::Flush { reply } => {
+                        let _ = reply.send(());
+                    }
+                    Cmd::Finish(_) | Cmd::Claim { .. } => {}
                 }
             }
         }
     }
 
-    fn claim(&mut self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
-        let queue_filter = if self.config.queues_json.is_some() {
-            " AND queue IN (SELECT value FROM json_each(?6))"
-        } else {
-            " AND ?6 IS NULL"
-        };
-        let sql = format!(
-            "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, locked_by = ?1, locked_at = ?2, \
-             claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
-             WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ?2 \
-             AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
-             ORDER BY priority DESC, run_at, id LIMIT ?5) \
-             RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash"
-        );
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let ctx = Error::sqlite("claiming jobs");
-        let mut stmt = match self.conn.prepare_cached(&sql) {
-            Ok(s) => s,
-            Err(e) => return Err(ctx(e)),
-        };
-        let rows = stmt.query_map(
-            params![self.config.worker_id, now, lease_until, self.config.kinds_json, limit, self.config.queues_json],
-            |row| {
-                Ok(ClaimedJob {
-                    id: row.get(0)?,
-                    kind: row.get(1)?,
-                    queue: row.get(2)?,
-                    payload: row.get(3)?,
-                    attempt: row.get(4)?,
-                    max_attempts: row.get(5)?,
-                    schema_hash: row.get(6)?,
-                })
-            },
-        );
-        match rows.and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>()) {
-            Ok(jobs) => Ok(jobs),
-            Err(e) => Err(ctx(e)),
+    fn write_cycle(&mut self, finished: Vec<Finished>, claims: Vec<ClaimReq>) {
+        let config = &self.config;
+        let attempt = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(Error::sqlite("beginning a worker transaction"))
+            .and_then(|tx| {
+                let applied = write_finished(&tx, &config.worker_id, &finished)?;
+                let mut claimed = Vec::with_capacity(claims.len());
+                for c in &claims {
+                    claimed.push(claim(&tx, config, c.limit, c.now, c.lease_until)?);
+                }
+                tx.commit().map_err(Error::sqlite("committing a worker transaction"))?;
+                Ok((applied, claimed))
+            });
+        match attempt {
+            Ok((applied, claimed)) => {
+                for (f, ok) in finished.iter().zip(applied) {
+                    log_finished(f, ok, &config.worker_id);
+                }
+                for (c, jobs) in claims.into_iter().zip(claimed) {
+                    let _ = c.reply.send(Ok(jobs));
+                }
+            }
+            Err(e) => {
+                // Nothing was claimed: the claimers back off. The finished jobs are written on their own.
+                let text = e.to_string();
+                for c in claims {
+                    let _ = c.reply.send(Err(Error::Unsupported(text.clone())));
+                }
+                if !finished.is_empty() {
+                    self.finish_with_retries(&finished);
+                }
+            }
         }
     }
 
-    fn finish_batch(&mut self, first: Finished) {
-        let mut batch = vec![first];
-        loop {
-            match self.rx.try_recv() {
-                Ok(Cmd::Finish(f)) => batch.push(f),
-                Ok(other) => {
-                    self.stash = Some(other);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
+    fn finish_with_retries(&mut self, batch: &[Finished]) {
         let mut delay = Duration::from_millis(20);
         for attempt in 1..=FINISH_TRIES {
-            match self.write_finished(&batch) {
+            let worker_id = &self.config.worker_id;
+            let result = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(Error::sqlite("beginning a worker transaction"))
+                .and_then(|tx| {
+                    let applied = write_finished(&tx, worker_id, batch)?;
+                    tx.commit().map_err(Error::sqlite("committing finished jobs"))?;
+                    Ok(applied)
+                });
+            match result {
                 Ok(applied) => {
                     for (f, ok) in batch.iter().zip(applied) {
-                        log_finished(f, ok, &self.config.worker_id);
+                        log_finished(f, ok, worker_id);
                     }
                     return;
                 }
@@ -197,56 +219,6 @@ impl Actor {
                 }
             }
         }
-    }
-
-    /// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
-    fn write_finished(&mut self, batch: &[Finished]) -> Result<Vec<bool>> {
-        let ctx = || Error::sqlite("writing finished jobs");
-        let now = super::now_ms();
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(ctx())?;
-        let mut applied = Vec::with_capacity(batch.len());
-        {
-            const FENCE: &str = "WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3";
-            let owner = &self.config.worker_id;
-            for f in batch {
-                let n = match &f.outcome {
-                    Outcome::Completed { output } => tx
-                        .prepare_cached(&format!(
-                            "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
-                             lease_expires_at = NULL, updated_at = ?5 {FENCE}"
-                        ))
-                        .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now])),
-                    Outcome::Retry { run_at, error } => tx
-                        .prepare_cached(&format!(
-                            "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, last_error = ?5, \
-                             lease_expires_at = NULL, updated_at = ?6 {FENCE}"
-                        ))
-                        .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, error, now])),
-                    Outcome::Failed { error } => tx
-                        .prepare_cached(&format!(
-                            "UPDATE outbox_jobs SET status = 'failed', last_error = ?4, lease_expires_at = NULL, \
-                             updated_at = ?5 {FENCE}"
-                        ))
-                        .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, error, now])),
-                    Outcome::Snoozed { run_at } => tx
-                        .prepare_cached(&format!(
-                            "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                             lease_expires_at = NULL, updated_at = ?5 {FENCE}"
-                        ))
-                        .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, now])),
-                    Outcome::Released => tx
-                        .prepare_cached(&format!(
-                            "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                             lease_expires_at = NULL, updated_at = ?4 {FENCE}"
-                        ))
-                        .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, now])),
-                }
-                .map_err(ctx())?;
-                applied.push(n == 1);
-            }
-        }
-        tx.commit().map_err(ctx())?;
-        Ok(applied)
     }
 
     fn extend(&mut self, ids: &[String], until: i64) -> Result<u64> {
@@ -292,6 +264,102 @@ impl Actor {
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(ctx())
     }
 }
+
+fn claim(
+    conn: &Connection,
+    config: &StoreConfig,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<ClaimedJob>> {
+    let queue_filter = if config.queues_json.is_some() {
+        " AND queue IN (SELECT value FROM json_each(?6))"
+    } else {
+        " AND ?6 IS NULL"
+    };
+    let sql = format!(
+        "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, locked_by = ?1, locked_at = ?2, \
+         claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
+         WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ?2 \
+         AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
+         ORDER BY priority DESC, run_at, id LIMIT ?5) \
+         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash"
+    );
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let ctx = Error::sqlite("claiming jobs");
+    let mut stmt = match conn.prepare_cached(&sql) {
+        Ok(s) => s,
+        Err(e) => return Err(ctx(e)),
+    };
+    let rows = stmt.query_map(
+        params![config.worker_id, now, lease_until, config.kinds_json, limit, config.queues_json],
+        |row| {
+            Ok(ClaimedJob {
+                id: row.get(0)?,
+                kind: row.get(1)?,
+                queue: row.get(2)?,
+                payload: row.get(3)?,
+                attempt: row.get(4)?,
+                max_attempts: row.get(5)?,
+                schema_hash: row.get(6)?,
+            })
+        },
+    );
+    match rows.and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>()) {
+        Ok(jobs) => Ok(jobs),
+        Err(e) => Err(ctx(e)),
+    }
+}
+
+
+/// The fence of every write after the claim: this job, still claimed, by this owner, in this attempt.
+macro_rules! fence {
+    () => {
+        "WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3"
+    };
+}
+
+/// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
+fn write_finished(tx: &Connection, owner: &str, batch: &[Finished]) -> Result<Vec<bool>> {
+    let ctx = || Error::sqlite("writing finished jobs");
+    let now = super::now_ms();
+    let mut applied = Vec::with_capacity(batch.len());
+    {
+        for f in batch {
+            let n = match &f.outcome {
+                Outcome::Completed { output } => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
+                         lease_expires_at = NULL, updated_at = ?5 ", fence!()))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now])),
+                Outcome::Retry { run_at, error } => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, last_error = ?5, \
+                         lease_expires_at = NULL, updated_at = ?6 ", fence!()))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, error, now])),
+                Outcome::Failed { error } => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'failed', last_error = ?4, lease_expires_at = NULL, \
+                         updated_at = ?5 ", fence!()))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, error, now])),
+                Outcome::Snoozed { run_at } => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
+                         lease_expires_at = NULL, updated_at = ?5 ", fence!()))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, now])),
+                Outcome::Released => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
+                         lease_expires_at = NULL, updated_at = ?4 ", fence!()))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, now])),
+            }
+            .map_err(ctx())?;
+            applied.push(n == 1);
+        }
+    }
+    Ok(applied)
+}
+
 
 fn log_finished(f: &Finished, applied: bool, worker: &str) {
     let (job_id, kind, queue, attempt) = (f.id.as_str(), f.kind.as_str(), f.queue.as_str(), f.attempt);

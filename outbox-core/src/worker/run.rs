@@ -54,7 +54,7 @@ impl Loop {
     async fn work(&mut self, shutdown: &CancellationToken, drain: bool) -> Result<()> {
         let config = self.worker.config.clone();
         // Claim only when a useful batch fits, unless the worker is idle.
-        let min_claim = (config.concurrency / 10).max(1);
+        let min_claim = (config.concurrency / 4).max(1);
         let mut claim_now = true;
         let mut next_poll = Instant::now() + config.poll_interval;
         let mut db_backoff = config.poll_interval;
@@ -64,6 +64,10 @@ impl Loop {
             notified.as_mut().enable();
             while let Some(done) = self.tasks.try_join_next_with_id() {
                 self.settle(done, false)?;
+            }
+            // Draining ends on an empty claim with nothing in flight, so an idle drain asks once more.
+            if drain && self.tasks.is_empty() {
+                claim_now = true;
             }
             if shutdown.is_cancelled() {
                 return Ok(());
@@ -98,12 +102,7 @@ impl Loop {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(()),
-                Some(done) = self.tasks.join_next_with_id() => {
-                    self.settle(done, false)?;
-                    if drain && self.tasks.is_empty() {
-                        claim_now = true;
-                    }
-                }
+                Some(done) = self.tasks.join_next_with_id() => self.settle(done, false)?,
                 _ = &mut notified => claim_now = true,
                 _ = sleep_until(wake_at) => {
                     if Instant::now() >= next_poll {
