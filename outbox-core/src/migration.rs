@@ -2,7 +2,7 @@
 //! application's.
 
 use sea_orm::sea_query::{Alias, IntoIden};
-use sea_orm::{ConnectionTrait, DbBackend, DynIden};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, DynIden};
 use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager, async_trait};
 
 use crate::error::{Error, Result};
@@ -16,7 +16,22 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(CreateJobs)]
+        vec![
+            Box::new(Step {
+                name: "m20261122_000001_create_outbox_jobs",
+                up: |backend| (backend == DbBackend::Sqlite).then_some(storage::sqlite::SCHEMA_V1),
+                down: &["DROP TABLE IF EXISTS outbox_jobs"],
+            }),
+            Box::new(Step {
+                name: "m20261122_000002_create_outbox_job_events",
+                up: |backend| (backend == DbBackend::Sqlite).then_some(storage::sqlite::SCHEMA_V2_EVENTS),
+                down: &[
+                    "DROP TRIGGER IF EXISTS outbox_jobs_transition",
+                    "DROP TRIGGER IF EXISTS outbox_jobs_purged",
+                    "DROP TABLE IF EXISTS outbox_job_events",
+                ],
+            }),
+        ]
     }
 
     fn migration_table_name() -> DynIden {
@@ -29,31 +44,36 @@ pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
     Migrator::up(db, None).await.map_err(Error::db("running outbox migrations"))
 }
 
-struct CreateJobs;
+/// One migration: the statements of each supported backend, and how to undo them.
+struct Step {
+    name: &'static str,
+    up: fn(DbBackend) -> Option<&'static [&'static str]>,
+    down: &'static [&'static str],
+}
 
-impl MigrationName for CreateJobs {
+impl MigrationName for Step {
     fn name(&self) -> &str {
-        "m20261122_000001_create_outbox_jobs"
+        self.name
     }
 }
 
+async fn run_all(manager: &SchemaManager<'_>, statements: &[&str]) -> std::result::Result<(), DbErr> {
+    for sql in statements {
+        manager.get_connection().execute_unprepared(sql).await?;
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
-impl MigrationTrait for CreateJobs {
-    async fn up(&self, manager: &SchemaManager) -> std::result::Result<(), sea_orm::DbErr> {
-        let statements = match manager.get_database_backend() {
-            DbBackend::Sqlite => storage::sqlite::SCHEMA_V1,
-            other => {
-                return Err(sea_orm::DbErr::Migration(format!("outbox does not support the {other:?} backend yet")));
-            }
-        };
-        for sql in statements {
-            manager.get_connection().execute_unprepared(sql).await?;
-        }
-        Ok(())
+impl MigrationTrait for Step {
+    async fn up(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
+        let backend = manager.get_database_backend();
+        let statements = (self.up)(backend)
+            .ok_or_else(|| DbErr::Migration(format!("outbox does not support the {backend:?} backend yet")))?;
+        run_all(manager, statements).await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> std::result::Result<(), sea_orm::DbErr> {
-        manager.get_connection().execute_unprepared("DROP TABLE IF EXISTS outbox_jobs").await?;
-        Ok(())
+    async fn down(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
+        run_all(manager, self.down).await
     }
 }

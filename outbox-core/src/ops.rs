@@ -74,6 +74,22 @@ pub struct DuplicateKey {
     pub completed: u64,
 }
 
+/// One lifecycle transition of a job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobEvent {
+    /// When it happened.
+    pub at: DateTime<Utc>,
+    /// `enqueued`, `retried`, `failed`, `snoozed`, `released`, `rescued`, `rescued_failed`, `cancelled`,
+    /// `retried_by_operator`, `claimed` (the current claim) or `completed`.
+    pub event: String,
+    /// The attempt the transition ended (or, for an operator retry, the count it reset to).
+    pub attempt: i32,
+    /// The worker that held (or last held) the claim.
+    pub worker: Option<String>,
+    /// The error of a failed attempt.
+    pub error: Option<String>,
+}
+
 /// All six answers at once.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Stats {
@@ -113,6 +129,31 @@ pub async fn list<C: ConnectionTrait>(conn: &C, filter: &JobFilter) -> Result<Ve
 pub async fn get<C: ConnectionTrait>(conn: &C, id: &str) -> Result<JobRecord> {
     storage::backend(conn)?;
     sqlite::get(conn, id).await?.ok_or_else(|| Error::NotFound { id: id.to_owned() })
+}
+
+/// The lifecycle of one job, oldest first: when it was enqueued, every retry (with its error), failure,
+/// rescue, snooze, release, cancel and operator retry, then its current claim and completion.
+pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
+    let job = get(conn, id).await?;
+    let stored = sqlite::history(conn, id).await?;
+    let mut events = Vec::with_capacity(stored.len() + 3);
+    let milestone = |event: &str, at, attempt, worker: Option<&String>| JobEvent {
+        at,
+        event: event.to_owned(),
+        attempt,
+        worker: worker.cloned(),
+        error: None,
+    };
+    events.push(milestone("enqueued", job.created_at, 0, None));
+    events.extend(stored);
+    // The latest claim is on the row while it holds or ended in completion.
+    if let (Some(at), JobStatus::Claimed | JobStatus::Completed) = (job.claimed_at, job.status) {
+        events.push(milestone("claimed", at, job.attempts, job.locked_by.as_ref()));
+    }
+    if let Some(at) = job.completed_at.filter(|_| job.status == JobStatus::Completed) {
+        events.push(milestone("completed", at, job.attempts, job.locked_by.as_ref()));
+    }
+    Ok(events)
 }
 
 /// Claimed jobs whose lease has expired: their worker died or hangs, and no rescuer has run since.

@@ -30,6 +30,9 @@ async fn retry_cancel_and_purge_follow_the_lifecycle() {
     ops::retry(&t.db, a.id()).await.expect("retry cancelled");
     let job = ops::get(&t.db, b.id()).await.expect("get");
     assert_eq!((job.status, job.attempts), (JobStatus::Pending, 0));
+    let events: Vec<String> =
+        ops::history(&t.db, a.id()).await.expect("history").into_iter().map(|e| e.event).collect();
+    assert_eq!(events, ["enqueued", "cancelled", "retried_by_operator"]);
 
     // A failed job whose intent is already carried by an active job is not retried twice.
     exec(&t.db, "UPDATE outbox_jobs SET status = 'failed' WHERE id = ?", vec![b.id().into()]).await;
@@ -52,6 +55,10 @@ async fn retry_cancel_and_purge_follow_the_lifecycle() {
         ops::purge(&t.db, &[JobStatus::Completed, JobStatus::Failed], Duration::from_secs(3600)).await.expect("purge");
     assert_eq!(n, 1);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 2);
+    assert_eq!(
+        scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE job_id NOT IN (SELECT id FROM outbox_jobs)").await,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

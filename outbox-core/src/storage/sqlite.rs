@@ -5,7 +5,7 @@ use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 
 use super::NewJob;
 use crate::error::{Error, Result};
-use crate::ops::{DuplicateKey, JobFilter, KindDurations, StatusCount};
+use crate::ops::{DuplicateKey, JobEvent, JobFilter, KindDurations, StatusCount};
 use crate::record::{JobRecord, JobStatus, from_ms};
 
 /// The first schema: the jobs table and the indexes of the claim paths, the lease scan, dedup and purge.
@@ -47,6 +47,49 @@ pub(crate) const SCHEMA_V1: &[&str] = &[
         ON outbox_jobs (lease_expires_at) WHERE status = 'claimed'",
     "CREATE INDEX IF NOT EXISTS outbox_jobs_finished
         ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')",
+];
+
+/// The job history, written by a trigger so every writer (workers, operators, hand-written SQL) is recorded
+/// without an extra round trip. Only the transitions the job row cannot tell are stored: retries with their
+/// errors, failures, rescues, snoozes, releases, cancels and operator retries. The happy path (enqueue, claim,
+/// complete) adds no row; [`history`] reads those milestones off the job itself.
+pub(crate) const SCHEMA_V2_EVENTS: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS outbox_job_events (
+        id INTEGER PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        worker TEXT,
+        error TEXT
+    )",
+    "CREATE INDEX IF NOT EXISTS outbox_job_events_job ON outbox_job_events (job_id, id)",
+    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
+    WHEN (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts)
+        AND NEW.status NOT IN ('claimed', 'completed') BEGIN
+        INSERT INTO outbox_job_events (job_id, at, event, attempt, worker, error)
+        VALUES (
+            NEW.id,
+            NEW.updated_at,
+            CASE
+                WHEN NEW.status = 'cancelled' THEN 'cancelled'
+                WHEN OLD.status IN ('failed', 'cancelled') THEN 'retried_by_operator'
+                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts AND NEW.last_error LIKE 'lease expired%' THEN
+                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
+                WHEN NEW.status = 'failed' THEN 'failed'
+                WHEN NEW.attempts < OLD.attempts THEN
+                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
+                ELSE 'retried'
+            END,
+            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
+            NEW.locked_by,
+            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed' AND NEW.attempts >= OLD.attempts
+                THEN NEW.last_error END
+        );
+    END",
+    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_purged AFTER DELETE ON outbox_jobs BEGIN
+        DELETE FROM outbox_job_events WHERE job_id = OLD.id;
+    END",
 ];
 
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
@@ -367,4 +410,27 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
     let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < ?");
     let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
     Ok(res.rows_affected())
+}
+
+/// The history of one job, oldest first.
+pub(crate) async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT at, event, attempt, worker, error FROM outbox_job_events WHERE job_id = ? ORDER BY id",
+            vec![id.into()],
+        ))
+        .await
+        .map_err(Error::db(format!("reading the history of job `{id}`")))?;
+    let ctx = || Error::db(format!("reading the history of job `{id}`"));
+    rows.iter()
+        .map(|row| {
+            Ok(JobEvent {
+                at: from_ms(row.try_get_by_index(0).map_err(ctx())?),
+                event: row.try_get_by_index(1).map_err(ctx())?,
+                attempt: row.try_get_by_index(2).map_err(ctx())?,
+                worker: row.try_get_by_index(3).map_err(ctx())?,
+                error: row.try_get_by_index(4).map_err(ctx())?,
+            })
+        })
+        .collect()
 }

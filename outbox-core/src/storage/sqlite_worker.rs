@@ -265,13 +265,7 @@ impl Actor {
     }
 }
 
-fn claim(
-    conn: &Connection,
-    config: &StoreConfig,
-    limit: usize,
-    now: i64,
-    lease_until: i64,
-) -> Result<Vec<ClaimedJob>> {
+fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
     let queue_filter = if config.queues_json.is_some() {
         " AND queue IN (SELECT value FROM json_each(?6))"
     } else {
@@ -311,7 +305,6 @@ fn claim(
     }
 }
 
-
 /// The fence of every write after the claim: this job, still claimed, by this owner, in this attempt.
 macro_rules! fence {
     () => {
@@ -330,27 +323,37 @@ fn write_finished(tx: &Connection, owner: &str, batch: &[Finished]) -> Result<Ve
                 Outcome::Completed { output } => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
-                         lease_expires_at = NULL, updated_at = ?5 ", fence!()))
+                         lease_expires_at = NULL, updated_at = ?5 ",
+                        fence!()
+                    ))
                     .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now])),
                 Outcome::Retry { run_at, error } => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, last_error = ?5, \
-                         lease_expires_at = NULL, updated_at = ?6 ", fence!()))
+                         lease_expires_at = NULL, updated_at = ?6 ",
+                        fence!()
+                    ))
                     .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, error, now])),
                 Outcome::Failed { error } => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'failed', last_error = ?4, lease_expires_at = NULL, \
-                         updated_at = ?5 ", fence!()))
+                         updated_at = ?5 ",
+                        fence!()
+                    ))
                     .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, error, now])),
                 Outcome::Snoozed { run_at } => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                         lease_expires_at = NULL, updated_at = ?5 ", fence!()))
+                         lease_expires_at = NULL, updated_at = ?5 ",
+                        fence!()
+                    ))
                     .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, now])),
                 Outcome::Released => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                         lease_expires_at = NULL, updated_at = ?4 ", fence!()))
+                         lease_expires_at = NULL, updated_at = ?4 ",
+                        fence!()
+                    ))
                     .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, now])),
             }
             .map_err(ctx())?;
@@ -359,7 +362,6 @@ fn write_finished(tx: &Connection, owner: &str, batch: &[Finished]) -> Result<Ve
     }
     Ok(applied)
 }
-
 
 fn log_finished(f: &Finished, applied: bool, worker: &str) {
     let (job_id, kind, queue, attempt) = (f.id.as_str(), f.kind.as_str(), f.queue.as_str(), f.attempt);
