@@ -95,3 +95,13 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Waits until job `id` reaches `status`; returns whether it did within `timeout`.
+pub async fn wait_status(db: &DatabaseConnection, id: &str, status: outbox_core::JobStatus, timeout: Duration) -> bool {
+    eventually(timeout, || async move { outbox_core::ops::get(db, id).await.expect("get job").status == status }).await
+}
+
+/// Waits until `counter` reaches `n`; returns whether it did within `timeout`.
+pub async fn wait_count(counter: &std::sync::atomic::AtomicUsize, n: usize, timeout: Duration) -> bool {
+    eventually(timeout, || async move { counter.load(std::sync::atomic::Ordering::SeqCst) == n }).await
+}

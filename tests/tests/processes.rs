@@ -46,13 +46,7 @@ async fn a_job_of_a_killed_worker_is_rescued_and_completed_by_another() {
         .await
         .expect("build")
         .start();
-    let db = t.db.clone();
-    let id = job.id().to_owned();
-    let completed = outbox_tests::eventually(Duration::from_secs(30), || {
-        let (db, id) = (db.clone(), id.clone());
-        async move { ops::get(&db, &id).await.expect("get").status == JobStatus::Completed }
-    })
-    .await;
+    let completed = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(30)).await;
     handle.shutdown().await.expect("shutdown");
     assert!(completed, "the job was not rescued and completed");
     let done = ops::get(&t.db, job.id()).await.expect("get");

@@ -65,13 +65,7 @@ async fn retries_back_off_then_fail_after_max_attempts() {
         .await
         .expect("build")
         .start();
-    let db = t.db.clone();
-    let failed = outbox_tests::eventually(Duration::from_secs(20), || {
-        let db = db.clone();
-        let id = id.id().to_owned();
-        async move { ops::get(&db, &id).await.expect("get").status == JobStatus::Failed }
-    })
-    .await;
+    let failed = outbox_tests::wait_status(&t.db, id.id(), JobStatus::Failed, Duration::from_secs(20)).await;
     handle.shutdown().await.expect("shutdown");
     assert!(failed, "job did not fail in time");
     let job = ops::get(&t.db, id.id()).await.expect("get");
@@ -269,14 +263,7 @@ async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job() {
         .await
         .expect("build")
         .start();
-    let counter = Arc::clone(&started);
-    assert!(
-        outbox_tests::eventually(Duration::from_secs(10), || {
-            let n = counter.load(Ordering::SeqCst);
-            async move { n == 2 }
-        })
-        .await
-    );
+    assert!(outbox_tests::wait_count(&started, 2, Duration::from_secs(10)).await);
     // Both leases run out while the stale worker is stuck in its handlers.
     assert_eq!(exec(&t.db, "UPDATE outbox_jobs SET lease_expires_at = 0 WHERE status = 'claimed'", vec![]).await, 2);
     // A second worker rescues and completes them.
@@ -340,14 +327,7 @@ async fn graceful_shutdown_leaves_no_job_claimed() {
         .await
         .expect("build")
         .start();
-    let counter = Arc::clone(&started);
-    assert!(
-        outbox_tests::eventually(Duration::from_secs(10), || {
-            let n = counter.load(Ordering::SeqCst);
-            async move { n == 6 }
-        })
-        .await
-    );
+    assert!(outbox_tests::wait_count(&started, 6, Duration::from_secs(10)).await);
     handle.shutdown().await.expect("shutdown");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed'").await, 0);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 2);
@@ -392,13 +372,7 @@ async fn leases_are_renewed_while_a_handler_runs() {
         .await
         .expect("build")
         .start();
-    let db = t.db.clone();
-    let id = job.id().to_owned();
-    let done = outbox_tests::eventually(Duration::from_secs(10), || {
-        let (db, id) = (db.clone(), id.clone());
-        async move { ops::get(&db, &id).await.expect("get").status.is_terminal() }
-    })
-    .await;
+    let done = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(10)).await;
     slow.shutdown().await.expect("shutdown");
     rescuer.shutdown().await.expect("shutdown");
     assert!(done);
@@ -422,13 +396,7 @@ async fn the_worker_survives_database_errors_and_recovers() {
     assert!(!handle.is_finished(), "the worker died on a database error");
     exec(&t.db, "ALTER TABLE outbox_jobs_away RENAME TO outbox_jobs", vec![]).await;
     let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    let db = t.db.clone();
-    let id = job.id().to_owned();
-    let done = outbox_tests::eventually(Duration::from_secs(15), || {
-        let (db, id) = (db.clone(), id.clone());
-        async move { ops::get(&db, &id).await.expect("get").status == JobStatus::Completed }
-    })
-    .await;
+    let done = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(15)).await;
     handle.shutdown().await.expect("shutdown");
     assert!(done, "the worker did not recover");
 }

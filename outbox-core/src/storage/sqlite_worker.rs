@@ -280,14 +280,10 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash"
     );
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let ctx = Error::sqlite("claiming jobs");
-    let mut stmt = match conn.prepare_cached(&sql) {
-        Ok(s) => s,
-        Err(e) => return Err(ctx(e)),
-    };
-    let rows = stmt.query_map(
-        params![config.worker_id, now, lease_until, config.kinds_json, limit, config.queues_json],
-        |row| {
+    let ctx = || Error::sqlite("claiming jobs");
+    let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
+    let rows = stmt
+        .query_map(params![config.worker_id, now, lease_until, config.kinds_json, limit, config.queues_json], |row| {
             Ok(ClaimedJob {
                 id: row.get(0)?,
                 kind: row.get(1)?,
@@ -297,12 +293,9 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
                 max_attempts: row.get(5)?,
                 schema_hash: row.get(6)?,
             })
-        },
-    );
-    match rows.and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>()) {
-        Ok(jobs) => Ok(jobs),
-        Err(e) => Err(ctx(e)),
-    }
+        })
+        .map_err(ctx())?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(ctx())
 }
 
 /// The fence of every write after the claim: this job, still claimed, by this owner, in this attempt.
