@@ -167,7 +167,7 @@ pub async fn enqueue_raw<C: ConnectionTrait>(
             return Ok(Enqueued::Existing(id));
         }
     }
-    Err(Error::Unsupported(format!("enqueue of kind `{}` kept conflicting without a visible active job", job.kind)))
+    Err(Error::Internal(format!("enqueue of kind `{}` kept conflicting without a visible active job", job.kind)))
 }
 
 /// Enqueues many typed jobs with as few statements as possible (one per 2,000 jobs), in order. Duplicates

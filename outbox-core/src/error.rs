@@ -126,6 +126,13 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A request the framework refuses, with the reason naming what is at fault.
+    #[error("{0}")]
+    Invalid(String),
+    /// Something inside the framework failed that is not the caller's doing (a thread that would not start,
+    /// a task that died); the message says what.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The worker has stopped.
     #[error("the worker has stopped")]
     WorkerStopped,

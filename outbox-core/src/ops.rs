@@ -243,7 +243,7 @@ pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
 pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_than: Duration) -> Result<u64> {
     storage::backend(conn)?;
     if let Some(active) = statuses.iter().find(|s| !s.is_terminal()) {
-        return Err(Error::Unsupported(format!(
+        return Err(Error::Invalid(format!(
             "cannot purge {active} jobs: only completed, failed and cancelled jobs can be purged"
         )));
     }

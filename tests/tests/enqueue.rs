@@ -18,9 +18,9 @@ async fn rollback_leaves_no_job_and_commit_leaves_one() {
                 "INSERT INTO orders (customer) VALUES ('ann')",
             ))
             .await
-            .map_err(|e| Error::Unsupported(e.to_string()))?;
+            .map_err(|e| Error::Invalid(e.to_string()))?;
             outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await?;
-            Err(Error::Unsupported("domain check failed".into()))
+            Err(Error::Invalid("domain check failed".into()))
         })
     })
     .await;
@@ -42,7 +42,7 @@ async fn rollback_leaves_no_job_and_commit_leaves_one() {
                 "INSERT INTO orders (customer) VALUES ('bob')",
             ))
             .await
-            .map_err(|e| Error::Unsupported(e.to_string()))?;
+            .map_err(|e| Error::Invalid(e.to_string()))?;
             outbox_core::enqueue(txn, &Probe { n: 3 }, EnqueueOpts::new()).await
         })
     })

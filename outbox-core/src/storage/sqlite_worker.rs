@@ -48,7 +48,7 @@ impl WorkerStore {
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
             .spawn(move || Actor { conn, config, rx }.run())
-            .map_err(|e| Error::Unsupported(format!("cannot start the worker's database thread: {e}")))?;
+            .map_err(|e| Error::Internal(format!("cannot start the worker's database thread: {e}")))?;
         Ok(WorkerStore { tx })
     }
 
@@ -176,8 +176,9 @@ impl Actor {
             Err(e) => {
                 // Nothing was claimed: the claimers back off. The finished jobs are written on their own.
                 let text = e.to_string();
+                let mut error = Some(e);
                 for c in claims {
-                    let _ = c.reply.send(Err(Error::Unsupported(text.clone())));
+                    let _ = c.reply.send(Err(error.take().unwrap_or_else(|| Error::Internal(text.clone()))));
                 }
                 if !finished.is_empty() {
                     self.finish_with_retries(&finished);
@@ -223,11 +224,13 @@ impl Actor {
 
     fn extend(&mut self, ids: &[String], until: i64) -> Result<u64> {
         let ctx = || Error::sqlite("renewing leases");
-        let ids = serde_json::to_string(ids).map_err(|e| Error::Unsupported(format!("encoding job ids: {e}")))?;
+        let ids = serde_json::to_string(ids).map_err(|e| Error::Internal(format!("encoding job ids: {e}")))?;
         let n = self
             .conn
             .prepare_cached(
-                "UPDATE outbox_jobs SET lease_expires_at = ?1 WHERE status = 'claimed' AND locked_by = ?2 \
+                // Never shortens a lease a handler extended further than the heartbeat does.
+                "UPDATE outbox_jobs SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?1) \
+                 WHERE status = 'claimed' AND locked_by = ?2 \
                  AND id IN (SELECT value FROM json_each(?3))",
             )
             .and_then(|mut s| s.execute(params![until, self.config.worker_id, ids]))

@@ -136,7 +136,7 @@ impl WorkerHandle {
     /// releases their jobs without using their attempts. Resolves when no job of this worker is claimed.
     pub async fn shutdown(self) -> Result<()> {
         self.shutdown.cancel();
-        self.join.await.map_err(|e| Error::Unsupported(format!("the worker task failed: {e}")))?
+        self.join.await.map_err(|e| Error::Internal(format!("the worker task failed: {e}")))?
     }
 
     /// Whether the worker has stopped on its own (it only does on a fatal error).
@@ -250,8 +250,9 @@ impl WorkerBuilder {
         let id = self.id.unwrap_or_else(default_worker_id);
         let mut kinds: Vec<&String> = self.handlers.keys().collect();
         kinds.sort();
-        let encode =
-            |v: &[&String]| serde_json::to_string(v).map_err(|e| Error::Unsupported(format!("encoding names: {e}")));
+        let encode = |v: &[&String]| {
+            serde_json::to_string(v).map_err(|e| Error::Internal(format!("encoding kind and queue names: {e}")))
+        };
         let store = WorkerStore::open(StoreConfig {
             path,
             synchronous,
