@@ -400,3 +400,36 @@ async fn the_worker_survives_database_errors_and_recovers() {
     handle.shutdown().await.expect("shutdown");
     assert!(done, "the worker did not recover");
 }
+
+/// A handler can hold its claim longer than the lease; the heartbeat never shortens that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_can_extend_its_lease() {
+    let t = fresh_db().await;
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let started = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(Notify::new());
+    let (s, r) = (Arc::clone(&started), Arc::clone(&release));
+    let handle = quick(&t.db)
+        .lease(Duration::from_millis(150))
+        .register(move |_: Probe, ctx: JobContext| {
+            let (s, r) = (Arc::clone(&s), Arc::clone(&r));
+            async move {
+                ctx.extend_lease(Duration::from_secs(3600)).await.map_err(JobError::retry)?;
+                s.fetch_add(1, Ordering::SeqCst);
+                r.notified().await;
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    assert!(outbox_tests::wait_count(&started, 1, Duration::from_secs(10)).await);
+    // Several heartbeats (every 50 ms) pass.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lease = ops::get(&t.db, job.id()).await.expect("get").lease_expires_at.expect("leased");
+    assert!(lease > chrono::Utc::now() + chrono::Duration::minutes(59), "lease shortened to {lease}");
+    release.notify_waiters();
+    assert!(outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(10)).await);
+    handle.shutdown().await.expect("shutdown");
+}
