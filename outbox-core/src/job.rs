@@ -3,6 +3,8 @@
 use schemars::JsonSchema;
 use serde::{Serialize, de::DeserializeOwned};
 
+use crate::error::Violation;
+
 /// A typed job kind: the payload struct of one kind of side effect.
 ///
 /// Implement it with `#[derive(Job)]`:
@@ -34,6 +36,12 @@ pub trait Job: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static
     const KIND: &'static str;
     /// Defaults for jobs of this kind; each can be overridden per enqueue through `EnqueueOpts`.
     const OPTS: KindOpts = KindOpts::DEFAULT;
+
+    /// Rules the JSON Schema cannot express (a field that must be the hash of another, say), checked after
+    /// the schema at enqueue and again before the handler runs. Each problem names its JSON path.
+    fn validate(&self) -> Result<(), Vec<Violation>> {
+        Ok(())
+    }
 }
 
 /// Per-kind defaults, set with `#[job(...)]` on the payload type.

@@ -40,6 +40,16 @@ pub struct Kind {
     schema: Value,
     schema_hash: String,
     validator: jsonschema::Validator,
+    /// The typed kind's own rules ([`Job::validate`]), run on payloads the schema accepts.
+    rules: Option<fn(&Value) -> Vec<Violation>>,
+}
+
+/// [`Job::validate`] of `J` on a JSON payload.
+fn typed_rules<J: Job>(payload: &Value) -> Vec<Violation> {
+    match J::deserialize(payload) {
+        Ok(job) => job.validate().err().unwrap_or_default(),
+        Err(e) => vec![Violation { path: String::new(), message: e.to_string() }],
+    }
 }
 
 impl std::fmt::Debug for Kind {
@@ -69,7 +79,7 @@ impl Kind {
             return Ok(Arc::clone(kind));
         }
         let schema = schemars::SchemaGenerator::default().into_root_schema_for::<J>().to_value();
-        let kind = Arc::new(Kind::from_schema(J::KIND, schema, J::OPTS)?);
+        let kind = Arc::new(Kind { rules: Some(typed_rules::<J>), ..Kind::from_schema(J::KIND, schema, J::OPTS)? });
         typed_kinds().write().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::clone(&kind));
         Ok(kind)
     }
@@ -108,6 +118,7 @@ impl Kind {
             schema,
             schema_hash,
             validator,
+            rules: None,
         })
     }
 
@@ -141,8 +152,12 @@ impl Kind {
         &self.schema_hash
     }
 
-    /// Every violation of the schema by `payload`, each with its JSON path.
+    /// Every violation of the schema by `payload`, each with its JSON path, then those of the kind's own
+    /// rules when the schema holds.
     pub fn violations(&self, payload: &Value) -> Vec<Violation> {
+        if self.validator.is_valid(payload) {
+            return self.rules.map(|rules| rules(payload)).unwrap_or_default();
+        }
         self.validator
             .iter_errors(payload)
             .map(|e| Violation { path: e.instance_path().to_string(), message: e.to_string() })
@@ -151,10 +166,11 @@ impl Kind {
 
     /// Validates a payload, naming every violation.
     pub fn validate(&self, payload: &Value) -> Result<()> {
-        if self.validator.is_valid(payload) {
+        let violations = self.violations(payload);
+        if violations.is_empty() {
             return Ok(());
         }
-        Err(Error::InvalidPayload { kind: self.name.clone(), violations: self.violations(payload) })
+        Err(Error::InvalidPayload { kind: self.name.clone(), violations })
     }
 
     /// The idempotency key the kind derives for `payload`: the key fields as canonical JSON, or the sha256 of

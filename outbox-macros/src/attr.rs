@@ -12,7 +12,7 @@ use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Error, Expr, ExprLit, ExprUnary, Lit, LitInt, LitStr, Result, Token, UnOp, token};
 
 /// The options accepted in the container attribute, as listed in error messages.
-const CONTAINER_OPTIONS: &str = "`kind`, `queue`, `priority`, `max_attempts`, `unique`";
+const CONTAINER_OPTIONS: &str = "`kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`";
 
 /// One option of the container attribute: its parsed value and where it was written.
 pub(crate) struct Setting<T> {
@@ -37,6 +37,9 @@ pub(crate) struct ContainerAttrs {
     pub(crate) max_attempts: Option<Setting<i32>>,
     /// `#[job(unique = false)]`: whether enqueues collapse onto an active job with the same key.
     pub(crate) unique: Option<Setting<bool>>,
+    /// `#[job(validate = Self::check)]` or `#[job(validate = "check")]`: a `fn(&Self) -> Result<(),
+    /// Vec<outbox_core::Violation>>` with the rules the schema cannot express.
+    pub(crate) validate: Option<Setting<syn::ExprPath>>,
     /// Every option name written, valid or not, to tell duplicates and a mistyped `kind` from a missing one.
     pub(crate) written: BTreeSet<String>,
 }
@@ -81,6 +84,10 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
                 }
                 // #[job(unique = false)]
                 "unique" => setting(&mut out.unique, &mut out.written, &meta, errors, "unique = false", boolean),
+                // #[job(validate = Self::check)], #[job(validate = "check")]
+                "validate" => {
+                    setting(&mut out.validate, &mut out.written, &meta, errors, "validate = Self::check", fn_path)
+                }
                 _ => {
                     skip_value(&meta)?;
                     let message = if name == "key" {
@@ -121,11 +128,12 @@ pub(crate) fn field<'a>(attrs: &'a [Attribute], errors: &mut Errors) -> FieldAtt
             skip_value(&meta)?;
             let path = &meta.path;
             let name = quote!(#path).to_string();
-            let message = if matches!(name.as_str(), "kind" | "queue" | "priority" | "max_attempts" | "unique") {
-                format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
-            } else {
-                format!("unknown job field option `{name}`: the only field option is #[job(key)]")
-            };
+            let message =
+                if matches!(name.as_str(), "kind" | "queue" | "priority" | "max_attempts" | "unique" | "validate") {
+                    format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
+                } else {
+                    format!("unknown job field option `{name}`: the only field option is #[job(key)]")
+                };
             errors.push(Error::new_spanned(path, message));
             Ok(())
         });
@@ -257,6 +265,16 @@ fn string(expr: &Expr, _name: &str, usage: &str) -> Result<String> {
     }
 }
 
+/// A path to a function: written bare (`Self::check`) or, as serde does, in a string literal (`"check"`).
+fn fn_path(expr: &Expr, _name: &str, usage: &str) -> Result<syn::ExprPath> {
+    let wrong = || Error::new_spanned(expr, format!("expected a path to a function: #[job({usage})]"));
+    match ungroup(expr) {
+        Expr::Path(path) => Ok(path.clone()),
+        Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => lit.parse::<syn::ExprPath>().map_err(|_| wrong()),
+        _ => Err(wrong()),
+    }
+}
+
 /// A `true` or `false` literal value.
 fn boolean(expr: &Expr, _name: &str, usage: &str) -> Result<bool> {
     match ungroup(expr) {
@@ -359,12 +377,12 @@ mod tests {
             [
                 "expected a string literal: #[job(kind = \"send_email\")]",
                 "expected an integer literal: #[job(priority = 10)]",
-                "unknown job option `colour`: expected one of `kind`, `queue`, `priority`, `max_attempts`, `unique`",
+                "unknown job option `colour`: expected one of `kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`",
                 "duplicate job option `queue`",
                 "`max_attempts` must fit in an i32 (-2147483648..=2147483647)",
                 "expected `true` or `false`: #[job(unique = false)]",
                 "#[job(key)] goes on a field, not on the type; the type takes `kind`, `queue`, `priority`, \
-                 `max_attempts`, `unique`",
+                 `max_attempts`, `unique`, `validate`",
                 "duplicate job option `priority`",
                 "`priority` is an i32: drop the `u8` suffix",
                 "duplicate job option `unique`",

@@ -73,12 +73,22 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         quote!(::outbox_core::KindOpts { #(#opts,)* ..::outbox_core::KindOpts::DEFAULT })
     };
 
+    let validate = attrs.validate.as_ref().map(|setting| {
+        let path = &setting.value;
+        quote! {
+            fn validate(&self) -> ::core::result::Result<(), ::std::vec::Vec<::outbox_core::Violation>> {
+                #path(self)
+            }
+        }
+    });
+
     quote! {
         const _: () = {
             #[automatically_derived]
             impl ::outbox_core::Job for #ty #where_clause {
                 const KIND: &'static str = #kind;
                 const OPTS: ::outbox_core::KindOpts = #opts;
+                #validate
             }
         };
     }

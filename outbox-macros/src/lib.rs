@@ -31,6 +31,7 @@
 //! | `priority = 5`       | higher runs first; any `i32`                                       | `0`         |
 //! | `max_attempts = 10`  | attempts before a job fails for good; at least 1                   | `3`         |
 //! | `unique = false`     | whether enqueues collapse onto an active job with the same key     | `true`      |
+//! | `validate = f`       | `fn(&Self) -> Result<(), Vec<Violation>>`: rules beyond the schema | none        |
 //!
 //! The options may be split over several `#[job(...)]` attributes, each given at most once. A kind name is
 //! non-empty and uses only ASCII letters, digits and `_` `.` `:` `/` `-`. It must stay the same when the Rust

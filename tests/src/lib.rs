@@ -105,3 +105,25 @@ pub async fn wait_status(db: &DatabaseConnection, id: &str, status: outbox_core:
 pub async fn wait_count(counter: &std::sync::atomic::AtomicUsize, n: usize, timeout: Duration) -> bool {
     eventually(timeout, || async move { counter.load(std::sync::atomic::Ordering::SeqCst) == n }).await
 }
+
+/// A job with a rule its schema cannot express: `hi` must not be below `lo`.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "span", validate = Self::check)]
+pub struct Span {
+    /// Start.
+    pub lo: i64,
+    /// End, at least `lo`.
+    pub hi: i64,
+}
+
+impl Span {
+    fn check(&self) -> Result<(), Vec<outbox_core::Violation>> {
+        if self.hi < self.lo {
+            return Err(vec![outbox_core::Violation {
+                path: "/hi".into(),
+                message: format!("{} is below lo ({})", self.hi, self.lo),
+            }]);
+        }
+        Ok(())
+    }
+}

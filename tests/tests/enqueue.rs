@@ -1,7 +1,7 @@
 //! Transactional enqueue, deduplication and validation on real SQLite files.
 
 use outbox_core::{EnqueueOpts, Enqueued, Error, Kind, KindOpts, ops};
-use outbox_tests::{Keyed, Probe, exec, fresh_db, scalar};
+use outbox_tests::{Keyed, Probe, Span, exec, fresh_db, scalar};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 
@@ -178,4 +178,18 @@ async fn batch_enqueue_writes_in_order_and_collapses_duplicates() {
         .expect_err("invalid member");
     assert!(err.to_string().contains("at /n:"), "{err}");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe'").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_s_own_rules_run_after_its_schema() {
+    let t = fresh_db().await;
+    let err = outbox_core::enqueue(&t.db, &Span { lo: 5, hi: 1 }, EnqueueOpts::new()).await.expect_err("hi < lo");
+    assert_eq!(err.to_string(), "invalid payload for kind `span`: at /hi: 1 is below lo (5)");
+    let kind = Kind::of::<Span>().expect("kind");
+    let err = outbox_core::enqueue_raw(&t.db, &kind, json!({"lo": 2, "hi": 1}), EnqueueOpts::new())
+        .await
+        .expect_err("raw too");
+    assert!(err.to_string().contains("at /hi: 1 is below lo (2)"), "{err}");
+    assert!(outbox_core::enqueue(&t.db, &Span { lo: 1, hi: 1 }, EnqueueOpts::new()).await.expect("valid").is_new());
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outbox_core::{EnqueueOpts, Error, JobContext, JobError, JobStatus, Kind, KindOpts, RetryPolicy, Worker, ops};
-use outbox_tests::{Probe, exec, fresh_db, scalar};
+use outbox_tests::{Probe, Span, exec, fresh_db, scalar};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -192,6 +192,26 @@ async fn a_corrupted_payload_fails_permanently_on_its_first_claim() {
         .drain()
         .await
         .expect("drain");
+    // A payload that breaks the kind's own rules fails the same way.
+    let span = outbox_core::enqueue(&t.db, &Span { lo: 1, hi: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    exec(&t.db, "UPDATE outbox_jobs SET payload = '{\"lo\": 3, \"hi\": 2}' WHERE id = ?", vec![span.id().into()]).await;
+    let span_calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&span_calls);
+    quick(&t.db)
+        .register(move |_: Span, _: JobContext| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, JobError>(()) }
+        })
+        .build()
+        .await
+        .expect("build")
+        .drain()
+        .await
+        .expect("drain");
+    assert_eq!(span_calls.load(Ordering::SeqCst), 0);
+    let job = ops::get(&t.db, span.id()).await.expect("get");
+    assert_eq!((job.status, job.attempts), (JobStatus::Failed, 1));
+    assert_eq!(job.last_error.as_deref(), Some("invalid payload: at /hi: 2 is below lo (3)"));
     assert_eq!(calls.load(Ordering::SeqCst), 0, "a handler ran on an invalid payload");
     for (id, needle) in [
         (bad_value.id(), "at /n:"),
