@@ -453,3 +453,27 @@ async fn a_handler_can_extend_its_lease() {
     assert!(outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(10)).await);
     handle.shutdown().await.expect("shutdown");
 }
+
+/// Enqueueing through the transaction helper wakes an idle worker of the same process at once: with an hour
+/// between polls, the job can only run because of the wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_wakes_an_idle_worker() {
+    let t = fresh_db().await;
+    let handle = Worker::builder(&t.db)
+        .poll_interval(Duration::from_secs(3600))
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    // Let the worker finish its first (empty) claim and go idle.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let job = outbox_core::transaction(&t.db, |txn| {
+        Box::pin(async move { outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await })
+    })
+    .await
+    .expect("enqueue");
+    let done = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(10)).await;
+    handle.shutdown().await.expect("shutdown");
+    assert!(done, "the idle worker was not woken by the commit");
+}
