@@ -6,9 +6,12 @@
 //! directory. `--jobs N` (default 20,000) sizes the cases: `enqueue` runs N/10 jobs at FULL and N/4 at
 //! NORMAL (one transaction each), `enqueue_batch` and `process` N, `process_memory` 5×N. `process_memory`
 //! drains in a child process (this binary again, `--drain-child`) so its RSS figures hold the worker alone.
+//! `reconcile` runs outbox-fs's reconciler over 5×N completed `create_file` jobs whose files are on disk
+//! (default 100,000), also in a child process (`--reconcile-child`); it has no baseline.
 
 mod outbox;
 mod raw;
+mod reconcile;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -72,10 +75,11 @@ enum Case {
     EnqueueBatch,
     Process,
     ProcessMemory,
+    Reconcile,
 }
 
-const CASES: [Case; 5] =
-    [Case::Enqueue, Case::EnqueueOrmCeiling, Case::EnqueueBatch, Case::Process, Case::ProcessMemory];
+const CASES: [Case; 6] =
+    [Case::Enqueue, Case::EnqueueOrmCeiling, Case::EnqueueBatch, Case::Process, Case::ProcessMemory, Case::Reconcile];
 
 impl Case {
     fn name(self) -> &'static str {
@@ -85,13 +89,14 @@ impl Case {
             Case::EnqueueBatch => "enqueue_batch",
             Case::Process => "process",
             Case::ProcessMemory => "process_memory",
+            Case::Reconcile => "reconcile",
         }
     }
 
     fn syncs(self) -> &'static [SyncMode] {
         match self {
             Case::EnqueueOrmCeiling => &[SyncMode::Normal],
-            Case::ProcessMemory => &[SyncMode::Full],
+            Case::ProcessMemory | Case::Reconcile => &[SyncMode::Full],
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -102,14 +107,14 @@ impl Case {
             (Case::Enqueue | Case::EnqueueOrmCeiling, SyncMode::Full) => base / 10,
             (Case::Enqueue | Case::EnqueueOrmCeiling, SyncMode::Normal) => base / 4,
             (Case::EnqueueBatch | Case::Process, _) => base,
-            (Case::ProcessMemory, _) => base * 5,
+            (Case::ProcessMemory | Case::Reconcile, _) => base * 5,
         };
         n.max(1)
     }
 
     /// Whether the case's jobs carry the default payload-hash idempotency key.
     fn unique(self) -> bool {
-        matches!(self, Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch)
+        matches!(self, Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch | Case::Reconcile)
     }
 
     fn baseline(self) -> Option<&'static str> {
@@ -121,7 +126,7 @@ impl Case {
             Case::Process => {
                 Some("rusqlite: claim UPDATE ... RETURNING LIMIT 100, then 100 fenced UPDATEs in one transaction")
             }
-            Case::ProcessMemory => None,
+            Case::ProcessMemory | Case::Reconcile => None,
         }
     }
 }
@@ -136,7 +141,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
-cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory";
+cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, reconcile";
 
 fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
     let mut args = Args { json: false, runs: 3, jobs: 20_000, case: None, sync: None };
@@ -174,6 +179,9 @@ struct Row {
     sync: &'static str,
     jobs: u64,
     jobs_per_sec: f64,
+    /// Median seconds of one run (the `reconcile` case).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seconds: Option<f64>,
     baseline_jobs_per_sec: Option<f64>,
     ratio: Option<f64>,
     runs: usize,
@@ -237,6 +245,7 @@ impl Runner {
                 let file = self.rt.block_on(outbox::backlog_file(sync, n))?;
                 raw::process(&file.path, sync, &outbox::noop_kind()?, n, CONCURRENCY as u64)
             }
+            Case::Reconcile => Err("the reconcile case has no baseline".into()),
         }
     }
 
@@ -252,6 +261,23 @@ impl Runner {
             .output()?;
         if !output.status.success() {
             return Err(format!("the process_memory child failed: {}", output.status).into());
+        }
+        let report: outbox::WatchedDrain = serde_json::from_slice(&output.stdout)?;
+        Ok((Measure { jobs: n, secs: report.secs }, report.memory))
+    }
+
+    /// Prepares a tree and its completed jobs here, then reconciles it in a fresh child process.
+    fn reconcile_run(&self, n: u64) -> Result<(Measure, outbox::Memory), BoxError> {
+        let prepared = self.rt.block_on(reconcile::prepare(n))?;
+        let output = std::process::Command::new(std::env::current_exe()?)
+            .arg(RECONCILE_CHILD)
+            .arg(&prepared.db_path)
+            .arg(&prepared.root)
+            .arg(n.to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()?;
+        if !output.status.success() {
+            return Err(format!("the reconcile child failed: {}", output.status).into());
         }
         let report: outbox::WatchedDrain = serde_json::from_slice(&output.stdout)?;
         Ok((Measure { jobs: n, secs: report.secs }, report.memory))
@@ -273,6 +299,11 @@ impl Runner {
                 Case::Process => self.rt.block_on(outbox::process(sync, n, CONCURRENCY))?,
                 Case::ProcessMemory => {
                     let (measure, mem) = self.process_memory_run(sync, n)?;
+                    memory.push(mem);
+                    measure
+                }
+                Case::Reconcile => {
+                    let (measure, mem) = self.reconcile_run(n)?;
                     memory.push(mem);
                     measure
                 }
@@ -300,6 +331,7 @@ impl Runner {
             sync: sync.name(),
             jobs: n,
             jobs_per_sec: round(jobs_per_sec, 1),
+            seconds: (case == Case::Reconcile).then(|| round(n as f64 / jobs_per_sec, 3)),
             baseline_jobs_per_sec: baseline_jobs_per_sec.map(|b| round(b, 1)),
             ratio: baseline_jobs_per_sec.map(|b| round(jobs_per_sec / b, 3)),
             runs: self.runs,
@@ -307,7 +339,7 @@ impl Runner {
             jobs_per_txn: match case {
                 Case::Enqueue | Case::EnqueueOrmCeiling => Some(1),
                 Case::EnqueueBatch => Some(BATCH),
-                Case::Process | Case::ProcessMemory => None,
+                Case::Process | Case::ProcessMemory | Case::Reconcile => None,
             },
             concurrency: process.then_some(CONCURRENCY),
             baseline,
@@ -340,6 +372,9 @@ fn table_line(row: &Row) -> String {
     }
     if let Some(c) = row.concurrency {
         notes.push(format!("concurrency {c}"));
+    }
+    if let Some(secs) = row.seconds {
+        notes.push(format!("{secs:.2} s"));
     }
     if let Some(load) = row.load_avg_1m {
         notes.push(format!("load {load:.1}"));
@@ -374,10 +409,28 @@ fn drain_child(argv: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The hidden first argument that makes this binary the child of a `reconcile` run:
+/// `--reconcile-child <db file> <root dir> <jobs>`; it prints one [`outbox::WatchedDrain`] as JSON.
+const RECONCILE_CHILD: &str = "--reconcile-child";
+
+fn reconcile_child(argv: &[String]) -> Result<(), BoxError> {
+    let [path, root, jobs] = argv else {
+        return Err(format!("usage: {RECONCILE_CHILD} <db file> <root dir> <jobs>").into());
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let (path, root) = (std::path::Path::new(path), std::path::Path::new(root));
+    let report = rt.block_on(reconcile::reconcile_watched(path, root, jobs.parse()?))?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
 fn run() -> Result<(), BoxError> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.first().is_some_and(|a| a == DRAIN_CHILD) {
         return drain_child(&argv[1..]);
+    }
+    if argv.first().is_some_and(|a| a == RECONCILE_CHILD) {
+        return reconcile_child(&argv[1..]);
     }
     let Some(args) = parse_args(argv)? else { return Ok(()) };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

@@ -61,7 +61,7 @@ pub(crate) struct Scratch {
 }
 
 /// Opens (creating it if needed) the database file at `path` and brings the outbox tables up to date.
-async fn connect(path: &Path, sync: SyncMode) -> Result<DatabaseConnection, BoxError> {
+pub(crate) async fn connect(path: &Path, sync: SyncMode) -> Result<DatabaseConnection, BoxError> {
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let db = outbox_core::connect_with(&url, ConnectOpts { full_sync: sync.is_full(), ..Default::default() }).await?;
     outbox_core::migrate(&db).await?;
@@ -307,13 +307,32 @@ impl RssSampler {
     }
 }
 
-/// What [`drain_watched`] reports.
+/// What a run in a child process reports: [`drain_watched`] and the `reconcile` case.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct WatchedDrain {
-    /// Seconds the drain took (worker build included).
+    /// Seconds the measured work took (for a drain, the worker build included).
     pub(crate) secs: f64,
-    /// The resident set around and during the drain.
+    /// The resident set around and during it.
     pub(crate) memory: Memory,
+}
+
+/// Runs `work` while sampling VmRSS (VmHWM reset first where the kernel allows); returns its result and the
+/// memory figures.
+pub(crate) async fn watch<T>(
+    work: impl std::future::Future<Output = Result<T, BoxError>>,
+) -> Result<(T, Memory), BoxError> {
+    let rss_before_mb = status_mb("VmRSS")?;
+    // Writing 5 resets VmHWM to the current RSS (Linux 4.0+).
+    let hwm_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let sampler = RssSampler::start()?;
+    let done = work.await;
+    let peak_rss_mb = sampler.finish()?;
+    let value = done?;
+    let rss_after_mb = status_mb("VmRSS")?;
+    let vm_hwm_mb = status_mb("VmHWM")?;
+    let memory =
+        Memory { rss_before_mb, peak_rss_mb: peak_rss_mb.max(rss_after_mb), rss_after_mb, vm_hwm_mb, hwm_reset };
+    Ok((value, memory))
 }
 
 /// Case `process_memory`, run in a child process so that the figures hold the worker alone, not the heap
@@ -326,18 +345,8 @@ pub(crate) async fn drain_watched(
     concurrency: usize,
 ) -> Result<WatchedDrain, BoxError> {
     let db = connect(path, sync).await?;
-    let rss_before_mb = status_mb("VmRSS")?;
-    // Writing 5 resets VmHWM to the current RSS (Linux 4.0+).
-    let hwm_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
-    let sampler = RssSampler::start()?;
-    let drained = drain(&db, concurrency).await;
-    let peak_rss_mb = sampler.finish()?;
-    let secs = drained?;
-    let rss_after_mb = status_mb("VmRSS")?;
-    let vm_hwm_mb = status_mb("VmHWM")?;
+    let (secs, memory) = watch(drain(&db, concurrency)).await?;
     expect_count(&db, COMPLETED, n, "process_memory").await?;
-    let memory =
-        Memory { rss_before_mb, peak_rss_mb: peak_rss_mb.max(rss_after_mb), rss_after_mb, vm_hwm_mb, hwm_reset };
     Ok(WatchedDrain { secs, memory })
 }
 

@@ -434,3 +434,80 @@ pub(crate) async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> 
         })
         .collect()
 }
+
+/// Materializes the latest completed job per path into the connection's temp schema (`outbox_path_scan`,
+/// numbered in path order) and returns (completed jobs, distinct paths). Must run inside a transaction:
+/// rolling it back drops the table, and the pages read it on the same connection.
+pub(crate) async fn open_path_scan<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    fields: &[crate::ops::PathField<'_>],
+) -> Result<(u64, u64)> {
+    let ctx = || Error::db("building the latest completed job per path");
+    conn.execute_unprepared("DROP TABLE IF EXISTS temp.outbox_path_scan").await.map_err(ctx())?;
+    conn.execute_unprepared(
+        "CREATE TEMP TABLE outbox_path_scan (seq INTEGER PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, \
+         kind TEXT NOT NULL, output TEXT, completed_at INTEGER, jobs INTEGER NOT NULL)",
+    )
+    .await
+    .map_err(ctx())?;
+    // One pass over the jobs: each kind's path field is picked by a CASE, so adding kinds adds no scan.
+    let mut values: Vec<Value> = Vec::with_capacity(fields.len() * 3);
+    let mut case = String::from("CASE kind");
+    for f in fields {
+        case.push_str(" WHEN ? THEN ?");
+        values.push(f.kind.into());
+        values.push(f.json_path.into());
+    }
+    case.push_str(" END");
+    let marks = vec!["?"; fields.len()].join(", ");
+    values.extend(fields.iter().map(|f| Value::from(f.kind)));
+    let sql = format!(
+        "INSERT INTO temp.outbox_path_scan (path, job_id, kind, output, completed_at, jobs) \
+         SELECT path, id, kind, output, completed_at, jobs FROM ( \
+             SELECT path, id, kind, output, completed_at, \
+                 ROW_NUMBER() OVER (PARTITION BY path ORDER BY completed_at DESC, id DESC) AS rn, \
+                 COUNT(*) OVER (PARTITION BY path) AS jobs \
+             FROM (SELECT id, kind, output, completed_at, \
+                       CAST(json_extract(payload, {case}) AS TEXT) AS path \
+                   FROM outbox_jobs WHERE status = 'completed' AND kind IN ({marks})) \
+         ) WHERE rn = 1 ORDER BY path"
+    );
+    conn.execute_raw(stmt(sql, values)).await.map_err(ctx())?;
+    let row = conn
+        .query_one_raw(stmt("SELECT COALESCE(SUM(jobs), 0), COUNT(*) FROM temp.outbox_path_scan", vec![]))
+        .await
+        .map_err(ctx())?
+        .ok_or_else(|| Error::Internal("counting the path scan returned no row".into()))?;
+    let n = |i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs()).map_err(ctx());
+    Ok((n(0)?, n(1)?))
+}
+
+/// The entries of the open path scan numbered after `after`, at most `limit`, each with its number.
+pub(crate) async fn path_scan_page<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    after: i64,
+    limit: u64,
+) -> Result<Vec<(i64, crate::ops::PathJob)>> {
+    let ctx = || Error::db("reading a page of the path scan");
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM temp.outbox_path_scan \
+             WHERE seq > ? ORDER BY seq LIMIT ?",
+            vec![after.into(), i64::try_from(limit).unwrap_or(i64::MAX).into()],
+        ))
+        .await
+        .map_err(ctx())?;
+    rows.iter()
+        .map(|row| {
+            let job = crate::ops::PathJob {
+                path: row.try_get_by_index(1).map_err(ctx())?,
+                job_id: row.try_get_by_index(2).map_err(ctx())?,
+                kind: row.try_get_by_index(3).map_err(ctx())?,
+                output: row.try_get_by_index(4).map_err(ctx())?,
+                completed_at: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?.map(from_ms),
+                jobs: row.try_get_by_index::<i64>(6).map_err(ctx())?.max(0).unsigned_abs(),
+            };
+            Ok((row.try_get_by_index::<i64>(0).map_err(ctx())?, job))
+        })
+        .collect()
+}

@@ -1,0 +1,352 @@
+//! The Anthropic Messages API over HTTP as an [`Extractor`].
+//!
+//! How an outcome is classified:
+//!
+//! | outcome | error |
+//! |---|---|
+//! | 429, 408, 5xx, 529 (after the in-call retries) | `Retryable`, with `retry-after` when sent |
+//! | other 4xx (400, 401, 403, 404, 413, ...) | `Permanent`, with the API's error type and message |
+//! | connection refused/reset, timeout, body cut off | `Retryable` |
+//! | 200 that is not a message | `Retryable`: a proxy or a cut-off body, not the API's answer |
+//! | 200 stopped by `max_tokens` or `refusal`, or without text | `Permanent`: the same request gets the same answer |
+//! | key variable missing, client cannot be built | `Permanent`, from [`AnthropicApi::new`] |
+//!
+//! The key lives in an [`ApiKey`] and a header marked sensitive; errors and logs carry neither.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde::Deserialize;
+use tracing::Instrument;
+
+use super::cli::map_message;
+use super::{ExtractError, ExtractRequest, Extraction, Extractor, Usage};
+
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// A `retry-after` longer than this is the caller's to wait out, not a worker slot's.
+const MAX_IN_CALL_WAIT: Duration = Duration::from_secs(10);
+const BODY_SHOWN: usize = 300;
+
+/// An API key. `Debug` and `Display` print `[redacted]`, so the key cannot leak through formatting.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+impl fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Options of [`AnthropicApi`]. Start from [`ApiOpts::new`] and set fields.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ApiOpts {
+    /// Scheme, host and port of the API. Default `https://api.anthropic.com`.
+    pub base_url: String,
+    /// The environment variable holding the key when [`ApiOpts::key`] is `None`. Default `ANTHROPIC_API_KEY`.
+    pub key_var: String,
+    /// The key itself; wins over `key_var`. Default `None`.
+    pub key: Option<ApiKey>,
+    /// The model, e.g. `claude-sonnet-4-5`.
+    pub model: String,
+    /// `max_tokens` of the answer. Default 8192.
+    pub max_tokens: u32,
+    /// Limit on one HTTP request, connect to last byte. Default 2 minutes.
+    pub timeout: Duration,
+    /// How often a 429/408/5xx/529 or a refused connection is retried inside one call. Default 2.
+    pub retries: u32,
+    /// First wait between in-call retries; doubled each time, raised to `retry-after` when sent. Default 500 ms.
+    pub backoff: Duration,
+}
+
+impl ApiOpts {
+    /// Options for `model` with the defaults above.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            base_url: "https://api.anthropic.com".to_owned(),
+            key_var: "ANTHROPIC_API_KEY".to_owned(),
+            key: None,
+            model: model.into(),
+            max_tokens: 8192,
+            timeout: Duration::from_secs(120),
+            retries: 2,
+            backoff: Duration::from_millis(500),
+        }
+    }
+
+    /// Uses `key` instead of reading [`ApiOpts::key_var`].
+    #[must_use]
+    pub fn with_key(mut self, key: ApiKey) -> Self {
+        self.key = Some(key);
+        self
+    }
+}
+
+/// Runs prompts through the Anthropic Messages API.
+#[derive(Clone)]
+pub struct AnthropicApi {
+    client: reqwest::Client,
+    url: String,
+    key: ApiKey,
+    opts: ApiOpts,
+}
+
+impl fmt::Debug for AnthropicApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicApi")
+            .field("url", &self.url)
+            .field("model", &self.opts.model)
+            .field("max_tokens", &self.opts.max_tokens)
+            .field("timeout", &self.opts.timeout)
+            .field("retries", &self.opts.retries)
+            .field("key", &"[redacted]")
+            .finish()
+    }
+}
+
+impl AnthropicApi {
+    /// Resolves the key and builds the HTTP client. A missing key is a `Permanent` error naming the variable.
+    ///
+    /// TLS uses rustls with the platform's trust store. When the process has no default rustls crypto
+    /// provider yet, this installs `ring`'s, which reqwest needs to build any client.
+    pub fn new(mut opts: ApiOpts) -> Result<Self, ExtractError> {
+        let unusable = |why: &str| {
+            ExtractError::Permanent(format!("anthropic api key missing: environment variable {} {why}", opts.key_var))
+        };
+        let key = match opts.key.take() {
+            Some(key) => key,
+            None => match std::env::var(&opts.key_var) {
+                Ok(key) if !key.trim().is_empty() => ApiKey::new(key),
+                Ok(_) => return Err(unusable("is empty")),
+                Err(std::env::VarError::NotPresent) => return Err(unusable("is not set")),
+                Err(std::env::VarError::NotUnicode(_)) => return Err(unusable("is not valid unicode")),
+            },
+        };
+        if HeaderValue::from_str(&key.0).is_err() {
+            return Err(ExtractError::Permanent("anthropic api key is not a valid http header value".into()));
+        }
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Losing a race with another installer is fine: any installed provider will do.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = reqwest::Client::builder()
+            .timeout(opts.timeout)
+            .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| ExtractError::Permanent(format!("cannot build http client: {}", chain(&e))))?;
+        let url = format!("{}/v1/messages", opts.base_url.trim_end_matches('/'));
+        Ok(Self { client, url, key, opts })
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Ok(mut key) = HeaderValue::from_str(&self.key.0) {
+            // Keeps the value out of reqwest's and hyper's Debug output.
+            key.set_sensitive(true);
+            headers.insert("x-api-key", key);
+        }
+        headers.insert("anthropic-version", HeaderValue::from_static(ANTHROPIC_VERSION));
+        headers
+    }
+
+    async fn call(&self, request: &ExtractRequest) -> Result<Extraction, ExtractError> {
+        let body = serde_json::json!({
+            "model": self.opts.model,
+            "max_tokens": self.opts.max_tokens,
+            "messages": [{"role": "user", "content": request.prompt}],
+        });
+        let mut attempt = 0;
+        loop {
+            let started = Instant::now();
+            let (status, outcome) = self.attempt(&body).await;
+            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let result = match outcome {
+                Outcome::Done(result) => result.map_err(|e| self.scrub(e)),
+                Outcome::Again { error, wait } => {
+                    let error = self.scrub(error);
+                    let delay = self.opts.backoff.saturating_mul(1 << attempt.min(16)).max(wait.unwrap_or_default());
+                    if attempt >= self.opts.retries || delay > MAX_IN_CALL_WAIT.max(self.opts.backoff) {
+                        Err(error)
+                    } else {
+                        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                        tracing::info!(status, duration_ms, attempt, delay_ms, %error, "anthropic api retrying");
+                        tokio::time::sleep(delay).await;
+                        attempt += 1;
+                        continue;
+                    }
+                }
+            };
+            match &result {
+                Ok(x) => tracing::info!(status, duration_ms, attempt, usage = ?x.usage, "anthropic api answered"),
+                Err(error) => tracing::warn!(status, duration_ms, attempt, %error, "anthropic api failed"),
+            }
+            return result;
+        }
+    }
+
+    /// One request; returns the HTTP status (0 when none) for the logs.
+    async fn attempt(&self, body: &serde_json::Value) -> (u16, Outcome) {
+        let sent = self.client.post(&self.url).headers(self.headers()).json(body).send().await;
+        let response = match sent {
+            Ok(response) => response,
+            Err(e) => {
+                let error = ExtractError::Retryable(format!("anthropic api request failed: {}", chain(&e)));
+                // A refused connection never reached the API; a timeout may have, and already cost a slot.
+                let outcome =
+                    if e.is_connect() { Outcome::Again { error, wait: None } } else { Outcome::Done(Err(error)) };
+                return (0, outcome);
+            }
+        };
+        let status = response.status();
+        let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let bytes = match response.bytes().await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let error = ExtractError::Retryable(format!("anthropic api {status} body cut off: {}", chain(&e)));
+                return (status.as_u16(), Outcome::Done(Err(error)));
+            }
+        };
+        (status.as_u16(), judge(status, retry_after.as_deref(), &bytes))
+    }
+
+    /// The key may come back in an echoed body; it never goes further.
+    fn scrub(&self, error: ExtractError) -> ExtractError {
+        map_message(error, |m| m.replace(self.key.0.as_str(), "[redacted]"))
+    }
+}
+
+impl Extractor for AnthropicApi {
+    fn extract<'a>(
+        &'a self,
+        request: &'a ExtractRequest,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Extraction, ExtractError>> + Send + 'a>> {
+        let span = tracing::info_span!(
+            "anthropic_api",
+            requirement_id = %request.requirement_id,
+            prompt_hash = %request.prompt_hash,
+            model = %self.opts.model,
+        );
+        Box::pin(self.call(request).instrument(span))
+    }
+}
+
+enum Outcome {
+    Done(Result<Extraction, ExtractError>),
+    /// Worth another try inside this call, after at least `wait` when the API said so.
+    Again {
+        error: ExtractError,
+        wait: Option<Duration>,
+    },
+}
+
+fn judge(status: StatusCode, retry_after: Option<&str>, body: &[u8]) -> Outcome {
+    if status.is_success() {
+        return Outcome::Done(parse_message(status, body));
+    }
+    let code = status.as_u16();
+    let transient = code == 429 || code == 408 || status.is_server_error() || code == 529;
+    let mut message = format!("anthropic api returned {code}: {}", error_detail(body));
+    if let Some(after) = retry_after {
+        message.push_str(&format!("; retry-after: {}", after.chars().take(40).collect::<String>()));
+    }
+    if transient {
+        let wait =
+            retry_after.and_then(|s| s.trim().parse::<f64>().ok()).and_then(|s| Duration::try_from_secs_f64(s).ok());
+        Outcome::Again { error: ExtractError::Retryable(message), wait }
+    } else {
+        Outcome::Done(Err(ExtractError::Permanent(message)))
+    }
+}
+
+/// `error.type: error.message` of an API error body, or the start of whatever else came back.
+fn error_detail(body: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Envelope {
+        error: ApiError,
+    }
+    #[derive(Deserialize)]
+    struct ApiError {
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(default)]
+        message: String,
+    }
+    match serde_json::from_slice::<Envelope>(body) {
+        Ok(Envelope { error }) => format!("{}: {}", error.kind, error.message),
+        Err(_) => String::from_utf8_lossy(body).trim().chars().take(BODY_SHOWN).collect(),
+    }
+}
+
+fn parse_message(status: StatusCode, body: &[u8]) -> Result<Extraction, ExtractError> {
+    #[derive(Deserialize)]
+    struct Message {
+        model: String,
+        #[serde(default)]
+        content: Vec<Block>,
+        stop_reason: Option<String>,
+        #[serde(default)]
+        usage: WireUsage,
+    }
+    #[derive(Default, Deserialize)]
+    #[serde(default)]
+    struct Block {
+        #[serde(rename = "type")]
+        kind: String,
+        text: String,
+    }
+    let message: Message = serde_json::from_slice(body).map_err(|e| {
+        ExtractError::Retryable(format!("anthropic api returned {status} with a body that is not a message: {e}"))
+    })?;
+    match message.stop_reason.as_deref() {
+        Some("max_tokens") => {
+            return Err(ExtractError::Permanent("anthropic api answer was cut off at max_tokens".into()));
+        }
+        Some("refusal") => return Err(ExtractError::Permanent("anthropic api refused to answer".into())),
+        _ => {}
+    }
+    let text: String = message.content.iter().filter(|b| b.kind == "text").map(|b| b.text.as_str()).collect();
+    if text.is_empty() {
+        return Err(ExtractError::Permanent("anthropic api answer has no text".into()));
+    }
+    Ok(Extraction { text, model: message.model, usage: message.usage.into(), cost_usd: None })
+}
+
+/// Token counts as both the Messages API and the CLI report them; the cache fields may be absent or null.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct WireUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(w: WireUsage) -> Self {
+        Usage {
+            input_tokens: w.input_tokens.unwrap_or(0),
+            output_tokens: w.output_tokens.unwrap_or(0),
+            cache_creation_input_tokens: w.cache_creation_input_tokens.unwrap_or(0),
+            cache_read_input_tokens: w.cache_read_input_tokens.unwrap_or(0),
+        }
+    }
+}
+
+/// An error and its sources, which hold the useful part ("connection refused", "operation timed out").
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    std::iter::successors(Some(error), |e| e.source()).map(ToString::to_string).collect::<Vec<_>>().join(": ")
+}

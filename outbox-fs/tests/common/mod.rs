@@ -1,0 +1,168 @@
+//! Shared pieces of the outbox-fs tests: a migrated SQLite file, a root and an outside directory in one temp
+//! dir, a quick worker, raw job rows, and tree snapshots to prove nothing changed.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use outbox_core::{JobRecord, RetryPolicy, Worker, WorkerBuilder};
+use outbox_fs::Root;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sha2::{Digest, Sha256};
+
+/// A database, a root and a directory outside it, all in one temp dir.
+pub struct Env {
+    pub tmp: tempfile::TempDir,
+    pub db: DatabaseConnection,
+    /// `<tmp>/root`
+    pub root_dir: PathBuf,
+    /// `<tmp>/outside`, holding canary files.
+    pub outside: PathBuf,
+    pub root: Root,
+}
+
+pub async fn env() -> Env {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}?mode=rwc", tmp.path().join("outbox.db").display());
+    let db = outbox_core::connect(&url).await.expect("connect");
+    outbox_core::migrate(&db).await.expect("migrate");
+    let root_dir = tmp.path().join("root");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&root_dir).expect("root dir");
+    std::fs::create_dir(&outside).expect("outside dir");
+    for i in 0..10 {
+        std::fs::write(outside.join(format!("canary_{i}")), format!("canary {i}\n")).expect("canary");
+        std::fs::write(outside.join(format!("victim_{i}")), format!("victim {i}\n")).expect("victim");
+    }
+    std::fs::write(outside.join("x"), "outside x\n").expect("canary x");
+    let root = Root::open(&root_dir).expect("open root");
+    Env { tmp, db, root_dir, outside, root }
+}
+
+/// A worker that polls often and retries fast, with the filesystem handlers of `root`.
+pub fn worker(env: &Env) -> WorkerBuilder {
+    let builder = Worker::builder(&env.db).poll_interval(Duration::from_millis(20)).retry_policy(RetryPolicy {
+        base: Duration::from_millis(10),
+        max: Duration::from_millis(100),
+        jitter: 0.0,
+    });
+    outbox_fs::register_handlers(builder, &env.root, None)
+}
+
+pub async fn job(db: &DatabaseConnection, id: &str) -> JobRecord {
+    outbox_core::ops::get(db, id).await.expect("get job")
+}
+
+/// The job's output as JSON.
+pub fn output(job: &JobRecord) -> serde_json::Value {
+    serde_json::from_str(job.output.as_deref().expect("job output")).expect("output json")
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every entry beneath `dir` (not following symlinks): relative path -> `dir`, `symlink -> target`,
+/// `fifo`, or `file <sha256>`.
+pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).expect("read dir") {
+            let entry = entry.expect("dir entry");
+            let path = entry.path();
+            let rel = path.strip_prefix(base).expect("beneath base").display().to_string();
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            let kind = meta.file_type();
+            if kind.is_symlink() {
+                out.insert(rel, format!("symlink -> {}", std::fs::read_link(&path).expect("link").display()));
+            } else if kind.is_dir() {
+                out.insert(rel, "dir".into());
+                walk(base, &path, out);
+            } else if kind.is_file() {
+                out.insert(rel, format!("file {}", sha256_hex(&std::fs::read(&path).expect("read"))));
+            } else {
+                out.insert(rel, "special".into());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Writes a job row directly, bypassing enqueue's validation (what a foreign producer or a hand edit could
+/// leave). `status` completed also sets `completed_at` (`at` ms) and `output`.
+pub async fn insert_raw(
+    db: &DatabaseConnection,
+    id: &str,
+    kind: &str,
+    payload: &serde_json::Value,
+    status: &str,
+    output: Option<&serde_json::Value>,
+    at: i64,
+) {
+    let schema_hash = match kind {
+        "create_file" => outbox_core::Kind::of::<outbox_fs::CreateFile>().expect("kind").schema_hash().to_owned(),
+        "delete_file" => outbox_core::Kind::of::<outbox_fs::DeleteFile>().expect("kind").schema_hash().to_owned(),
+        _ => outbox_core::Kind::of::<outbox_fs::ClaudeExtraction>().expect("kind").schema_hash().to_owned(),
+    };
+    let completed_at: Option<i64> = (status == "completed").then_some(at);
+    db.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
+         schema_hash, output, created_at, completed_at, updated_at) \
+         VALUES (?, ?, 'default', ?, ?, 0, 0, 3, 0, ?, ?, ?, ?, ?)",
+        vec![
+            id.into(),
+            kind.into(),
+            payload.to_string().into(),
+            status.into(),
+            schema_hash.into(),
+            output.map(|o| o.to_string()).into(),
+            at.into(),
+            completed_at.into(),
+            at.into(),
+        ],
+    ))
+    .await
+    .expect("insert raw job");
+}
+
+/// Runs one statement.
+pub async fn exec(db: &DatabaseConnection, sql: &str, values: Vec<sea_orm::Value>) {
+    db.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)).await.expect(sql);
+}
+
+/// Polls `check` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Asserts two snapshots are equal, naming only the entries that differ.
+#[track_caller]
+pub fn assert_same_tree(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>, what: &str) {
+    let mut diff = Vec::new();
+    for (path, was) in before {
+        match after.get(path) {
+            None => diff.push(format!("deleted {path} ({was})")),
+            Some(now) if now != was => diff.push(format!("changed {path}: {was} -> {now}")),
+            Some(_) => {}
+        }
+    }
+    diff.extend(after.keys().filter(|p| !before.contains_key(*p)).map(|p| format!("created {p}")));
+    assert!(diff.is_empty(), "{what}: {} difference(s), first: {:?}", diff.len(), &diff[..diff.len().min(10)]);
+}
