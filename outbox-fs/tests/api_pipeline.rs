@@ -1,0 +1,73 @@
+//! The Anthropic API backend end to end: jobs run by a real worker against a real HTTP server on 127.0.0.1,
+//! one answered, one refused with 401. The canary key must not reach the database, the files or the errors.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::http::{Server, fixture, reply};
+use common::{env, job, output};
+use outbox_core::{EnqueueOpts, JobStatus};
+use outbox_fs::ClaudeExtraction;
+use outbox_fs::extract::{AnthropicApi, ApiKey, ApiOpts};
+
+const CANARY: &str = "sk-ant-canary-pipeline-9f8e7d6c5b4a";
+
+/// Every file under `dir`, as bytes (the database, its WAL, the answers and sidecars).
+fn all_bytes(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            all_bytes(&path, out);
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            out.push((path.display().to_string(), bytes));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_never_reaches_the_database_files_or_errors() {
+    let env = env().await;
+    let server =
+        Server::start(vec![reply(200, fixture("api_message.json")), reply(401, fixture("api_error_401.json"))]).await;
+    let mut opts = ApiOpts::new("claude-sonnet-4-5").with_key(ApiKey::new(CANARY));
+    opts.base_url = server.base.clone();
+    opts.retries = 0;
+    let api = Arc::new(AnthropicApi::new(opts).expect("client"));
+
+    let answered = ClaudeExtraction::new("Extract requirement R-1.", "answers/r1.md", "R-1");
+    let refused = ClaudeExtraction::new("Extract requirement R-2.", "answers/r2.md", "R-2");
+    let a = outbox_core::enqueue(&env.db, &answered, EnqueueOpts::new()).await.expect("enqueue");
+    // One after the other, so the scripted replies meet the jobs in order.
+    let b = outbox_core::enqueue(&env.db, &refused, EnqueueOpts::new().delay(Duration::from_millis(300)))
+        .await
+        .expect("enqueue");
+    let builder = outbox_core::Worker::builder(&env.db).concurrency(1).poll_interval(Duration::from_millis(20));
+    let worker = outbox_fs::register_handlers(builder, &env.root, Some(api)).build().await.expect("build").start();
+    let settled = common::eventually(Duration::from_secs(20), || async {
+        job(&env.db, b.id()).await.status.is_terminal() && job(&env.db, a.id()).await.status.is_terminal()
+    })
+    .await;
+    worker.shutdown().await.expect("shutdown");
+    assert!(settled, "the jobs did not finish");
+
+    let done = job(&env.db, a.id()).await;
+    assert_eq!(done.status, JobStatus::Completed);
+    assert!(output(&done)["model"].is_string(), "{:?}", done.output);
+    let failed = job(&env.db, b.id()).await;
+    assert_eq!(failed.status, JobStatus::Failed);
+    let error = failed.last_error.expect("error");
+    assert!(error.contains("401") && error.contains("authentication_error"), "{error}");
+    // The key went to the server on both requests...
+    assert!(server.seen().iter().all(|s| s.header("x-api-key") == Some(CANARY)));
+    // ...and nowhere else: not in any row, history, answer, sidecar, database page or WAL frame.
+    let mut files = Vec::new();
+    all_bytes(env.tmp.path(), &mut files);
+    assert!(files.iter().any(|(name, _)| name.ends_with("outbox.db")));
+    for (name, bytes) in files {
+        let hit = bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes());
+        assert!(!hit, "the api key leaked into {name}");
+    }
+}
