@@ -15,8 +15,8 @@ use crate::root::{self, Root, checked, classify};
 /// Deletes the file at `path` beneath the root. A symlink there is removed itself, never its target; a
 /// directory there fails the job permanently.
 ///
-/// A missing file is an error only when `requireExists` holds and no earlier attempt of this job could have
-/// deleted it (the first attempt): a retry after a crash that followed the deletion succeeds. The job
+/// A missing file is an error only when `requireExists` holds and no earlier run of this job could have
+/// deleted it (the first run): a retry after a crash that followed the deletion succeeds. The job
 /// output records `path` and `deleted` (whether this attempt removed something).
 #[derive(Job, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[job(kind = "delete_file", validate = Self::check)]
@@ -24,7 +24,7 @@ use crate::root::{self, Root, checked, classify};
 pub struct DeleteFile {
     /// Relative to the root, `/`-separated, normalized; never leaving the root.
     pub path: String,
-    /// Fail (on the first attempt) when there is nothing to delete (default false).
+    /// Fail (on the first run) when there is nothing to delete (default false).
     #[serde(default)]
     pub require_exists: bool,
 }
@@ -65,8 +65,9 @@ pub(crate) async fn handle(root: Root, job: DeleteFile, ctx: JobContext) -> std:
         .await
         .map_err(|e| JobError::retry(format!("the task deleting `{}` died: {e}", root::shown(&path))))?
         .map_err(Error::into_job_error)?;
-    // Only the first attempt can be sure nobody deleted the file on this job's behalf.
-    if !deleted && require_exists && ctx.attempt() <= 1 {
+    // Only the first run can be sure nobody deleted the file on this job's behalf; `run` counts every start,
+    // even those whose attempt was given back at shutdown.
+    if !deleted && require_exists && ctx.run() <= 1 {
         return Err(Error::NotFound { path: root::shown(&path) }.into_job_error());
     }
     tracing::info!(job_id = ctx.id(), path = %root::shown(&path), deleted, attempt = ctx.attempt(), "file deleted");

@@ -134,7 +134,7 @@ async fn delete_file_removes_files_and_symlinks_but_never_directories_or_link_ta
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_file_missing_fails_only_on_a_first_attempt_that_requires_it() {
+async fn delete_file_missing_fails_only_on_a_first_run_that_requires_it() {
     let e = env().await;
     // Attempt 1, requireExists, nothing there: nobody can have deleted it on this job's behalf.
     let strict = delete(&e, "gone/strict", true).await;
@@ -142,7 +142,10 @@ async fn delete_file_missing_fails_only_on_a_first_attempt_that_requires_it() {
     let lenient = delete(&e, "gone/lenient", false).await;
     // Attempt 2 (attempt 1 was claimed, may have deleted the file, and crashed): missing is success.
     let rerun = delete(&e, "gone/rerun", true).await;
-    exec(&e.db, "UPDATE outbox_jobs SET attempts = 1 WHERE id = ?", vec![rerun.clone().into()]).await;
+    exec(&e.db, "UPDATE outbox_jobs SET attempts = 1, runs = 1 WHERE id = ?", vec![rerun.clone().into()]).await;
+    // An earlier run whose attempt was given back at shutdown (attempts 0, runs 1) may have deleted it too.
+    let released = delete(&e, "gone/released", true).await;
+    exec(&e.db, "UPDATE outbox_jobs SET runs = 1 WHERE id = ?", vec![released.clone().into()]).await;
     run(&e).await;
 
     let j = job(&e.db, &strict).await;
@@ -153,4 +156,6 @@ async fn delete_file_missing_fails_only_on_a_first_attempt_that_requires_it() {
     let j = job(&e.db, &rerun).await;
     assert_eq!((j.status, j.attempts), (JobStatus::Completed, 2), "{:?}", j.last_error);
     assert_eq!(output(&j)["deleted"], false);
+    let j = job(&e.db, &released).await;
+    assert_eq!((j.status, j.attempts), (JobStatus::Completed, 1), "{:?}", j.last_error);
 }

@@ -353,6 +353,8 @@ async fn graceful_shutdown_leaves_no_job_claimed() {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 2);
     // Interrupted jobs are pending again with their attempt given back.
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'pending' AND attempts = 0").await, 4);
+    // The attempt is given back, but the run is counted: a handler can tell it may have acted before.
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE runs = 1").await, 6);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE event = 'released'").await, 4);
 }
 

@@ -33,6 +33,8 @@ pub(crate) struct ClaimedJob {
     pub(crate) attempt: i32,
     pub(crate) max_attempts: i32,
     pub(crate) schema_hash: String,
+    /// How many times the job has been claimed, this claim included; never given back.
+    pub(crate) run: i32,
 }
 
 /// How a claimed job ends its attempt.

@@ -19,6 +19,7 @@ pub(crate) const SCHEMA_V1: &[&str] = &[
             CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
         priority INTEGER NOT NULL DEFAULT 0,
         attempts INTEGER NOT NULL DEFAULT 0,
+        runs INTEGER NOT NULL DEFAULT 0,
         max_attempts INTEGER NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
         run_at INTEGER NOT NULL,
         locked_by TEXT,

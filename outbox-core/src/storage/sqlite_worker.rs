@@ -275,12 +275,13 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
         " AND ?6 IS NULL"
     };
     let sql = format!(
-        "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, locked_by = ?1, locked_at = ?2, \
+        "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
+         locked_at = ?2, \
          claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
          WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ?2 \
          AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
          ORDER BY priority DESC, run_at, id LIMIT ?5) \
-         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash"
+         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs"
     );
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let ctx = || Error::sqlite("claiming jobs");
@@ -295,6 +296,7 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
                 attempt: row.get(4)?,
                 max_attempts: row.get(5)?,
                 schema_hash: row.get(6)?,
+                run: row.get(7)?,
             })
         })
         .map_err(ctx())?;

@@ -91,6 +91,7 @@ pub struct JobContext {
     pub(crate) queue: String,
     pub(crate) attempt: i32,
     pub(crate) max_attempts: i32,
+    pub(crate) run: i32,
     pub(crate) cancel: CancellationToken,
     pub(crate) store: WorkerStore,
 }
@@ -125,6 +126,12 @@ impl JobContext {
     /// Attempts allowed.
     pub fn max_attempts(&self) -> i32 {
         self.max_attempts
+    }
+    /// How many times this job has been started, this run included (from 1). Unlike [`JobContext::attempt`]
+    /// it is never given back (snooze, shutdown) nor reset (operator retry): `run() > 1` means an earlier run
+    /// may already have had side effects.
+    pub fn run(&self) -> i32 {
+        self.run
     }
     /// Whether the worker asked this job to stop (shutdown past its grace period).
     pub fn is_cancelled(&self) -> bool {

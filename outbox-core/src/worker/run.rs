@@ -128,6 +128,7 @@ impl Loop {
             queue: job.queue.clone(),
             attempt: job.attempt,
             max_attempts: job.max_attempts,
+            run: job.run,
             cancel: cancel.clone(),
             store: self.worker.store.clone(),
         };
