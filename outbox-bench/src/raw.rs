@@ -41,15 +41,15 @@ fn insert_jobs_sql(rows: usize) -> String {
     sql
 }
 
-/// The worker's claim (`Actor::claim`, no queue filter).
-const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, locked_by = ?1, \
-     locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
+/// The worker's claim (`claim` in `storage/sqlite_worker.rs`, no queue filter).
+const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
+     locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
      WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ?2 \
      AND kind IN (SELECT value FROM json_each(?4)) AND ?6 IS NULL \
      ORDER BY priority DESC, run_at, id LIMIT ?5) \
-     RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash";
+     RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs";
 
-/// The worker's fenced completion (`Actor::write_finished`, `Outcome::Completed`).
+/// The worker's fenced completion (`write_finished`, `Outcome::Completed`).
 const COMPLETE_SQL: &str = "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
      lease_expires_at = NULL, updated_at = ?5 WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3";
 
@@ -234,6 +234,7 @@ struct Claimed {
     _payload: String,
     _max_attempts: i32,
     _schema_hash: String,
+    _run: i32,
 }
 
 /// Case `process`: claim `batch` jobs in one autocommit UPDATE ... RETURNING, complete them with the fenced
@@ -258,6 +259,7 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
                         attempt: row.get(4)?,
                         _max_attempts: row.get(5)?,
                         _schema_hash: row.get(6)?,
+                        _run: row.get(7)?,
                     })
                 })?;
             rows.collect::<rusqlite::Result<Vec<Claimed>>>()?
