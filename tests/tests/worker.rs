@@ -387,7 +387,8 @@ async fn leases_are_renewed_while_a_handler_runs() {
         .await
         .expect("build")
         .start();
-    // A second worker rescues aggressively all along.
+    // Only once the slow worker holds the job: a second worker rescues aggressively all along.
+    assert!(outbox_tests::wait_status(&t.db, job.id(), JobStatus::Claimed, Duration::from_secs(30)).await);
     let rescuer = quick(&t.db)
         .rescue_interval(Duration::from_millis(50))
         .register(|_: Probe, _: JobContext| async { Err::<(), _>(JobError::permanent("must never run")) })
