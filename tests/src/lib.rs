@@ -127,3 +127,8 @@ impl Span {
         Ok(())
     }
 }
+
+/// Waits until the integer `sql` returns equals `n`; returns whether it did within `timeout`.
+pub async fn wait_scalar(db: &DatabaseConnection, sql: &str, n: i64, timeout: Duration) -> bool {
+    eventually(timeout, || async move { scalar(db, sql).await == n }).await
+}

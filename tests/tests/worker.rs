@@ -111,11 +111,12 @@ async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry() {
         .await
         .expect("build")
         .start();
-    let db = t.db.clone();
-    let settled = outbox_tests::eventually(Duration::from_secs(20), || {
-        let db = db.clone();
-        async move { scalar(&db, "SELECT COUNT(*) FROM outbox_jobs WHERE status IN ('completed', 'failed')").await == 2 }
-    })
+    let settled = outbox_tests::wait_scalar(
+        &t.db,
+        "SELECT COUNT(*) FROM outbox_jobs WHERE status IN ('completed', 'failed')",
+        2,
+        Duration::from_secs(20),
+    )
     .await;
     handle.shutdown().await.expect("shutdown");
     assert!(settled);
@@ -150,11 +151,12 @@ async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on() {
         .await
         .expect("build")
         .start();
-    let db = t.db.clone();
-    let done = outbox_tests::eventually(Duration::from_secs(20), || {
-        let db = db.clone();
-        async move { scalar(&db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await == 2 }
-    })
+    let done = outbox_tests::wait_scalar(
+        &t.db,
+        "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'",
+        2,
+        Duration::from_secs(20),
+    )
     .await;
     assert!(!handle.is_finished(), "the worker died");
     handle.shutdown().await.expect("shutdown");

@@ -1,7 +1,7 @@
 //! Shared pieces of the outbox-fs tests: a migrated SQLite file, a root and an outside directory in one temp
 //! dir, a quick worker, raw job rows, and tree snapshots to prove nothing changed.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod http;
 
@@ -136,23 +136,7 @@ pub async fn exec(db: &DatabaseConnection, sql: &str, values: Vec<sea_orm::Value
     db.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)).await.expect(sql);
 }
 
-/// Polls `check` every 20 ms until it holds or `timeout` passes; returns whether it held.
-pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use outbox_tests::eventually;
 
 /// Asserts two snapshots are equal, naming only the entries that differ.
 #[track_caller]
