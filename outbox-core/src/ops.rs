@@ -351,8 +351,6 @@ impl PathScan {
 /// # Ok(()) }
 /// ```
 pub async fn latest_completed_by_path(db: &sea_orm::DatabaseConnection, fields: &[PathField<'_>]) -> Result<PathScan> {
-    use sea_orm::{SqliteTransactionMode, TransactionOptions, TransactionTrait};
-
     storage::backend(db)?;
     if fields.is_empty() {
         return Err(Error::Invalid("a path scan needs at least one kind and path field".into()));
@@ -363,12 +361,42 @@ pub async fn latest_completed_by_path(db: &sea_orm::DatabaseConnection, fields: 
             bad.json_path, bad.kind
         )));
     }
-    // Deferred: the scan only reads the jobs; its scratch table lives in the connection's temp schema.
+    let txn = begin_scan(db).await?;
+    let (jobs_total, paths_total) = sqlite::open_path_scan(&txn, fields).await?;
+    Ok(PathScan { txn, after: 0, jobs_total, paths_total })
+}
+
+/// For every resource named by a completed job of `kind`, the latest such job (by completion time, then
+/// id), where a job's resource is the combination of the payload values at `json_paths` (for example
+/// `["$.resourceType", "$.resourceId"]`). Each [`PathJob::path`] holds that combination as a JSON array
+/// (`["s3_bucket","invoices"]`). Same snapshot and paging as [`latest_completed_by_path`].
+pub async fn latest_completed_by_key(
+    db: &sea_orm::DatabaseConnection,
+    kind: &str,
+    json_paths: &[&str],
+) -> Result<PathScan> {
+    storage::backend(db)?;
+    if kind.is_empty() || json_paths.is_empty() {
+        return Err(Error::Invalid("a key scan needs a kind and at least one JSON path".into()));
+    }
+    if let Some(bad) = json_paths.iter().find(|p| !p.starts_with('$')) {
+        return Err(Error::Invalid(format!(
+            "invalid JSON path `{bad}` for kind `{kind}`: a JSON path starts with `$`"
+        )));
+    }
+    let txn = begin_scan(db).await?;
+    let (jobs_total, paths_total) = sqlite::open_key_scan(&txn, kind, json_paths).await?;
+    Ok(PathScan { txn, after: 0, jobs_total, paths_total })
+}
+
+/// The read transaction a scan lives in: deferred, since it only reads the jobs; its scratch table lives
+/// in the connection's temp schema.
+async fn begin_scan(db: &sea_orm::DatabaseConnection) -> Result<sea_orm::DatabaseTransaction> {
+    use sea_orm::{SqliteTransactionMode, TransactionOptions, TransactionTrait};
+
     let opts = TransactionOptions {
         sqlite_transaction_mode: Some(SqliteTransactionMode::Deferred),
         ..TransactionOptions::default()
     };
-    let txn = db.begin_with_options(opts).await.map_err(Error::db("beginning a path scan"))?;
-    let (jobs_total, paths_total) = sqlite::open_path_scan(&txn, fields).await?;
-    Ok(PathScan { txn, after: 0, jobs_total, paths_total })
+    db.begin_with_options(opts).await.map_err(Error::db("beginning a path scan"))
 }

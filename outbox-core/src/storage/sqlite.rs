@@ -443,6 +443,40 @@ pub(crate) async fn open_path_scan<C: ConnectionTrait + ?Sized>(
     conn: &C,
     fields: &[crate::ops::PathField<'_>],
 ) -> Result<(u64, u64)> {
+    // Each kind's path field is picked by a CASE, so adding kinds adds no scan.
+    let mut values: Vec<Value> = Vec::with_capacity(fields.len() * 2);
+    let mut case = String::from("CAST(json_extract(payload, CASE kind");
+    for f in fields {
+        case.push_str(" WHEN ? THEN ?");
+        values.push(f.kind.into());
+        values.push(f.json_path.into());
+    }
+    case.push_str(" END) AS TEXT)");
+    let kinds: Vec<&str> = fields.iter().map(|f| f.kind).collect();
+    open_scan(conn, &kinds, &case, values).await
+}
+
+/// Opens the scan of [`crate::ops::latest_completed_by_key`]: the key of a job is the JSON array of the
+/// values at `json_paths` in its payload.
+pub(crate) async fn open_key_scan<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kind: &str,
+    json_paths: &[&str],
+) -> Result<(u64, u64)> {
+    let marks = vec!["json_extract(payload, ?)"; json_paths.len()].join(", ");
+    let values = json_paths.iter().map(|p| Value::from(*p)).collect();
+    open_scan(conn, &[kind], &format!("json_array({marks})"), values).await
+}
+
+/// Fills the connection's scratch table with the latest completed job (by completion time, then id) of
+/// every value of `key_sql` among completed jobs of `kinds`, in one pass over the jobs. `key_values` bind
+/// the placeholders of `key_sql`.
+async fn open_scan<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kinds: &[&str],
+    key_sql: &str,
+    mut key_values: Vec<Value>,
+) -> Result<(u64, u64)> {
     let ctx = || Error::db("building the latest completed job per path");
     conn.execute_unprepared("DROP TABLE IF EXISTS temp.outbox_path_scan").await.map_err(ctx())?;
     conn.execute_unprepared(
@@ -451,29 +485,19 @@ pub(crate) async fn open_path_scan<C: ConnectionTrait + ?Sized>(
     )
     .await
     .map_err(ctx())?;
-    // One pass over the jobs: each kind's path field is picked by a CASE, so adding kinds adds no scan.
-    let mut values: Vec<Value> = Vec::with_capacity(fields.len() * 3);
-    let mut case = String::from("CASE kind");
-    for f in fields {
-        case.push_str(" WHEN ? THEN ?");
-        values.push(f.kind.into());
-        values.push(f.json_path.into());
-    }
-    case.push_str(" END");
-    let marks = vec!["?"; fields.len()].join(", ");
-    values.extend(fields.iter().map(|f| Value::from(f.kind)));
+    let marks = vec!["?"; kinds.len()].join(", ");
+    key_values.extend(kinds.iter().map(|k| Value::from(*k)));
     let sql = format!(
         "INSERT INTO temp.outbox_path_scan (path, job_id, kind, output, completed_at, jobs) \
          SELECT path, id, kind, output, completed_at, jobs FROM ( \
              SELECT path, id, kind, output, completed_at, \
                  ROW_NUMBER() OVER (PARTITION BY path ORDER BY completed_at DESC, id DESC) AS rn, \
                  COUNT(*) OVER (PARTITION BY path) AS jobs \
-             FROM (SELECT id, kind, output, completed_at, \
-                       CAST(json_extract(payload, {case}) AS TEXT) AS path \
+             FROM (SELECT id, kind, output, completed_at, {key_sql} AS path \
                    FROM outbox_jobs WHERE status = 'completed' AND kind IN ({marks})) \
          ) WHERE rn = 1 ORDER BY path"
     );
-    conn.execute_raw(stmt(sql, values)).await.map_err(ctx())?;
+    conn.execute_raw(stmt(sql, key_values)).await.map_err(ctx())?;
     let row = conn
         .query_one_raw(stmt("SELECT COALESCE(SUM(jobs), 0), COUNT(*) FROM temp.outbox_path_scan", vec![]))
         .await
