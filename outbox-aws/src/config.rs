@@ -8,6 +8,7 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::ProvideCredentials;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 
 use crate::error::{Error, Result};
@@ -22,6 +23,7 @@ pub struct AwsOpts {
     force_path_style: Option<bool>,
     credentials: Option<Credentials>,
     operation_timeout: Option<Duration>,
+    sdk_max_attempts: Option<u32>,
     check_credentials: bool,
 }
 
@@ -33,6 +35,7 @@ impl std::fmt::Debug for AwsOpts {
             .field("force_path_style", &self.force_path_style)
             .field("credentials", &self.credentials.as_ref().map(|_| "** static, redacted **"))
             .field("operation_timeout", &self.operation_timeout)
+            .field("sdk_max_attempts", &self.sdk_max_attempts)
             .field("check_credentials", &self.check_credentials)
             .finish()
     }
@@ -82,6 +85,13 @@ impl AwsOpts {
         self
     }
 
+    /// How many times the SDK itself tries one call before the job sees the error (default 3, the SDK's
+    /// standard mode); 1 leaves every retry to the queue's backoff.
+    pub fn sdk_max_attempts(mut self, n: u32) -> Self {
+        self.sdk_max_attempts = Some(n.max(1));
+        self
+    }
+
     /// Whether [`Aws::connect`] resolves credentials up front, failing fast when there are none
     /// (default true).
     pub fn check_credentials(mut self, on: bool) -> Self {
@@ -115,6 +125,9 @@ impl Aws {
             .operation_timeout(opts.operation_timeout.unwrap_or(Duration::from_secs(60)))
             .build();
         let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(http).timeout_config(timeouts);
+        if let Some(n) = opts.sdk_max_attempts {
+            loader = loader.retry_config(RetryConfig::standard().with_max_attempts(n));
+        }
         if let Some(region) = &opts.region {
             loader = loader.region(Region::new(region.clone()));
         }

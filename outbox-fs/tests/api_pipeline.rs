@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::http::{Server, fixture, reply};
+use common::fixture;
+use common::http::{Server, reply};
 use common::{env, job, output};
 use outbox_core::{EnqueueOpts, JobStatus};
 use outbox_fs::ClaudeExtraction;

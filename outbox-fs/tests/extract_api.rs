@@ -5,7 +5,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::http::{Reply, Server, fixture, reply};
+use common::fixture;
+use common::http::{Reply, Server, reply};
 use tokio::net::TcpListener;
 
 use outbox_fs::extract::{AnthropicApi, ApiKey, ApiOpts, ExtractError, ExtractRequest, Extractor, Usage};

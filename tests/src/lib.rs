@@ -1,6 +1,8 @@
 //! Shared pieces of the integration tests: job kinds, fresh databases, and the worker binary the crash and
 //! race tests run as child processes.
 
+pub mod http;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

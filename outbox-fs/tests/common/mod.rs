@@ -3,7 +3,7 @@
 
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
-pub mod http;
+pub use outbox_tests::http;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -151,4 +151,10 @@ pub fn assert_same_tree(before: &BTreeMap<String, String>, after: &BTreeMap<Stri
     }
     diff.extend(after.keys().filter(|p| !before.contains_key(*p)).map(|p| format!("created {p}")));
     assert!(diff.is_empty(), "{what}: {} difference(s), first: {:?}", diff.len(), &diff[..diff.len().min(10)]);
+}
+
+/// A scripted response body from `tests/fixtures/extract`.
+pub fn fixture(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/extract").join(name);
+    std::fs::read_to_string(path).expect("fixture")
 }

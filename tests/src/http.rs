@@ -1,7 +1,7 @@
-//! A real HTTP server on 127.0.0.1 that answers from a script and records the requests it saw.
+//! A real HTTP server on 127.0.0.1 that answers from a script and records the requests it saw, for testing
+//! HTTP clients against real sockets.
 
 use std::collections::VecDeque;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,12 +10,17 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// One scripted answer.
 pub struct Reply {
+    /// HTTP status.
     pub status: u16,
+    /// Extra headers.
     pub headers: Vec<(&'static str, &'static str)>,
+    /// Body (sent with `content-type: application/json` unless a header says otherwise).
     pub body: String,
+    /// How long to wait before answering.
     pub delay: Duration,
 }
 
+/// A reply with `status` and `body`, at once.
 pub fn reply(status: u16, body: String) -> Reply {
     Reply { status, headers: Vec::new(), body, delay: Duration::ZERO }
 }
@@ -23,23 +28,30 @@ pub fn reply(status: u16, body: String) -> Reply {
 /// What the server saw: header names lowercased.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// The request line (`POST /v1/messages HTTP/1.1`).
     pub line: String,
+    /// Headers, names lowercased.
     pub headers: Vec<(String, String)>,
+    /// The body.
     pub body: String,
 }
 
 impl Seen {
+    /// The first value of header `name` (lowercase).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
 
+/// The running server; it lives as long as the test's runtime.
 pub struct Server {
+    /// `http://127.0.0.1:PORT`.
     pub base: String,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Server {
+    /// Starts answering with `replies` in order (500 once they run out).
     pub async fn start(replies: Vec<Reply>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
@@ -54,6 +66,7 @@ impl Server {
         Self { base, seen }
     }
 
+    /// The requests seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().expect("lock").clone()
     }
@@ -90,17 +103,14 @@ async fn answer(mut socket: TcpStream, replies: Arc<Mutex<VecDeque<Reply>>>, see
     let next = replies.lock().expect("lock").pop_front();
     let reply = next.unwrap_or_else(|| reply(500, "no scripted reply left".into()));
     tokio::time::sleep(reply.delay).await;
-    let mut out = format!("HTTP/1.1 {} X\r\ncontent-type: application/json\r\n", reply.status);
+    let mut out = format!("HTTP/1.1 {} X\r\n", reply.status);
+    if !reply.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+        out.push_str("content-type: application/json\r\n");
+    }
     for (name, value) in &reply.headers {
         out.push_str(&format!("{name}: {value}\r\n"));
     }
     out.push_str(&format!("content-length: {}\r\nconnection: close\r\n\r\n{}", reply.body.len(), reply.body));
     let _ = socket.write_all(out.as_bytes()).await;
     let _ = socket.shutdown().await;
-}
-
-/// A scripted response body from `tests/fixtures/extract`.
-pub fn fixture(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/extract").join(name);
-    std::fs::read_to_string(path).expect("fixture")
 }
