@@ -78,6 +78,13 @@ pub(crate) fn region_rule(region: &str) -> Option<String> {
     (!ok).then(|| format!("`{}` is not a region name like `eu-west-1`", region.escape_debug()))
 }
 
+/// The `<Status>` of a versioning answer: `None` when the bucket was never versioned.
+fn versioning_status(xml: &str) -> Option<BucketVersioningStatus> {
+    let start = xml.find("<Status>")? + "<Status>".len();
+    let end = start + xml[start..].find("</Status>")?;
+    Some(BucketVersioningStatus::from(xml[start..end].trim()))
+}
+
 fn tag_rules(tags: &BTreeMap<String, String>) -> Vec<Violation> {
     let mut out = Vec::new();
     if tags.len() > 50 {
@@ -178,19 +185,24 @@ impl Provider for S3Bucket {
 
             let mut versioning = None;
             if let Some(want) = config.versioning {
-                let out = s3
-                    .get_bucket_versioning()
-                    .bucket(bucket)
-                    .send()
-                    .await
-                    .map_err(|e| sdk("GetBucketVersioning", &res, e))?;
-                let enabled = out.status() == Some(&BucketVersioningStatus::Enabled);
-                let target = match (want, enabled, out.status()) {
-                    (true, false, _) => Some(BucketVersioningStatus::Enabled),
-                    (false, true, _) => Some(BucketVersioningStatus::Suspended),
+                let current = match s3.get_bucket_versioning().bucket(bucket).send().await {
+                    Ok(out) => Some(out.status().cloned()),
+                    // Some S3-compatible servers answer with another root element: read its `Status`, and
+                    // when even that fails, write the wanted state (harmless) rather than guess.
+                    Err(e) => match e.raw_response().filter(|r| r.status().is_success()) {
+                        Some(raw) => raw.body().bytes().map(|b| versioning_status(&String::from_utf8_lossy(b))),
+                        None => return Err(sdk("GetBucketVersioning", &res, e)),
+                    },
+                };
+                let enabled = matches!(current, Some(Some(BucketVersioningStatus::Enabled)));
+                let target = match (want, &current) {
+                    (true, _) if !enabled => Some(BucketVersioningStatus::Enabled),
+                    (false, None) => Some(BucketVersioningStatus::Suspended),
+                    (false, _) if enabled => Some(BucketVersioningStatus::Suspended),
                     _ => None,
                 };
-                versioning = Some(out.status().map_or("Unversioned", |s| s.as_str()).to_owned());
+                versioning =
+                    Some(current.flatten().map_or_else(|| "Unversioned".to_owned(), |s| s.as_str().to_owned()));
                 if let Some(status) = target {
                     versioning = Some(status.as_str().to_owned());
                     s3.put_bucket_versioning()
@@ -289,6 +301,18 @@ mod tests {
         {
             assert!(bucket_name_rule(bad).is_some(), "{bad}");
         }
+    }
+
+    #[test]
+    fn versioning_status_is_read_from_any_root() {
+        let xml = |inner: &str| {
+            format!(
+                r#"<?xml version="1.0"?><GetBucketVersioningResponse xmlns="x">{inner}</GetBucketVersioningResponse>"#
+            )
+        };
+        assert_eq!(versioning_status(&xml("<Status>Enabled</Status>")), Some(BucketVersioningStatus::Enabled));
+        assert_eq!(versioning_status(&xml("<Status>Suspended</Status>")), Some(BucketVersioningStatus::Suspended));
+        assert_eq!(versioning_status(&xml("")), None);
     }
 
     #[test]
