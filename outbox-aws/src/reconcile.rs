@@ -52,7 +52,7 @@ impl ReconcileOpts {
 }
 
 /// What is wrong with one resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum DiscrepancyKind {

@@ -15,10 +15,13 @@ use crate::provider::{self, violation};
 /// `config` must be given, as `null` for a delete: a payload without it is refused rather than read as a
 /// delete. Unknown resource types and malformed configs are refused at enqueue, naming the field.
 ///
+/// Up to 8 attempts by default (throttling, a bucket whose own job has not run yet); override per job
+/// with `EnqueueOpts::max_attempts`.
+///
 /// The job output records `resourceType`, `resourceId`, `present` (what the job left), and what
 /// identifies the result (`arn`, `queueUrl`, `etag`).
 #[derive(Job, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[job(kind = "sync_aws", validate = Self::check)]
+#[job(kind = "sync_aws", max_attempts = 8, validate = Self::check)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SyncAws {
     /// The provider: `s3_bucket`, `s3_object`, `sqs_queue`, or one registered by the application.

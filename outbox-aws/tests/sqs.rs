@@ -47,7 +47,8 @@ async fn a_queue_is_created_updated_and_deleted() {
     assert_eq!((again["created"].clone(), again["changed"].clone()), (json!(false), json!([])));
     assert_eq!(again["queueUrl"], url.as_str());
 
-    let update = json!({ "attributes": { "VisibilityTimeout": 60, "DelaySeconds": 5, "MessageRetentionPeriod": 86400 } });
+    let update =
+        json!({ "attributes": { "VisibilityTimeout": 60, "DelaySeconds": 5, "MessageRetentionPeriod": 86400 } });
     let out = completed(&sync(&t.db, &aws, &SyncAws::upsert("sqs_queue", &name, update)).await);
     assert_eq!(out["changed"], json!(["DelaySeconds", "VisibilityTimeout"]), "{out}");
     let attrs = attributes(&aws, &url).await;

@@ -26,7 +26,9 @@ async fn an_unknown_resource_type_is_refused_with_the_known_ones() {
     assert!(v[0].1.contains("`dynamodb_table`") && v[0].1.contains("s3_bucket, s3_object, sqs_queue"), "{}", v[0].1);
 
     // The typed path says the same.
-    let err = outbox_core::enqueue(&t.db, &SyncAws::delete("ec2_instance", "i-1"), EnqueueOpts::new()).await.expect_err("refused");
+    let err = outbox_core::enqueue(&t.db, &SyncAws::delete("ec2_instance", "i-1"), EnqueueOpts::new())
+        .await
+        .expect_err("refused");
     assert!(err.to_string().contains("/resourceType") && err.to_string().contains("ec2_instance"), "{err}");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
 }
@@ -35,18 +37,62 @@ async fn an_unknown_resource_type_is_refused_with_the_known_ones() {
 async fn a_malformed_config_is_refused_naming_the_field() {
     let t = fresh_db().await;
     let cases = [
-        (json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": { "versioning": "yes" } }), "/config/versioning", "boolean"),
-        (json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": { "tags": { "team": 7 } } }), "/config/tags/team", "string"),
-        (json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": { "versionning": true } }), "/config", "versionning"),
-        (json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": { "region": "moon-1" } }), "/config/region", "moon-1"),
-        (json!({ "resourceType": "s3_bucket", "resourceId": "Not_A_Bucket", "config": {} }), "/resourceId", "Not_A_Bucket"),
+        (
+            json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": { "versioning": "yes" } }),
+            "/config/versioning",
+            "boolean",
+        ),
+        (
+            json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": { "tags": { "team": 7 } } }),
+            "/config/tags/team",
+            "string",
+        ),
+        (
+            json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": { "versionning": true } }),
+            "/config",
+            "versionning",
+        ),
+        (
+            json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": { "region": "moon-1" } }),
+            "/config/region",
+            "moon-1",
+        ),
+        (
+            json!({ "resourceType": "s3_bucket", "resourceId": "Not_A_Bucket", "config": {} }),
+            "/resourceId",
+            "Not_A_Bucket",
+        ),
         (json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": [] }), "/config", "object"),
-        (json!({ "resourceType": "s3_object", "resourceId": "ok-bucket", "config": { "body": "x" } }), "/resourceId", "bucket/key"),
-        (json!({ "resourceType": "s3_object", "resourceId": "ok-bucket/k", "config": { "contentType": "text/plain" } }), "/config", "body"),
-        (json!({ "resourceType": "s3_object", "resourceId": "ok-bucket/k", "config": { "body": "!", "encoding": "base64" } }), "/config/body", "base64"),
-        (json!({ "resourceType": "s3_object", "resourceId": "ok-bucket/k", "config": { "body": "x", "encoding": "utf16" } }), "/config/encoding", "utf16"),
-        (json!({ "resourceType": "sqs_queue", "resourceId": "q", "config": { "attributes": { "VisibilityTimout": 3 } } }), "/config/attributes/VisibilityTimout", "VisibilityTimeout"),
-        (json!({ "resourceType": "sqs_queue", "resourceId": "q", "config": { "attributes": { "DelaySeconds": "soon" } } }), "/config/attributes/DelaySeconds", "integer"),
+        (
+            json!({ "resourceType": "s3_object", "resourceId": "ok-bucket", "config": { "body": "x" } }),
+            "/resourceId",
+            "bucket/key",
+        ),
+        (
+            json!({ "resourceType": "s3_object", "resourceId": "ok-bucket/k", "config": { "contentType": "text/plain" } }),
+            "/config",
+            "body",
+        ),
+        (
+            json!({ "resourceType": "s3_object", "resourceId": "ok-bucket/k", "config": { "body": "!", "encoding": "base64" } }),
+            "/config/body",
+            "base64",
+        ),
+        (
+            json!({ "resourceType": "s3_object", "resourceId": "ok-bucket/k", "config": { "body": "x", "encoding": "utf16" } }),
+            "/config/encoding",
+            "utf16",
+        ),
+        (
+            json!({ "resourceType": "sqs_queue", "resourceId": "q", "config": { "attributes": { "VisibilityTimout": 3 } } }),
+            "/config/attributes/VisibilityTimout",
+            "VisibilityTimeout",
+        ),
+        (
+            json!({ "resourceType": "sqs_queue", "resourceId": "q", "config": { "attributes": { "DelaySeconds": "soon" } } }),
+            "/config/attributes/DelaySeconds",
+            "integer",
+        ),
         (json!({ "resourceType": "sqs_queue", "resourceId": "bad queue", "config": null }), "/resourceId", "bad queue"),
         (json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket" }), "", "config"),
         (json!({ "resourceType": "s3_bucket", "resourceId": "", "config": null }), "/resourceId", ""),
@@ -90,7 +136,12 @@ async fn a_provider_registered_by_the_application_is_known_at_enqueue() {
                 vec![Violation { path: "/resourceId".into(), message: "topics are named topic-*".into() }]
             }
         }
-        fn apply<'a>(&'a self, _: &'a Aws, _: &'a str, _: &'a serde_json::Value) -> BoxFuture<'a, outbox_aws::Result<serde_json::Value>> {
+        fn apply<'a>(
+            &'a self,
+            _: &'a Aws,
+            _: &'a str,
+            _: &'a serde_json::Value,
+        ) -> BoxFuture<'a, outbox_aws::Result<serde_json::Value>> {
             Box::pin(async { Ok(json!({})) })
         }
         fn delete<'a>(&'a self, _: &'a Aws, _: &'a str) -> BoxFuture<'a, outbox_aws::Result<serde_json::Value>> {
@@ -101,9 +152,13 @@ async fn a_provider_registered_by_the_application_is_known_at_enqueue() {
         }
     }
     outbox_aws::register_provider(Topic).expect("register");
-    assert!(matches!(outbox_aws::register_provider(Topic), Err(outbox_aws::Error::DuplicateProvider(t)) if t == "test_topic"));
+    assert!(
+        matches!(outbox_aws::register_provider(Topic), Err(outbox_aws::Error::DuplicateProvider(t)) if t == "test_topic")
+    );
     let t = fresh_db().await;
-    outbox_core::enqueue(&t.db, &SyncAws::upsert("test_topic", "topic-a", json!({})), EnqueueOpts::new()).await.expect("known now");
+    outbox_core::enqueue(&t.db, &SyncAws::upsert("test_topic", "topic-a", json!({})), EnqueueOpts::new())
+        .await
+        .expect("known now");
     let v = refused(&t.db, json!({ "resourceType": "test_topic", "resourceId": "b", "config": {} })).await;
     assert_eq!(v, [("/resourceId".to_owned(), "topics are named topic-*".to_owned())]);
 }
