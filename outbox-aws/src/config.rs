@@ -154,7 +154,7 @@ impl Aws {
             provider.provide_credentials().await.map_err(|e| {
                 Error::Config(format!(
                     "no usable credentials from the standard chain: {}",
-                    aws_smithy_types::error::display::DisplayErrorContext(&e)
+                    crate::error::chain(&e).replace(":\n  ", " ").replace("\n  ", "; ")
                 ))
             })?;
         }

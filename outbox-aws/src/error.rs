@@ -2,7 +2,6 @@
 
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use outbox_core::JobError;
 
@@ -128,9 +127,7 @@ where
         _ => None,
     };
     let (retryable, message) = match &err {
-        SdkError::ConstructionFailure(_) => {
-            (false, format!("the request could not be built: {}", DisplayErrorContext(&err)))
-        }
+        SdkError::ConstructionFailure(_) => (false, format!("the request could not be built: {}", chain(&err))),
         SdkError::TimeoutError(_) => (true, "the call timed out".to_owned()),
         SdkError::DispatchFailure(d) => {
             let why = if d.is_timeout() {
@@ -140,9 +137,9 @@ where
             } else {
                 "the request could not be sent"
             };
-            (!d.is_user(), format!("{why}: {}", DisplayErrorContext(&err)))
+            (!d.is_user(), format!("{why}: {}", chain(&err)))
         }
-        SdkError::ResponseError(_) => (true, format!("unreadable response: {}", DisplayErrorContext(&err))),
+        SdkError::ResponseError(_) => (true, format!("unreadable response: {}", chain(&err))),
         SdkError::ServiceError(_) => {
             let status = status.unwrap_or_default();
             let retry = status >= 500 || status == 429 || code.as_deref().is_some_and(|c| RETRY_CODES.contains(&c));
@@ -154,9 +151,24 @@ where
             };
             (retry, format!("{text} (http {status})"))
         }
-        _ => (true, DisplayErrorContext(&err).to_string()),
+        _ => (true, chain(&err).to_string()),
     };
     Error::Aws { op, resource, code, status, message, retryable }
+}
+
+/// An error and its sources, `: `-separated, without the Debug dump the SDK's own context display adds.
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = e.source();
+    }
+    out
 }
 
 #[cfg(test)]
