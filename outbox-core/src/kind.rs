@@ -86,14 +86,41 @@ impl Kind {
 
     /// A kind described by name, JSON Schema and options.
     pub fn from_schema(name: &str, schema: Value, opts: KindOpts) -> Result<Kind> {
+        let key_fields = opts.key_fields.iter().map(|f| (*f).to_owned()).collect();
+        Kind::build(name, schema, opts.queue, opts.priority, opts.max_attempts, opts.unique, key_fields)
+    }
+
+    /// The kind a worker recorded in the database ([`crate::ops::kinds`]): its schema and options, without
+    /// the typed kind's own rules ([`Job::validate`]), which the worker still checks before running a job.
+    pub fn from_record(record: &crate::ops::KindRecord) -> Result<Kind> {
+        Kind::build(
+            &record.name,
+            record.schema.clone(),
+            &record.queue,
+            record.priority,
+            record.max_attempts,
+            record.unique,
+            record.key_fields.clone(),
+        )
+    }
+
+    fn build(
+        name: &str,
+        schema: Value,
+        queue: &str,
+        priority: i32,
+        max_attempts: i32,
+        unique: bool,
+        key_fields: Vec<String>,
+    ) -> Result<Kind> {
         let invalid = |reason: String| Error::InvalidKind { kind: name.to_owned(), reason };
         if name.is_empty() {
             return Err(invalid("the kind name is empty".into()));
         }
-        if opts.max_attempts < 1 {
-            return Err(invalid(format!("max_attempts is {}, it must be at least 1", opts.max_attempts)));
+        if max_attempts < 1 {
+            return Err(invalid(format!("max_attempts is {max_attempts}, it must be at least 1")));
         }
-        if !opts.unique && !opts.key_fields.is_empty() {
+        if !unique && !key_fields.is_empty() {
             return Err(invalid("key fields are set but unique is false".into()));
         }
         // Formats (`email`, `uuid`, `date-time`, ...) are asserted: a schema that names one means it.
@@ -101,8 +128,8 @@ impl Kind {
             .should_validate_formats(true)
             .build(&schema)
             .map_err(|e| invalid(format!("its json schema does not compile: {e}")))?;
-        for field in opts.key_fields {
-            let known = schema.get("properties").and_then(|p| p.get(*field)).is_some();
+        for field in &key_fields {
+            let known = schema.get("properties").and_then(|p| p.get(field)).is_some();
             if !known {
                 return Err(invalid(format!("key field `{field}` is not a property of the payload schema")));
             }
@@ -110,16 +137,26 @@ impl Kind {
         let schema_hash = sha256_hex(canonical_json(&schema).as_bytes());
         Ok(Kind {
             name: name.to_owned(),
-            queue: opts.queue.to_owned(),
-            priority: opts.priority,
-            max_attempts: opts.max_attempts,
-            unique: opts.unique,
-            key_fields: opts.key_fields.iter().map(|f| (*f).to_owned()).collect(),
+            queue: queue.to_owned(),
+            priority,
+            max_attempts,
+            unique,
+            key_fields,
             schema,
             schema_hash,
             validator,
             rules: None,
         })
+    }
+
+    /// Whether duplicate intents collapse onto one active job.
+    pub fn is_unique(&self) -> bool {
+        self.unique
+    }
+
+    /// The payload fields whose values form the idempotency key (empty: a hash of the whole payload).
+    pub fn key_fields(&self) -> &[String] {
+        &self.key_fields
     }
 
     /// The stable kind name stored with each job.

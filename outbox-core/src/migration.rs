@@ -31,6 +31,11 @@ impl MigratorTrait for Migrator {
                     "DROP TABLE IF EXISTS outbox_job_events",
                 ],
             }),
+            Box::new(Step {
+                name: "m20261122_000003_create_outbox_kinds",
+                up: |backend| (backend == DbBackend::Sqlite).then_some(storage::sqlite::SCHEMA_V3_KINDS),
+                down: &["DROP TABLE IF EXISTS outbox_kinds"],
+            }),
         ]
     }
 

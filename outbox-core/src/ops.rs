@@ -109,6 +109,81 @@ pub struct Stats {
     pub window_secs: u64,
 }
 
+/// A kind as a worker recorded it when it started: what tools without the Rust type need to validate and
+/// show its jobs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KindRecord {
+    /// Kind name.
+    pub name: String,
+    /// The payload's JSON Schema.
+    pub schema: serde_json::Value,
+    /// sha256 (hex) of the canonical schema, as stored on each job.
+    pub schema_hash: String,
+    /// Default queue.
+    pub queue: String,
+    /// Default priority.
+    pub priority: i32,
+    /// Default attempts.
+    pub max_attempts: i32,
+    /// Whether duplicate intents collapse onto one active job.
+    pub unique: bool,
+    /// Fields forming the idempotency key (empty: a hash of the whole payload).
+    pub key_fields: Vec<String>,
+    /// The worker that last recorded it.
+    pub recorded_by: Option<String>,
+    /// When a worker first recorded it.
+    pub first_seen_at: DateTime<Utc>,
+    /// When a worker last recorded it.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Jobs of one queue by state.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QueueCounts {
+    /// Queue name.
+    pub queue: String,
+    /// Pending and due now.
+    pub available: u64,
+    /// Pending, due later (delayed, or waiting for a retry).
+    pub scheduled: u64,
+    /// Claimed by a worker (stuck ones included).
+    pub claimed: u64,
+    /// Claimed, with an expired lease.
+    pub stuck: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Failed for good.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// When the oldest available job became due.
+    pub oldest_available: Option<DateTime<Utc>>,
+}
+
+/// Records each kind's JSON Schema and options in the kinds table (workers do this when they are built).
+pub async fn record_kinds<C: ConnectionTrait>(conn: &C, kinds: &[&crate::kind::Kind], recorded_by: &str) -> Result<()> {
+    storage::backend(conn)?;
+    sqlite::record_kinds(conn, kinds, recorded_by, now_ms()).await
+}
+
+/// Every kind a worker has recorded, by name.
+pub async fn kinds<C: ConnectionTrait>(conn: &C) -> Result<Vec<KindRecord>> {
+    storage::backend(conn)?;
+    sqlite::kinds(conn, None).await
+}
+
+/// The recorded kind `name`, if a worker has recorded it.
+pub async fn kind<C: ConnectionTrait>(conn: &C, name: &str) -> Result<Option<KindRecord>> {
+    storage::backend(conn)?;
+    Ok(sqlite::kinds(conn, Some(name)).await?.pop())
+}
+
+/// Job counts of every queue: available, scheduled, claimed, stuck, completed, failed, cancelled.
+pub async fn queues<C: ConnectionTrait>(conn: &C) -> Result<Vec<QueueCounts>> {
+    storage::backend(conn)?;
+    sqlite::queues(conn, now_ms()).await
+}
+
 fn since(window: Duration) -> i64 {
     now_ms().saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
 }

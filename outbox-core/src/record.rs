@@ -99,6 +99,9 @@ pub struct JobRecord {
     pub completed_at: Option<DateTime<Utc>>,
     /// When the row last changed.
     pub updated_at: DateTime<Utc>,
+    /// How many times a worker started the job, including runs whose attempt was given back (snooze,
+    /// shutdown); never reset.
+    pub runs: i32,
 }
 
 pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {

@@ -120,3 +120,69 @@ async fn futures_ids(db: &sea_orm::DatabaseConnection, n: u64) -> Vec<String> {
     }
     ids
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_record_their_kinds_for_tools_without_the_types() {
+    let t = fresh_db().await;
+    assert!(ops::kinds(&t.db).await.expect("kinds").is_empty());
+    let worker = outbox_core::Worker::builder(&t.db)
+        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: Keyed, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .build()
+        .await
+        .expect("worker");
+    drop(worker);
+    let kinds = ops::kinds(&t.db).await.expect("kinds");
+    let names: Vec<&str> = kinds.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["keyed", "probe"]);
+    let keyed = ops::kind(&t.db, "keyed").await.expect("kind").expect("recorded");
+    assert_eq!(
+        (keyed.queue.as_str(), keyed.unique, keyed.key_fields.clone()),
+        ("mail", true, vec!["userId".to_owned()])
+    );
+    let typed = outbox_core::Kind::of::<Keyed>().expect("kind");
+    assert_eq!(keyed.schema_hash, typed.schema_hash());
+
+    // The recorded kind validates and keys payloads like the typed one.
+    let rebuilt = outbox_core::Kind::from_record(&keyed).expect("rebuild");
+    assert_eq!(rebuilt.schema_hash(), typed.schema_hash());
+    let bad = rebuilt.violations(&serde_json::json!({ "userId": "seven", "note": "x" }));
+    assert_eq!(bad.len(), 1);
+    assert_eq!(bad[0].path, "/userId");
+    let payload = serde_json::json!({ "userId": 7, "note": "x" });
+    let a = outbox_core::enqueue_raw(&t.db, &rebuilt, payload.clone(), EnqueueOpts::new()).await.expect("raw");
+    let b = outbox_core::enqueue(&t.db, &Keyed { user_id: 7, note: "other".into() }, EnqueueOpts::new())
+        .await
+        .expect("typed");
+    assert_eq!(a.id(), b.id(), "the same key from both paths");
+    assert_eq!(ops::get(&t.db, a.id()).await.expect("get").queue, "mail");
+    assert!(ops::kind(&t.db, "nope").await.expect("kind").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_count_available_scheduled_claimed_and_stuck_jobs() {
+    let t = fresh_db().await;
+    for n in 1..=3 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    outbox_core::enqueue(&t.db, &Probe { n: 4 }, EnqueueOpts::new().delay(Duration::from_secs(600)))
+        .await
+        .expect("later");
+    outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: String::new() }, EnqueueOpts::new()).await.expect("mail");
+    exec(
+        &t.db,
+        "UPDATE outbox_jobs SET status = 'claimed', locked_by = 'w', attempts = 1, runs = 1, lease_expires_at = 0 \
+         WHERE payload = '{\"n\":3}'",
+        vec![],
+    )
+    .await;
+    let queues = ops::queues(&t.db).await.expect("queues");
+    assert_eq!(queues.len(), 2);
+    let default = &queues[0];
+    assert_eq!(default.queue, "default");
+    assert_eq!((default.available, default.scheduled, default.claimed, default.stuck), (2, 1, 1, 1));
+    assert!(default.oldest_available.is_some());
+    assert_eq!((queues[1].queue.as_str(), queues[1].available), ("mail", 1));
+    let stuck = ops::stuck(&t.db).await.expect("stuck");
+    assert_eq!(stuck[0].runs, 1);
+}

@@ -5,7 +5,7 @@ use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 
 use super::NewJob;
 use crate::error::{Error, Result};
-use crate::ops::{DuplicateKey, JobEvent, JobFilter, KindDurations, StatusCount};
+use crate::ops::{DuplicateKey, JobEvent, JobFilter, KindDurations, KindRecord, QueueCounts, StatusCount};
 use crate::record::{JobRecord, JobStatus, from_ms};
 
 /// The first schema: the jobs table and the indexes of the claim paths, the lease scan, dedup and purge.
@@ -93,6 +93,22 @@ pub(crate) const SCHEMA_V2_EVENTS: &[&str] = &[
     END",
 ];
 
+/// The kinds workers have registered, with their JSON Schemas, so tools without the Rust types can validate
+/// and show them.
+pub(crate) const SCHEMA_V3_KINDS: &[&str] = &["CREATE TABLE IF NOT EXISTS outbox_kinds (
+        name TEXT PRIMARY KEY NOT NULL,
+        schema TEXT NOT NULL,
+        schema_hash TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        is_unique INTEGER NOT NULL,
+        key_fields TEXT NOT NULL,
+        recorded_by TEXT,
+        first_seen_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    )"];
+
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
 const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
@@ -173,7 +189,7 @@ pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(
 
 const RECORD_COLUMNS: &str = "id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
      locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, \
-     claimed_at, completed_at, updated_at";
+     claimed_at, completed_at, updated_at, runs";
 
 fn record(row: &QueryResult) -> Result<JobRecord> {
     let get_err = Error::db("reading a job row");
@@ -203,6 +219,7 @@ fn record(row: &QueryResult) -> Result<JobRecord> {
             claimed_at: opt_ms(17)?,
             completed_at: opt_ms(18)?,
             updated_at: from_ms(row.try_get_by_index(19)?),
+            runs: row.try_get_by_index(20)?,
             id,
         })
     })();
@@ -533,6 +550,120 @@ pub(crate) async fn path_scan_page<C: ConnectionTrait + ?Sized>(
                 jobs: row.try_get_by_index::<i64>(6).map_err(ctx())?.max(0).unsigned_abs(),
             };
             Ok((row.try_get_by_index::<i64>(0).map_err(ctx())?, job))
+        })
+        .collect()
+}
+
+/// Records (or refreshes) each kind's schema and options.
+pub(crate) async fn record_kinds<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kinds: &[&crate::kind::Kind],
+    worker: &str,
+    now: i64,
+) -> Result<()> {
+    for kind in kinds {
+        let key_fields = serde_json::to_string(kind.key_fields())
+            .map_err(|e| Error::Internal(format!("encoding the key fields of kind `{}`: {e}", kind.name())))?;
+        conn.execute_raw(stmt(
+            "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
+             key_fields, recorded_by, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET schema = excluded.schema, schema_hash = excluded.schema_hash, \
+             queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, \
+             is_unique = excluded.is_unique, key_fields = excluded.key_fields, \
+             recorded_by = excluded.recorded_by, updated_at = excluded.updated_at",
+            vec![
+                kind.name().into(),
+                kind.schema().to_string().into(),
+                kind.schema_hash().into(),
+                kind.queue().into(),
+                kind.priority().into(),
+                kind.max_attempts().into(),
+                kind.is_unique().into(),
+                key_fields.into(),
+                worker.into(),
+                now.into(),
+                now.into(),
+            ],
+        ))
+        .await
+        .map_err(Error::db(format!("recording kind `{}`", kind.name())))?;
+    }
+    Ok(())
+}
+
+/// The recorded kinds, by name; only `name` when given.
+pub(crate) async fn kinds<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&str>) -> Result<Vec<KindRecord>> {
+    let ctx = || Error::db("reading the kinds table");
+    let (filter, values) = match name {
+        Some(n) => (" WHERE name = ?", vec![n.into()]),
+        None => ("", vec![]),
+    };
+    let rows = conn
+        .query_all_raw(stmt(
+            format!(
+                "SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, \
+                 recorded_by, first_seen_at, updated_at FROM outbox_kinds{filter} ORDER BY name"
+            ),
+            values,
+        ))
+        .await
+        .map_err(ctx())?;
+    rows.iter()
+        .map(|row| {
+            let name: String = row.try_get_by_index(0).map_err(ctx())?;
+            let corrupt = |what: &str, e: serde_json::Error| Error::CorruptRow {
+                id: format!("kind {name}"),
+                reason: format!("its {what} is not valid JSON: {e}"),
+            };
+            let schema: String = row.try_get_by_index(1).map_err(ctx())?;
+            let keys: String = row.try_get_by_index(7).map_err(ctx())?;
+            Ok(KindRecord {
+                schema: serde_json::from_str(&schema).map_err(|e| corrupt("schema", e))?,
+                schema_hash: row.try_get_by_index(2).map_err(ctx())?,
+                queue: row.try_get_by_index(3).map_err(ctx())?,
+                priority: row.try_get_by_index(4).map_err(ctx())?,
+                max_attempts: row.try_get_by_index(5).map_err(ctx())?,
+                unique: row.try_get_by_index(6).map_err(ctx())?,
+                key_fields: serde_json::from_str(&keys).map_err(|e| corrupt("key field list", e))?,
+                recorded_by: row.try_get_by_index(8).map_err(ctx())?,
+                first_seen_at: from_ms(row.try_get_by_index(9).map_err(ctx())?),
+                updated_at: from_ms(row.try_get_by_index(10).map_err(ctx())?),
+                name,
+            })
+        })
+        .collect()
+}
+
+/// Job counts of every queue by status, with the oldest due pending job.
+pub(crate) async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<QueueCounts>> {
+    let ctx = || Error::db("counting jobs by queue");
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT queue, \
+                 SUM(status = 'pending' AND run_at <= ?), SUM(status = 'pending' AND run_at > ?), \
+                 SUM(status = 'claimed'), SUM(status = 'claimed' AND lease_expires_at < ?), \
+                 SUM(status = 'completed'), SUM(status = 'failed'), SUM(status = 'cancelled'), \
+                 MIN(CASE WHEN status = 'pending' AND run_at <= ? THEN run_at END) \
+             FROM outbox_jobs GROUP BY queue ORDER BY queue",
+            vec![now.into(), now.into(), now.into(), now.into()],
+        ))
+        .await
+        .map_err(ctx())?;
+    rows.iter()
+        .map(|row| {
+            let n =
+                |i| row.try_get_by_index::<Option<i64>>(i).map(|v| v.unwrap_or(0).max(0).unsigned_abs()).map_err(ctx());
+            Ok(QueueCounts {
+                queue: row.try_get_by_index(0).map_err(ctx())?,
+                available: n(1)?,
+                scheduled: n(2)?,
+                claimed: n(3)?,
+                stuck: n(4)?,
+                completed: n(5)?,
+                failed: n(6)?,
+                cancelled: n(7)?,
+                oldest_available: row.try_get_by_index::<Option<i64>>(8).map_err(ctx())?.map(from_ms),
+            })
         })
         .collect()
 }

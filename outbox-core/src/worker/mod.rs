@@ -27,6 +27,8 @@ use handler::ErasedHandler;
 pub(crate) struct Registered {
     pub(crate) handler: ErasedHandler,
     pub(crate) retry: RetryPolicy,
+    /// The kind, recorded in the kinds table when the worker is built.
+    pub(crate) kind: Arc<Kind>,
 }
 
 /// Settings of a worker; see [`WorkerBuilder`] for each one's meaning and default.
@@ -177,8 +179,8 @@ impl WorkerBuilder {
             self.errors.push(Error::DuplicateKind { kind: J::KIND.to_owned() });
             return self;
         }
-        let handler = handler::erase::<J, F, Fut, O>(kind, handler);
-        self.handlers.insert(J::KIND.to_owned(), Registered { handler, retry });
+        let handler = handler::erase::<J, F, Fut, O>(Arc::clone(&kind), handler);
+        self.handlers.insert(J::KIND.to_owned(), Registered { handler, retry, kind });
         self
     }
 
@@ -248,6 +250,9 @@ impl WorkerBuilder {
         let path = sqlite_file(&self.db)?;
         let synchronous = synchronous_mode(&self.db).await?;
         let id = self.id.unwrap_or_else(default_worker_id);
+        // Operators' tools (the `outbox` command) validate and show kinds defined in any application.
+        let registered: Vec<&Kind> = self.handlers.values().map(|r| r.kind.as_ref()).collect();
+        crate::ops::record_kinds(&self.db, &registered, &id).await?;
         let mut kinds: Vec<&String> = self.handlers.keys().collect();
         kinds.sort();
         let encode = |v: &[&String]| {
