@@ -1,0 +1,212 @@
+//! The command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use outbox_core::JobStatus;
+
+use crate::duration;
+use crate::fail::code;
+use crate::render::Format;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (reconcile: no discrepancy)
+  1  the database, the filesystem or a worker failed
+  2  bad input: invalid JSON, a payload violating its schema, an unknown kind, a bad option or duration
+  3  no job with the given id
+  4  the action does not apply to the job's status (retry a pending job, cancel a completed one)
+  5  reconcile found discrepancies";
+
+/// Operate an outbox job queue: see what is outstanding, failed, stuck or slow, act on it, run a worker.
+#[derive(Debug, Parser)]
+#[command(name = "outbox", version, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    /// The database: an sea-orm URL (`sqlite://app.db`) or the path of an SQLite file.
+    #[arg(long, global = true, env = "OUTBOX_DATABASE_URL", default_value = "sqlite://outbox.db", value_name = "URL")]
+    pub(crate) database_url: String,
+
+    /// Output for people (`table`) or programs (`json`).
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
+    pub(crate) format: Format,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create or update the outbox tables (the only command that creates a missing SQLite file).
+    Migrate,
+    /// Enqueue a job, validated against its kind's JSON Schema.
+    Enqueue(EnqueueArgs),
+    /// List jobs, newest change first.
+    List(ListArgs),
+    /// Show one job with its history.
+    Get {
+        /// The job id.
+        id: String,
+    },
+    /// Answer all six questions at once: outstanding, failed, stuck, durations, duplicates, recent.
+    Stats {
+        /// The window of "durations" and "recent" (e.g. 1h, 30m, 7d).
+        #[arg(long, default_value = "1h", value_parser = duration::arg, value_name = "DURATION")]
+        window: Duration,
+        /// Failed jobs and duplicate keys listed at most.
+        #[arg(long, default_value_t = 10)]
+        limit: u64,
+    },
+    /// Jobs of every queue: available, scheduled, claimed, stuck, completed, failed, cancelled.
+    Queues,
+    /// Retry a failed or cancelled job (attempts start over), or every failed job.
+    Retry(RetryArgs),
+    /// Cancel a pending job.
+    Cancel {
+        /// The job id.
+        id: String,
+    },
+    /// Delete finished jobs older than a duration.
+    Purge {
+        /// Statuses to purge: completed, failed, cancelled (repeat or separate with commas).
+        #[arg(long, value_delimiter = ',', required = true, value_parser = status_arg)]
+        status: Vec<JobStatus>,
+        /// Only jobs that finished longer ago than this (e.g. 7d, 12h).
+        #[arg(long, value_parser = duration::arg, value_name = "DURATION")]
+        older_than: Duration,
+    },
+    /// Print kinds and their JSON Schemas (built in, or recorded by any application's workers).
+    Schema {
+        /// One kind; all when omitted.
+        kind: Option<String>,
+    },
+    /// Check files against the latest completed file job of every path; report, never fix.
+    Reconcile(ReconcileArgs),
+    /// Run a worker with the built-in handlers until Ctrl-C or SIGTERM.
+    Work(WorkArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EnqueueArgs {
+    /// The job kind (`outbox schema` lists them).
+    pub(crate) kind: String,
+    /// The payload: JSON text, `@path` to read a file, or `-` for stdin.
+    #[arg(long, value_name = "JSON")]
+    pub(crate) payload: String,
+    /// Queue (default: the kind's).
+    #[arg(long)]
+    pub(crate) queue: Option<String>,
+    /// Priority, higher first (default: the kind's).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) priority: Option<i32>,
+    /// Run no earlier than this from now (e.g. 10m).
+    #[arg(long, value_parser = duration::arg, value_name = "DURATION")]
+    pub(crate) delay: Option<Duration>,
+    /// Attempts before the job fails for good (default: the kind's).
+    #[arg(long)]
+    pub(crate) max_attempts: Option<i32>,
+    /// Idempotency key (default: the kind's key fields, or a hash of the payload).
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only this status: pending, claimed, completed, failed, cancelled.
+    #[arg(long, value_parser = status_arg)]
+    pub(crate) status: Option<JobStatus>,
+    /// Only this kind.
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
+    /// Only this queue.
+    #[arg(long)]
+    pub(crate) queue: Option<String>,
+    /// Only jobs changed since: a duration ago (1h) or a time (2026-11-22T10:00:00Z).
+    #[arg(long, value_name = "WHEN")]
+    pub(crate) since: Option<String>,
+    /// At most this many.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) limit: u64,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RetryArgs {
+    /// The job id.
+    #[arg(required_unless_present = "failed")]
+    pub(crate) id: Option<String>,
+    /// Retry every failed job instead.
+    #[arg(long, conflicts_with = "id")]
+    pub(crate) failed: bool,
+    /// With --failed: only this kind.
+    #[arg(long, requires = "failed")]
+    pub(crate) kind: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReconcileArgs {
+    /// The directory the file jobs write beneath.
+    #[arg(long)]
+    pub(crate) root: PathBuf,
+    /// List at most this many discrepancies (all are counted).
+    #[arg(long)]
+    pub(crate) max_listed: Option<usize>,
+    /// Draw the progress bar on stderr even when it is not a terminal.
+    #[arg(long)]
+    pub(crate) progress: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkArgs {
+    /// The directory the file jobs write beneath.
+    #[arg(long)]
+    pub(crate) root: PathBuf,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) concurrency: usize,
+    /// Only these queues (repeat for several); all when omitted.
+    #[arg(long = "queue", value_name = "QUEUE")]
+    pub(crate) queues: Vec<String>,
+    /// Run `claude_extraction` jobs through the Claude Code CLI (`claude`, or the program given).
+    #[arg(long, value_name = "PROGRAM", num_args = 0..=1, default_missing_value = "claude", conflicts_with = "anthropic_model")]
+    pub(crate) claude_cli: Option<PathBuf>,
+    /// Run `claude_extraction` jobs through the Anthropic Messages API with this model (key from
+    /// ANTHROPIC_API_KEY).
+    #[arg(long, value_name = "MODEL")]
+    pub(crate) anthropic_model: Option<String>,
+    /// Run `sync_aws` jobs (AWS configuration from the standard environment).
+    #[arg(long)]
+    pub(crate) aws: bool,
+}
+
+fn status_arg(text: &str) -> Result<JobStatus, String> {
+    text.parse()
+}
+
+/// Prints a usage error on one line with a hint, and returns its exit code (help and version print as
+/// usual and succeed).
+pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            code::INVALID
+        } else {
+            code::OK
+        });
+    }
+    let rendered = e.render().to_string();
+    let message: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let message = message.join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    eprintln!("error: {message} (hint: `outbox --help` or `outbox <command> --help` lists the options)");
+    ExitCode::from(code::INVALID)
+}

@@ -1,0 +1,84 @@
+//! Opening the database the command operates on.
+
+use std::path::Path;
+
+use sea_orm::DatabaseConnection;
+use sea_orm_migration::MigratorTrait;
+
+use crate::fail::{Failure, Result};
+
+/// `--database-url` as a URL: a bare path becomes an SQLite URL.
+pub(crate) fn url(arg: &str) -> String {
+    if arg.contains("://") || arg.starts_with("sqlite:") { arg.to_owned() } else { format!("sqlite://{arg}") }
+}
+
+/// The URL with any password hidden, for messages.
+pub(crate) fn shown(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    match rest.split_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The file of an SQLite URL, if it names one.
+fn sqlite_file(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty() && path != ":memory:").then_some(path)
+}
+
+/// Connects. Only `create` (migrate) may create a missing SQLite file; every other command needs the
+/// outbox tables to be up to date.
+pub(crate) async fn open(arg: &str, create: bool) -> Result<DatabaseConnection> {
+    let mut url = url(arg);
+    if let Some(file) = sqlite_file(&url) {
+        if create {
+            if !url.contains("mode=") {
+                url.push_str(if url.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
+            }
+        } else if !Path::new(file).exists() {
+            return Err(Failure::error(format!("database file `{file}` does not exist")).hint(
+                "run `outbox migrate` to create it, or point --database-url (OUTBOX_DATABASE_URL) at your database",
+            ));
+        }
+    }
+    let db = outbox_core::connect(&url).await.map_err(|e| {
+        Failure::error(format!("cannot open database `{}`: {e}", shown(&url)))
+            .hint("check --database-url (OUTBOX_DATABASE_URL)")
+    })?;
+    if !create {
+        let pending = outbox_core::Migrator::get_pending_migrations(&db)
+            .await
+            .map_err(|e| Failure::error(format!("reading the migrations of `{}`: {e}", shown(&url))))?;
+        if !pending.is_empty() {
+            let names: Vec<String> = pending.iter().map(|m| m.name().to_owned()).collect();
+            return Err(Failure::error(format!(
+                "database `{}` lacks {} outbox migration(s): {}",
+                shown(&url),
+                names.len(),
+                names.join(", ")
+            ))
+            .hint("run `outbox migrate` first"));
+        }
+    }
+    Ok(db)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_become_sqlite_urls_and_passwords_are_hidden() {
+        assert_eq!(url("data/app.db"), "sqlite://data/app.db");
+        assert_eq!(url("postgres://u:p@h/db"), "postgres://u:p@h/db");
+        assert_eq!(shown("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(shown("sqlite://a.db"), "sqlite://a.db");
+        assert_eq!(sqlite_file("sqlite://a/b.db?mode=rwc"), Some("a/b.db"));
+        assert_eq!(sqlite_file("sqlite::memory:"), None);
+    }
+}
