@@ -94,7 +94,7 @@ async fn a_malformed_config_is_refused_naming_the_field() {
             "integer",
         ),
         (json!({ "resourceType": "sqs_queue", "resourceId": "bad queue", "config": null }), "/resourceId", "bad queue"),
-        (json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket" }), "", "config"),
+        (json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket" }), "/config", "config"),
         (json!({ "resourceType": "s3_bucket", "resourceId": "", "config": null }), "/resourceId", ""),
     ];
     for (payload, path, mentions) in cases {

@@ -197,7 +197,14 @@ impl Kind {
         }
         self.validator
             .iter_errors(payload)
-            .map(|e| Violation { path: e.instance_path().to_string(), message: e.to_string() })
+            .map(|e| {
+                let mut path = e.instance_path().to_string();
+                // A missing property is reported at its parent; name the property itself.
+                if let jsonschema::error::ValidationErrorKind::Required { property: Value::String(name) } = e.kind() {
+                    path = format!("{path}/{}", name.replace('~', "~0").replace('/', "~1"));
+                }
+                Violation { path, message: e.to_string() }
+            })
             .collect()
     }
 

@@ -130,7 +130,7 @@ async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing() {
     let err = outbox_core::enqueue_raw(&t.db, &kind, json!({"note": "x"}), EnqueueOpts::new())
         .await
         .expect_err("missing field");
-    assert!(err.to_string().contains("userId"), "{err}");
+    assert!(err.to_string().contains("at /userId: \"userId\" is a required property"), "{err}");
 
     // Over the size cap.
     let schema = json!({"type": "object", "properties": {"blob": {"type": "string"}}});
