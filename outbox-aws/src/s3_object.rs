@@ -238,7 +238,7 @@ mod tests {
         let v = p.check("bkt/k", Some(&json!({"body": "%%%", "encoding": "base64"})));
         assert_eq!(v[0].path, "/config/body");
         let v = p.check("bkt/k", Some(&json!({"contentType": "text/plain"})));
-        assert!(v[0].path == "/config" && v[0].message.contains("body"), "{v:?}");
+        assert!(v[0].path == "/config/body" && v[0].message.contains("required"), "{v:?}");
         let v = p.check("bkt/k", Some(&json!({"body": "x", "metadata": {"Owner": "me"}})));
         assert_eq!(v[0].path, "/config/metadata/Owner");
         assert_eq!(hex(&Md5::digest(b"hello")), "5d41402abc4b2a76b9719d911017c592");
