@@ -70,8 +70,8 @@ async fn a_malformed_config_is_refused_naming_the_field() {
         ),
         (
             json!({ "resourceType": "s3_object", "resourceId": "ok-bucket/k", "config": { "contentType": "text/plain" } }),
-            "/config",
-            "body",
+            "/config/body",
+            "required",
         ),
         (
             json!({ "resourceType": "s3_object", "resourceId": "ok-bucket/k", "config": { "body": "!", "encoding": "base64" } }),
