@@ -73,7 +73,10 @@ impl From<outbox_core::Error> for Failure {
             E::NotFound { .. } => {
                 Failure::new(code::NOT_FOUND, message).hint("`outbox list` shows job ids; ids are UUIDs")
             }
-            E::InvalidTransition { .. } => Failure::new(code::CONFLICT, message),
+            E::InvalidTransition { id, .. } => {
+                let hint = format!("`outbox get {id}` shows its status and history");
+                Failure::new(code::CONFLICT, message).hint(hint)
+            }
             E::Unsupported(_) => Failure::invalid(message),
             _ if message.contains("no such table") => Failure::error(message)
                 .hint("the database has no outbox tables yet: run `outbox migrate` against it first"),

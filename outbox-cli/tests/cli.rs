@@ -1,0 +1,422 @@
+//! The real `outbox` binary against real SQLite files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use outbox_core::{EnqueueOpts, Worker};
+use outbox_tests::{Keyed, Probe, exec};
+use serde_json::{Value, json};
+
+/// What one run of the binary left.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+    }
+
+    /// The one-line error, checked to be one line naming `needle`.
+    fn error_naming(&self, needle: &str) -> &str {
+        let line = self.stderr.trim_end();
+        assert!(!line.contains('\n'), "the error is one line: {line}");
+        assert!(line.starts_with("error: ") && line.contains(needle), "the error names `{needle}`: {line}");
+        assert!(line.contains("(hint: "), "the error carries a hint: {line}");
+        line
+    }
+}
+
+fn output(out: Output) -> Run {
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A temp dir with a database path and a root directory for file jobs.
+struct Env {
+    dir: tempfile::TempDir,
+    db: PathBuf,
+    root: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("queue.db");
+        let root = dir.path().join("files");
+        std::fs::create_dir(&root).expect("root");
+        Env { dir, db, root }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+        cmd.current_dir(self.dir.path()).env_remove("OUTBOX_DATABASE_URL").env_remove("OUTBOX_LOG");
+        if !args.contains(&"--database-url") {
+            cmd.arg("--database-url").arg(&self.db);
+        }
+        cmd.args(args);
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        output(self.command(args).output().expect("run outbox"))
+    }
+
+    /// Runs and expects exit 0.
+    fn ok(&self, args: &[&str]) -> Run {
+        let run = self.run(args);
+        assert_eq!(run.code, 0, "outbox {args:?} failed: {}{}", run.stdout, run.stderr);
+        run
+    }
+
+    fn root_arg(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn url(&self) -> String {
+        outbox_tests::sqlite_url(&self.db)
+    }
+}
+
+fn status_of(env: &Env, id: &str) -> String {
+    env.ok(&["get", id, "--format", "json"]).json()["job"]["status"].as_str().expect("status").to_owned()
+}
+
+fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check()
+}
+
+fn enqueue_id(env: &Env, kind: &str, payload: Value) -> String {
+    let run = env.ok(&["enqueue", kind, "--payload", &payload.to_string(), "--format", "json"]);
+    run.json()["id"].as_str().expect("id").to_owned()
+}
+
+#[test]
+fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
+    let env = Env::new();
+    assert!(env.ok(&["migrate"]).stdout.contains("applied m20261122_000001_create_outbox_jobs"));
+    assert!(env.ok(&["migrate"]).stdout.contains("already up to date"));
+    std::fs::write(env.root.join("taken.txt"), "someone else's\n").expect("pre-existing file");
+
+    let good = enqueue_id(&env, "create_file", json!({ "path": "notes/a.txt", "content": "one\n" }));
+    let taken = enqueue_id(&env, "create_file", json!({ "path": "taken.txt", "content": "mine\n" }));
+    let delete = enqueue_id(&env, "delete_file", json!({ "path": "never-there.txt" }));
+    let again = env.ok(&["enqueue", "create_file", "--payload", r#"{"path": "notes/a.txt", "content": "one\n"}"#]);
+    assert!(again.stdout.contains(&format!("already enqueued: {good}")), "{}", again.stdout);
+
+    // A real worker process, stopped by SIGTERM once the queue is empty.
+    let worker = env
+        .command(&["work", "--root", &env.root_arg(), "--concurrency", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worker");
+    let drained = wait_until(Duration::from_secs(30), || {
+        env.ok(&["list", "--status", "pending", "--format", "json"]).json().as_array().is_some_and(Vec::is_empty)
+    });
+    let pid = i32::try_from(worker.id()).expect("pid");
+    let sent = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
+    assert!(sent.success());
+    let out = output(worker.wait_with_output().expect("worker exit"));
+    assert!(drained, "the worker drained the queue; its log: {}", out.stderr);
+    assert_eq!(out.code, 0, "graceful stop: {}", out.stderr);
+    assert!(out.stderr.contains("worker running") && out.stderr.contains("worker stopped"), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(env.root.join("notes/a.txt")).expect("written"), "one\n");
+
+    // list, as JSON and as a table.
+    let jobs = env.ok(&["list", "--format", "json"]).json();
+    let by_id = |id: &str| jobs.as_array().expect("array").iter().find(|j| j["id"] == id).cloned().expect("listed");
+    assert_eq!(by_id(&good)["status"], "completed");
+    assert_eq!(by_id(&delete)["status"], "completed");
+    assert_eq!(by_id(&taken)["status"], "failed");
+    assert!(by_id(&taken)["last_error"].as_str().is_some_and(|e| e.contains("overwrite is false")));
+    let table = env.ok(&["list", "--status", "failed"]).stdout;
+    assert!(table.starts_with("ID") && table.contains(&taken) && !table.contains(&good), "{table}");
+    assert_eq!(
+        env.ok(&["list", "--kind", "delete_file", "--since", "1h", "--format", "json"]).json().as_array().map(Vec::len),
+        Some(1)
+    );
+
+    // stats and get show the failure and why.
+    let stats = env.ok(&["stats", "--format", "json"]).json();
+    assert_eq!(stats["failed"][0]["id"], taken.as_str());
+    let shown = env.ok(&["get", &taken]).stdout;
+    assert!(shown.contains("overwrite is false") && shown.contains("history") && shown.contains("failed"), "{shown}");
+
+    // retry, then cancel, then purge; wrong states and unknown ids have their own exit codes.
+    assert!(env.ok(&["retry", &taken]).stdout.contains("pending again"));
+    assert_eq!(status_of(&env, &taken), "pending");
+    let twice = env.run(&["retry", &taken]);
+    assert_eq!(twice.code, 4, "{}", twice.stderr);
+    twice.error_naming(&taken);
+    env.ok(&["cancel", &taken]);
+    assert_eq!(status_of(&env, &taken), "cancelled");
+    assert_eq!(env.run(&["cancel", &taken]).code, 4);
+    let purged = env.ok(&["purge", "--status", "cancelled", "--older-than", "0s", "--format", "json"]).json();
+    assert_eq!(purged["purged"], 1);
+    let gone = env.run(&["get", &taken]);
+    assert_eq!(gone.code, 3);
+    gone.error_naming(&taken);
+    assert_eq!(
+        env.ok(&["purge", "--status", "completed", "--older-than", "7d", "--format", "json"]).json()["purged"],
+        0
+    );
+
+    // retry --failed puts every failed job back.
+    let taken2 = enqueue_id(&env, "create_file", json!({ "path": "taken.txt", "content": "mine again\n" }));
+    exec_sql(&env, "UPDATE outbox_jobs SET status = 'failed', last_error = 'x' WHERE id = ?", &taken2);
+    assert_eq!(env.ok(&["retry", "--failed", "--kind", "create_file", "--format", "json"]).json()["retried"], 1);
+    env.ok(&["cancel", &taken2]);
+
+    // reconcile: clean, then a file edited behind the queue's back.
+    let clean = env.run(&["reconcile", "--root", &env.root_arg()]);
+    assert_eq!(clean.code, 0, "{}{}", clean.stdout, clean.stderr);
+    assert!(clean.stdout.contains("0 content changed"), "{}", clean.stdout);
+    std::fs::write(env.root.join("notes/a.txt"), "edited by hand\n").expect("edit");
+    let drift = env.run(&["reconcile", "--root", &env.root_arg(), "--progress"]);
+    assert_eq!(drift.code, 5, "{}{}", drift.stdout, drift.stderr);
+    assert!(drift.stdout.contains("notes/a.txt") && drift.stdout.contains("1 content changed"), "{}", drift.stdout);
+    assert!(drift.stderr.contains("reconciling [") && drift.stderr.contains("100%"), "progress bar: {}", drift.stderr);
+    let report = env.run(&["reconcile", "--root", &env.root_arg(), "--format", "json"]);
+    assert_eq!(report.code, 5);
+    assert_eq!(report.json()["discrepancies"][0]["kind"], "content_changed");
+    assert_eq!(std::fs::read_to_string(env.root.join("notes/a.txt")).expect("kept"), "edited by hand\n");
+
+    // queues and schema parse as JSON too.
+    let queues = env.ok(&["queues", "--format", "json"]).json();
+    assert_eq!(queues[0]["queue"], "default");
+    let schemas = env.ok(&["schema", "--format", "json"]).json();
+    assert!(schemas.as_array().is_some_and(|k| k.iter().any(|k| k["kind"] == "sync_aws")));
+}
+
+fn exec_sql(env: &Env, sql: &str, id: &str) {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let db = outbox_core::connect(&env.url()).await.expect("connect");
+        exec(&db, sql, vec![id.into()]).await;
+    });
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_field_or_value() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let run = env.run(&["enqueue", "create_file", "--payload", r#"{"path": "a.txt", "content": "x""#]);
+    assert_eq!(run.code, 2);
+    run.error_naming("--payload is not valid JSON");
+
+    let run = env.run(&["enqueue", "create_file", "--payload", r#"{"path": "a.txt", "content": 7}"#]);
+    assert_eq!(run.code, 2);
+    run.error_naming("at /content: 7 is not of type \"string\"");
+
+    let run = env.run(&["enqueue", "create_file", "--payload", r#"{"content": "x"}"#]);
+    assert_eq!(run.code, 2);
+    run.error_naming("at /path:");
+
+    let run = env.run(&["enqueue", "create_file", "--payload", r#"{"path": "../../etc/passwd", "content": "x"}"#]);
+    assert_eq!(run.code, 2);
+    run.error_naming("at /path: path `../../etc/passwd` is refused");
+
+    let run = env.run(&["enqueue", "send_invoice", "--payload", "{}"]);
+    assert_eq!(run.code, 2);
+    let line = run.error_naming("unknown kind `send_invoice`");
+    assert!(line.contains("known kinds: claude_extraction, create_file, delete_file, sync_aws"), "{line}");
+
+    for (args, value) in [
+        (vec!["purge", "--status", "failed", "--older-than", "7x"], "7x"),
+        (vec!["stats", "--window", "soon"], "soon"),
+        (vec!["enqueue", "create_file", "--payload", "{}", "--delay", "5"], "5"),
+        (vec!["list", "--since", "yesterday"], "yesterday"),
+        (vec!["list", "--status", "done"], "done"),
+    ] {
+        let run = env.run(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        run.error_naming(&format!("`{value}`"));
+    }
+    let run = env.run(&["purge", "--status", "pending", "--older-than", "1d"]);
+    assert_eq!(run.code, 2);
+    run.error_naming("--status pending cannot be purged");
+
+    // JSON errors for programs.
+    let run = env.run(&["--format", "json", "enqueue", "nope", "--payload", "{}"]);
+    assert_eq!(run.code, 2);
+    let err: Value = serde_json::from_str(run.stderr.trim()).expect("json error");
+    assert_eq!(err["exitCode"], 2);
+    assert!(err["error"].as_str().is_some_and(|e| e.contains("unknown kind `nope`")));
+
+    assert_eq!(env.ok(&["list", "--format", "json"]).json(), json!([]), "nothing was enqueued");
+
+    // A missing database, and one without the outbox tables.
+    let missing = env.run(&["--database-url", "elsewhere.db", "list"]);
+    assert_eq!(missing.code, 1);
+    missing.error_naming("database file `elsewhere.db` does not exist");
+    assert!(!env.dir.path().join("elsewhere.db").exists(), "read commands never create a database");
+    std::fs::write(env.dir.path().join("empty.db"), "").expect("empty file");
+    let bare = env.run(&["--database-url", "empty.db", "stats"]);
+    assert_eq!(bare.code, 1);
+    assert!(bare.error_naming("lacks 3 outbox migration(s)").contains("outbox migrate"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_answers_all_six_questions() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let db = outbox_core::connect(&env.url()).await.expect("connect");
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut ids = Vec::new();
+    for n in 1..=6 {
+        ids.push(outbox_core::enqueue(&db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+    }
+    // 1: pending (ids[0]), claimed with a live lease (ids[1]), stuck with an expired one (ids[2]).
+    let claim = "UPDATE outbox_jobs SET status = 'claimed', attempts = 1, runs = 1, locked_by = 'w-1', locked_at = ?, \
+                 claimed_at = ?, lease_expires_at = ? WHERE id = ?";
+    exec(&db, claim, vec![now.into(), now.into(), (now + 600_000).into(), ids[1].clone().into()]).await;
+    exec(
+        &db,
+        claim,
+        vec![(now - 120_000).into(), (now - 120_000).into(), (now - 60_000).into(), ids[2].clone().into()],
+    )
+    .await;
+    // Completed, with a run time (ids[3], ids[4]); failed with a reason (ids[5]).
+    let complete = "UPDATE outbox_jobs SET status = 'completed', attempts = 1, runs = 1, claimed_at = ?, completed_at = ?, \
+                    updated_at = ? WHERE id = ?";
+    for id in [&ids[3], &ids[4]] {
+        exec(&db, complete, vec![(now - 2_000).into(), (now - 500).into(), (now - 500).into(), id.clone().into()])
+            .await;
+    }
+    exec(
+        &db,
+        "UPDATE outbox_jobs SET status = 'failed', attempts = 3, last_error = 'smtp: mailbox full (attempt 3 of 3)', \
+         updated_at = ? WHERE id = ?",
+        vec![now.into(), ids[5].clone().into()],
+    )
+    .await;
+    // A duplicate key: the same intent enqueued again after the first one completed.
+    let first =
+        outbox_core::enqueue(&db, &Keyed { user_id: 42, note: "a".into() }, EnqueueOpts::new()).await.expect("k1");
+    exec(&db, complete, vec![(now - 1_000).into(), now.into(), now.into(), first.id().into()]).await;
+    outbox_core::enqueue(&db, &Keyed { user_id: 42, note: "b".into() }, EnqueueOpts::new()).await.expect("k2");
+
+    let stats = env.ok(&["stats", "--format", "json"]).json();
+    let count = |status: &str| -> u64 {
+        stats["counts"]
+            .as_array()
+            .expect("counts")
+            .iter()
+            .filter(|c| c["status"] == status)
+            .map(|c| c["count"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    // What is outstanding.
+    assert_eq!((count("pending"), count("claimed")), (2, 2), "{stats}");
+    // What failed and why.
+    assert_eq!(stats["failed"][0]["id"], ids[5].as_str());
+    assert!(stats["failed"][0]["last_error"].as_str().is_some_and(|e| e.contains("mailbox full")));
+    // What is stuck.
+    assert_eq!(stats["stuck"].as_array().map(Vec::len), Some(1));
+    assert_eq!(stats["stuck"][0]["id"], ids[2].as_str());
+    // How long jobs take.
+    let probe = stats["durations"]
+        .as_array()
+        .expect("durations")
+        .iter()
+        .find(|d| d["kind"] == "probe")
+        .cloned()
+        .expect("probe");
+    assert_eq!(probe["completed"], 2);
+    assert!((probe["avg_run_ms"].as_f64().unwrap_or(0.0) - 1_500.0).abs() < 1.0, "{probe}");
+    // Duplicates.
+    assert_eq!(stats["duplicates"][0]["kind"], "keyed");
+    assert_eq!(stats["duplicates"][0]["jobs"], 2);
+    // What ran lately.
+    let recent: u64 =
+        stats["recent"].as_array().expect("recent").iter().map(|c| c["count"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(recent, 4, "{stats}");
+
+    let table = env.ok(&["stats"]).stdout;
+    for needle in [
+        "outstanding",
+        "failed",
+        "mailbox full",
+        "stuck",
+        &ids[2],
+        "durations",
+        "1.5s",
+        "duplicates",
+        "keyed",
+        "recent",
+    ] {
+        assert!(table.contains(needle), "the table shows `{needle}`:\n{table}");
+    }
+    let queues = env.ok(&["queues", "--format", "json"]).json();
+    let default =
+        queues.as_array().expect("queues").iter().find(|q| q["queue"] == "default").cloned().expect("default");
+    assert_eq!((default["available"].clone(), default["stuck"].clone()), (json!(1), json!(1)), "{default}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_recorded_by_an_application_worker_validate_cli_enqueues() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let unknown = env.run(&["enqueue", "probe", "--payload", r#"{"n": 1}"#]);
+    assert_eq!(unknown.code, 2);
+    unknown.error_naming("unknown kind `probe`");
+
+    // An application's worker starts: its kinds land in the database.
+    let db = outbox_core::connect(&env.url()).await.expect("connect");
+    let worker = Worker::builder(&db)
+        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .build()
+        .await
+        .expect("worker");
+    drop(worker);
+
+    let listed = env.ok(&["schema"]).stdout;
+    assert!(listed.lines().any(|l| l.starts_with("probe") && l.contains("recorded")), "{listed}");
+    let schema: Value = serde_json::from_str(&env.ok(&["schema", "probe"]).stdout).expect("schema json");
+    assert_eq!(schema["properties"]["n"]["minimum"], 1);
+    let bad = env.run(&["enqueue", "probe", "--payload", r#"{"n": 0}"#]);
+    assert_eq!(bad.code, 2);
+    bad.error_naming("at /n: 0 is less than the minimum of 1");
+    let ok = env
+        .ok(&[
+            "enqueue",
+            "probe",
+            "--payload",
+            r#"{"n": 3}"#,
+            "--queue",
+            "slow",
+            "--priority",
+            "-5",
+            "--delay",
+            "10m",
+            "--max-attempts",
+            "9",
+            "--format",
+            "json",
+        ])
+        .json();
+    let job = &ok["job"];
+    assert_eq!(
+        (job["queue"].clone(), job["priority"].clone(), job["max_attempts"].clone()),
+        (json!("slow"), json!(-5), json!(9))
+    );
+    let job = outbox_core::ops::get(&db, ok["id"].as_str().expect("id")).await.expect("get");
+    assert!(job.run_at > chrono::Utc::now() + chrono::Duration::minutes(9), "delayed: {}", job.run_at);
+    let payload_file = env.dir.path().join("p.json");
+    std::fs::write(&payload_file, r#"{"n": 4}"#).expect("payload file");
+    env.ok(&["enqueue", "probe", "--payload", &format!("@{}", payload_file.display())]);
+}
