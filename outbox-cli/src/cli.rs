@@ -81,7 +81,7 @@ pub(crate) enum Command {
         /// One kind; all when omitted.
         kind: Option<String>,
     },
-    /// Check files against the latest completed file job of every path; report, never fix.
+    /// Check files (and with --aws, AWS resources) against their latest completed jobs; report, never fix.
     Reconcile(ReconcileArgs),
     /// Run a worker with the built-in handlers until Ctrl-C or SIGTERM.
     Work(WorkArgs),
@@ -145,9 +145,12 @@ pub(crate) struct RetryArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ReconcileArgs {
-    /// The directory the file jobs write beneath.
+    /// The directory the file jobs write beneath (checks file jobs).
+    #[arg(long, required_unless_present = "aws")]
+    pub(crate) root: Option<PathBuf>,
+    /// Also check the resources of completed `sync_aws` jobs (AWS configuration from the environment).
     #[arg(long)]
-    pub(crate) root: PathBuf,
+    pub(crate) aws: bool,
     /// List at most this many discrepancies (all are counted).
     #[arg(long)]
     pub(crate) max_listed: Option<usize>,

@@ -420,3 +420,66 @@ async fn kinds_recorded_by_an_application_worker_validate_cli_enqueues() {
     std::fs::write(&payload_file, r#"{"n": 4}"#).expect("payload file");
     env.ok(&["enqueue", "probe", "--payload", &format!("@{}", payload_file.display())]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_and_reconcile_with_aws() {
+    let endpoint = match std::env::var("OUTBOX_TEST_AWS_ENDPOINT") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some() => panic!("OUTBOX_TEST_AWS_ENDPOINT must point at a moto server in CI"),
+        _ => {
+            eprintln!("SKIPPED work_and_reconcile_with_aws: OUTBOX_TEST_AWS_ENDPOINT is unset");
+            return;
+        }
+    };
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let bucket = format!("cli-{:016x}", fastrand::u64(..));
+    let payload = json!({ "resourceType": "s3_bucket", "resourceId": bucket, "config": { "tags": { "by": "cli" } } });
+    let id = enqueue_id(&env, "sync_aws", payload);
+    let aws_env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    let worker = env
+        .command(&["work", "--root", &env.root_arg(), "--aws"])
+        .envs(aws_env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worker");
+    let done = wait_until(Duration::from_secs(30), || status_of(&env, &id) == "completed");
+    let pid = worker.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let out = output(worker.wait_with_output().expect("worker exit"));
+    assert!(done, "the sync_aws job completed; worker log: {}", out.stderr);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+
+    let clean = output(env.command(&["reconcile", "--aws"]).envs(aws_env).output().expect("reconcile"));
+    assert_eq!(clean.code, 0, "{}{}", clean.stdout, clean.stderr);
+    assert!(clean.stdout.contains("aws: checked 1 resource(s)"), "{}", clean.stdout);
+
+    let aws = outbox_aws::Aws::connect(
+        outbox_aws::AwsOpts::new()
+            .endpoint_url(&endpoint)
+            .region("us-east-1")
+            .static_credentials("testing", "testing", None),
+    )
+    .await
+    .expect("clients");
+    aws.s3().delete_bucket().bucket(&bucket).send().await.expect("delete behind the queue's back");
+    let root = env.root_arg();
+    let drift = output(
+        env.command(&["reconcile", "--aws", "--root", &root, "--format", "json"])
+            .envs(aws_env)
+            .output()
+            .expect("reconcile"),
+    );
+    assert_eq!(drift.code, 5, "{}{}", drift.stdout, drift.stderr);
+    let report = drift.json();
+    assert_eq!(report["aws"]["missing"], 1, "{report}");
+    assert_eq!(report["aws"]["discrepancies"][0]["resource_id"], bucket.as_str());
+    assert_eq!(report["files"]["paths_checked"], 0);
+}
