@@ -1,0 +1,180 @@
+//! The overview commands: stats (the six questions), queues, schema.
+
+use outbox_core::JobStatus;
+use outbox_core::ops::{self};
+use sea_orm::DatabaseConnection;
+use serde_json::{Value, json};
+
+use crate::duration;
+use crate::fail::{Result, code};
+use crate::kinds::{self, Source};
+use crate::render::{self, Format, opt_time, short, table, time};
+
+pub(super) fn section(title: &str, headers: &[&str], rows: &[Vec<String>]) {
+    println!("{title}");
+    if rows.is_empty() {
+        println!("  none\n");
+    } else {
+        for line in table(headers, rows).lines() {
+            println!("  {line}");
+        }
+        println!();
+    }
+}
+
+pub(super) async fn stats(
+    db: &DatabaseConnection,
+    window: std::time::Duration,
+    limit: u64,
+    format: Format,
+) -> Result<u8> {
+    let mut stats = ops::stats(db, window).await?;
+    stats.failed.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    stats.duplicates.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    if format == Format::Json {
+        render::json(&stats)?;
+        return Ok(code::OK);
+    }
+    let w = duration::human(window);
+    let outstanding: Vec<Vec<String>> = stats
+        .counts
+        .iter()
+        .filter(|c| matches!(c.status, JobStatus::Pending | JobStatus::Claimed))
+        .map(|c| vec![c.kind.clone(), c.status.to_string(), c.count.to_string(), time(c.oldest)])
+        .collect();
+    section("outstanding (pending and claimed, by kind)", &["KIND", "STATUS", "JOBS", "OLDEST"], &outstanding);
+    let failed: Vec<Vec<String>> = stats
+        .failed
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.kind.clone(),
+                format!("{}/{}", j.attempts, j.max_attempts),
+                time(j.updated_at),
+                short(j.last_error.as_deref().unwrap_or(""), 70),
+            ]
+        })
+        .collect();
+    section("failed (latest first, with why)", &["ID", "KIND", "ATTEMPTS", "FAILED AT", "ERROR"], &failed);
+    let stuck: Vec<Vec<String>> = stats
+        .stuck
+        .iter()
+        .map(|j| {
+            vec![j.id.clone(), j.kind.clone(), j.locked_by.clone().unwrap_or_default(), opt_time(j.lease_expires_at)]
+        })
+        .collect();
+    section("stuck (claimed, lease expired)", &["ID", "KIND", "WORKER", "LEASE EXPIRED"], &stuck);
+    let ms = |v: f64| duration::human(std::time::Duration::from_millis(v.max(0.0) as u64));
+    let durations: Vec<Vec<String>> = stats
+        .durations
+        .iter()
+        .map(|d| {
+            vec![d.kind.clone(), d.completed.to_string(), ms(d.avg_run_ms), ms(d.max_run_ms as f64), ms(d.avg_wait_ms)]
+        })
+        .collect();
+    section(
+        &format!("durations (completed in the last {w})"),
+        &["KIND", "COMPLETED", "AVG RUN", "MAX RUN", "AVG WAIT"],
+        &durations,
+    );
+    let duplicates: Vec<Vec<String>> = stats
+        .duplicates
+        .iter()
+        .map(|d| {
+            vec![d.kind.clone(), short(&d.key, 40), d.jobs.to_string(), d.active.to_string(), d.completed.to_string()]
+        })
+        .collect();
+    section("duplicates (keys enqueued more than once)", &["KIND", "KEY", "JOBS", "ACTIVE", "COMPLETED"], &duplicates);
+    let recent: Vec<Vec<String>> =
+        stats.recent.iter().map(|c| vec![c.kind.clone(), c.status.to_string(), c.count.to_string()]).collect();
+    section(&format!("recent (finished in the last {w})"), &["KIND", "STATUS", "JOBS"], &recent);
+    Ok(code::OK)
+}
+
+pub(super) async fn queues(db: &DatabaseConnection, format: Format) -> Result<u8> {
+    let queues = ops::queues(db).await?;
+    match format {
+        Format::Json => render::json(&queues)?,
+        Format::Table if queues.is_empty() => println!("no jobs yet"),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = queues
+                .iter()
+                .map(|q| {
+                    vec![
+                        q.queue.clone(),
+                        q.available.to_string(),
+                        q.scheduled.to_string(),
+                        q.claimed.to_string(),
+                        q.stuck.to_string(),
+                        q.completed.to_string(),
+                        q.failed.to_string(),
+                        q.cancelled.to_string(),
+                        opt_time(q.oldest_available),
+                    ]
+                })
+                .collect();
+            let headers = [
+                "QUEUE",
+                "AVAILABLE",
+                "SCHEDULED",
+                "CLAIMED",
+                "STUCK",
+                "COMPLETED",
+                "FAILED",
+                "CANCELLED",
+                "OLDEST AVAILABLE",
+            ];
+            print!("{}", table(&headers, &rows));
+        }
+    }
+    Ok(code::OK)
+}
+
+pub(super) async fn schema(db: &DatabaseConnection, kind: Option<&str>, format: Format) -> Result<u8> {
+    if let Some(name) = kind {
+        let known = kinds::resolve(db, name).await?;
+        match format {
+            Format::Json => render::json(&json!({
+                "kind": name,
+                "source": known.source,
+                "schemaHash": known.kind.schema_hash(),
+                "queue": known.kind.queue(),
+                "maxAttempts": known.kind.max_attempts(),
+                "schema": known.kind.schema(),
+            }))?,
+            Format::Table => render::json(known.kind.schema())?,
+        }
+        return Ok(code::OK);
+    }
+    let all = kinds::all(db).await?;
+    match format {
+        Format::Json => {
+            let docs: Vec<Value> = all
+                .iter()
+                .map(|(name, k)| json!({ "kind": name, "source": k.source, "schemaHash": k.kind.schema_hash(), "schema": k.kind.schema() }))
+                .collect();
+            render::json(&docs)?;
+        }
+        Format::Table => {
+            let rows: Vec<Vec<String>> = all
+                .iter()
+                .map(|(name, k)| {
+                    vec![
+                        name.clone(),
+                        k.kind.queue().to_owned(),
+                        k.kind.max_attempts().to_string(),
+                        match k.source {
+                            Source::BuiltIn => "built in".to_owned(),
+                            Source::Recorded => "recorded".to_owned(),
+                        },
+                        k.recorded.as_ref().map_or_else(|| "-".to_owned(), |r| time(r.updated_at)),
+                        k.kind.schema_hash()[..12].to_owned(),
+                    ]
+                })
+                .collect();
+            print!("{}", table(&["KIND", "QUEUE", "MAX ATTEMPTS", "SOURCE", "RECORDED", "SCHEMA"], &rows));
+        }
+    }
+    Ok(code::OK)
+}

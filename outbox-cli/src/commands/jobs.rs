@@ -1,0 +1,220 @@
+//! Commands on jobs: enqueue, list, get, retry, cancel, purge.
+
+use std::io::Read;
+
+use chrono::{DateTime, Utc};
+use outbox_core::ops::{self, JobFilter};
+use outbox_core::{EnqueueOpts, JobRecord, JobStatus};
+use sea_orm::DatabaseConnection;
+use serde_json::{Value, json};
+
+use crate::cli::{EnqueueArgs, ListArgs, RetryArgs};
+use crate::duration;
+use crate::fail::{Failure, Result, code};
+use crate::kinds::{self};
+use crate::render::{self, Format, opt_time, short, table, time};
+
+/// The payload argument: JSON text, `@file`, or `-` for stdin.
+pub(super) fn payload(arg: &str) -> Result<Value> {
+    let (text, from) = if arg == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Failure::error(format!("reading the payload from stdin: {e}")))?;
+        (text, "stdin".to_owned())
+    } else if let Some(path) = arg.strip_prefix('@') {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::invalid(format!("cannot read the payload file `{path}`: {e}")))?;
+        (text, format!("`{path}`"))
+    } else {
+        (arg.to_owned(), "--payload".to_owned())
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        Failure::invalid(format!("{from} is not valid JSON: {e}"))
+            .hint("quote the payload for your shell, e.g. --payload '{\"path\": \"a.txt\"}'")
+    })
+}
+
+pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: Format) -> Result<u8> {
+    let payload = payload(&args.payload)?;
+    let known = kinds::resolve(db, &args.kind).await?;
+    let mut opts = EnqueueOpts::new();
+    if let Some(q) = args.queue {
+        opts = opts.queue(q);
+    }
+    if let Some(p) = args.priority {
+        opts = opts.priority(p);
+    }
+    if let Some(d) = args.delay {
+        opts = opts.delay(d);
+    }
+    if let Some(n) = args.max_attempts {
+        opts = opts.max_attempts(n);
+    }
+    if let Some(k) = args.key {
+        opts = opts.idempotency_key(k);
+    }
+    let enqueued = outbox_core::enqueue_raw(db, &known.kind, payload, opts).await?;
+    let job = ops::get(db, enqueued.id()).await?;
+    match format {
+        Format::Json => render::json(&json!({ "id": job.id, "new": enqueued.is_new(), "job": job }))?,
+        Format::Table if enqueued.is_new() => {
+            println!("enqueued {} (kind {}, queue {}, run at {})", job.id, job.kind, job.queue, time(job.run_at));
+        }
+        Format::Table => {
+            println!("already enqueued: {} is {} with the same idempotency key; nothing written", job.id, job.status)
+        }
+    }
+    Ok(code::OK)
+}
+
+/// `--since`: a duration ago or an RFC 3339 time.
+pub(super) fn since(arg: &str) -> Result<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(arg) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let ago = duration::parse(arg).map_err(|e| {
+        Failure::invalid(format!("invalid value `{arg}` for --since: {e}"))
+            .hint("or give a time like 2026-11-22T10:00:00Z")
+    })?;
+    let ago =
+        chrono::Duration::from_std(ago).map_err(|_| Failure::invalid(format!("--since `{arg}` is too far back")))?;
+    Ok(Utc::now() - ago)
+}
+
+pub(super) fn job_rows(jobs: &[JobRecord]) -> Vec<Vec<String>> {
+    jobs.iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.kind.clone(),
+                j.queue.clone(),
+                j.status.to_string(),
+                format!("{}/{}", j.attempts, j.max_attempts),
+                time(j.updated_at),
+                short(j.last_error.as_deref().unwrap_or(""), 60),
+            ]
+        })
+        .collect()
+}
+
+const JOB_HEADERS: [&str; 7] = ["ID", "KIND", "QUEUE", "STATUS", "ATTEMPTS", "UPDATED", "ERROR"];
+
+pub(super) async fn list(db: &DatabaseConnection, args: ListArgs, format: Format) -> Result<u8> {
+    let filter = JobFilter {
+        status: args.status,
+        kind: args.kind,
+        queue: args.queue,
+        since: args.since.as_deref().map(since).transpose()?,
+        limit: args.limit,
+    };
+    let jobs = ops::list(db, &filter).await?;
+    match format {
+        Format::Json => render::json(&jobs)?,
+        Format::Table if jobs.is_empty() => println!("no jobs match"),
+        Format::Table => print!("{}", table(&JOB_HEADERS, &job_rows(&jobs))),
+    }
+    Ok(code::OK)
+}
+
+pub(super) fn pretty(text: Option<&str>) -> String {
+    match text.map(|t| serde_json::from_str::<Value>(t).map_or_else(|_| t.to_owned(), |v| v.to_string())) {
+        Some(t) => t,
+        None => "-".to_owned(),
+    }
+}
+
+pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Result<u8> {
+    let job = ops::get(db, id).await?;
+    let history = ops::history(db, id).await?;
+    if format == Format::Json {
+        render::json(&json!({ "job": job, "history": history }))?;
+        return Ok(code::OK);
+    }
+    let fields = [
+        ("id", job.id.clone()),
+        ("kind", job.kind.clone()),
+        ("queue", job.queue.clone()),
+        ("status", job.status.to_string()),
+        ("attempts", format!("{} of {} (started {} times)", job.attempts, job.max_attempts, job.runs)),
+        ("priority", job.priority.to_string()),
+        ("run at", time(job.run_at)),
+        ("created", time(job.created_at)),
+        ("claimed", opt_time(job.claimed_at)),
+        ("completed", opt_time(job.completed_at)),
+        ("updated", time(job.updated_at)),
+        ("locked by", job.locked_by.clone().unwrap_or_else(|| "-".into())),
+        ("lease expires", opt_time(job.lease_expires_at)),
+        ("key", job.idempotency_key.clone().unwrap_or_else(|| "-".into())),
+        ("schema hash", job.schema_hash.clone()),
+        ("last error", job.last_error.clone().unwrap_or_else(|| "-".into())),
+        ("payload", pretty(Some(&job.payload))),
+        ("output", pretty(job.output.as_deref())),
+    ];
+    for (name, value) in fields {
+        println!("{name:<14}{value}");
+    }
+    println!("\nhistory");
+    let rows: Vec<Vec<String>> = history
+        .iter()
+        .map(|e| {
+            vec![
+                time(e.at),
+                e.event.clone(),
+                e.attempt.to_string(),
+                e.worker.clone().unwrap_or_else(|| "-".into()),
+                short(e.error.as_deref().unwrap_or(""), 80),
+            ]
+        })
+        .collect();
+    print!("{}", table(&["AT", "EVENT", "ATTEMPT", "WORKER", "ERROR"], &rows));
+    Ok(code::OK)
+}
+
+pub(super) async fn retry(db: &DatabaseConnection, args: RetryArgs, format: Format) -> Result<u8> {
+    if args.failed {
+        let n = ops::retry_failed(db, args.kind.as_deref()).await?;
+        match format {
+            Format::Json => render::json(&json!({ "retried": n }))?,
+            Format::Table => {
+                println!("retried {n} failed job(s){}", args.kind.map(|k| format!(" of kind {k}")).unwrap_or_default())
+            }
+        }
+        return Ok(code::OK);
+    }
+    let id = args.id.ok_or_else(|| Failure::invalid("give a job id or --failed"))?;
+    ops::retry(db, &id).await?;
+    match format {
+        Format::Json => render::json(&json!({ "retried": 1, "id": id }))?,
+        Format::Table => println!("retried {id}: pending again, attempts start over"),
+    }
+    Ok(code::OK)
+}
+
+pub(super) async fn cancel(db: &DatabaseConnection, id: &str, format: Format) -> Result<u8> {
+    ops::cancel(db, id).await?;
+    match format {
+        Format::Json => render::json(&json!({ "cancelled": 1, "id": id }))?,
+        Format::Table => println!("cancelled {id}"),
+    }
+    Ok(code::OK)
+}
+
+pub(super) async fn purge(
+    db: &DatabaseConnection,
+    statuses: &[JobStatus],
+    older_than: std::time::Duration,
+    format: Format,
+) -> Result<u8> {
+    if let Some(active) = statuses.iter().find(|s| !s.is_terminal()) {
+        return Err(Failure::invalid(format!("--status {active} cannot be purged: only finished jobs can"))
+            .hint("use completed, failed or cancelled; cancel pending jobs first"));
+    }
+    let n = ops::purge(db, statuses, older_than).await?;
+    let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+    match format {
+        Format::Json => render::json(&json!({ "purged": n }))?,
+        Format::Table => println!("purged {n} {} job(s) older than {}", names.join("/"), duration::human(older_than)),
+    }
+    Ok(code::OK)
+}

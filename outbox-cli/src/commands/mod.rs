@@ -1,0 +1,62 @@
+//! What each command does.
+
+mod inspect;
+mod jobs;
+mod reconcile;
+mod work;
+
+use sea_orm::DatabaseConnection;
+use serde_json::json;
+
+use crate::cli::{Cli, Command};
+use crate::db;
+use crate::fail::{Failure, Result, code};
+use crate::render::{self, Format};
+
+/// Runs the command; the exit code on success (reconcile may return one for discrepancies).
+pub(crate) async fn run(cli: Cli) -> Result<u8> {
+    let Cli { database_url, format, command } = cli;
+    init_logs(matches!(command, Command::Work(_)));
+    let create = matches!(command, Command::Migrate);
+    let db = db::open(&database_url, create).await?;
+    match command {
+        Command::Migrate => migrate(&db, &database_url, format).await,
+        Command::Enqueue(args) => jobs::enqueue(&db, args, format).await,
+        Command::List(args) => jobs::list(&db, args, format).await,
+        Command::Get { id } => jobs::get(&db, &id, format).await,
+        Command::Stats { window, limit } => inspect::stats(&db, window, limit, format).await,
+        Command::Queues => inspect::queues(&db, format).await,
+        Command::Retry(args) => jobs::retry(&db, args, format).await,
+        Command::Cancel { id } => jobs::cancel(&db, &id, format).await,
+        Command::Purge { status, older_than } => jobs::purge(&db, &status, older_than, format).await,
+        Command::Schema { kind } => inspect::schema(&db, kind.as_deref(), format).await,
+        Command::Reconcile(args) => reconcile::reconcile(&db, args, format).await,
+        Command::Work(args) => work::work(&db, args).await,
+    }
+}
+
+/// Logs go to stderr: warnings by default, progress too for `work`; `OUTBOX_LOG` (an env-filter
+/// directive such as `info` or `outbox_core=debug`) overrides.
+fn init_logs(work: bool) {
+    let default = if work { "info" } else { "warn" };
+    let filter = std::env::var("OUTBOX_LOG").unwrap_or_else(|_| default.to_owned());
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+async fn migrate(db: &DatabaseConnection, url: &str, format: Format) -> Result<u8> {
+    use sea_orm_migration::MigratorTrait;
+    let pending = outbox_core::Migrator::get_pending_migrations(db)
+        .await
+        .map_err(|e| Failure::error(format!("reading the migrations: {e}")))?;
+    let applied: Vec<String> = pending.iter().map(|m| m.name().to_owned()).collect();
+    outbox_core::migrate(db).await?;
+    match format {
+        Format::Json => render::json(&json!({ "database": db::shown(&db::url(url)), "applied": applied }))?,
+        Format::Table if applied.is_empty() => println!("{}: already up to date", db::shown(&db::url(url))),
+        Format::Table => println!("{}: applied {}", db::shown(&db::url(url)), applied.join(", ")),
+    }
+    Ok(code::OK)
+}
