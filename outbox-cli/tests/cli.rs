@@ -1,6 +1,6 @@
 //! The real `outbox` binary against real SQLite files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -482,4 +482,63 @@ async fn work_and_reconcile_with_aws() {
     assert_eq!(report["aws"]["missing"], 1, "{report}");
     assert_eq!(report["aws"]["discrepancies"][0]["resource_id"], bucket.as_str());
     assert_eq!(report["files"]["paths_checked"], 0);
+}
+
+#[test]
+fn the_database_defaults_to_outbox_db_and_follows_outbox_database_url() {
+    let env = Env::new();
+    let bare = |args: &[&str], url: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+        cmd.current_dir(env.dir.path()).env_remove("OUTBOX_DATABASE_URL").args(args);
+        if let Some(url) = url {
+            cmd.env("OUTBOX_DATABASE_URL", url);
+        }
+        output(cmd.output().expect("run outbox"))
+    };
+    assert_eq!(bare(&["migrate"], None).code, 0);
+    assert!(env.dir.path().join("outbox.db").exists(), "the default is outbox.db in the working directory");
+    assert_eq!(bare(&["migrate"], Some("sqlite://other.db")).code, 0);
+    assert!(env.dir.path().join("other.db").exists());
+    let run = bare(&["enqueue", "delete_file", "--payload", r#"{"path": "x"}"#], Some("other.db"));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(bare(&["list", "--format", "json"], Some("other.db")).json().as_array().map(Vec::len), Some(1));
+    assert_eq!(bare(&["list", "--format", "json"], None).json().as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn sigint_lets_the_running_job_finish() {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::PermissionsExt;
+
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    // A stand-in for the `claude` CLI that takes two seconds to answer.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../outbox-fs/tests/fixtures/extract/cli_success.json");
+    let script = env.dir.path().join("slow-claude");
+    std::fs::write(&script, format!("#!/bin/sh\ncat > /dev/null\nsleep 2\ncat '{}'\n", fixture.display()))
+        .expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let prompt = "Summarize requirement R-7.";
+    let hash: String = Sha256::digest(prompt.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let payload =
+        json!({ "prompt": prompt, "targetPath": "answers/r7.md", "requirementId": "R-7", "promptHash": hash });
+    let id = enqueue_id(&env, "claude_extraction", payload);
+
+    let script_arg = script.display().to_string();
+    let worker = env
+        .command(&["work", "--root", &env.root_arg(), "--claude-cli", &script_arg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worker");
+    assert!(wait_until(Duration::from_secs(20), || status_of(&env, &id) == "claimed"), "the job started");
+    let pid = worker.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
+    let out = output(worker.wait_with_output().expect("worker exit"));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("interrupted: finishing running jobs"), "{}", out.stderr);
+    // The job that was running when Ctrl-C came finished before the worker exited.
+    assert_eq!(status_of(&env, &id), "completed");
+    let answer = std::fs::read_to_string(env.root.join("answers/r7.md")).expect("answer written");
+    assert!(answer.contains("The system shall retry."), "{answer}");
 }
