@@ -512,10 +512,10 @@ fn sigint_lets_the_running_job_finish() {
 
     let env = Env::new();
     env.ok(&["migrate"]);
-    // A stand-in for the `claude` CLI that takes two seconds to answer.
+    // A stand-in for the `claude` CLI that takes five seconds to answer: time to see the job claimed.
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../outbox-fs/tests/fixtures/extract/cli_success.json");
     let script = env.dir.path().join("slow-claude");
-    std::fs::write(&script, format!("#!/bin/sh\ncat > /dev/null\nsleep 2\ncat '{}'\n", fixture.display()))
+    std::fs::write(&script, format!("#!/bin/sh\ncat > /dev/null\nsleep 5\ncat '{}'\n", fixture.display()))
         .expect("script");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let prompt = "Summarize requirement R-7.";
