@@ -169,7 +169,7 @@ pub(super) async fn schema(db: &DatabaseConnection, kind: Option<&str>, format: 
                             Source::Recorded => "recorded".to_owned(),
                         },
                         k.recorded.as_ref().map_or_else(|| "-".to_owned(), |r| time(r.updated_at)),
-                        k.kind.schema_hash()[..12].to_owned(),
+                        k.kind.schema_hash().get(..12).unwrap_or_default().to_owned(),
                     ]
                 })
                 .collect();
