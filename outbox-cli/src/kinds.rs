@@ -44,18 +44,12 @@ pub(crate) struct Known {
 /// The kind `name`: the built-in one when the database records none or the same schema, else the recorded
 /// one (what the workers run), else an error listing every known kind.
 pub(crate) async fn resolve(db: &DatabaseConnection, name: &str) -> Result<Known> {
-    let recorded = ops::kind(db, name).await?;
-    if recorded.is_none() && built_in(name).is_none() {
-        let known: Vec<String> = all(db).await?.into_keys().collect();
-        return Err(Failure::invalid(format!("unknown kind `{name}`; known kinds: {}", known.join(", ")))
-            .hint("kinds of your application are recorded when one of its workers starts against this database"));
+    if let Some(known) = resolve_with(ops::kind(db, name).await?, name)? {
+        return Ok(known);
     }
-    resolve_with(recorded, name)
-}
-
-/// Whether the recorded kind is not the built-in kind of that name (or there is none).
-fn built_differs(name: &str, rec: &ops::KindRecord) -> Result<bool> {
-    Ok(built_in(name).transpose()?.is_none_or(|k| k.schema_hash() != rec.schema_hash))
+    let known: Vec<String> = all(db).await?.into_keys().collect();
+    Err(Failure::invalid(format!("unknown kind `{name}`; known kinds: {}", known.join(", ")))
+        .hint("kinds of your application are recorded when one of its workers starts against this database"))
 }
 
 /// Every known kind by name.
@@ -63,24 +57,31 @@ pub(crate) async fn all(db: &DatabaseConnection) -> Result<BTreeMap<String, Know
     let mut out = BTreeMap::new();
     for rec in ops::kinds(db).await? {
         let name = rec.name.clone();
-        out.insert(name.clone(), resolve_with(Some(rec), &name)?);
+        if let Some(known) = resolve_with(Some(rec), &name)? {
+            out.insert(name, known);
+        }
     }
     for name in BUILT_IN {
-        if !out.contains_key(name) {
-            out.insert(name.to_owned(), resolve_with(None, name)?);
+        if !out.contains_key(name)
+            && let Some(known) = resolve_with(None, name)?
+        {
+            out.insert(name.to_owned(), known);
         }
     }
     Ok(out)
 }
 
-fn resolve_with(recorded: Option<ops::KindRecord>, name: &str) -> Result<Known> {
-    let built = built_in(name).transpose()?;
-    match (built, recorded) {
+/// The kind `name` from its built-in definition and its recorded one; `None` when it has neither.
+fn resolve_with(recorded: Option<ops::KindRecord>, name: &str) -> Result<Option<Known>> {
+    let recorded_kind = |rec: ops::KindRecord| -> Result<Option<Known>> {
+        let kind = Arc::new(Kind::from_record(&rec)?);
+        Ok(Some(Known { kind, source: Source::Recorded, recorded: Some(rec) }))
+    };
+    match (built_in(name).transpose()?, recorded) {
         // A recorded schema that differs from the built-in one is what the workers run: it wins.
-        (_, Some(rec)) if built_differs(name, &rec)? => {
-            Ok(Known { kind: Arc::new(Kind::from_record(&rec)?), source: Source::Recorded, recorded: Some(rec) })
-        }
-        (Some(kind), rec) => Ok(Known { kind, source: Source::BuiltIn, recorded: rec }),
-        (None, _) => Err(Failure::invalid(format!("unknown kind `{name}`"))),
+        (Some(kind), Some(rec)) if rec.schema_hash != kind.schema_hash() => recorded_kind(rec),
+        (Some(kind), rec) => Ok(Some(Known { kind, source: Source::BuiltIn, recorded: rec })),
+        (None, Some(rec)) => recorded_kind(rec),
+        (None, None) => Ok(None),
     }
 }
