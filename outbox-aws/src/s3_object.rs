@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use md5::{Digest, Md5};
@@ -66,6 +67,20 @@ fn split(resource_id: &str) -> std::result::Result<(&str, &str), String> {
     Ok((bucket, key))
 }
 
+/// `bucket/key` of a resource id [`Provider::check`] has accepted; a conflict naming `res` otherwise.
+fn located<'a>(resource_id: &'a str, res: &str) -> Result<(&'a str, &'a str)> {
+    split(resource_id).map_err(|message| Error::Conflict { resource: res.to_owned(), message })
+}
+
+/// The object's head, `None` when it (or its bucket) does not exist.
+async fn head(aws: &Aws, bucket: &str, key: &str, res: &str) -> Result<Option<HeadObjectOutput>> {
+    match aws.s3().head_object().bucket(bucket).key(key).send().await {
+        Ok(head) => Ok(Some(head)),
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(None),
+        Err(e) => Err(sdk("HeadObject", res, e)),
+    }
+}
+
 fn body(config: &S3ObjectConfig) -> std::result::Result<Vec<u8>, String> {
     match config.encoding {
         BodyEncoding::Utf8 => Ok(config.body.as_bytes().to_vec()),
@@ -117,35 +132,30 @@ impl Provider for S3Object {
         Box::pin(async move {
             let res = format!("s3_object {resource_id}");
             let config = parsed(&self.schema, &res, config)?;
-            let (bucket, key) =
-                split(resource_id).map_err(|m| Error::Conflict { resource: res.clone(), message: m })?;
+            let (bucket, key) = located(resource_id, &res)?;
             let bytes = body(&config).map_err(|m| Error::Conflict { resource: res.clone(), message: m })?;
             let md5 = hex(&Md5::digest(&bytes));
             let s3 = aws.s3();
 
             // A single-part upload's ETag is the body's MD5: equal ETag, type and metadata mean done.
-            match s3.head_object().bucket(bucket).key(key).send().await {
-                Ok(head) => {
-                    let same_body = head.e_tag().map(|t| t.trim_matches('"')) == Some(md5.as_str());
-                    let same_type = config.content_type.as_deref().is_none_or(|t| head.content_type() == Some(t));
-                    let same_meta = config.metadata.as_ref().is_none_or(|want| {
-                        let have: BTreeMap<String, String> =
-                            head.metadata().map(|m| m.clone().into_iter().collect()).unwrap_or_default();
-                        &have == want
-                    });
-                    if same_body && same_type && same_meta {
-                        return Ok(json!({
-                            "bucket": bucket,
-                            "key": key,
-                            "etag": head.e_tag(),
-                            "versionId": head.version_id(),
-                            "size": bytes.len(),
-                            "written": false,
-                        }));
-                    }
+            if let Some(head) = head(aws, bucket, key, &res).await? {
+                let same_body = head.e_tag().map(|t| t.trim_matches('"')) == Some(md5.as_str());
+                let same_type = config.content_type.as_deref().is_none_or(|t| head.content_type() == Some(t));
+                let same_meta = config.metadata.as_ref().is_none_or(|want| {
+                    let have: BTreeMap<String, String> =
+                        head.metadata().map(|m| m.clone().into_iter().collect()).unwrap_or_default();
+                    &have == want
+                });
+                if same_body && same_type && same_meta {
+                    return Ok(json!({
+                        "bucket": bucket,
+                        "key": key,
+                        "etag": head.e_tag(),
+                        "versionId": head.version_id(),
+                        "size": bytes.len(),
+                        "written": false,
+                    }));
                 }
-                Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => {}
-                Err(e) => return Err(sdk("HeadObject", &res, e)),
             }
             let mut put = s3
                 .put_object()
@@ -181,14 +191,9 @@ impl Provider for S3Object {
     fn delete<'a>(&'a self, aws: &'a Aws, resource_id: &'a str) -> BoxFuture<'a, Result<Value>> {
         Box::pin(async move {
             let res = format!("s3_object {resource_id}");
-            let (bucket, key) =
-                split(resource_id).map_err(|m| Error::Conflict { resource: res.clone(), message: m })?;
+            let (bucket, key) = located(resource_id, &res)?;
             let s3 = aws.s3();
-            let etag = match s3.head_object().bucket(bucket).key(key).send().await {
-                Ok(head) => head.e_tag().map(str::to_owned),
-                Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => None,
-                Err(e) => return Err(sdk("HeadObject", &res, e)),
-            };
+            let etag = head(aws, bucket, key, &res).await?.and_then(|h| h.e_tag().map(str::to_owned));
             let version_id = match s3.delete_object().bucket(bucket).key(key).send().await {
                 Ok(out) => out.version_id().map(str::to_owned),
                 Err(e) if e.code() == Some("NoSuchBucket") => None,
@@ -207,13 +212,8 @@ impl Provider for S3Object {
     fn exists<'a>(&'a self, aws: &'a Aws, resource_id: &'a str) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
             let res = format!("s3_object {resource_id}");
-            let (bucket, key) =
-                split(resource_id).map_err(|m| Error::Conflict { resource: res.clone(), message: m })?;
-            match aws.s3().head_object().bucket(bucket).key(key).send().await {
-                Ok(_) => Ok(true),
-                Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
-                Err(e) => Err(sdk("HeadObject", res, e)),
-            }
+            let (bucket, key) = located(resource_id, &res)?;
+            Ok(head(aws, bucket, key, &res).await?.is_some())
         })
     }
 }
