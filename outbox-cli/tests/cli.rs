@@ -2,10 +2,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_core::{EnqueueOpts, Worker};
-use outbox_tests::{Keyed, Probe, exec};
+use outbox_tests::{Keyed, Probe, eventually, exec};
 use serde_json::{Value, json};
 
 /// What one run of the binary left.
@@ -88,24 +88,13 @@ fn status_of(env: &Env, id: &str) -> String {
     env.ok(&["get", id, "--format", "json"]).json()["job"]["status"].as_str().expect("status").to_owned()
 }
 
-fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    check()
-}
-
 fn enqueue_id(env: &Env, kind: &str, payload: Value) -> String {
     let run = env.ok(&["enqueue", kind, "--payload", &payload.to_string(), "--format", "json"]);
     run.json()["id"].as_str().expect("id").to_owned()
 }
 
-#[test]
-fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
     let env = Env::new();
     assert!(env.ok(&["migrate"]).stdout.contains("applied m20261122_000001_create_outbox_jobs"));
     assert!(env.ok(&["migrate"]).stdout.contains("already up to date"));
@@ -124,9 +113,10 @@ fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn worker");
-    let drained = wait_until(Duration::from_secs(30), || {
+    let drained = eventually(Duration::from_secs(30), || async {
         env.ok(&["list", "--status", "pending", "--format", "json"]).json().as_array().is_some_and(Vec::is_empty)
-    });
+    })
+    .await;
     let pid = i32::try_from(worker.id()).expect("pid");
     let sent = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
     assert!(sent.success());
@@ -177,7 +167,9 @@ fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
 
     // retry --failed puts every failed job back.
     let taken2 = enqueue_id(&env, "create_file", json!({ "path": "taken.txt", "content": "mine again\n" }));
-    exec_sql(&env, "UPDATE outbox_jobs SET status = 'failed', last_error = 'x' WHERE id = ?", &taken2);
+    let db = outbox_core::connect(&env.url()).await.expect("connect");
+    exec(&db, "UPDATE outbox_jobs SET status = 'failed', last_error = 'x' WHERE id = ?", vec![taken2.clone().into()])
+        .await;
     assert_eq!(env.ok(&["retry", "--failed", "--kind", "create_file", "--format", "json"]).json()["retried"], 1);
     env.ok(&["cancel", &taken2]);
 
@@ -200,14 +192,6 @@ fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
     assert_eq!(queues[0]["queue"], "default");
     let schemas = env.ok(&["schema", "--format", "json"]).json();
     assert!(schemas.as_array().is_some_and(|k| k.iter().any(|k| k["kind"] == "sync_aws")));
-}
-
-fn exec_sql(env: &Env, sql: &str, id: &str) {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let db = outbox_core::connect(&env.url()).await.expect("connect");
-        exec(&db, sql, vec![id.into()]).await;
-    });
 }
 
 #[test]
@@ -423,14 +407,7 @@ async fn kinds_recorded_by_an_application_worker_validate_cli_enqueues() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_and_reconcile_with_aws() {
-    let endpoint = match std::env::var("OUTBOX_TEST_AWS_ENDPOINT") {
-        Ok(url) if !url.is_empty() => url,
-        _ if std::env::var_os("CI").is_some() => panic!("OUTBOX_TEST_AWS_ENDPOINT must point at a moto server in CI"),
-        _ => {
-            eprintln!("SKIPPED work_and_reconcile_with_aws: OUTBOX_TEST_AWS_ENDPOINT is unset");
-            return;
-        }
-    };
+    let Some(endpoint) = outbox_tests::aws_endpoint("work_and_reconcile_with_aws") else { return };
     let env = Env::new();
     env.ok(&["migrate"]);
     let bucket = format!("cli-{:016x}", fastrand::u64(..));
@@ -450,7 +427,7 @@ async fn work_and_reconcile_with_aws() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn worker");
-    let done = wait_until(Duration::from_secs(30), || status_of(&env, &id) == "completed");
+    let done = eventually(Duration::from_secs(30), || async { status_of(&env, &id) == "completed" }).await;
     let pid = worker.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
     let out = output(worker.wait_with_output().expect("worker exit"));
@@ -505,8 +482,8 @@ fn the_database_defaults_to_outbox_db_and_follows_outbox_database_url() {
     assert_eq!(bare(&["list", "--format", "json"], None).json().as_array().map(Vec::len), Some(0));
 }
 
-#[test]
-fn sigint_lets_the_running_job_finish() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_lets_the_running_job_finish() {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::PermissionsExt;
 
@@ -531,7 +508,8 @@ fn sigint_lets_the_running_job_finish() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn worker");
-    assert!(wait_until(Duration::from_secs(20), || status_of(&env, &id) == "claimed"), "the job started");
+    let started = eventually(Duration::from_secs(20), || async { status_of(&env, &id) == "claimed" }).await;
+    assert!(started, "the job started");
     let pid = worker.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
     let out = output(worker.wait_with_output().expect("worker exit"));

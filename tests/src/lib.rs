@@ -134,3 +134,20 @@ impl Span {
 pub async fn wait_scalar(db: &DatabaseConnection, sql: &str, n: i64, timeout: Duration) -> bool {
     eventually(timeout, || async move { scalar(db, sql).await == n }).await
 }
+
+/// The S3/SQS-compatible server (a `moto_server`) that AWS tests run against, from
+/// `OUTBOX_TEST_AWS_ENDPOINT`. Unset, the test is skipped with a visible message; under `CI`, a missing
+/// server is a failure.
+pub fn aws_endpoint(test: &str) -> Option<String> {
+    const VAR: &str = "OUTBOX_TEST_AWS_ENDPOINT";
+    match std::env::var(VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => panic!("{VAR} must point at a moto server in CI"),
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: {VAR} is unset (start `moto_server -p 5000` and set it to http://127.0.0.1:5000)"
+            );
+            None
+        }
+    }
+}

@@ -10,23 +10,7 @@ use outbox_core::{EnqueueOpts, JobRecord, JobStatus, RetryPolicy, Worker, Worker
 use outbox_tests::TestDb;
 use sea_orm::DatabaseConnection;
 
-/// The variable naming the S3/SQS-compatible server the tests run against.
-pub const ENDPOINT_VAR: &str = "OUTBOX_TEST_AWS_ENDPOINT";
-
-/// The endpoint of the test server. Unset, the test is skipped with a message, except under CI, where
-/// a missing server is a failure.
-pub fn endpoint(test: &str) -> Option<String> {
-    match std::env::var(ENDPOINT_VAR) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => panic!("{ENDPOINT_VAR} must point at a moto server in CI"),
-        _ => {
-            eprintln!(
-                "SKIPPED {test}: {ENDPOINT_VAR} is unset (start `moto_server -p 5000` and set it to http://127.0.0.1:5000)"
-            );
-            None
-        }
-    }
-}
+pub use outbox_tests::aws_endpoint as endpoint;
 
 /// Options for the test server with static test credentials.
 pub fn opts(endpoint: &str) -> AwsOpts {
