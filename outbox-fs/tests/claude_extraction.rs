@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{env, job, output, sha256_hex};
+use common::{TestDb, conformance, env, job, output, sha256_hex};
 use outbox_core::{EnqueueOpts, Error, JobStatus};
 use outbox_fs::ClaudeExtraction;
 use outbox_fs::extract::{ExtractError, ExtractRequest, Extraction, Extractor, Usage};
@@ -60,9 +60,9 @@ fn worker(e: &common::Env, extractor: Arc<Counting>) -> outbox_core::WorkerBuild
     outbox_fs::register_handlers(builder, &e.root, Some(extractor))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_rejects_a_prompt_hash_that_is_not_the_prompts() {
-    let e = env().await;
+conformance!(enqueue_rejects_a_prompt_hash_that_is_not_the_prompts);
+async fn enqueue_rejects_a_prompt_hash_that_is_not_the_prompts(t: TestDb) {
+    let e = env(t);
     let mut job_in = ClaudeExtraction::new("List the requirements.", "answers/r1.md", "REQ-1");
     job_in.prompt_hash = sha256_hex(b"another prompt");
     let err = outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect_err("wrong hash");
@@ -76,9 +76,9 @@ async fn enqueue_rejects_a_prompt_hash_that_is_not_the_prompts() {
     assert!(err.to_string().contains("at /targetPath") && err.to_string().contains("`..`"), "{err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt() {
-    let e = env().await;
+conformance!(writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt);
+async fn writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt(t: TestDb) {
+    let e = env(t);
     let extractor = Counting::answering();
     let first = ClaudeExtraction::new("List the requirements.", "answers/r1.md", "REQ-1");
     let id = outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
@@ -121,9 +121,9 @@ async fn writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt() {
     assert_eq!(std::fs::read(e.root_dir.join("answers/r1.md")).expect("answer"), answer);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retryable_errors_retry_and_permanent_errors_fail() {
-    let e = env().await;
+conformance!(retryable_errors_retry_and_permanent_errors_fail);
+async fn retryable_errors_retry_and_permanent_errors_fail(t: TestDb) {
+    let e = env(t);
     let flaky = Counting::new(2, ExtractError::Retryable("rate limited (429)".into()));
     let id = outbox_core::enqueue(&e.db, &ClaudeExtraction::new("p1", "r.md", "REQ-2"), EnqueueOpts::new())
         .await
@@ -155,9 +155,9 @@ async fn retryable_errors_retry_and_permanent_errors_fail() {
     assert!(!e.root_dir.join("s.md").exists() && !e.root_dir.join("s.md.extraction.json").exists());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_an_extractor_extraction_jobs_wait_for_a_worker_that_has_one() {
-    let e = env().await;
+conformance!(without_an_extractor_extraction_jobs_wait_for_a_worker_that_has_one);
+async fn without_an_extractor_extraction_jobs_wait_for_a_worker_that_has_one(t: TestDb) {
+    let e = env(t);
     let id = outbox_core::enqueue(&e.db, &ClaudeExtraction::new("p", "t.md", "REQ-4"), EnqueueOpts::new())
         .await
         .expect("enqueue");

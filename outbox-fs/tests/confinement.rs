@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{assert_same_tree, env, insert_raw, job, snapshot, worker};
+use common::{TestDb, assert_same_tree, conformance, env, insert_raw, job, snapshot, worker};
 use outbox_core::{EnqueueOpts, Error, JobStatus};
 use outbox_fs::{CreateFile, DeleteFile};
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn escaping_paths_are_refused_at_enqueue_naming_the_rule() {
-    let e = env().await;
+conformance!(escaping_paths_are_refused_at_enqueue_naming_the_rule);
+async fn escaping_paths_are_refused_at_enqueue_naming_the_rule(t: TestDb) {
+    let e = env(t);
     let cases = [
         ("../x", "`..` component"),
         ("a/../../x", "`..` component"),
@@ -40,9 +40,9 @@ async fn escaping_paths_are_refused_at_enqueue_naming_the_rule() {
     assert!(count.is_empty(), "nothing was enqueued: {count:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_escaping_payload_written_behind_enqueue_fails_permanently() {
-    let e = env().await;
+conformance!(an_escaping_payload_written_behind_enqueue_fails_permanently);
+async fn an_escaping_payload_written_behind_enqueue_fails_permanently(t: TestDb) {
+    let e = env(t);
     let (root_before, outside_before) = (snapshot(&e.root_dir), snapshot(&e.outside));
     insert_raw(
         &e.db,
@@ -67,9 +67,9 @@ async fn an_escaping_payload_written_behind_enqueue_fails_permanently() {
     assert_same_tree(&outside_before, &snapshot(&e.outside), "outside the root");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_symlink_out_of_the_root_fails_permanently_and_touches_nothing_outside() {
-    let e = env().await;
+conformance!(a_symlink_out_of_the_root_fails_permanently_and_touches_nothing_outside);
+async fn a_symlink_out_of_the_root_fails_permanently_and_touches_nothing_outside(t: TestDb) {
+    let e = env(t);
     std::os::unix::fs::symlink(&e.outside, e.root_dir.join("evil")).expect("symlink");
     let outside_before = snapshot(&e.outside);
     let jobs = [
@@ -140,9 +140,9 @@ fn swap_until(root: std::path::PathBuf, outside: std::path::PathBuf, stop: Arc<A
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outside() {
-    let e = env().await;
+conformance!(a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outside);
+async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outside(t: TestDb) {
+    let e = env(t);
     let d = e.root_dir.join("d");
     std::fs::create_dir(&d).expect("d");
     for k in 0..10 {

@@ -5,7 +5,7 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 
-use common::{env, exec, job, output, sha256_hex, worker};
+use common::{TestDb, conformance, env, exec, job, output, sha256_hex, worker};
 use outbox_core::{EnqueueOpts, JobStatus};
 use outbox_fs::{CreateFile, DeleteFile};
 
@@ -13,9 +13,9 @@ async fn run(e: &common::Env) {
     worker(e).build().await.expect("build").drain().await.expect("drain");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_file_writes_atomically_creating_parents_and_records_the_hash() {
-    let e = env().await;
+conformance!(create_file_writes_atomically_creating_parents_and_records_the_hash);
+async fn create_file_writes_atomically_creating_parents_and_records_the_hash(t: TestDb) {
+    let e = env(t);
     let job_in = CreateFile { path: "a/b/c.txt".into(), content: "hello\n".into(), overwrite: false };
     let id = outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue");
     run(&e).await;
@@ -35,9 +35,9 @@ async fn create_file_writes_atomically_creating_parents_and_records_the_hash() {
     assert_eq!(names, ["c.txt"], "no temporary file is left behind");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_unchanged() {
-    let e = env().await;
+conformance!(create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_unchanged);
+async fn create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_unchanged(t: TestDb) {
+    let e = env(t);
     // The rename happened, the completion was never recorded: the file is there, the job runs again.
     std::fs::create_dir(e.root_dir.join("docs")).expect("dir");
     std::fs::write(e.root_dir.join("docs/readme.md"), "# same\n").expect("write");
@@ -58,9 +58,9 @@ async fn create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_file_without_overwrite_fails_permanently_on_other_content_and_leaves_it() {
-    let e = env().await;
+conformance!(create_file_without_overwrite_fails_permanently_on_other_content_and_leaves_it);
+async fn create_file_without_overwrite_fails_permanently_on_other_content_and_leaves_it(t: TestDb) {
+    let e = env(t);
     std::fs::write(e.root_dir.join("config.toml"), "mine = true\n").expect("write");
     let job_in = CreateFile { path: "config.toml".into(), content: "theirs = true\n".into(), overwrite: false };
     let id = outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue");
@@ -76,9 +76,9 @@ async fn create_file_without_overwrite_fails_permanently_on_other_content_and_le
     assert_eq!(std::fs::read_to_string(e.root_dir.join("config.toml")).expect("read"), "mine = true\n");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_file_with_overwrite_replaces_files_and_symlinks_but_not_directories() {
-    let e = env().await;
+conformance!(create_file_with_overwrite_replaces_files_and_symlinks_but_not_directories);
+async fn create_file_with_overwrite_replaces_files_and_symlinks_but_not_directories(t: TestDb) {
+    let e = env(t);
     std::fs::write(e.root_dir.join("config.toml"), "mine = true\n").expect("write");
     std::os::unix::fs::symlink(e.outside.join("x"), e.root_dir.join("link")).expect("symlink");
     std::fs::create_dir(e.root_dir.join("dir")).expect("dir");
@@ -108,9 +108,9 @@ async fn delete(e: &common::Env, path: &str, require_exists: bool) -> String {
     outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue").id().to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_file_removes_files_and_symlinks_but_never_directories_or_link_targets() {
-    let e = env().await;
+conformance!(delete_file_removes_files_and_symlinks_but_never_directories_or_link_targets);
+async fn delete_file_removes_files_and_symlinks_but_never_directories_or_link_targets(t: TestDb) {
+    let e = env(t);
     std::fs::create_dir_all(e.root_dir.join("a/dir")).expect("dirs");
     std::fs::write(e.root_dir.join("a/file"), "bye").expect("write");
     std::fs::write(e.root_dir.join("target"), "stay").expect("write");
@@ -133,9 +133,9 @@ async fn delete_file_removes_files_and_symlinks_but_never_directories_or_link_ta
     assert!(e.root_dir.join("a/dir").is_dir());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_file_missing_fails_only_on_a_first_run_that_requires_it() {
-    let e = env().await;
+conformance!(delete_file_missing_fails_only_on_a_first_run_that_requires_it);
+async fn delete_file_missing_fails_only_on_a_first_run_that_requires_it(t: TestDb) {
+    let e = env(t);
     // Attempt 1, requireExists, nothing there: nobody can have deleted it on this job's behalf.
     let strict = delete(&e, "gone/strict", true).await;
     // requireExists false: missing is fine.

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{assert_same_tree, env, insert_raw, sha256_hex, snapshot, worker};
+use common::{TestDb, assert_same_tree, conformance, env, insert_raw, sha256_hex, snapshot, worker};
 use outbox_core::EnqueueOpts;
 use outbox_fs::{CreateFile, DeleteFile, Discrepancy, DiscrepancyKind, Progress, ReconcileOpts};
 use serde_json::json;
@@ -28,9 +28,9 @@ fn find<'a>(report: &'a outbox_fs::Report, path: &str) -> Vec<&'a Discrepancy> {
     report.discrepancies.iter().filter(|d| d.path == path).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reports_every_kind_of_drift_once_and_changes_nothing() {
-    let e = env().await;
+conformance!(reports_every_kind_of_drift_once_and_changes_nothing);
+async fn reports_every_kind_of_drift_once_and_changes_nothing(t: TestDb) {
+    let e = env(t);
     for (path, content) in [
         ("ok.txt", "fine"),
         ("nested/ok.txt", "fine too"),
@@ -127,9 +127,9 @@ async fn reports_every_kind_of_drift_once_and_changes_nothing() {
     assert!(progress.windows(2).all(|w| w[0].jobs_done <= w[1].jobs_done));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifos_symlinks_out_of_the_root_and_caps_are_handled_without_blocking() {
-    let e = env().await;
+conformance!(fifos_symlinks_out_of_the_root_and_caps_are_handled_without_blocking);
+async fn fifos_symlinks_out_of_the_root_and_caps_are_handled_without_blocking(t: TestDb) {
+    let e = env(t);
     for (id, path) in [("j1", "fifo"), ("j2", "evil/x"), ("j3", "a"), ("j4", "b")] {
         insert_raw(
             &e.db,
@@ -177,9 +177,9 @@ impl std::io::Write for Captured {
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn each_discrepancy_is_logged_as_a_warning_with_fields() {
-    let e = env().await;
+conformance!(each_discrepancy_is_logged_as_a_warning_with_fields, flavor = "current_thread");
+async fn each_discrepancy_is_logged_as_a_warning_with_fields(t: TestDb) {
+    let e = env(t);
     insert_raw(
         &e.db,
         "j-missing",
@@ -229,10 +229,10 @@ async fn each_discrepancy_is_logged_as_a_warning_with_fields() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_path_scan_reads_one_snapshot_without_blocking_writers() {
+conformance!(a_path_scan_reads_one_snapshot_without_blocking_writers);
+async fn a_path_scan_reads_one_snapshot_without_blocking_writers(t: TestDb) {
     use outbox_core::ops::{self, PathField};
-    let e = env().await;
+    let e = env(t);
     let fields = [PathField { kind: "create_file", json_path: "$.path" }];
     for (id, path, at) in [("a1", "a", 1), ("a2", "a", 2), ("b1", "b", 1)] {
         insert_raw(&e.db, id, "create_file", &json!({"path": path, "content": id}), "completed", None, at).await;

@@ -1,15 +1,18 @@
-//! Shared pieces of the integration tests: job kinds, fresh databases, and the worker binary the crash and
-//! race tests run as child processes.
+//! Shared pieces of the integration tests: job kinds, fresh databases on each backend, the conformance
+//! macro that runs a test on all of them, and the worker binary the crash and race tests run as child
+//! processes.
 
+mod database;
 pub mod http;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use outbox_core::Job;
 use schemars::JsonSchema;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde::{Deserialize, Serialize};
+
+pub use database::{Backend, TestDb, exec, fresh, fresh_db, run, scalar, sqlite_url, try_exec};
 
 /// A job that carries a number; tests attach whatever handler they need.
 #[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -40,44 +43,6 @@ pub struct Race {
     pub n: u64,
     /// Handler sleep in milliseconds.
     pub sleep_ms: u64,
-}
-
-/// A test database in its own temp dir.
-pub struct TestDb {
-    /// Owns the directory; dropped last.
-    pub dir: tempfile::TempDir,
-    /// The database file.
-    pub path: PathBuf,
-    /// sea-orm URL of the file.
-    pub url: String,
-    /// An open, migrated connection.
-    pub db: DatabaseConnection,
-}
-
-/// A fresh migrated SQLite file database.
-pub async fn fresh_db() -> TestDb {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("outbox.db");
-    let url = sqlite_url(&path);
-    let db = outbox_core::connect(&url).await.expect("connect");
-    outbox_core::migrate(&db).await.expect("migrate");
-    TestDb { dir, path, url, db }
-}
-
-/// sea-orm URL of an SQLite file, created if missing.
-pub fn sqlite_url(path: &Path) -> String {
-    format!("sqlite://{}?mode=rwc", path.display())
-}
-
-/// Runs one statement with positional values.
-pub async fn exec(db: &DatabaseConnection, sql: &str, values: Vec<sea_orm::Value>) -> u64 {
-    db.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)).await.expect(sql).rows_affected()
-}
-
-/// One integer from a query.
-pub async fn scalar(db: &DatabaseConnection, sql: &str) -> i64 {
-    let row = db.query_one_raw(Statement::from_string(DbBackend::Sqlite, sql)).await.expect(sql).expect("one row");
-    row.try_get_by_index::<i64>(0).expect("an integer")
 }
 
 /// Polls `check` every 20 ms until it holds or `timeout` passes; returns whether it held.
@@ -131,7 +96,7 @@ impl Span {
 }
 
 /// Waits until the integer `sql` returns equals `n`; returns whether it did within `timeout`.
-pub async fn wait_scalar(db: &DatabaseConnection, sql: &str, n: i64, timeout: Duration) -> bool {
+pub async fn wait_scalar(db: &impl ConnectionTrait, sql: &str, n: i64, timeout: Duration) -> bool {
     eventually(timeout, || async move { scalar(db, sql).await == n }).await
 }
 
@@ -139,17 +104,25 @@ pub async fn wait_scalar(db: &DatabaseConnection, sql: &str, n: i64, timeout: Du
 /// `OUTBOX_TEST_AWS_ENDPOINT`. Unset, the test is skipped with a visible message; under `CI`, a missing
 /// server is a failure.
 pub fn aws_endpoint(test: &str) -> Option<String> {
-    const VAR: &str = "OUTBOX_TEST_AWS_ENDPOINT";
-    match std::env::var(VAR) {
+    required_server(
+        "OUTBOX_TEST_AWS_ENDPOINT",
+        "a moto server",
+        "start `moto_server -p 5000` and set it to http://127.0.0.1:5000",
+        test,
+    )
+}
+
+/// The value of `var`, which names a server (`what`) a test needs. Unset, `test` is skipped with a visible
+/// message saying how to set it (`hint`); under `CI`, a missing server is a failure.
+fn required_server(var: &str, what: &str, hint: &str, test: &str) -> Option<String> {
+    match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => panic!("{VAR} must point at a moto server in CI"),
+        _ if std::env::var_os("CI").is_some() => panic!("{var} must point at {what} in CI"),
         _ => {
             // The test harness captures what a passing test prints, and a skip must be seen: write past the
             // capture to the process's stderr where the platform offers `/dev/stderr`.
             use std::io::Write;
-            let line = format!(
-                "SKIPPED {test}: {VAR} is unset (start `moto_server -p 5000` and set it to http://127.0.0.1:5000)"
-            );
+            let line = format!("SKIPPED {test}: {var} is unset ({hint})");
             match std::fs::OpenOptions::new().append(true).open("/dev/stderr") {
                 Ok(mut stderr) => {
                     let _ = writeln!(stderr, "{line}");

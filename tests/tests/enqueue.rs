@@ -1,24 +1,20 @@
-//! Transactional enqueue, deduplication and validation on real SQLite files.
+//! Transactional enqueue, deduplication and validation, on every backend.
 
 use outbox_core::{EnqueueOpts, Enqueued, Error, Kind, KindOpts, ops};
-use outbox_tests::{Keyed, Probe, Span, exec, fresh_db, scalar};
-use sea_orm::{ConnectionTrait, TransactionTrait};
+use outbox_tests::{Keyed, Probe, Span, TestDb, conformance, exec, scalar, try_exec};
+use sea_orm::TransactionTrait;
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rollback_leaves_no_job_and_commit_leaves_one() {
-    let t = fresh_db().await;
-    exec(&t.db, "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL)", vec![]).await;
+conformance!(rollback_leaves_no_job_and_commit_leaves_one);
+async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
+    exec(&t.db, "CREATE TABLE orders (customer TEXT NOT NULL)", vec![]).await;
 
     // The helper rolls back when the closure fails: neither the domain row nor the job exists.
     let failed: Result<(), Error> = outbox_core::transaction(&t.db, |txn| {
         Box::pin(async move {
-            txn.execute_raw(sea_orm::Statement::from_string(
-                sea_orm::DbBackend::Sqlite,
-                "INSERT INTO orders (customer) VALUES ('ann')",
-            ))
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+            try_exec(txn, "INSERT INTO orders (customer) VALUES ('ann')", vec![])
+                .await
+                .map_err(|e| Error::Invalid(e.to_string()))?;
             outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await?;
             Err(Error::Invalid("domain check failed".into()))
         })
@@ -37,12 +33,9 @@ async fn rollback_leaves_no_job_and_commit_leaves_one() {
     // Commit: both rows exist.
     let done = outbox_core::transaction(&t.db, |txn| {
         Box::pin(async move {
-            txn.execute_raw(sea_orm::Statement::from_string(
-                sea_orm::DbBackend::Sqlite,
-                "INSERT INTO orders (customer) VALUES ('bob')",
-            ))
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+            try_exec(txn, "INSERT INTO orders (customer) VALUES ('bob')", vec![])
+                .await
+                .map_err(|e| Error::Invalid(e.to_string()))?;
             outbox_core::enqueue(txn, &Probe { n: 3 }, EnqueueOpts::new()).await
         })
     })
@@ -58,11 +51,10 @@ async fn rollback_leaves_no_job_and_commit_leaves_one() {
     assert_eq!(job.schema_hash, Kind::of::<Probe>().expect("kind").schema_hash());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_duplicate_enqueues_leave_one_row() {
-    let t = fresh_db().await;
-    // Two independent pools on the same file, 16 racing transactions.
-    let other = outbox_core::connect(&t.url).await.expect("second pool");
+conformance!(concurrent_duplicate_enqueues_leave_one_row);
+async fn concurrent_duplicate_enqueues_leave_one_row(t: TestDb) {
+    // Two independent pools on the same database, 16 racing transactions.
+    let other = t.connect().await;
     let mut tasks = Vec::new();
     for i in 0..16 {
         let db = if i % 2 == 0 { t.db.clone() } else { other.clone() };
@@ -89,9 +81,8 @@ async fn concurrent_duplicate_enqueues_leave_one_row() {
     assert_eq!(job.queue, "mail");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_are_unique_among_active_jobs_only() {
-    let t = fresh_db().await;
+conformance!(keys_are_unique_among_active_jobs_only);
+async fn keys_are_unique_among_active_jobs_only(t: TestDb) {
     let first = outbox_core::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
     let again = outbox_core::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
     assert_eq!(again, Enqueued::Existing(first.id().to_owned()));
@@ -111,9 +102,8 @@ async fn keys_are_unique_among_active_jobs_only() {
     assert_eq!((dups[0].jobs, dups[0].active, dups[0].completed), (2, 1, 1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing() {
-    let t = fresh_db().await;
+conformance!(invalid_payloads_are_rejected_with_their_path_and_write_nothing);
+async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing(t: TestDb) {
     // Typed: the schema requires n >= 1.
     let err = outbox_core::enqueue(&t.db, &Probe { n: 0 }, EnqueueOpts::new()).await.expect_err("n = 0");
     let text = err.to_string();
@@ -149,9 +139,8 @@ async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing() {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batch_enqueue_writes_in_order_and_collapses_duplicates() {
-    let t = fresh_db().await;
+conformance!(batch_enqueue_writes_in_order_and_collapses_duplicates);
+async fn batch_enqueue_writes_in_order_and_collapses_duplicates(t: TestDb) {
     let existing = outbox_core::enqueue(&t.db, &Keyed { user_id: 3, note: "old".into() }, EnqueueOpts::new())
         .await
         .expect("enqueue");
@@ -180,9 +169,8 @@ async fn batch_enqueue_writes_in_order_and_collapses_duplicates() {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe'").await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kind_s_own_rules_run_after_its_schema() {
-    let t = fresh_db().await;
+conformance!(a_kind_s_own_rules_run_after_its_schema);
+async fn a_kind_s_own_rules_run_after_its_schema(t: TestDb) {
     let err = outbox_core::enqueue(&t.db, &Span { lo: 5, hi: 1 }, EnqueueOpts::new()).await.expect_err("hi < lo");
     assert_eq!(err.to_string(), "invalid payload for kind `span`: at /hi: 1 is below lo (5)");
     let kind = Kind::of::<Span>().expect("kind");

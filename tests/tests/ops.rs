@@ -1,13 +1,12 @@
-//! Operator functions on real SQLite files.
+//! Operator functions, on every backend.
 
 use std::time::Duration;
 
 use outbox_core::{EnqueueOpts, Error, JobStatus, ops};
-use outbox_tests::{Keyed, Probe, exec, fresh_db, scalar};
+use outbox_tests::{Keyed, Probe, TestDb, conformance, exec, scalar};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_cancel_and_purge_follow_the_lifecycle() {
-    let t = fresh_db().await;
+conformance!(retry_cancel_and_purge_follow_the_lifecycle);
+async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
     let a = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let b = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
 
@@ -47,8 +46,9 @@ async fn retry_cancel_and_purge_follow_the_lifecycle() {
     assert_eq!(err.to_string(), "no job with id `nope`");
 
     // Purge removes only terminal jobs older than the cutoff.
-    exec(&t.db, "UPDATE outbox_jobs SET status = 'completed', updated_at = 0 WHERE id = ?", vec![twin.id().into()])
-        .await;
+    let long_ago = t.backend.time(0);
+    let sql = format!("UPDATE outbox_jobs SET status = 'completed', updated_at = {long_ago} WHERE id = ?");
+    exec(&t.db, &sql, vec![twin.id().into()]).await;
     let err = ops::purge(&t.db, &[JobStatus::Pending], Duration::from_secs(1)).await.expect_err("pending");
     assert!(err.to_string().contains("cannot purge pending jobs"), "{err}");
     let n =
@@ -61,33 +61,33 @@ async fn retry_cancel_and_purge_follow_the_lifecycle() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_answer_the_six_questions() {
-    let t = fresh_db().await;
+conformance!(stats_answer_the_six_questions);
+async fn stats_answer_the_six_questions(t: TestDb) {
     let now = chrono::Utc::now().timestamp_millis();
     let ids: Vec<String> = futures_ids(&t.db, 6).await;
     // One job in each state the questions are about.
-    let set = |sql: &'static str, id: &str| exec(&t.db, sql, vec![id.into()]);
-    set("UPDATE outbox_jobs SET status = 'claimed', attempts = 1, lease_expires_at = 1 WHERE id = ?", &ids[0]).await;
-    exec(
-        &t.db,
-        "UPDATE outbox_jobs SET status = 'claimed', attempts = 1, lease_expires_at = ? WHERE id = ?",
-        vec![(now + 600_000).into(), ids[1].clone().into()],
-    )
-    .await;
-    exec(
-        &t.db,
-        "UPDATE outbox_jobs SET status = 'completed', attempts = 1, claimed_at = ?, completed_at = ?, updated_at = ? \
-         WHERE id = ?",
-        vec![(now - 250).into(), now.into(), now.into(), ids[2].clone().into()],
-    )
-    .await;
-    set("UPDATE outbox_jobs SET status = 'failed', attempts = 3, last_error = 'smtp said no' WHERE id = ?", &ids[3])
-        .await;
+    let at = |ms| t.backend.time(ms);
+    let rows = [
+        (&ids[0], format!("status = 'claimed', attempts = 1, lease_expires_at = {}", at(1))),
+        (&ids[1], format!("status = 'claimed', attempts = 1, lease_expires_at = {}", at(now + 600_000))),
+        (
+            &ids[2],
+            format!(
+                "status = 'completed', attempts = 1, claimed_at = {}, completed_at = {}, updated_at = {}",
+                at(now - 250),
+                at(now),
+                at(now)
+            ),
+        ),
+        (&ids[3], "status = 'failed', attempts = 3, last_error = 'smtp said no'".to_owned()),
+    ];
+    for (id, set) in rows {
+        exec(&t.db, &format!("UPDATE outbox_jobs SET {set} WHERE id = ?"), vec![id.clone().into()]).await;
+    }
     // A key enqueued again after its first job completed.
     let first =
         outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: "a".into() }, EnqueueOpts::new()).await.expect("e");
-    set("UPDATE outbox_jobs SET status = 'completed' WHERE id = ?", first.id()).await;
+    exec(&t.db, "UPDATE outbox_jobs SET status = 'completed' WHERE id = ?", vec![first.id().into()]).await;
     outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: "b".into() }, EnqueueOpts::new()).await.expect("e");
 
     let stats = ops::stats(&t.db, Duration::from_secs(3600)).await.expect("stats");
@@ -121,9 +121,8 @@ async fn futures_ids(db: &sea_orm::DatabaseConnection, n: u64) -> Vec<String> {
     ids
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_record_their_kinds_for_tools_without_the_types() {
-    let t = fresh_db().await;
+conformance!(workers_record_their_kinds_for_tools_without_the_types);
+async fn workers_record_their_kinds_for_tools_without_the_types(t: TestDb) {
     assert!(ops::kinds(&t.db).await.expect("kinds").is_empty());
     let worker = outbox_core::Worker::builder(&t.db)
         .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
@@ -159,9 +158,8 @@ async fn workers_record_their_kinds_for_tools_without_the_types() {
     assert!(ops::kind(&t.db, "nope").await.expect("kind").is_none());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queues_count_available_scheduled_claimed_and_stuck_jobs() {
-    let t = fresh_db().await;
+conformance!(queues_count_available_scheduled_claimed_and_stuck_jobs);
+async fn queues_count_available_scheduled_claimed_and_stuck_jobs(t: TestDb) {
     for n in 1..=3 {
         outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
@@ -169,13 +167,12 @@ async fn queues_count_available_scheduled_claimed_and_stuck_jobs() {
         .await
         .expect("later");
     outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: String::new() }, EnqueueOpts::new()).await.expect("mail");
-    exec(
-        &t.db,
-        "UPDATE outbox_jobs SET status = 'claimed', locked_by = 'w', attempts = 1, runs = 1, lease_expires_at = 0 \
-         WHERE payload = '{\"n\":3}'",
-        vec![],
-    )
-    .await;
+    let sql = format!(
+        "UPDATE outbox_jobs SET status = 'claimed', locked_by = 'w', attempts = 1, runs = 1, lease_expires_at = {} \
+         WHERE payload = '{{\"n\":3}}'",
+        t.backend.time(0)
+    );
+    assert_eq!(exec(&t.db, &sql, vec![]).await, 1);
     let queues = ops::queues(&t.db).await.expect("queues");
     assert_eq!(queues.len(), 2);
     let default = &queues[0];

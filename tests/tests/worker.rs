@@ -1,4 +1,4 @@
-//! Worker behaviour on real SQLite files: outcomes, retries, snooze, panics, invalid payloads, unknown kinds,
+//! Worker behaviour on every backend: outcomes, retries, snooze, panics, invalid payloads, unknown kinds,
 //! stale writers and graceful shutdown.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outbox_core::{EnqueueOpts, Error, JobContext, JobError, JobStatus, Kind, KindOpts, RetryPolicy, Worker, ops};
-use outbox_tests::{Probe, Span, exec, fresh_db, scalar};
+use outbox_tests::{Backend, Probe, Span, TestDb, conformance, exec, scalar, try_exec};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -18,9 +18,8 @@ fn quick(db: &sea_orm::DatabaseConnection) -> outbox_core::WorkerBuilder {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completes_jobs_and_records_output() {
-    let t = fresh_db().await;
+conformance!(completes_jobs_and_records_output);
+async fn completes_jobs_and_records_output(t: TestDb) {
     for n in 1..=20 {
         outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
@@ -47,9 +46,8 @@ async fn completes_jobs_and_records_output() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retries_back_off_then_fail_after_max_attempts() {
-    let t = fresh_db().await;
+conformance!(retries_back_off_then_fail_after_max_attempts);
+async fn retries_back_off_then_fail_after_max_attempts(t: TestDb) {
     let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let calls = Arc::new(Mutex::new(Vec::<(i32, Instant)>::new()));
     let seen = Arc::clone(&calls);
@@ -84,9 +82,8 @@ async fn retries_back_off_then_fail_after_max_attempts() {
     assert!(calls[2].1 - calls[1].1 >= Duration::from_millis(100), "{calls:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry() {
-    let t = fresh_db().await;
+conformance!(snooze_uses_no_attempt_and_permanent_errors_do_not_retry);
+async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry(t: TestDb) {
     let snoozer = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let doomed = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let calls = Arc::new(Mutex::new(Vec::<(u64, i32)>::new()));
@@ -133,9 +130,8 @@ async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry() {
     assert_eq!(calls, vec![(1, 1), (1, 1), (2, 1)]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on() {
-    let t = fresh_db().await;
+conformance!(a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on);
+async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on(t: TestDb) {
     let boom = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let fine = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new().delay(Duration::from_millis(200)))
         .await
@@ -167,14 +163,29 @@ async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on() {
     assert_eq!(ops::get(&t.db, fine.id()).await.expect("get").attempts, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupted_payload_fails_permanently_on_its_first_claim() {
-    let t = fresh_db().await;
+conformance!(a_corrupted_payload_fails_permanently_on_its_first_claim);
+async fn a_corrupted_payload_fails_permanently_on_its_first_claim(t: TestDb) {
     let bad_value = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let not_json = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let drifted = outbox_core::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new()).await.expect("enqueue");
     exec(&t.db, "UPDATE outbox_jobs SET payload = '{\"n\": \"oops\"}' WHERE id = ?", vec![bad_value.id().into()]).await;
-    exec(&t.db, "UPDATE outbox_jobs SET payload = 'not json' WHERE id = ?", vec![not_json.id().into()]).await;
+    // SQLite keeps payloads as text, so a hand edit can leave one that is not JSON at all, and the worker must
+    // fail it. PostgreSQL's jsonb column refuses such text by itself, which keeps the same promise earlier.
+    let not_json_write = "UPDATE outbox_jobs SET payload = 'not json' WHERE id = ?";
+    let mut corrupted = vec![(bad_value.id(), "at /n:")];
+    match t.backend {
+        Backend::Sqlite => {
+            exec(&t.db, not_json_write, vec![not_json.id().into()]).await;
+            corrupted.push((not_json.id(), "not json"));
+        }
+        Backend::Postgres => {
+            let err = try_exec(&t.db, not_json_write, vec![not_json.id().into()]).await.expect_err("jsonb refuses");
+            assert!(err.to_string().contains("invalid input syntax for type json"), "{err}");
+            assert_eq!(ops::get(&t.db, not_json.id()).await.expect("get").payload, r#"{"n":2}"#);
+            ops::cancel(&t.db, not_json.id()).await.expect("cancel the job left valid");
+        }
+    }
+    corrupted.push((drifted.id(), "schema changed since enqueue: a0a0a0a0a0a0 then"));
     exec(
         &t.db,
         "UPDATE outbox_jobs SET payload = '{\"n\": 0}', schema_hash = 'a0a0a0a0a0a0a0a0' WHERE id = ?",
@@ -205,11 +216,7 @@ async fn a_corrupted_payload_fails_permanently_on_its_first_claim() {
     assert_eq!((job.status, job.attempts), (JobStatus::Failed, 1));
     assert_eq!(job.last_error.as_deref(), Some("invalid payload: at /hi: 2 is below lo (3)"));
     assert_eq!(calls.load(Ordering::SeqCst), 0, "a handler ran on an invalid payload");
-    for (id, needle) in [
-        (bad_value.id(), "at /n:"),
-        (not_json.id(), "not json"),
-        (drifted.id(), "schema changed since enqueue: a0a0a0a0a0a0 then"),
-    ] {
+    for (id, needle) in corrupted {
         let job = ops::get(&t.db, id).await.expect("get");
         assert_eq!((job.status, job.attempts), (JobStatus::Failed, 1), "{job:?}");
         let error = job.last_error.expect("error");
@@ -217,9 +224,8 @@ async fn a_corrupted_payload_fails_permanently_on_its_first_claim() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_kinds_stay_pending_and_visible() {
-    let t = fresh_db().await;
+conformance!(unknown_kinds_stay_pending_and_visible);
+async fn unknown_kinds_stay_pending_and_visible(t: TestDb) {
     let schema = json!({"type": "object"});
     let other = Kind::from_schema("not_handled_here", schema, KindOpts::DEFAULT).expect("kind");
     let id = outbox_core::enqueue_raw(&t.db, &other, json!({"a": 1}), EnqueueOpts::new()).await.expect("enqueue");
@@ -239,9 +245,8 @@ async fn unknown_kinds_stay_pending_and_visible() {
     assert!(counts.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Completed && c.count == 1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn registering_a_kind_twice_is_an_error() {
-    let t = fresh_db().await;
+conformance!(registering_a_kind_twice_is_an_error);
+async fn registering_a_kind_twice_is_an_error(t: TestDb) {
     let err = Worker::builder(&t.db)
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
@@ -251,10 +256,9 @@ async fn registering_a_kind_twice_is_an_error() {
     assert!(matches!(err, Error::DuplicateKind { ref kind } if kind == "probe"), "{err}");
 }
 
+conformance!(a_stale_worker_cannot_complete_or_fail_a_rescued_job);
 /// A worker whose claim expired and was rescued cannot complete or fail the job afterwards.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job() {
-    let t = fresh_db().await;
+async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job(t: TestDb) {
     let ok_job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let err_job = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let started = Arc::new(AtomicUsize::new(0));
@@ -277,7 +281,8 @@ async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job() {
         .start();
     assert!(outbox_tests::wait_count(&started, 2, Duration::from_secs(10)).await);
     // Both leases run out while the stale worker is stuck in its handlers.
-    assert_eq!(exec(&t.db, "UPDATE outbox_jobs SET lease_expires_at = 0 WHERE status = 'claimed'", vec![]).await, 2);
+    let expire = format!("UPDATE outbox_jobs SET lease_expires_at = {} WHERE status = 'claimed'", t.backend.time(0));
+    assert_eq!(exec(&t.db, &expire, vec![]).await, 2);
     // A second worker rescues and completes them.
     quick(&t.db)
         .id("fresh-worker")
@@ -300,9 +305,8 @@ async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn graceful_shutdown_leaves_no_job_claimed() {
-    let t = fresh_db().await;
+conformance!(graceful_shutdown_leaves_no_job_claimed);
+async fn graceful_shutdown_leaves_no_job_claimed(t: TestDb) {
     for n in 1..=6 {
         outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
@@ -350,6 +354,7 @@ async fn graceful_shutdown_leaves_no_job_claimed() {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE event = 'released'").await, 4);
 }
 
+/// SQLite only: an in-memory database lives in one connection, which worker processes cannot share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_needs_a_file_database() {
     let db = outbox_core::connect("sqlite::memory:").await.expect("connect");
@@ -362,11 +367,10 @@ async fn the_worker_needs_a_file_database() {
     assert!(err.to_string().contains("file database"), "{err}");
 }
 
+conformance!(leases_are_renewed_while_a_handler_runs);
 /// A handler running past several lease periods keeps its claim: the worker renews it. (The lease leaves a
 /// renewal more than a second of slack, so a loaded machine does not make the test flaky.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leases_are_renewed_while_a_handler_runs() {
-    let t = fresh_db().await;
+async fn leases_are_renewed_while_a_handler_runs(t: TestDb) {
     let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let slow = quick(&t.db)
         .lease(Duration::from_secs(2))
@@ -396,10 +400,9 @@ async fn leases_are_renewed_while_a_handler_runs() {
     assert_eq!((job.status, job.attempts, job.last_error), (JobStatus::Completed, 1, None));
 }
 
+conformance!(the_worker_survives_database_errors_and_recovers);
 /// Database errors in the loop back off and the worker recovers when the database does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_worker_survives_database_errors_and_recovers() {
-    let t = fresh_db().await;
+async fn the_worker_survives_database_errors_and_recovers(t: TestDb) {
     let handle = quick(&t.db)
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
         .build()
@@ -417,10 +420,9 @@ async fn the_worker_survives_database_errors_and_recovers() {
     assert!(done, "the worker did not recover");
 }
 
+conformance!(a_handler_can_extend_its_lease);
 /// A handler can hold its claim longer than the lease; the heartbeat never shortens that.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_can_extend_its_lease() {
-    let t = fresh_db().await;
+async fn a_handler_can_extend_its_lease(t: TestDb) {
     let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let started = Arc::new(AtomicUsize::new(0));
     let release = Arc::new(Notify::new());
@@ -450,11 +452,10 @@ async fn a_handler_can_extend_its_lease() {
     handle.shutdown().await.expect("shutdown");
 }
 
+conformance!(an_enqueue_wakes_an_idle_worker);
 /// Enqueueing through the transaction helper wakes an idle worker of the same process at once: with an hour
 /// between polls, the job can only run because of the wake-up.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_enqueue_wakes_an_idle_worker() {
-    let t = fresh_db().await;
+async fn an_enqueue_wakes_an_idle_worker(t: TestDb) {
     let handle = Worker::builder(&t.db)
         .poll_interval(Duration::from_secs(3600))
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })

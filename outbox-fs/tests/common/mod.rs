@@ -1,9 +1,10 @@
-//! Shared pieces of the outbox-fs tests: a migrated SQLite file, a root and an outside directory in one temp
-//! dir, a quick worker, raw job rows, and tree snapshots to prove nothing changed.
+//! Shared pieces of the outbox-fs tests: a test database (on the backend the conformance macro picks), a root
+//! and an outside directory in its temp dir, a quick worker, raw job rows, and tree snapshots to prove nothing
+//! changed.
 
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
-pub use outbox_tests::http;
+pub use outbox_tests::{Backend, TestDb, conformance, eventually, exec, http};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,13 +12,15 @@ use std::time::Duration;
 
 use outbox_core::{JobRecord, RetryPolicy, Worker, WorkerBuilder};
 use outbox_fs::Root;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm::DatabaseConnection;
 use sha2::{Digest, Sha256};
 
-/// A database, a root and a directory outside it, all in one temp dir.
+/// A database, and a root and a directory outside it in the test's temp dir.
 pub struct Env {
+    /// The test's temp dir (on SQLite, the database file is in it too).
     pub tmp: tempfile::TempDir,
     pub db: DatabaseConnection,
+    pub backend: Backend,
     /// `<tmp>/root`
     pub root_dir: PathBuf,
     /// `<tmp>/outside`, holding canary files.
@@ -25,11 +28,8 @@ pub struct Env {
     pub root: Root,
 }
 
-pub async fn env() -> Env {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}?mode=rwc", tmp.path().join("outbox.db").display());
-    let db = outbox_core::connect(&url).await.expect("connect");
-    outbox_core::migrate(&db).await.expect("migrate");
+pub fn env(t: TestDb) -> Env {
+    let TestDb { db, backend, dir: tmp, .. } = t;
     let root_dir = tmp.path().join("root");
     let outside = tmp.path().join("outside");
     std::fs::create_dir(&root_dir).expect("root dir");
@@ -40,7 +40,7 @@ pub async fn env() -> Env {
     }
     std::fs::write(outside.join("x"), "outside x\n").expect("canary x");
     let root = Root::open(&root_dir).expect("open root");
-    Env { tmp, db, root_dir, outside, root }
+    Env { tmp, db, backend, root_dir, outside, root }
 }
 
 /// A worker that polls often and retries fast, with the filesystem handlers of `root`.
@@ -94,7 +94,8 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
 }
 
 /// Writes a job row directly, bypassing enqueue's validation (what a foreign producer or a hand edit could
-/// leave). `status` completed also sets `completed_at` (`at` ms) and `output`.
+/// leave). `at` (ms after the epoch) is its creation and update time; `status` completed also sets
+/// `completed_at` (`at`) and `output`.
 pub async fn insert_raw(
     db: &DatabaseConnection,
     id: &str,
@@ -109,34 +110,25 @@ pub async fn insert_raw(
         "delete_file" => outbox_core::Kind::of::<outbox_fs::DeleteFile>().expect("kind").schema_hash().to_owned(),
         _ => outbox_core::Kind::of::<outbox_fs::ClaudeExtraction>().expect("kind").schema_hash().to_owned(),
     };
-    let completed_at: Option<i64> = (status == "completed").then_some(at);
-    db.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Sqlite,
+    let backend = Backend::of(db);
+    let (at, json) = (backend.time(at), backend.json_param());
+    let completed_at = if status == "completed" { at.as_str() } else { "NULL" };
+    let sql = format!(
         "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
          schema_hash, output, created_at, completed_at, updated_at) \
-         VALUES (?, ?, 'default', ?, ?, 0, 0, 3, 0, ?, ?, ?, ?, ?)",
-        vec![
-            id.into(),
-            kind.into(),
-            payload.to_string().into(),
-            status.into(),
-            schema_hash.into(),
-            output.map(|o| o.to_string()).into(),
-            at.into(),
-            completed_at.into(),
-            at.into(),
-        ],
-    ))
-    .await
-    .expect("insert raw job");
+         VALUES (?, ?, 'default', {json}, ?, 0, 0, 3, {long_ago}, ?, {json}, {at}, {completed_at}, {at})",
+        long_ago = backend.time(0),
+    );
+    let values = vec![
+        id.into(),
+        kind.into(),
+        payload.to_string().into(),
+        status.into(),
+        schema_hash.into(),
+        output.map(|o| o.to_string()).into(),
+    ];
+    exec(db, &sql, values).await;
 }
-
-/// Runs one statement.
-pub async fn exec(db: &DatabaseConnection, sql: &str, values: Vec<sea_orm::Value>) {
-    db.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)).await.expect(sql);
-}
-
-pub use outbox_tests::eventually;
 
 /// Asserts two snapshots are equal, naming only the entries that differ.
 #[track_caller]
