@@ -1,5 +1,6 @@
-//! Opening a database the way the outbox wants it: WAL, a busy timeout, `synchronous=FULL` unless asked
-//! otherwise, and a pool larger than one connection.
+//! Opening a database the way the outbox wants it: on SQLite WAL, a busy timeout, `synchronous=FULL` unless
+//! asked otherwise; on PostgreSQL the server's own durability settings; on both a pool larger than one
+//! connection.
 
 use std::time::Duration;
 
@@ -11,14 +12,14 @@ use crate::error::{Error, Result};
 /// How [`connect_with`] opens a database.
 #[derive(Debug, Clone)]
 pub struct ConnectOpts {
-    /// Durable by default (`true`: `synchronous=FULL`). `false` selects `NORMAL`: in WAL mode a power loss
+    /// SQLite only. Durable by default (`true`: `synchronous=FULL`). `false` selects `NORMAL`: in WAL mode a power loss
     /// can then lose the last transactions committed before it (never corrupt the file). Jobs enqueued in
     /// them would be lost with the domain rows they belong to.
     pub full_sync: bool,
     /// Pool size (default 8). sea-orm's own SQLite default is one connection, which deadlocks any statement
     /// issued on the pool while a transaction from it is open.
     pub max_connections: u32,
-    /// How long a statement waits for another writer (default 10 s).
+    /// SQLite only. How long a statement waits for another writer (default 10 s).
     pub busy_timeout: Duration,
 }
 
@@ -28,7 +29,9 @@ impl Default for ConnectOpts {
     }
 }
 
-/// Connects with [`ConnectOpts::default`]. `url` is a sea-orm URL such as `sqlite://outbox.db?mode=rwc`.
+/// Connects with [`ConnectOpts::default`]. `url` is a sea-orm URL: `sqlite://outbox.db?mode=rwc`, or
+/// `postgres://user:password@host/db` (add `?options=-c%20search_path%3Dname` to keep the outbox tables in
+/// schema `name`). The URL picks the backend; nothing else in the API changes with it.
 pub async fn connect(url: &str) -> Result<DatabaseConnection> {
     connect_with(url, ConnectOpts::default()).await
 }

@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::kind::{Kind, max_payload_bytes};
-use crate::storage::{self, NewJob, now_ms};
+use crate::storage::{self, NewJob, dispatch, now_ms};
 use crate::wake;
 
 /// Per-enqueue overrides of a kind's defaults.
@@ -156,13 +156,13 @@ pub async fn enqueue_raw<C: ConnectionTrait>(
     let job = prepare(kind, &payload, &opts, now_ms())?;
     // A conflicting active job can finish between the failed insert and the lookup; then insert again.
     for _ in 0..3 {
-        if storage::sqlite::insert_job(conn, &job).await? {
+        if dispatch!(conn, insert_job(conn, &job))? {
             tracing::debug!(job_id = %job.id, kind = %job.kind, queue = %job.queue, attempt = 0, "job enqueued");
             wake::wake();
             return Ok(Enqueued::New(job.id));
         }
         let Some(key) = &job.key else { break };
-        if let Some(id) = storage::sqlite::find_active(conn, &job.kind, key).await? {
+        if let Some(id) = dispatch!(conn, find_active(conn, &job.kind, key))? {
             tracing::debug!(job_id = %id, kind = %job.kind, "duplicate enqueue collapsed onto the active job");
             return Ok(Enqueued::Existing(id));
         }
@@ -207,8 +207,7 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
         slots.push(Ok(rows.len()));
         rows.push(job);
     }
-    let written: std::collections::HashSet<String> =
-        storage::sqlite::insert_jobs(conn, &rows).await?.into_iter().collect();
+    let written: std::collections::HashSet<String> = dispatch!(conn, insert_jobs(conn, &rows))?.into_iter().collect();
     let mut resolved: Vec<Enqueued> = Vec::with_capacity(rows.len());
     for job in &rows {
         if written.contains(&job.id) {
@@ -216,7 +215,7 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
             continue;
         }
         let key = job.key.as_deref().unwrap_or_default();
-        match storage::sqlite::find_active(conn, &job.kind, key).await? {
+        match dispatch!(conn, find_active(conn, &job.kind, key))? {
             Some(id) => resolved.push(Enqueued::Existing(id)),
             None => {
                 // The twin finished in between: enqueue this one on its own.

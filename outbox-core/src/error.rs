@@ -48,6 +48,15 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
+    /// The worker's own PostgreSQL connections failed.
+    #[error("postgres error while {context}: {source}")]
+    Postgres {
+        /// What the framework was doing.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: sea_orm::sqlx::Error,
+    },
     /// A payload does not match its kind's JSON Schema.
     #[error("invalid payload for kind `{kind}`: {}", join_violations(.violations))]
     InvalidPayload {
@@ -147,5 +156,10 @@ impl Error {
     pub(crate) fn sqlite(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> Error {
         let context = context.into();
         move |source| Error::Sqlite { context, source }
+    }
+
+    pub(crate) fn postgres(context: impl Into<String>) -> impl FnOnce(sea_orm::sqlx::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Postgres { context, source }
     }
 }

@@ -19,12 +19,20 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(Step {
                 name: "m20261122_000001_create_outbox_jobs",
-                up: |backend| (backend == DbBackend::Sqlite).then_some(storage::sqlite::SCHEMA_V1),
+                up: |backend| match backend {
+                    DbBackend::Sqlite => Some(storage::sqlite::SCHEMA_V1),
+                    DbBackend::Postgres => Some(storage::postgres::SCHEMA_V1),
+                    _ => None,
+                },
                 down: &["DROP TABLE IF EXISTS outbox_jobs"],
             }),
             Box::new(Step {
                 name: "m20261122_000002_create_outbox_job_events",
-                up: |backend| (backend == DbBackend::Sqlite).then_some(storage::sqlite::SCHEMA_V2_EVENTS),
+                up: |backend| match backend {
+                    DbBackend::Sqlite => Some(storage::sqlite::SCHEMA_V2_EVENTS),
+                    DbBackend::Postgres => Some(storage::postgres::SCHEMA_V2_EVENTS),
+                    _ => None,
+                },
                 down: &[
                     "DROP TRIGGER IF EXISTS outbox_jobs_transition",
                     "DROP TRIGGER IF EXISTS outbox_jobs_purged",
@@ -33,7 +41,11 @@ impl MigratorTrait for Migrator {
             }),
             Box::new(Step {
                 name: "m20261122_000003_create_outbox_kinds",
-                up: |backend| (backend == DbBackend::Sqlite).then_some(storage::sqlite::SCHEMA_V3_KINDS),
+                up: |backend| match backend {
+                    DbBackend::Sqlite => Some(storage::sqlite::SCHEMA_V3_KINDS),
+                    DbBackend::Postgres => Some(storage::postgres::SCHEMA_V3_KINDS),
+                    _ => None,
+                },
                 down: &["DROP TABLE IF EXISTS outbox_kinds"],
             }),
         ]
@@ -73,8 +85,9 @@ async fn run_all(manager: &SchemaManager<'_>, statements: &[&str]) -> std::resul
 impl MigrationTrait for Step {
     async fn up(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
         let backend = manager.get_database_backend();
-        let statements = (self.up)(backend)
-            .ok_or_else(|| DbErr::Migration(format!("outbox does not support the {backend:?} backend yet")))?;
+        let statements = (self.up)(backend).ok_or_else(|| {
+            DbErr::Migration(format!("outbox does not support the {backend:?} backend; use SQLite or PostgreSQL"))
+        })?;
         run_all(manager, statements).await
     }
 

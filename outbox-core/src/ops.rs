@@ -8,7 +8,7 @@ use sea_orm::ConnectionTrait;
 
 use crate::error::{Error, Result};
 use crate::record::{JobRecord, JobStatus};
-use crate::storage::{self, now_ms, sqlite};
+use crate::storage::{self, dispatch, now_ms};
 
 /// Which jobs [`list`] returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,26 +162,22 @@ pub struct QueueCounts {
 
 /// Records each kind's JSON Schema and options in the kinds table (workers do this when they are built).
 pub async fn record_kinds<C: ConnectionTrait>(conn: &C, kinds: &[&crate::kind::Kind], recorded_by: &str) -> Result<()> {
-    storage::backend(conn)?;
-    sqlite::record_kinds(conn, kinds, recorded_by, now_ms()).await
+    dispatch!(conn, record_kinds(conn, kinds, recorded_by, now_ms()))
 }
 
 /// Every kind a worker has recorded, by name.
 pub async fn kinds<C: ConnectionTrait>(conn: &C) -> Result<Vec<KindRecord>> {
-    storage::backend(conn)?;
-    sqlite::kinds(conn, None).await
+    dispatch!(conn, kinds(conn, None))
 }
 
 /// The recorded kind `name`, if a worker has recorded it.
 pub async fn kind<C: ConnectionTrait>(conn: &C, name: &str) -> Result<Option<KindRecord>> {
-    storage::backend(conn)?;
-    Ok(sqlite::kinds(conn, Some(name)).await?.pop())
+    Ok(dispatch!(conn, kinds(conn, Some(name)))?.pop())
 }
 
 /// Job counts of every queue: available, scheduled, claimed, stuck, completed, failed, cancelled.
 pub async fn queues<C: ConnectionTrait>(conn: &C) -> Result<Vec<QueueCounts>> {
-    storage::backend(conn)?;
-    sqlite::queues(conn, now_ms()).await
+    dispatch!(conn, queues(conn, now_ms()))
 }
 
 fn since(window: Duration) -> i64 {
@@ -190,27 +186,24 @@ fn since(window: Duration) -> i64 {
 
 /// Job counts by kind and status.
 pub async fn counts<C: ConnectionTrait>(conn: &C) -> Result<Vec<StatusCount>> {
-    storage::backend(conn)?;
-    sqlite::counts(conn).await
+    dispatch!(conn, counts(conn))
 }
 
 /// Jobs matching `filter`, newest first.
 pub async fn list<C: ConnectionTrait>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
-    storage::backend(conn)?;
-    sqlite::list(conn, filter).await
+    dispatch!(conn, list(conn, filter))
 }
 
 /// One job by id.
 pub async fn get<C: ConnectionTrait>(conn: &C, id: &str) -> Result<JobRecord> {
-    storage::backend(conn)?;
-    sqlite::get(conn, id).await?.ok_or_else(|| Error::NotFound { id: id.to_owned() })
+    dispatch!(conn, get(conn, id))?.ok_or_else(|| Error::NotFound { id: id.to_owned() })
 }
 
 /// The lifecycle of one job, oldest first: when it was enqueued, every retry (with its error), failure,
 /// rescue, snooze, release, cancel and operator retry, then its current claim and completion.
 pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
     let job = get(conn, id).await?;
-    let stored = sqlite::history(conn, id).await?;
+    let stored = dispatch!(conn, history(conn, id))?;
     let mut events = Vec::with_capacity(stored.len() + 3);
     let milestone = |event: &str, at, attempt, worker: Option<&String>| JobEvent {
         at,
@@ -233,8 +226,7 @@ pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEv
 
 /// Claimed jobs whose lease has expired: their worker died or hangs, and no rescuer has run since.
 pub async fn stuck<C: ConnectionTrait>(conn: &C) -> Result<Vec<JobRecord>> {
-    storage::backend(conn)?;
-    sqlite::stuck(conn, now_ms()).await
+    dispatch!(conn, stuck(conn, now_ms()))
 }
 
 /// The most recent failed jobs, each with its last error.
@@ -244,20 +236,17 @@ pub async fn failed<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<JobR
 
 /// Run and wait times of jobs completed within `window`, by kind.
 pub async fn durations<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Vec<KindDurations>> {
-    storage::backend(conn)?;
-    sqlite::durations(conn, since(window)).await
+    dispatch!(conn, durations(conn, since(window)))
 }
 
 /// Idempotency keys carried by more than one job, most repeated first.
 pub async fn duplicates<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>> {
-    storage::backend(conn)?;
-    sqlite::duplicates(conn, limit).await
+    dispatch!(conn, duplicates(conn, limit))
 }
 
 /// What finished (completed, failed, cancelled) within `window`, by kind and status.
 pub async fn recent<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Vec<StatusCount>> {
-    storage::backend(conn)?;
-    sqlite::finished_since(conn, since(window)).await
+    dispatch!(conn, finished_since(conn, since(window)))
 }
 
 /// The six answers at once; `window` bounds durations and recent activity (an hour is typical).
@@ -274,17 +263,15 @@ pub async fn stats<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Sta
 }
 
 async fn transition_error<C: ConnectionTrait>(conn: &C, id: &str, action: &'static str, hint: &'static str) -> Error {
-    match sqlite::get(conn, id).await {
-        Ok(Some(job)) => Error::InvalidTransition { id: id.to_owned(), action, status: job.status.to_string(), hint },
-        Ok(None) => Error::NotFound { id: id.to_owned() },
+    match get(conn, id).await {
+        Ok(job) => Error::InvalidTransition { id: id.to_owned(), action, status: job.status.to_string(), hint },
         Err(e) => e,
     }
 }
 
 /// Puts a failed or cancelled job back to pending with its attempts reset.
 pub async fn retry<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
-    storage::backend(conn)?;
-    if sqlite::retry(conn, id, now_ms()).await? {
+    if dispatch!(conn, retry(conn, id, now_ms()))? {
         tracing::info!(job_id = id, "job retried by operator");
         crate::wake::wake();
         return Ok(());
@@ -295,8 +282,7 @@ pub async fn retry<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
 /// Puts every failed job (of `kind`, when given) back to pending; returns how many. A job whose key is held
 /// by an active job stays failed.
 pub async fn retry_failed<C: ConnectionTrait>(conn: &C, kind: Option<&str>) -> Result<u64> {
-    storage::backend(conn)?;
-    let n = sqlite::retry_failed(conn, kind, now_ms()).await?;
+    let n = dispatch!(conn, retry_failed(conn, kind, now_ms()))?;
     tracing::info!(jobs = n, kind = kind.unwrap_or("*"), "failed jobs retried by operator");
     if n > 0 {
         crate::wake::wake();
@@ -306,8 +292,7 @@ pub async fn retry_failed<C: ConnectionTrait>(conn: &C, kind: Option<&str>) -> R
 
 /// Cancels a pending job.
 pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
-    storage::backend(conn)?;
-    if sqlite::cancel(conn, id, now_ms()).await? {
+    if dispatch!(conn, cancel(conn, id, now_ms()))? {
         tracing::info!(job_id = id, "job cancelled");
         return Ok(());
     }
@@ -322,7 +307,7 @@ pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_t
             "cannot purge {active} jobs: only completed, failed and cancelled jobs can be purged"
         )));
     }
-    let n = sqlite::purge(conn, statuses, since(older_than)).await?;
+    let n = dispatch!(conn, purge(conn, statuses, since(older_than)))?;
     tracing::info!(jobs = n, "finished jobs purged");
     Ok(n)
 }
@@ -390,7 +375,7 @@ impl PathScan {
 
     /// The next at most `limit` paths, ordered by path; empty when the scan is done.
     pub async fn next_page(&mut self, limit: u64) -> Result<Vec<PathJob>> {
-        let page = sqlite::path_scan_page(&self.txn, self.after, limit.max(1)).await?;
+        let page = dispatch!(&self.txn, path_scan_page(&self.txn, self.after, limit.max(1)))?;
         if let Some((seq, _)) = page.last() {
             self.after = *seq;
         }
@@ -437,7 +422,7 @@ pub async fn latest_completed_by_path(db: &sea_orm::DatabaseConnection, fields: 
         )));
     }
     let txn = begin_scan(db).await?;
-    let (jobs_total, paths_total) = sqlite::open_path_scan(&txn, fields).await?;
+    let (jobs_total, paths_total) = dispatch!(&txn, open_path_scan(&txn, fields))?;
     Ok(PathScan { txn, after: 0, jobs_total, paths_total })
 }
 
@@ -460,7 +445,7 @@ pub async fn latest_completed_by_key(
         )));
     }
     let txn = begin_scan(db).await?;
-    let (jobs_total, paths_total) = sqlite::open_key_scan(&txn, kind, json_paths).await?;
+    let (jobs_total, paths_total) = dispatch!(&txn, open_key_scan(&txn, kind, json_paths))?;
     Ok(PathScan { txn, after: 0, jobs_total, paths_total })
 }
 

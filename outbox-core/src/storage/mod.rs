@@ -1,10 +1,16 @@
 //! The database seam. Each backend keeps its own SQL in its own module; the rest of the crate is
 //! backend-agnostic and reaches storage only through these functions and types.
 
+pub(crate) mod postgres;
+mod postgres_worker;
+mod rows;
 pub(crate) mod sqlite;
 pub(crate) mod sqlite_worker;
 
 use sea_orm::{ConnectionTrait, DbBackend};
+
+pub(crate) use postgres_worker::{PgStore, PgStoreConfig};
+pub(crate) use sqlite_worker::{SqliteStore, StoreConfig};
 
 use crate::error::{Error, Result};
 
@@ -85,15 +91,105 @@ pub(crate) struct Rescued {
     pub(crate) previous_owner: Option<String>,
 }
 
+/// The database engines the framework runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    Sqlite,
+    Postgres,
+}
+
 /// The backend of a connection, when the framework supports it.
-pub(crate) fn backend<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<DbBackend> {
+pub(crate) fn backend<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Backend> {
     match conn.get_database_backend() {
-        DbBackend::Sqlite => Ok(DbBackend::Sqlite),
-        other => Err(Error::Unsupported(format!("{other:?} is not supported yet; use SQLite"))),
+        DbBackend::Sqlite => Ok(Backend::Sqlite),
+        DbBackend::Postgres => Ok(Backend::Postgres),
+        other => Err(Error::Unsupported(format!("{other:?} is not supported; use SQLite or PostgreSQL"))),
+    }
+}
+
+/// Runs the storage function `f` of the connection's backend: `dispatch!(conn, get(conn, id))`.
+macro_rules! dispatch {
+    ($conn:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match $crate::storage::backend($conn)? {
+            $crate::storage::Backend::Sqlite => $crate::storage::sqlite::$f($($arg),*).await,
+            $crate::storage::Backend::Postgres => $crate::storage::postgres::$f($($arg),*).await,
+        }
+    };
+}
+pub(crate) use dispatch;
+
+/// The worker's own connection to the database: claims, completions, renewals, rescues.
+#[derive(Clone)]
+pub(crate) enum WorkerStore {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+impl WorkerStore {
+    pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
+        match self {
+            WorkerStore::Sqlite(s) => s.claim(limit, now, lease_until).await,
+            WorkerStore::Postgres(s) => s.claim(limit, now, lease_until).await,
+        }
+    }
+
+    /// Queues a finished attempt; it is written with whatever else finished meanwhile.
+    pub(crate) fn finish(&self, finished: Finished) -> Result<()> {
+        match self {
+            WorkerStore::Sqlite(s) => s.finish(finished),
+            WorkerStore::Postgres(s) => s.finish(finished),
+        }
+    }
+
+    pub(crate) async fn extend(&self, ids: Vec<String>, until: i64) -> Result<u64> {
+        match self {
+            WorkerStore::Sqlite(s) => s.extend(ids, until).await,
+            WorkerStore::Postgres(s) => s.extend(ids, until).await,
+        }
+    }
+
+    pub(crate) async fn rescue(&self, now: i64) -> Result<Vec<Rescued>> {
+        match self {
+            WorkerStore::Sqlite(s) => s.rescue(now).await,
+            WorkerStore::Postgres(s) => s.rescue(now).await,
+        }
+    }
+
+    /// Resolves once every finish queued before it has been written (or given up on).
+    pub(crate) async fn flush(&self) -> Result<()> {
+        match self {
+            WorkerStore::Sqlite(s) => s.flush().await,
+            WorkerStore::Postgres(s) => s.flush().await,
+        }
     }
 }
 
 /// Milliseconds since the Unix epoch, the unit of every stored timestamp.
 pub(crate) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
+}
+
+pub(crate) fn log_finished(f: &Finished, applied: bool, worker: &str) {
+    let (job_id, kind, queue, attempt) = (f.id.as_str(), f.kind.as_str(), f.queue.as_str(), f.attempt);
+    if !applied {
+        tracing::warn!(
+            job_id,
+            kind,
+            queue,
+            attempt,
+            worker,
+            outcome = f.outcome.name(),
+            "discarded a stale result: the job's claim had expired and was rescued"
+        );
+        return;
+    }
+    match &f.outcome {
+        Outcome::Completed { .. } => tracing::debug!(job_id, kind, queue, attempt, "job completed"),
+        Outcome::Retry { run_at, error } => {
+            tracing::warn!(job_id, kind, queue, attempt, run_at, error = %error, "job failed; will retry")
+        }
+        Outcome::Failed { error } => tracing::error!(job_id, kind, queue, attempt, error = %error, "job failed"),
+        Outcome::Snoozed { run_at } => tracing::debug!(job_id, kind, queue, attempt, run_at, "job snoozed"),
+        Outcome::Released => tracing::info!(job_id, kind, queue, attempt, "job released at shutdown"),
+    }
 }

@@ -1,12 +1,12 @@
 //! SQLite statements issued through the caller's sea-orm connection: schema, enqueue and operator queries.
 //! Timestamps are stored as integer milliseconds since the Unix epoch.
 
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
-use super::NewJob;
+use super::{NewJob, rows};
 use crate::error::{Error, Result};
 use crate::ops::{DuplicateKey, JobEvent, JobFilter, KindDurations, KindRecord, QueueCounts, StatusCount};
-use crate::record::{JobRecord, JobStatus, from_ms};
+use crate::record::{JobRecord, JobStatus};
 
 /// The first schema: the jobs table and the indexes of the claim paths, the lease scan, dedup and purge.
 pub(crate) const SCHEMA_V1: &[&str] = &[
@@ -191,44 +191,9 @@ const RECORD_COLUMNS: &str = "id, kind, queue, payload, status, priority, attemp
      locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, \
      claimed_at, completed_at, updated_at, runs";
 
-fn record(row: &QueryResult) -> Result<JobRecord> {
-    let get_err = Error::db("reading a job row");
-    let r = (|| -> std::result::Result<JobRecord, sea_orm::DbErr> {
-        let id: String = row.try_get_by_index(0)?;
-        let status: String = row.try_get_by_index(4)?;
-        let status =
-            status.parse::<JobStatus>().map_err(|reason| sea_orm::DbErr::Custom(format!("job `{id}`: {reason}")))?;
-        let opt_ms = |i: usize| row.try_get_by_index::<Option<i64>>(i).map(|v| v.map(from_ms));
-        Ok(JobRecord {
-            kind: row.try_get_by_index(1)?,
-            queue: row.try_get_by_index(2)?,
-            payload: row.try_get_by_index(3)?,
-            status,
-            priority: row.try_get_by_index(5)?,
-            attempts: row.try_get_by_index(6)?,
-            max_attempts: row.try_get_by_index(7)?,
-            run_at: from_ms(row.try_get_by_index(8)?),
-            locked_by: row.try_get_by_index(9)?,
-            locked_at: opt_ms(10)?,
-            lease_expires_at: opt_ms(11)?,
-            last_error: row.try_get_by_index(12)?,
-            idempotency_key: row.try_get_by_index(13)?,
-            schema_hash: row.try_get_by_index(14)?,
-            output: row.try_get_by_index(15)?,
-            created_at: from_ms(row.try_get_by_index(16)?),
-            claimed_at: opt_ms(17)?,
-            completed_at: opt_ms(18)?,
-            updated_at: from_ms(row.try_get_by_index(19)?),
-            runs: row.try_get_by_index(20)?,
-            id,
-        })
-    })();
-    r.map_err(get_err)
-}
-
 async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement) -> Result<Vec<JobRecord>> {
     let rows = conn.query_all_raw(s).await.map_err(Error::db(what.to_owned()))?;
-    rows.iter().map(record).collect()
+    rows.iter().map(rows::record).collect()
 }
 
 /// One job by id.
@@ -271,20 +236,6 @@ pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Re
     records(conn, "listing stuck jobs", stmt(sql, vec![now.into()])).await
 }
 
-fn status_counts(rows: Vec<QueryResult>) -> Result<Vec<StatusCount>> {
-    rows.iter()
-        .map(|row| {
-            let status: String = row.try_get_by_index(1).map_err(Error::db("reading job counts"))?;
-            Ok(StatusCount {
-                kind: row.try_get_by_index(0).map_err(Error::db("reading job counts"))?,
-                status: status.parse().map_err(|reason| Error::CorruptRow { id: "?".into(), reason })?,
-                count: row.try_get_by_index::<i64>(2).map_err(Error::db("reading job counts"))?.max(0).unsigned_abs(),
-                oldest: from_ms(row.try_get_by_index(3).map_err(Error::db("reading job counts"))?),
-            })
-        })
-        .collect()
-}
-
 /// Job counts by kind and status, with the oldest enqueue time of each group.
 pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<StatusCount>> {
     let rows = conn
@@ -295,7 +246,7 @@ pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<
         ))
         .await
         .map_err(Error::db("counting jobs"))?;
-    status_counts(rows)
+    rows::status_counts(rows)
 }
 
 /// Jobs that finished (completed or failed) since `since`, by kind and status.
@@ -309,7 +260,7 @@ pub(crate) async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since:
         ))
         .await
         .map_err(Error::db("counting recently finished jobs"))?;
-    status_counts(rows)
+    rows::status_counts(rows)
 }
 
 /// Run and wait times of jobs completed since `since`, by kind.
@@ -323,18 +274,7 @@ pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64)
         ))
         .await
         .map_err(Error::db("measuring job durations"))?;
-    let ctx = || Error::db("reading job durations");
-    rows.iter()
-        .map(|row| {
-            Ok(KindDurations {
-                kind: row.try_get_by_index(0).map_err(ctx())?,
-                completed: row.try_get_by_index::<i64>(1).map_err(ctx())?.max(0).unsigned_abs(),
-                avg_run_ms: row.try_get_by_index::<Option<f64>>(2).map_err(ctx())?.unwrap_or(0.0),
-                max_run_ms: row.try_get_by_index::<Option<i64>>(3).map_err(ctx())?.unwrap_or(0),
-                avg_wait_ms: row.try_get_by_index::<Option<f64>>(4).map_err(ctx())?.unwrap_or(0.0),
-            })
-        })
-        .collect()
+    rows::durations(&rows)
 }
 
 /// Idempotency keys held by more than one job (across all statuses), most repeated first.
@@ -348,19 +288,7 @@ pub(crate) async fn duplicates<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64
         ))
         .await
         .map_err(Error::db("finding duplicate keys"))?;
-    let ctx = || Error::db("reading duplicate keys");
-    let n = |row: &QueryResult, i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs());
-    rows.iter()
-        .map(|row| {
-            Ok(DuplicateKey {
-                kind: row.try_get_by_index(0).map_err(ctx())?,
-                key: row.try_get_by_index(1).map_err(ctx())?,
-                jobs: n(row, 2).map_err(ctx())?,
-                active: n(row, 3).map_err(ctx())?,
-                completed: n(row, 4).map_err(ctx())?,
-            })
-        })
-        .collect()
+    rows::duplicates(&rows)
 }
 
 fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
@@ -439,18 +367,7 @@ pub(crate) async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> 
         ))
         .await
         .map_err(Error::db(format!("reading the history of job `{id}`")))?;
-    let ctx = || Error::db(format!("reading the history of job `{id}`"));
-    rows.iter()
-        .map(|row| {
-            Ok(JobEvent {
-                at: from_ms(row.try_get_by_index(0).map_err(ctx())?),
-                event: row.try_get_by_index(1).map_err(ctx())?,
-                attempt: row.try_get_by_index(2).map_err(ctx())?,
-                worker: row.try_get_by_index(3).map_err(ctx())?,
-                error: row.try_get_by_index(4).map_err(ctx())?,
-            })
-        })
-        .collect()
+    rows::history(&rows, id)
 }
 
 /// Materializes the latest completed job per path into the connection's temp schema (`outbox_path_scan`,
@@ -530,7 +447,6 @@ pub(crate) async fn path_scan_page<C: ConnectionTrait + ?Sized>(
     after: i64,
     limit: u64,
 ) -> Result<Vec<(i64, crate::ops::PathJob)>> {
-    let ctx = || Error::db("reading a page of the path scan");
     let rows = conn
         .query_all_raw(stmt(
             "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM temp.outbox_path_scan \
@@ -538,20 +454,8 @@ pub(crate) async fn path_scan_page<C: ConnectionTrait + ?Sized>(
             vec![after.into(), i64::try_from(limit).unwrap_or(i64::MAX).into()],
         ))
         .await
-        .map_err(ctx())?;
-    rows.iter()
-        .map(|row| {
-            let job = crate::ops::PathJob {
-                path: row.try_get_by_index(1).map_err(ctx())?,
-                job_id: row.try_get_by_index(2).map_err(ctx())?,
-                kind: row.try_get_by_index(3).map_err(ctx())?,
-                output: row.try_get_by_index(4).map_err(ctx())?,
-                completed_at: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?.map(from_ms),
-                jobs: row.try_get_by_index::<i64>(6).map_err(ctx())?.max(0).unsigned_abs(),
-            };
-            Ok((row.try_get_by_index::<i64>(0).map_err(ctx())?, job))
-        })
-        .collect()
+        .map_err(Error::db("reading a page of the path scan"))?;
+    rows::path_scan_page(&rows)
 }
 
 /// Records (or refreshes) each kind's schema and options.
@@ -608,30 +512,7 @@ pub(crate) async fn kinds<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&s
         ))
         .await
         .map_err(ctx())?;
-    rows.iter()
-        .map(|row| {
-            let name: String = row.try_get_by_index(0).map_err(ctx())?;
-            let corrupt = |what: &str, e: serde_json::Error| Error::CorruptRow {
-                id: format!("kind {name}"),
-                reason: format!("its {what} is not valid JSON: {e}"),
-            };
-            let schema: String = row.try_get_by_index(1).map_err(ctx())?;
-            let keys: String = row.try_get_by_index(7).map_err(ctx())?;
-            Ok(KindRecord {
-                schema: serde_json::from_str(&schema).map_err(|e| corrupt("schema", e))?,
-                schema_hash: row.try_get_by_index(2).map_err(ctx())?,
-                queue: row.try_get_by_index(3).map_err(ctx())?,
-                priority: row.try_get_by_index(4).map_err(ctx())?,
-                max_attempts: row.try_get_by_index(5).map_err(ctx())?,
-                unique: row.try_get_by_index(6).map_err(ctx())?,
-                key_fields: serde_json::from_str(&keys).map_err(|e| corrupt("key field list", e))?,
-                recorded_by: row.try_get_by_index(8).map_err(ctx())?,
-                first_seen_at: from_ms(row.try_get_by_index(9).map_err(ctx())?),
-                updated_at: from_ms(row.try_get_by_index(10).map_err(ctx())?),
-                name,
-            })
-        })
-        .collect()
+    rows::kinds(&rows)
 }
 
 /// Job counts of every queue by status, with the oldest due pending job.
@@ -649,21 +530,5 @@ pub(crate) async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> R
         ))
         .await
         .map_err(ctx())?;
-    rows.iter()
-        .map(|row| {
-            let n =
-                |i| row.try_get_by_index::<Option<i64>>(i).map(|v| v.unwrap_or(0).max(0).unsigned_abs()).map_err(ctx());
-            Ok(QueueCounts {
-                queue: row.try_get_by_index(0).map_err(ctx())?,
-                available: n(1)?,
-                scheduled: n(2)?,
-                claimed: n(3)?,
-                stuck: n(4)?,
-                completed: n(5)?,
-                failed: n(6)?,
-                cancelled: n(7)?,
-                oldest_available: row.try_get_by_index::<Option<i64>>(8).map_err(ctx())?.map(from_ms),
-            })
-        })
-        .collect()
+    rows::queues(&rows)
 }

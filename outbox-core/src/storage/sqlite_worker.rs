@@ -36,20 +36,20 @@ enum Cmd {
 
 /// Handle to the connection thread. Commands run in the order sent.
 #[derive(Clone)]
-pub(crate) struct WorkerStore {
+pub(crate) struct SqliteStore {
     tx: mpsc::UnboundedSender<Cmd>,
 }
 
-impl WorkerStore {
+impl SqliteStore {
     /// Opens the connection on its own thread. The thread ends when every handle is dropped.
-    pub(crate) fn open(config: StoreConfig) -> Result<WorkerStore> {
+    pub(crate) fn open(config: StoreConfig) -> Result<SqliteStore> {
         let conn = open_connection(&config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
             .spawn(move || Actor { conn, config, rx }.run())
             .map_err(|e| Error::Internal(format!("cannot start the worker's database thread: {e}")))?;
-        Ok(WorkerStore { tx })
+        Ok(SqliteStore { tx })
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Cmd) -> Result<T> {
@@ -167,7 +167,7 @@ impl Actor {
         match attempt {
             Ok((applied, claimed)) => {
                 for (f, ok) in finished.iter().zip(applied) {
-                    log_finished(f, ok, &config.worker_id);
+                    super::log_finished(f, ok, &config.worker_id);
                 }
                 for (c, jobs) in claims.into_iter().zip(claimed) {
                     let _ = c.reply.send(Ok(jobs));
@@ -203,7 +203,7 @@ impl Actor {
             match result {
                 Ok(applied) => {
                     for (f, ok) in batch.iter().zip(applied) {
-                        log_finished(f, ok, worker_id);
+                        super::log_finished(f, ok, worker_id);
                     }
                     return;
                 }
@@ -359,29 +359,4 @@ fn write_finished(tx: &Connection, owner: &str, batch: &[Finished]) -> Result<Ve
         }
     }
     Ok(applied)
-}
-
-fn log_finished(f: &Finished, applied: bool, worker: &str) {
-    let (job_id, kind, queue, attempt) = (f.id.as_str(), f.kind.as_str(), f.queue.as_str(), f.attempt);
-    if !applied {
-        tracing::warn!(
-            job_id,
-            kind,
-            queue,
-            attempt,
-            worker,
-            outcome = f.outcome.name(),
-            "discarded a stale result: the job's claim had expired and was rescued"
-        );
-        return;
-    }
-    match &f.outcome {
-        Outcome::Completed { .. } => tracing::debug!(job_id, kind, queue, attempt, "job completed"),
-        Outcome::Retry { run_at, error } => {
-            tracing::warn!(job_id, kind, queue, attempt, run_at, error = %error, "job failed; will retry")
-        }
-        Outcome::Failed { error } => tracing::error!(job_id, kind, queue, attempt, error = %error, "job failed"),
-        Outcome::Snoozed { run_at } => tracing::debug!(job_id, kind, queue, attempt, run_at, "job snoozed"),
-        Outcome::Released => tracing::info!(job_id, kind, queue, attempt, "job released at shutdown"),
-    }
 }

@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Result, join_violations};
 use crate::job::Job;
 use crate::kind::Kind;
+use crate::storage::WorkerStore;
 use crate::storage::now_ms;
-use crate::storage::sqlite_worker::WorkerStore;
 
 /// What a handler says about a job that did not succeed. Distinct from the framework's [`crate::Error`].
 ///

@@ -1,0 +1,691 @@
+//! PostgreSQL statements issued through the caller's sea-orm connection: schema, enqueue and operator queries.
+//!
+//! The columns use PostgreSQL's own types (`timestamptz`, `jsonb`); every statement converts at its edge so
+//! the rows come back in the shapes [`super::rows`] decodes for both backends: times as integer milliseconds
+//! since the Unix epoch, JSON as text. Identifiers (`id`, `kind`, `queue`, keys) compare bytewise
+//! (`COLLATE "C"`), as they do on SQLite.
+
+use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+
+use super::{NewJob, rows};
+use crate::error::{Error, Result};
+use crate::ops::{DuplicateKey, JobEvent, JobFilter, KindDurations, KindRecord, QueueCounts, StatusCount};
+use crate::record::{JobRecord, JobStatus};
+
+/// The channel enqueues notify on commit; the payload is the schema of the jobs table, so workers of other
+/// schemas in the same database ignore it.
+pub(crate) const CHANNEL: &str = "outbox_jobs";
+
+/// The first schema: the jobs table, the indexes of the claim paths, the lease scan, dedup and purge, and
+/// the wake-up trigger.
+pub(crate) const SCHEMA_V1: &[&str] = &[
+    r#"CREATE TABLE IF NOT EXISTS outbox_jobs (
+        id text COLLATE "C" PRIMARY KEY,
+        kind text COLLATE "C" NOT NULL,
+        queue text COLLATE "C" NOT NULL DEFAULT 'default',
+        payload jsonb NOT NULL,
+        status text COLLATE "C" NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
+        priority integer NOT NULL DEFAULT 0,
+        attempts integer NOT NULL DEFAULT 0,
+        runs integer NOT NULL DEFAULT 0,
+        max_attempts integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+        run_at timestamptz NOT NULL,
+        locked_by text,
+        locked_at timestamptz,
+        lease_expires_at timestamptz,
+        last_error text,
+        idempotency_key text COLLATE "C",
+        schema_hash text NOT NULL,
+        output jsonb,
+        created_at timestamptz NOT NULL,
+        claimed_at timestamptz,
+        completed_at timestamptz,
+        updated_at timestamptz NOT NULL
+    )"#,
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending'",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim_queue
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
+    "CREATE UNIQUE INDEX IF NOT EXISTS outbox_jobs_active_key
+        ON outbox_jobs (kind, idempotency_key)
+        WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_lease
+        ON outbox_jobs (lease_expires_at) WHERE status = 'claimed'",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_finished
+        ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')",
+    // One notification per inserting statement, delivered when its transaction commits (PostgreSQL folds
+    // identical notifications of one transaction into one): every writer wakes the workers, the `outbox`
+    // command and hand-written SQL included.
+    "CREATE OR REPLACE FUNCTION outbox_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('outbox_jobs', TG_TABLE_SCHEMA);
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_notify ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_notify AFTER INSERT ON outbox_jobs
+        FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_notify()",
+];
+
+/// The job history, written by triggers exactly as on SQLite (see `sqlite::SCHEMA_V2_EVENTS`).
+pub(crate) const SCHEMA_V2_EVENTS: &[&str] = &[
+    r#"CREATE TABLE IF NOT EXISTS outbox_job_events (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        job_id text COLLATE "C" NOT NULL,
+        at timestamptz NOT NULL,
+        event text NOT NULL,
+        attempt integer NOT NULL,
+        worker text,
+        error text
+    )"#,
+    "CREATE INDEX IF NOT EXISTS outbox_job_events_job ON outbox_job_events (job_id, id)",
+    "CREATE OR REPLACE FUNCTION outbox_jobs_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO outbox_job_events (job_id, at, event, attempt, worker, error)
+        VALUES (
+            NEW.id,
+            NEW.updated_at,
+            CASE
+                WHEN NEW.status = 'cancelled' THEN 'cancelled'
+                WHEN OLD.status IN ('failed', 'cancelled') THEN 'retried_by_operator'
+                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts
+                    AND NEW.last_error LIKE 'lease expired%' THEN
+                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
+                WHEN NEW.status = 'failed' THEN 'failed'
+                WHEN NEW.attempts < OLD.attempts THEN
+                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
+                ELSE 'retried'
+            END,
+            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
+            NEW.locked_by,
+            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed'
+                AND NEW.attempts >= OLD.attempts THEN NEW.last_error END
+        );
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_transition ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
+        FOR EACH ROW WHEN ((OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts)
+            AND NEW.status NOT IN ('claimed', 'completed'))
+        EXECUTE FUNCTION outbox_jobs_transition()",
+    "CREATE OR REPLACE FUNCTION outbox_jobs_purged() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM outbox_job_events WHERE job_id = OLD.id;
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_purged ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_purged AFTER DELETE ON outbox_jobs
+        FOR EACH ROW EXECUTE FUNCTION outbox_jobs_purged()",
+];
+
+/// The kinds workers have registered, with their JSON Schemas.
+pub(crate) const SCHEMA_V3_KINDS: &[&str] = &[r#"CREATE TABLE IF NOT EXISTS outbox_kinds (
+        name text COLLATE "C" PRIMARY KEY,
+        schema jsonb NOT NULL,
+        schema_hash text NOT NULL,
+        queue text NOT NULL,
+        priority integer NOT NULL,
+        max_attempts integer NOT NULL,
+        is_unique boolean NOT NULL,
+        key_fields jsonb NOT NULL,
+        recorded_by text,
+        first_seen_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL
+    )"#];
+
+/// `timestamptz` of the integer milliseconds in SQL expression `ms` (exact, unlike `to_timestamp`).
+macro_rules! ts {
+    ($ms:literal) => {
+        concat!("(TIMESTAMPTZ 'epoch' + (", $ms, ")::int8 * INTERVAL '1 millisecond')")
+    };
+}
+pub(crate) use ts;
+
+/// Integer milliseconds since the epoch of the `timestamptz` SQL expression `col`.
+macro_rules! ms {
+    ($col:literal) => {
+        concat!("(EXTRACT(EPOCH FROM ", $col, ") * 1000)::int8")
+    };
+}
+
+fn ts_of(param: &str) -> String {
+    format!("(TIMESTAMPTZ 'epoch' + ({param})::int8 * INTERVAL '1 millisecond')")
+}
+
+const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
+const VALUES_PER_ROW: usize = 11;
+/// Eleven values per row; PostgreSQL allows 65,535 per statement.
+const ROWS_PER_INSERT: usize = 2_000;
+
+fn push_row(sql: &mut String, first: usize) {
+    let p = |i: usize| format!("${}", first + i);
+    sql.push_str(&format!(
+        "({}, {}, {}, {}::jsonb, 'pending', {}, 0, {}, {}, {}, {}, {}, {})",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        ts_of(&p(6)),
+        p(7),
+        p(8),
+        ts_of(&p(9)),
+        ts_of(&p(10)),
+    ));
+}
+
+fn push_values(values: &mut Vec<Value>, job: &NewJob) {
+    values.extend([
+        job.id.clone().into(),
+        job.kind.clone().into(),
+        job.queue.clone().into(),
+        job.payload.clone().into(),
+        job.priority.into(),
+        job.max_attempts.into(),
+        job.run_at.into(),
+        job.key.clone().into(),
+        job.schema_hash.clone().into(),
+        job.created_at.into(),
+        job.created_at.into(),
+    ]);
+}
+
+fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
+    Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
+}
+
+fn limit_value(n: u64) -> Value {
+    i64::try_from(n).unwrap_or(i64::MAX).into()
+}
+
+/// Inserts one job unless an active job of its kind holds its key. True when the row was written.
+pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
+    let mut values = Vec::with_capacity(VALUES_PER_ROW);
+    push_values(&mut values, job);
+    let mut sql = String::from(INSERT_COLUMNS);
+    push_row(&mut sql, 1);
+    sql.push_str(" ON CONFLICT DO NOTHING");
+    let res = conn
+        .execute_raw(stmt(sql, values))
+        .await
+        .map_err(Error::db(format!("enqueuing a job of kind `{}`", job.kind)))?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
+pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
+    let mut written = Vec::with_capacity(jobs.len());
+    for chunk in jobs.chunks(ROWS_PER_INSERT) {
+        let mut sql = String::with_capacity(INSERT_COLUMNS.len() + chunk.len() * 260 + 64);
+        sql.push_str(INSERT_COLUMNS);
+        let mut values = Vec::with_capacity(chunk.len() * VALUES_PER_ROW);
+        for (i, job) in chunk.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            push_row(&mut sql, values.len() + 1);
+            push_values(&mut values, job);
+        }
+        sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
+        let rows = conn.query_all_raw(stmt(sql, values)).await.map_err(Error::db("enqueuing a batch of jobs"))?;
+        for row in rows {
+            written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
+        }
+    }
+    Ok(written)
+}
+
+/// The id of the active (pending or claimed) job of `kind` holding `key`.
+pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kind: &str,
+    key: &str,
+) -> Result<Option<String>> {
+    let row = conn
+        .query_one_raw(stmt(
+            "SELECT id FROM outbox_jobs WHERE kind = $1 AND idempotency_key = $2 \
+             AND status IN ('pending', 'claimed') LIMIT 1",
+            vec![kind.into(), key.into()],
+        ))
+        .await
+        .map_err(Error::db(format!("looking up the active job of kind `{kind}` by key")))?;
+    row.map(|r| r.try_get_by_index::<String>(0)).transpose().map_err(Error::db("reading a job id"))
+}
+
+const RECORD_COLUMNS: &str = concat!(
+    "id, kind, queue, payload::text, status, priority, attempts, max_attempts, ",
+    ms!("run_at"),
+    ", locked_by, ",
+    ms!("locked_at"),
+    ", ",
+    ms!("lease_expires_at"),
+    ", last_error, idempotency_key, schema_hash, output::text, ",
+    ms!("created_at"),
+    ", ",
+    ms!("claimed_at"),
+    ", ",
+    ms!("completed_at"),
+    ", ",
+    ms!("updated_at"),
+    ", runs"
+);
+
+async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement) -> Result<Vec<JobRecord>> {
+    let rows = conn.query_all_raw(s).await.map_err(Error::db(what.to_owned()))?;
+    rows.iter().map(rows::record).collect()
+}
+
+/// One job by id.
+pub(crate) async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<JobRecord>> {
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE id = $1");
+    Ok(records(conn, &format!("reading job `{id}`"), stmt(sql, vec![id.into()])).await?.into_iter().next())
+}
+
+/// Jobs matching a filter, newest first.
+pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
+    let mut sql = format!("SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE TRUE");
+    let mut values: Vec<Value> = Vec::new();
+    let param = |values: &mut Vec<Value>, v: Value| {
+        values.push(v);
+        format!("${}", values.len())
+    };
+    if let Some(status) = filter.status {
+        let p = param(&mut values, status.as_str().into());
+        sql.push_str(&format!(" AND status = {p}"));
+    }
+    if let Some(kind) = &filter.kind {
+        let p = param(&mut values, kind.clone().into());
+        sql.push_str(&format!(" AND kind = {p}"));
+    }
+    if let Some(queue) = &filter.queue {
+        let p = param(&mut values, queue.clone().into());
+        sql.push_str(&format!(" AND queue = {p}"));
+    }
+    if let Some(since) = filter.since {
+        let p = param(&mut values, since.timestamp_millis().into());
+        sql.push_str(&format!(" AND updated_at >= {}", ts_of(&p)));
+    }
+    let p = param(&mut values, limit_value(filter.limit));
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT {p}"));
+    records(conn, "listing jobs", stmt(sql, values)).await
+}
+
+/// Claimed jobs whose lease has run out: their worker died or hung and no rescuer has run since.
+pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<JobRecord>> {
+    let sql = format!(
+        "SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < {} \
+         ORDER BY lease_expires_at",
+        ts!("$1")
+    );
+    records(conn, "listing stuck jobs", stmt(sql, vec![now.into()])).await
+}
+
+/// Job counts by kind and status, with the oldest enqueue time of each group.
+pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<StatusCount>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            concat!(
+                "SELECT kind, status, COUNT(*), ",
+                ms!("MIN(created_at)"),
+                " FROM outbox_jobs GROUP BY kind, status ORDER BY kind, status"
+            ),
+            vec![],
+        ))
+        .await
+        .map_err(Error::db("counting jobs"))?;
+    rows::status_counts(rows)
+}
+
+/// Jobs that finished (completed or failed) since `since`, by kind and status.
+pub(crate) async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<StatusCount>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            concat!(
+                "SELECT kind, status, COUNT(*), ",
+                ms!("MIN(created_at)"),
+                " FROM outbox_jobs WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= ",
+                ts!("$1"),
+                " GROUP BY kind, status ORDER BY kind, status"
+            ),
+            vec![since.into()],
+        ))
+        .await
+        .map_err(Error::db("counting recently finished jobs"))?;
+    rows::status_counts(rows)
+}
+
+/// Run and wait times of jobs completed since `since`, by kind.
+pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            concat!(
+                "SELECT kind, COUNT(*), AVG(",
+                ms!("completed_at - claimed_at"),
+                ")::float8, MAX(",
+                ms!("completed_at - claimed_at"),
+                "), AVG(",
+                ms!("claimed_at - created_at"),
+                ")::float8 FROM outbox_jobs WHERE status = 'completed' AND updated_at >= ",
+                ts!("$1"),
+                " GROUP BY kind ORDER BY kind"
+            ),
+            vec![since.into()],
+        ))
+        .await
+        .map_err(Error::db("measuring job durations"))?;
+    rows::durations(&rows)
+}
+
+/// Idempotency keys held by more than one job (across all statuses), most repeated first.
+pub(crate) async fn duplicates<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT kind, idempotency_key, COUNT(*), COUNT(*) FILTER (WHERE status IN ('pending', 'claimed')), \
+             COUNT(*) FILTER (WHERE status = 'completed') FROM outbox_jobs WHERE idempotency_key IS NOT NULL \
+             GROUP BY kind, idempotency_key HAVING COUNT(*) > 1 ORDER BY COUNT(*) DESC, kind LIMIT $1",
+            vec![limit_value(limit)],
+        ))
+        .await
+        .map_err(Error::db("finding duplicate keys"))?;
+    rows::duplicates(&rows)
+}
+
+fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
+    let text = err.to_string();
+    text.contains("duplicate key value violates unique constraint") || text.contains("23505")
+}
+
+/// Failed or cancelled back to pending with its attempts reset. `Ok(false)` when no such job is in a
+/// retryable status; an active job with the same key is reported by id.
+pub(crate) async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
+    let res = conn
+        .execute_raw(stmt(
+            concat!(
+                "UPDATE outbox_jobs SET status = 'pending', attempts = 0, run_at = ",
+                ts!("$1"),
+                ", lease_expires_at = NULL, updated_at = ",
+                ts!("$1"),
+                " WHERE id = $2 AND status IN ('failed', 'cancelled')"
+            ),
+            vec![now.into(), id.into()],
+        ))
+        .await;
+    match res {
+        Ok(r) => Ok(r.rows_affected() == 1),
+        Err(e) if is_unique_violation(&e) => Err(Error::InvalidTransition {
+            id: id.to_owned(),
+            action: "retry",
+            status: "failed".into(),
+            hint: "an active job with the same kind and idempotency key exists; it already carries this intent",
+        }),
+        Err(e) => Err(Error::Database { context: format!("retrying job `{id}`"), source: e }),
+    }
+}
+
+/// Every failed job (of one kind, when given) back to pending; jobs whose key is held by an active twin stay,
+/// and of several failed jobs sharing a key only the latest is retried.
+pub(crate) async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64> {
+    let kind_filter = if kind.is_some() { " AND f.kind = $2" } else { "" };
+    let sql = format!(
+        "UPDATE outbox_jobs j SET status = 'pending', attempts = 0, run_at = {now}, lease_expires_at = NULL, \
+         updated_at = {now} \
+         FROM (SELECT DISTINCT ON (f.kind, COALESCE(f.idempotency_key, f.id)) f.id FROM outbox_jobs f \
+               WHERE f.status = 'failed'{kind_filter} AND (f.idempotency_key IS NULL OR NOT EXISTS ( \
+                   SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind AND a.idempotency_key = f.idempotency_key \
+                   AND a.status IN ('pending', 'claimed'))) \
+               ORDER BY f.kind, COALESCE(f.idempotency_key, f.id), f.updated_at DESC) r \
+         WHERE j.id = r.id AND j.status = 'failed'",
+        now = ts!("$1"),
+    );
+    let mut values: Vec<Value> = vec![now.into()];
+    if let Some(kind) = kind {
+        values.push(kind.into());
+    }
+    let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("retrying failed jobs"))?;
+    Ok(res.rows_affected())
+}
+
+/// Pending to cancelled. `Ok(false)` when the job is not pending.
+pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
+    let res = conn
+        .execute_raw(stmt(
+            concat!(
+                "UPDATE outbox_jobs SET status = 'cancelled', updated_at = ",
+                ts!("$1"),
+                " WHERE id = $2 AND status = 'pending'"
+            ),
+            vec![now.into(), id.into()],
+        ))
+        .await
+        .map_err(Error::db(format!("cancelling job `{id}`")))?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Deletes terminal jobs (of the given statuses) last changed before `before`.
+pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64> {
+    let terminal: Vec<&str> = statuses.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
+    if terminal.is_empty() {
+        return Ok(0);
+    }
+    let marks = (2..terminal.len() + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+    let mut values: Vec<Value> = vec![before.into()];
+    values.extend(terminal.iter().map(|s| Value::from(*s)));
+    let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < {}", ts!("$1"));
+    let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
+    Ok(res.rows_affected())
+}
+
+/// The history of one job, oldest first.
+pub(crate) async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            concat!(
+                "SELECT ",
+                ms!("at"),
+                ", event, attempt, worker, error FROM outbox_job_events WHERE job_id = $1 ORDER BY id"
+            ),
+            vec![id.into()],
+        ))
+        .await
+        .map_err(Error::db(format!("reading the history of job `{id}`")))?;
+    rows::history(&rows, id)
+}
+
+/// The payload path operator's right side for a JSON path of the form `$.a.b`: the keys as a text array.
+fn path_keys(json_path: &str) -> Result<String> {
+    let keys = json_path.strip_prefix("$.").unwrap_or_default();
+    let valid = !keys.is_empty()
+        && keys.split('.').all(|k| !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
+    if !valid {
+        return Err(Error::Invalid(format!(
+            "unsupported JSON path `{json_path}` on PostgreSQL: use `$.field` or `$.field.nested` (object keys only)"
+        )));
+    }
+    Ok(keys.to_owned())
+}
+
+/// Materializes the latest completed job per path into the connection's temp schema (`outbox_path_scan`,
+/// numbered in path order) and returns (completed jobs, distinct paths). Must run inside a transaction:
+/// the table is dropped when it ends, and the pages read it on the same connection.
+pub(crate) async fn open_path_scan<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    fields: &[crate::ops::PathField<'_>],
+) -> Result<(u64, u64)> {
+    // Each kind's path field is picked by a CASE, so adding kinds adds no scan.
+    let mut values: Vec<Value> = Vec::with_capacity(fields.len() * 2 + fields.len());
+    let mut case = String::from("(payload #>> CASE kind");
+    for f in fields {
+        values.push(f.kind.into());
+        let kind_param = values.len();
+        values.push(path_keys(f.json_path)?.into());
+        case.push_str(&format!(" WHEN ${kind_param} THEN string_to_array(${}, '.')", values.len()));
+    }
+    case.push_str(" END)");
+    let kinds: Vec<&str> = fields.iter().map(|f| f.kind).collect();
+    open_scan(conn, &kinds, &case, values).await
+}
+
+/// Opens the scan of [`crate::ops::latest_completed_by_key`]: the key of a job is the JSON array of the
+/// values at `json_paths` in its payload, written as SQLite's `json_array` writes it (no spaces).
+pub(crate) async fn open_key_scan<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kind: &str,
+    json_paths: &[&str],
+) -> Result<(u64, u64)> {
+    let mut values: Vec<Value> = Vec::with_capacity(json_paths.len());
+    let mut parts = Vec::with_capacity(json_paths.len());
+    for p in json_paths {
+        values.push(path_keys(p)?.into());
+        parts.push(format!("COALESCE((payload #> string_to_array(${}, '.'))::text, 'null')", values.len()));
+    }
+    let key_sql = format!("('[' || concat_ws(',', {}) || ']')", parts.join(", "));
+    open_scan(conn, &[kind], &key_sql, values).await
+}
+
+/// Fills the connection's scratch table with the latest completed job (by completion time, then id) of
+/// every value of `key_sql` among completed jobs of `kinds`, in one pass over the jobs. `key_values` bind
+/// the placeholders of `key_sql` (numbered from `$1`).
+async fn open_scan<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kinds: &[&str],
+    key_sql: &str,
+    mut key_values: Vec<Value>,
+) -> Result<(u64, u64)> {
+    let ctx = || Error::db("building the latest completed job per path");
+    conn.execute_unprepared("DROP TABLE IF EXISTS pg_temp.outbox_path_scan").await.map_err(ctx())?;
+    conn.execute_unprepared(
+        "CREATE TEMP TABLE outbox_path_scan (seq int8 PRIMARY KEY, path text, job_id text NOT NULL, \
+         kind text NOT NULL, output text, completed_at int8, jobs int8 NOT NULL) ON COMMIT DROP",
+    )
+    .await
+    .map_err(ctx())?;
+    let first = key_values.len() + 1;
+    let marks = (first..first + kinds.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+    key_values.extend(kinds.iter().map(|k| Value::from(*k)));
+    let sql = format!(
+        "INSERT INTO pg_temp.outbox_path_scan (seq, path, job_id, kind, output, completed_at, jobs) \
+         SELECT ROW_NUMBER() OVER (ORDER BY path COLLATE \"C\" NULLS FIRST), path, id, kind, output, \
+             completed_at, jobs FROM ( \
+             SELECT path, id, kind, output::text AS output, {completed} AS completed_at, \
+                 ROW_NUMBER() OVER (PARTITION BY path ORDER BY completed_at DESC, id DESC) AS rn, \
+                 COUNT(*) OVER (PARTITION BY path) AS jobs \
+             FROM (SELECT id, kind, output, completed_at, {key_sql} AS path \
+                   FROM outbox_jobs WHERE status = 'completed' AND kind IN ({marks})) s \
+         ) r WHERE rn = 1",
+        completed = ms!("completed_at"),
+    );
+    conn.execute_raw(stmt(sql, key_values)).await.map_err(ctx())?;
+    let row = conn
+        .query_one_raw(stmt("SELECT COALESCE(SUM(jobs), 0)::int8, COUNT(*) FROM pg_temp.outbox_path_scan", vec![]))
+        .await
+        .map_err(ctx())?
+        .ok_or_else(|| Error::Internal("counting the path scan returned no row".into()))?;
+    let n = |i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs()).map_err(ctx());
+    Ok((n(0)?, n(1)?))
+}
+
+/// The entries of the open path scan numbered after `after`, at most `limit`, each with its number.
+pub(crate) async fn path_scan_page<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    after: i64,
+    limit: u64,
+) -> Result<Vec<(i64, crate::ops::PathJob)>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM pg_temp.outbox_path_scan \
+             WHERE seq > $1 ORDER BY seq LIMIT $2",
+            vec![after.into(), limit_value(limit)],
+        ))
+        .await
+        .map_err(Error::db("reading a page of the path scan"))?;
+    rows::path_scan_page(&rows)
+}
+
+/// Records (or refreshes) each kind's schema and options.
+pub(crate) async fn record_kinds<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kinds: &[&crate::kind::Kind],
+    worker: &str,
+    now: i64,
+) -> Result<()> {
+    for kind in kinds {
+        let key_fields = serde_json::to_string(kind.key_fields())
+            .map_err(|e| Error::Internal(format!("encoding the key fields of kind `{}`: {e}", kind.name())))?;
+        conn.execute_raw(stmt(
+            concat!(
+                "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
+                 key_fields, recorded_by, first_seen_at, updated_at) \
+                 VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8::jsonb, $9, ",
+                ts!("$10"),
+                ", ",
+                ts!("$10"),
+                ") ON CONFLICT (name) DO UPDATE SET schema = EXCLUDED.schema, schema_hash = EXCLUDED.schema_hash, \
+                 queue = EXCLUDED.queue, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts, \
+                 is_unique = EXCLUDED.is_unique, key_fields = EXCLUDED.key_fields, \
+                 recorded_by = EXCLUDED.recorded_by, updated_at = EXCLUDED.updated_at"
+            ),
+            vec![
+                kind.name().into(),
+                kind.schema().to_string().into(),
+                kind.schema_hash().into(),
+                kind.queue().into(),
+                kind.priority().into(),
+                kind.max_attempts().into(),
+                kind.is_unique().into(),
+                key_fields.into(),
+                worker.into(),
+                now.into(),
+            ],
+        ))
+        .await
+        .map_err(Error::db(format!("recording kind `{}`", kind.name())))?;
+    }
+    Ok(())
+}
+
+/// The recorded kinds, by name; only `name` when given.
+pub(crate) async fn kinds<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&str>) -> Result<Vec<KindRecord>> {
+    let (filter, values) = match name {
+        Some(n) => (" WHERE name = $1", vec![n.into()]),
+        None => ("", vec![]),
+    };
+    let rows = conn
+        .query_all_raw(stmt(
+            format!(
+                "SELECT name, schema::text, schema_hash, queue, priority, max_attempts, is_unique, \
+                 key_fields::text, recorded_by, {}, {} FROM outbox_kinds{filter} ORDER BY name",
+                ms!("first_seen_at"),
+                ms!("updated_at"),
+            ),
+            values,
+        ))
+        .await
+        .map_err(Error::db("reading the kinds table"))?;
+    rows::kinds(&rows)
+}
+
+/// Job counts of every queue by status, with the oldest due pending job.
+pub(crate) async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<QueueCounts>> {
+    let rows = conn
+        .query_all_raw(stmt(
+            format!(
+                "SELECT queue, \
+                     COUNT(*) FILTER (WHERE status = 'pending' AND run_at <= {now}), \
+                     COUNT(*) FILTER (WHERE status = 'pending' AND run_at > {now}), \
+                     COUNT(*) FILTER (WHERE status = 'claimed'), \
+                     COUNT(*) FILTER (WHERE status = 'claimed' AND lease_expires_at < {now}), \
+                     COUNT(*) FILTER (WHERE status = 'completed'), COUNT(*) FILTER (WHERE status = 'failed'), \
+                     COUNT(*) FILTER (WHERE status = 'cancelled'), \
+                     {oldest} \
+                 FROM outbox_jobs GROUP BY queue ORDER BY queue",
+                now = ts!("$1"),
+                oldest = ms!("MIN(run_at) FILTER (WHERE status = 'pending' AND run_at <= (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond'))"),
+            ),
+            vec![now.into()],
+        ))
+        .await
+        .map_err(Error::db("counting jobs by queue"))?;
+    rows::queues(&rows)
+}

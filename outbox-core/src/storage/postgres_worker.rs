@@ -1,0 +1,467 @@
+//! The worker's own PostgreSQL connections: `SKIP LOCKED` claims, batched fenced completions, lease renewals,
+//! rescues, and the `LISTEN` connection that wakes the worker when jobs are enqueued.
+//!
+//! The worker opens its own small pool (from the caller's connection options, named `outbox-worker` in
+//! `pg_stat_activity`) so handlers and the application cannot starve the claim path, plus one connection
+//! for `LISTEN`. A connection the server drops (restart, failover, `pg_terminate_backend`) costs one failed
+//! statement: every call is retried on a fresh connection, completions until they are written or their
+//! lease would have run out anyway.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use sea_orm::sqlx::{self, Row};
+use tokio::sync::{mpsc, oneshot};
+
+use super::postgres::{CHANNEL, ts};
+use super::{ClaimedJob, Finished, Outcome, Rescued};
+use crate::error::{Error, Result};
+use crate::wake;
+
+/// What the worker claims and who it is.
+#[derive(Debug, Clone)]
+pub(crate) struct PgStoreConfig {
+    pub(crate) worker_id: String,
+    /// Kinds this worker has handlers for.
+    pub(crate) kinds: Vec<String>,
+    /// Queues it serves; `None` for all.
+    pub(crate) queues: Option<Vec<String>>,
+    /// The schema holding the outbox tables; notifications from other schemas are ignored.
+    pub(crate) schema: String,
+}
+
+const RETURNING: &str = " RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, j.max_attempts, \
+     j.schema_hash, j.runs";
+
+macro_rules! claim_sql {
+    ($queue_filter:literal) => {
+        concat!(
+            "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ",
+            ts!("$2"),
+            " AND kind = ANY($4)",
+            $queue_filter,
+            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) \
+             UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
+             locked_by = $1, locked_at = ",
+            ts!("$2"),
+            ", claimed_at = ",
+            ts!("$2"),
+            ", lease_expires_at = ",
+            ts!("$3"),
+            ", updated_at = ",
+            ts!("$2"),
+            " FROM c WHERE j.id = c.id"
+        )
+    };
+}
+
+const CLAIM_ANY_QUEUE: &str = claim_sql!("");
+const CLAIM_QUEUES: &str = claim_sql!(" AND queue = ANY($6)");
+
+/// Writes a batch of finished attempts in one statement, each fenced by (id, claimed, owner, attempt).
+const FINISH: &str = concat!(
+    "UPDATE outbox_jobs j SET status = f.status, attempts = j.attempts - f.give_back, \
+     output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END, \
+     completed_at = CASE WHEN f.status = 'completed' THEN ",
+    ts!("$8"),
+    " ELSE j.completed_at END, last_error = COALESCE(f.error, j.last_error), run_at = COALESCE(",
+    ts!("f.run_at"),
+    ", j.run_at), lease_expires_at = NULL, updated_at = ",
+    ts!("$8"),
+    " FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
+     AS f(id, attempt, status, output, error, run_at, give_back) \
+     WHERE j.id = f.id AND j.status = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt \
+     RETURNING j.id"
+);
+
+/// Never shortens a lease a handler extended further than the heartbeat does.
+const EXTEND: &str = concat!(
+    "UPDATE outbox_jobs SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, TIMESTAMPTZ 'epoch'), ",
+    ts!("$1"),
+    ") WHERE status = 'claimed' AND locked_by = $2 AND id = ANY($3)"
+);
+
+/// Rescuers on several machines skip each other's rows instead of queueing behind them.
+const RESCUE: &str = concat!(
+    "WITH r AS (SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < ",
+    ts!("$1"),
+    " FOR UPDATE SKIP LOCKED) \
+     UPDATE outbox_jobs j SET \
+     status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END, \
+     last_error = 'lease expired while claimed by ' || COALESCE(j.locked_by, 'an unknown worker') \
+     || CASE WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END, \
+     lease_expires_at = NULL, run_at = ",
+    ts!("$1"),
+    ", updated_at = ",
+    ts!("$1"),
+    " FROM r WHERE j.id = r.id RETURNING j.id, j.kind, j.queue, j.attempts, j.status, j.locked_by"
+);
+
+/// Attempts at one claim, renewal or rescue: a dropped connection fails one statement, the next runs on a
+/// fresh one.
+const CALL_TRIES: u32 = 3;
+/// How long finished attempts are retried before they are left to the lease.
+const FINISH_GIVE_UP: Duration = Duration::from_secs(300);
+/// Finished attempts written per statement at most.
+const FINISH_BATCH: usize = 1_000;
+
+enum Msg {
+    Finish(Finished),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Handle to the worker's PostgreSQL connections. Clones share them.
+#[derive(Clone)]
+pub(crate) struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    config: PgStoreConfig,
+    tx: mpsc::UnboundedSender<Msg>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+impl PgStore {
+    /// Opens the worker's pool on the options of `caller` and starts the completion writer and the listener.
+    pub(crate) fn open(caller: &PgPool, config: PgStoreConfig) -> PgStore {
+        let options = caller.connect_options().as_ref().clone().application_name("outbox-worker");
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(30))
+            .test_before_acquire(false)
+            .connect_lazy_with(options.clone());
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_lazy_with(options.application_name("outbox-listener"));
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_finished(pool.clone(), config.worker_id.clone(), rx));
+        let listener = tokio::spawn(listen(listen_pool, config.schema.clone(), config.worker_id.clone()));
+        PgStore { inner: Arc::new(Inner { pool, config, tx, listener }) }
+    }
+
+    pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
+        let c = &self.inner.config;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let sql = if c.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ANY_QUEUE };
+        retrying("claiming jobs", || async {
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(format!("{sql}{RETURNING}")))
+                .bind(&c.worker_id)
+                .bind(now)
+                .bind(lease_until)
+                .bind(&c.kinds)
+                .bind(limit);
+            if let Some(queues) = &c.queues {
+                q = q.bind(queues);
+            }
+            let rows = q.fetch_all(&self.inner.pool).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(ClaimedJob {
+                        id: row.try_get(0)?,
+                        kind: row.try_get(1)?,
+                        queue: row.try_get(2)?,
+                        payload: row.try_get(3)?,
+                        attempt: row.try_get(4)?,
+                        max_attempts: row.try_get(5)?,
+                        schema_hash: row.try_get(6)?,
+                        run: row.try_get(7)?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Queues a finished attempt; it is written with whatever else finished meanwhile, in one statement.
+    pub(crate) fn finish(&self, finished: Finished) -> Result<()> {
+        self.inner.tx.send(Msg::Finish(finished)).map_err(|_| Error::WorkerStopped)
+    }
+
+    pub(crate) async fn extend(&self, ids: Vec<String>, until: i64) -> Result<u64> {
+        let pool = &self.inner.pool;
+        let worker = &self.inner.config.worker_id;
+        retrying("renewing leases", || async {
+            let res = sqlx::query(EXTEND).bind(until).bind(worker).bind(&ids).execute(pool).await?;
+            Ok(res.rows_affected())
+        })
+        .await
+    }
+
+    pub(crate) async fn rescue(&self, now: i64) -> Result<Vec<Rescued>> {
+        let pool = &self.inner.pool;
+        retrying("rescuing expired claims", || async {
+            let rows = sqlx::query(RESCUE).bind(now).fetch_all(pool).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(Rescued {
+                        id: row.try_get(0)?,
+                        kind: row.try_get(1)?,
+                        queue: row.try_get(2)?,
+                        attempt: row.try_get(3)?,
+                        status: row.try_get(4)?,
+                        previous_owner: row.try_get(5)?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Resolves once every finish queued before it has been written (or given up on).
+    pub(crate) async fn flush(&self) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.inner.tx.send(Msg::Flush(reply)).map_err(|_| Error::WorkerStopped)?;
+        rx.await.map_err(|_| Error::WorkerStopped)
+    }
+}
+
+/// Whether an error is about the connection rather than the statement: retrying on a fresh connection may
+/// succeed.
+fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => {
+            // 08: connection exception; 40: serialization failure or deadlock; 53: insufficient resources;
+            // 57P: operator intervention (admin shutdown, terminated backend); 55P03: lock not available.
+            let code = db.code().unwrap_or_default();
+            code.starts_with("08")
+                || code.starts_with("40")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || code == "55P03"
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
+async fn retrying<T, F, Fut>(what: &str, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tries < CALL_TRIES && is_transient(&e) => {
+                tracing::debug!(error = %e, tries, "{what} failed on a dropped connection; retrying");
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(tries - 1))).await;
+            }
+            Err(e) => return Err(Error::postgres(what)(e)),
+        }
+    }
+}
+
+/// The arrays of one finish statement.
+#[derive(Default)]
+struct Columns {
+    ids: Vec<String>,
+    attempts: Vec<i32>,
+    statuses: Vec<&'static str>,
+    outputs: Vec<Option<String>>,
+    errors: Vec<Option<String>>,
+    run_ats: Vec<Option<i64>>,
+    give_backs: Vec<i32>,
+}
+
+impl Columns {
+    fn of(batch: &[Finished]) -> Columns {
+        let now = super::now_ms();
+        let mut c = Columns::default();
+        for f in batch {
+            // PostgreSQL text cannot hold NUL; an error message is for people, so it is replaced.
+            let text = |s: &str| s.replace('\0', "\u{fffd}");
+            let (status, output, error, run_at, give_back) = match &f.outcome {
+                Outcome::Completed { output } => ("completed", output.clone(), None, None, 0),
+                Outcome::Retry { run_at, error } => ("pending", None, Some(text(error)), Some(*run_at), 0),
+                Outcome::Failed { error } => ("failed", None, Some(text(error)), None, 0),
+                Outcome::Snoozed { run_at } => ("pending", None, None, Some(*run_at), 1),
+                Outcome::Released => ("pending", None, None, Some(now), 1),
+            };
+            c.ids.push(f.id.clone());
+            c.attempts.push(f.attempt);
+            c.statuses.push(status);
+            c.outputs.push(output);
+            c.errors.push(error);
+            c.run_ats.push(run_at);
+            c.give_backs.push(give_back);
+        }
+        c
+    }
+}
+
+/// Writes one batch; returns the ids the fence let through.
+async fn write_batch(
+    pool: &PgPool,
+    owner: &str,
+    batch: &[Finished],
+) -> std::result::Result<HashSet<String>, sqlx::Error> {
+    let c = Columns::of(batch);
+    let rows = sqlx::query(FINISH)
+        .bind(&c.ids)
+        .bind(&c.attempts)
+        .bind(&c.statuses)
+        .bind(&c.outputs)
+        .bind(&c.errors)
+        .bind(&c.run_ats)
+        .bind(&c.give_backs)
+        .bind(super::now_ms())
+        .bind(owner)
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(|r| r.try_get::<String, _>(0)).collect()
+}
+
+/// Writes finished attempts as they arrive, everything queued so far in one statement.
+async fn write_finished(pool: PgPool, owner: String, mut rx: mpsc::UnboundedReceiver<Msg>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = Vec::new();
+        let mut flushes = Vec::new();
+        let mut next = Some(first);
+        while let Some(msg) = next.take().or_else(|| rx.try_recv().ok()) {
+            match msg {
+                Msg::Finish(f) => batch.push(f),
+                Msg::Flush(reply) => flushes.push(reply),
+            }
+            if batch.len() >= FINISH_BATCH {
+                break;
+            }
+        }
+        if !batch.is_empty() {
+            batch.sort_by(|a, b| a.id.cmp(&b.id));
+            write_with_retries(&pool, &owner, batch).await;
+        }
+        for reply in flushes {
+            let _ = reply.send(());
+        }
+    }
+}
+
+async fn write_with_retries(pool: &PgPool, owner: &str, batch: Vec<Finished>) {
+    let started = tokio::time::Instant::now();
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match write_batch(pool, owner, &batch).await {
+            Ok(applied) => {
+                for f in &batch {
+                    super::log_finished(f, applied.contains(&f.id), owner);
+                }
+                return;
+            }
+            Err(e) if is_transient(&e) && started.elapsed() < FINISH_GIVE_UP => {
+                tracing::warn!(error = %e, jobs = batch.len(), "writing finished jobs failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) if is_transient(&e) => {
+                tracing::error!(
+                    error = %e, jobs = batch.len(),
+                    "giving up writing finished jobs; their leases will expire and they will run again"
+                );
+                return;
+            }
+            Err(e) => {
+                // A row the database refuses (an output it cannot store) must not sink the rest of the batch.
+                tracing::warn!(error = %e, jobs = batch.len(), "a batch of finished jobs was refused; writing them one by one");
+                for f in batch {
+                    write_alone(pool, owner, f).await;
+                }
+                return;
+            }
+        }
+    }
+}
+
+async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
+    let mut delay = Duration::from_millis(10);
+    let started = tokio::time::Instant::now();
+    let mut item = f;
+    loop {
+        match write_batch(pool, owner, std::slice::from_ref(&item)).await {
+            Ok(applied) => {
+                super::log_finished(&item, applied.contains(&item.id), owner);
+                return;
+            }
+            Err(e) if is_transient(&e) && started.elapsed() < FINISH_GIVE_UP => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) if matches!(item.outcome, Outcome::Completed { .. }) && !is_transient(&e) => {
+                // The handler succeeded but its output cannot be stored: the job fails for good with the
+                // reason instead of running again.
+                item.outcome =
+                    Outcome::Failed { error: format!("the job's output could not be stored: {e}").replace('\0', "") };
+            }
+            Err(e) => {
+                tracing::error!(
+                    job_id = %item.id, kind = %item.kind, error = %e,
+                    "giving up writing a finished job; its lease will expire and it will run again"
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Keeps one connection listening on the wake-up channel, reconnecting with backoff, and wakes this process's
+/// workers on every notification for their schema. Polling covers whatever is missed while reconnecting.
+async fn listen(pool: PgPool, schema: String, worker: String) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "cannot open the listen connection");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(CHANNEL).await {
+            tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "cannot listen for wake-ups");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(30));
+            continue;
+        }
+        tracing::debug!(worker = %worker, channel = CHANNEL, "listening for wake-ups");
+        delay = Duration::from_millis(100);
+        // Whatever was enqueued while not listening was not announced.
+        wake::wake();
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(note)) => {
+                    if note.payload() == schema {
+                        wake::wake();
+                    }
+                }
+                Ok(None) => {
+                    tracing::info!(worker = %worker, "the listen connection was lost; reconnecting");
+                    wake::wake();
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "listening for wake-ups failed");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Row decoding shared by the backends. Each backend's statements return the same columns in the same
+//! shapes (timestamps as integer milliseconds since the Unix epoch, JSON as text), so one decoder serves
+//! both.
+
+use sea_orm::QueryResult;
+
+use crate::error::{Error, Result};
+use crate::ops::{DuplicateKey, JobEvent, KindDurations, KindRecord, PathJob, QueueCounts, StatusCount};
+use crate::record::{JobRecord, JobStatus, from_ms};
+
+pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
+    let get_err = Error::db("reading a job row");
+    let r = (|| -> std::result::Result<JobRecord, sea_orm::DbErr> {
+        let id: String = row.try_get_by_index(0)?;
+        let status: String = row.try_get_by_index(4)?;
+        let status =
+            status.parse::<JobStatus>().map_err(|reason| sea_orm::DbErr::Custom(format!("job `{id}`: {reason}")))?;
+        let opt_ms = |i: usize| row.try_get_by_index::<Option<i64>>(i).map(|v| v.map(from_ms));
+        Ok(JobRecord {
+            kind: row.try_get_by_index(1)?,
+            queue: row.try_get_by_index(2)?,
+            payload: row.try_get_by_index(3)?,
+            status,
+            priority: row.try_get_by_index(5)?,
+            attempts: row.try_get_by_index(6)?,
+            max_attempts: row.try_get_by_index(7)?,
+            run_at: from_ms(row.try_get_by_index(8)?),
+            locked_by: row.try_get_by_index(9)?,
+            locked_at: opt_ms(10)?,
+            lease_expires_at: opt_ms(11)?,
+            last_error: row.try_get_by_index(12)?,
+            idempotency_key: row.try_get_by_index(13)?,
+            schema_hash: row.try_get_by_index(14)?,
+            output: row.try_get_by_index(15)?,
+            created_at: from_ms(row.try_get_by_index(16)?),
+            claimed_at: opt_ms(17)?,
+            completed_at: opt_ms(18)?,
+            updated_at: from_ms(row.try_get_by_index(19)?),
+            runs: row.try_get_by_index(20)?,
+            id,
+        })
+    })();
+    r.map_err(get_err)
+}
+
+pub(super) fn status_counts(rows: Vec<QueryResult>) -> Result<Vec<StatusCount>> {
+    rows.iter()
+        .map(|row| {
+            let status: String = row.try_get_by_index(1).map_err(Error::db("reading job counts"))?;
+            Ok(StatusCount {
+                kind: row.try_get_by_index(0).map_err(Error::db("reading job counts"))?,
+                status: status.parse().map_err(|reason| Error::CorruptRow { id: "?".into(), reason })?,
+                count: row.try_get_by_index::<i64>(2).map_err(Error::db("reading job counts"))?.max(0).unsigned_abs(),
+                oldest: from_ms(row.try_get_by_index(3).map_err(Error::db("reading job counts"))?),
+            })
+        })
+        .collect()
+}
+
+pub(super) fn durations(rows: &[QueryResult]) -> Result<Vec<KindDurations>> {
+    let ctx = || Error::db("reading job durations");
+    rows.iter()
+        .map(|row| {
+            Ok(KindDurations {
+                kind: row.try_get_by_index(0).map_err(ctx())?,
+                completed: row.try_get_by_index::<i64>(1).map_err(ctx())?.max(0).unsigned_abs(),
+                avg_run_ms: row.try_get_by_index::<Option<f64>>(2).map_err(ctx())?.unwrap_or(0.0),
+                max_run_ms: row.try_get_by_index::<Option<i64>>(3).map_err(ctx())?.unwrap_or(0),
+                avg_wait_ms: row.try_get_by_index::<Option<f64>>(4).map_err(ctx())?.unwrap_or(0.0),
+            })
+        })
+        .collect()
+}
+
+pub(super) fn duplicates(rows: &[QueryResult]) -> Result<Vec<DuplicateKey>> {
+    let ctx = || Error::db("reading duplicate keys");
+    let n = |row: &QueryResult, i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs());
+    rows.iter()
+        .map(|row| {
+            Ok(DuplicateKey {
+                kind: row.try_get_by_index(0).map_err(ctx())?,
+                key: row.try_get_by_index(1).map_err(ctx())?,
+                jobs: n(row, 2).map_err(ctx())?,
+                active: n(row, 3).map_err(ctx())?,
+                completed: n(row, 4).map_err(ctx())?,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn history(rows: &[QueryResult], id: &str) -> Result<Vec<JobEvent>> {
+    let ctx = || Error::db(format!("reading the history of job `{id}`"));
+    rows.iter()
+        .map(|row| {
+            Ok(JobEvent {
+                at: from_ms(row.try_get_by_index(0).map_err(ctx())?),
+                event: row.try_get_by_index(1).map_err(ctx())?,
+                attempt: row.try_get_by_index(2).map_err(ctx())?,
+                worker: row.try_get_by_index(3).map_err(ctx())?,
+                error: row.try_get_by_index(4).map_err(ctx())?,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn path_scan_page(rows: &[QueryResult]) -> Result<Vec<(i64, PathJob)>> {
+    let ctx = || Error::db("reading a page of the path scan");
+    rows.iter()
+        .map(|row| {
+            let job = PathJob {
+                path: row.try_get_by_index(1).map_err(ctx())?,
+                job_id: row.try_get_by_index(2).map_err(ctx())?,
+                kind: row.try_get_by_index(3).map_err(ctx())?,
+                output: row.try_get_by_index(4).map_err(ctx())?,
+                completed_at: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?.map(from_ms),
+                jobs: row.try_get_by_index::<i64>(6).map_err(ctx())?.max(0).unsigned_abs(),
+            };
+            Ok((row.try_get_by_index::<i64>(0).map_err(ctx())?, job))
+        })
+        .collect()
+}
+
+pub(super) fn kinds(rows: &[QueryResult]) -> Result<Vec<KindRecord>> {
+    let ctx = || Error::db("reading the kinds table");
+    rows.iter()
+        .map(|row| {
+            let name: String = row.try_get_by_index(0).map_err(ctx())?;
+            let corrupt = |what: &str, e: serde_json::Error| Error::CorruptRow {
+                id: format!("kind {name}"),
+                reason: format!("its {what} is not valid JSON: {e}"),
+            };
+            let schema: String = row.try_get_by_index(1).map_err(ctx())?;
+            let keys: String = row.try_get_by_index(7).map_err(ctx())?;
+            Ok(KindRecord {
+                schema: serde_json::from_str(&schema).map_err(|e| corrupt("schema", e))?,
+                schema_hash: row.try_get_by_index(2).map_err(ctx())?,
+                queue: row.try_get_by_index(3).map_err(ctx())?,
+                priority: row.try_get_by_index(4).map_err(ctx())?,
+                max_attempts: row.try_get_by_index(5).map_err(ctx())?,
+                unique: row.try_get_by_index(6).map_err(ctx())?,
+                key_fields: serde_json::from_str(&keys).map_err(|e| corrupt("key field list", e))?,
+                recorded_by: row.try_get_by_index(8).map_err(ctx())?,
+                first_seen_at: from_ms(row.try_get_by_index(9).map_err(ctx())?),
+                updated_at: from_ms(row.try_get_by_index(10).map_err(ctx())?),
+                name,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn queues(rows: &[QueryResult]) -> Result<Vec<QueueCounts>> {
+    let ctx = || Error::db("counting jobs by queue");
+    rows.iter()
+        .map(|row| {
+            let n =
+                |i| row.try_get_by_index::<Option<i64>>(i).map(|v| v.unwrap_or(0).max(0).unsigned_abs()).map_err(ctx());
+            Ok(QueueCounts {
+                queue: row.try_get_by_index(0).map_err(ctx())?,
+                available: n(1)?,
+                scheduled: n(2)?,
+                claimed: n(3)?,
+                stuck: n(4)?,
+                completed: n(5)?,
+                failed: n(6)?,
+                cancelled: n(7)?,
+                oldest_available: row.try_get_by_index::<Option<i64>>(8).map_err(ctx())?.map(from_ms),
+            })
+        })
+        .collect()
+}
