@@ -182,7 +182,7 @@ async fn drop_schema(server: &str, schema: &str) {
 ///
 /// The body stays an ordinary function, so `cargo fmt` formats it and an unregistered body is dead code.
 ///
-/// ```ignore
+/// ```no_run
 /// use outbox_tests::{TestDb, conformance, scalar};
 ///
 /// conformance!(migrate_leaves_no_jobs);
@@ -193,8 +193,10 @@ async fn drop_schema(server: &str, schema: &str) {
 /// // A test that installs a thread-local tracing subscriber wants one thread.
 /// conformance!(logs_a_warning, flavor = "current_thread");
 /// async fn logs_a_warning(t: TestDb) {
-///     // ...
+///     let _guard = tracing::subscriber::set_default(tracing_subscriber::fmt().finish());
+///     assert_eq!(t.backend, outbox_tests::Backend::of(&t.db));
 /// }
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! conformance {
