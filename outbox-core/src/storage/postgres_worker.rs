@@ -1,9 +1,9 @@
 //! The worker's own PostgreSQL connections: `SKIP LOCKED` claims, batched fenced completions, lease renewals,
 //! rescues, and the `LISTEN` connection that wakes the worker when jobs are enqueued.
 //!
-//! The worker opens its own small pool (from the caller's connection options, named `outbox-worker` in
+//! The worker opens its own small pool (from the caller's connection options, named `outbox-worker <id>` in
 //! `pg_stat_activity`) so handlers and the application cannot starve the claim path, plus one connection
-//! for `LISTEN`. A connection the server drops (restart, failover, `pg_terminate_backend`) costs one failed
+//! for `LISTEN` (`outbox-listener <id>`). A connection the server drops (restart, failover, `pg_terminate_backend`) costs one failed
 //! statement: every call is retried on a fresh connection, completions until they are written or their
 //! lease would have run out anyway.
 
@@ -134,17 +134,27 @@ impl Drop for Inner {
 impl PgStore {
     /// Opens the worker's pool on the options of `caller` and starts the completion writer and the listener.
     pub(crate) fn open(caller: &PgPool, config: PgStoreConfig) -> PgStore {
-        let options = caller.connect_options().as_ref().clone().application_name("outbox-worker");
+        // PostgreSQL keeps the first 63 bytes of an application name.
+        let name = |role: &str| {
+            let mut name = format!("{role} {}", config.worker_id);
+            while name.len() > 63 {
+                name.pop();
+            }
+            name
+        };
+        let options = caller.connect_options().as_ref().clone();
+        let listen_options = options.clone().application_name(&name("outbox-listener"));
+        let options = options.application_name(&name("outbox-worker"));
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(30))
             .test_before_acquire(false)
-            .connect_lazy_with(options.clone());
+            .connect_lazy_with(options);
         let listen_pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_lazy_with(options.application_name("outbox-listener"));
+            .connect_lazy_with(listen_options);
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_finished(pool.clone(), config.worker_id.clone(), rx));
         let listener = tokio::spawn(listen(listen_pool, config.schema.clone(), config.worker_id.clone()));

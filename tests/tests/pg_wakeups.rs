@@ -1,0 +1,89 @@
+//! PostgreSQL wake-ups: a job inserted by any writer wakes an idle worker through `LISTEN/NOTIFY` (the
+//! worker's poll interval is an hour, so nothing else could), and the listen connection comes back after the
+//! server drops it.
+
+use std::time::Duration;
+
+use outbox_core::{JobStatus, Kind, Worker};
+use outbox_tests::{Backend, Probe, fresh, scalar};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+
+/// Inserts a pending `probe` job with plain SQL on the test's connection: no in-process wake-up happens, so
+/// only the database's notification can tell the worker.
+async fn insert_by_hand(db: &DatabaseConnection, n: u64) -> String {
+    let kind = Kind::of::<Probe>().expect("kind");
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
+             schema_hash, created_at, updated_at) \
+             VALUES (gen_random_uuid()::text, 'probe', 'default', CAST($1 AS jsonb), 'pending', 0, 0, 3, now(), $2, \
+             now(), now()) RETURNING id",
+            vec![format!("{{\"n\": {n}}}").into(), kind.schema_hash().into()],
+        ))
+        .await
+        .expect("insert by hand")
+        .expect("the inserted row");
+    row.try_get_by_index(0).expect("id")
+}
+
+/// The backend pid of this worker's listen connection once it is listening.
+async fn listening_pid(db: &DatabaseConnection, worker: &str) -> Option<i64> {
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT pid::int8 FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+            vec![format!("outbox-listener {worker}").into()],
+        ))
+        .await
+        .expect("pg_stat_activity");
+    row.map(|r| r.try_get_by_index::<i64>(0).expect("pid"))
+}
+
+async fn wait_listening(db: &DatabaseConnection, worker: &str, not: Option<i64>) -> i64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(pid) = listening_pid(db, worker).await.filter(|pid| Some(*pid) != not) {
+            return pid;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "worker {worker} never listened (again)");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn notify_wakes_an_idle_worker_and_the_listener_reconnects() {
+    let Some(t) = fresh(Backend::Postgres, "notify_wakes_an_idle_worker_and_the_listener_reconnects").await else {
+        return;
+    };
+    let worker_id = format!("wake-{}", t.schema.clone().expect("a schema per test"));
+    let worker = Worker::builder(&t.db)
+        .register::<Probe, _, _, _>(|_job: Probe, _ctx| async { Ok(()) })
+        .poll_interval(Duration::from_secs(3600))
+        .id(worker_id.clone())
+        .build()
+        .await
+        .expect("build worker");
+    let handle = worker.start();
+    let first_pid = wait_listening(&t.db, &worker_id, None).await;
+
+    let id = insert_by_hand(&t.db, 1).await;
+    assert!(
+        outbox_tests::wait_status(&t.db, &id, JobStatus::Completed, Duration::from_secs(30)).await,
+        "a job inserted by hand was not picked up: the notification did not wake the worker"
+    );
+
+    // The server drops the listen connection; the worker listens again on a new one.
+    let killed = scalar(&t.db, &format!("SELECT COUNT(*) FROM (SELECT pg_terminate_backend({first_pid})) k")).await;
+    assert_eq!(killed, 1);
+    let second_pid = wait_listening(&t.db, &worker_id, Some(first_pid)).await;
+    assert_ne!(first_pid, second_pid);
+
+    let id = insert_by_hand(&t.db, 2).await;
+    assert!(
+        outbox_tests::wait_status(&t.db, &id, JobStatus::Completed, Duration::from_secs(30)).await,
+        "after the listen connection was dropped, a new job did not wake the worker"
+    );
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 2);
+    handle.shutdown().await.expect("shutdown");
+}
