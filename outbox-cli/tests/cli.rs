@@ -1,4 +1,4 @@
-//! The real `outbox` binary against real SQLite files.
+//! The real `outbox` binary against real SQLite files, and against a PostgreSQL schema.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -43,6 +43,8 @@ struct Env {
     dir: tempfile::TempDir,
     db: PathBuf,
     root: PathBuf,
+    /// The database URL passed instead of `db`'s path (PostgreSQL).
+    url: Option<String>,
 }
 
 impl Env {
@@ -51,14 +53,17 @@ impl Env {
         let db = dir.path().join("queue.db");
         let root = dir.path().join("files");
         std::fs::create_dir(&root).expect("root");
-        Env { dir, db, root }
+        Env { dir, db, root, url: None }
     }
 
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
         cmd.current_dir(self.dir.path()).env_remove("OUTBOX_DATABASE_URL").env_remove("OUTBOX_LOG");
         if !args.contains(&"--database-url") {
-            cmd.arg("--database-url").arg(&self.db);
+            match &self.url {
+                Some(url) => cmd.arg("--database-url").arg(url),
+                None => cmd.arg("--database-url").arg(&self.db),
+            };
         }
         cmd.args(args);
         cmd
@@ -80,7 +85,7 @@ impl Env {
     }
 
     fn url(&self) -> String {
-        outbox_tests::sqlite_url(&self.db)
+        self.url.clone().unwrap_or_else(|| outbox_tests::sqlite_url(&self.db))
     }
 }
 
@@ -519,4 +524,54 @@ async fn sigint_lets_the_running_job_finish() {
     assert_eq!(status_of(&env, &id), "completed");
     let answer = std::fs::read_to_string(env.root.join("answers/r7.md")).expect("answer written");
     assert!(answer.contains("The system shall retry."), "{answer}");
+}
+
+/// The same commands on PostgreSQL: the URL alone picks the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_urls_work_end_to_end() {
+    let Some(t) = outbox_tests::fresh(outbox_tests::Backend::Postgres, "postgres_urls_work_end_to_end").await else {
+        return;
+    };
+    let mut env = Env::new();
+    env.url = Some(t.url.clone());
+    assert!(env.ok(&["migrate"]).stdout.contains("already up to date"));
+    std::fs::write(env.root.join("taken.txt"), "someone else's\n").expect("pre-existing file");
+    let good = enqueue_id(&env, "create_file", json!({ "path": "pg/a.txt", "content": "one\n" }));
+    let taken = enqueue_id(&env, "create_file", json!({ "path": "taken.txt", "content": "mine\n" }));
+    let again = env.ok(&["enqueue", "create_file", "--payload", r#"{"path": "pg/a.txt", "content": "one\n"}"#]);
+    assert!(again.stdout.contains(&format!("already enqueued: {good}")), "{}", again.stdout);
+
+    let worker = env
+        .command(&["work", "--root", &env.root_arg(), "--concurrency", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worker");
+    let settled = eventually(Duration::from_secs(30), || async {
+        status_of(&env, &good) == "completed" && status_of(&env, &taken) == "failed"
+    })
+    .await;
+    let pid = i32::try_from(worker.id()).expect("pid");
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill").success());
+    let out = output(worker.wait_with_output().expect("worker exit"));
+    assert!(settled, "the worker ran both jobs; its log: {}", out.stderr);
+    assert_eq!(out.code, 0, "graceful stop: {}", out.stderr);
+    assert_eq!(std::fs::read_to_string(env.root.join("pg/a.txt")).expect("written"), "one\n");
+
+    let stats = env.ok(&["stats", "--format", "json"]).json();
+    assert_eq!(stats["failed"][0]["id"], taken.as_str());
+    assert!(env.ok(&["get", &taken]).stdout.contains("overwrite is false"));
+    assert!(env.ok(&["retry", &taken]).stdout.contains("pending again"));
+    env.ok(&["cancel", &taken]);
+    assert_eq!(
+        env.ok(&["purge", "--status", "cancelled", "--older-than", "0s", "--format", "json"]).json()["purged"],
+        1
+    );
+    assert_eq!(env.run(&["get", &taken]).code, 3);
+    let clean = env.run(&["reconcile", "--root", &env.root_arg()]);
+    assert_eq!(clean.code, 0, "{}{}", clean.stdout, clean.stderr);
+    std::fs::remove_file(env.root.join("pg/a.txt")).expect("remove behind the queue's back");
+    let drift = env.run(&["reconcile", "--root", &env.root_arg(), "--format", "json"]);
+    assert_eq!(drift.code, 5, "{}{}", drift.stdout, drift.stderr);
+    assert_eq!(drift.json()["discrepancies"][0]["path"], "pg/a.txt");
 }
