@@ -24,7 +24,7 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "outbox", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
-    /// The database: a sea-orm URL (`sqlite://app.db`) or the path of an SQLite file.
+    /// The database: a sea-orm URL (`sqlite://app.db`, `postgres://user@host/db`) or the path of an SQLite file.
     #[arg(long, global = true, env = "OUTBOX_DATABASE_URL", default_value = "sqlite://outbox.db", value_name = "URL")]
     pub(crate) database_url: String,
 
