@@ -1,29 +1,21 @@
-//! Real worker processes on one SQLite file: a worker killed with SIGKILL mid-handler, and a claim race.
+//! Real worker processes: a worker killed with SIGKILL mid-handler (SQLite and PostgreSQL), and a claim race
+//! on one SQLite file (its PostgreSQL counterpart, eight processes on 20,000 jobs, is `pg_fleet.rs`).
 
-use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Child, Command};
+mod fleet;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
+use fleet::{Runs, Spawn};
 use outbox_core::{EnqueueOpts, JobContext, JobError, JobStatus, Worker, ops};
-use outbox_tests::{Race, fresh_db, scalar};
+use outbox_tests::{Race, TestDb, conformance, fresh_db, scalar};
 
-fn spawn_worker(db: &Path, log: &Path, mode: &str, lease_ms: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_outbox-test-worker"))
-        .arg(db)
-        .arg(log)
-        .arg(mode)
-        .arg(lease_ms.to_string())
-        .spawn()
-        .expect("spawn worker process")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_of_a_killed_worker_is_rescued_and_completed_by_another() {
-    let t = fresh_db().await;
+conformance!(a_job_of_a_killed_worker_is_rescued_and_completed_by_another);
+async fn a_job_of_a_killed_worker_is_rescued_and_completed_by_another(t: TestDb) {
     let job = outbox_core::enqueue(&t.db, &Race { n: 1, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
     let log = t.dir.path().join("hang.log");
-    let mut child = spawn_worker(&t.path, &log, "hang", 1_000);
+    let spawn = Spawn { url: &t.url, log: &log, mode: "hang", lease_ms: 1_000, concurrency: 8, stderr: None };
+    let mut child = spawn.start();
     let started = outbox_tests::eventually(Duration::from_secs(30), || {
         let log = log.clone();
         async move { std::fs::read_to_string(&log).map(|s| !s.is_empty()).unwrap_or(false) }
@@ -76,26 +68,19 @@ async fn four_worker_processes_drain_five_thousand_jobs_exactly_once() {
     for chunk in jobs.chunks(1_000) {
         outbox_core::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
     }
-    let logs: Vec<_> = (0..WORKERS).map(|i| t.dir.path().join(format!("runs-{i}.log"))).collect();
-    let mut children: Vec<Child> = logs.iter().map(|log| spawn_worker(&t.path, log, "drain", 30_000)).collect();
-    for child in &mut children {
-        let status = child.wait().expect("wait");
+    let logs: Vec<PathBuf> = (0..WORKERS).map(|i| t.dir.path().join(format!("runs-{i}.log"))).collect();
+    let mut children: Vec<_> = logs
+        .iter()
+        .map(|log| Spawn { url: &t.url, log, mode: "drain", lease_ms: 30_000, concurrency: 8, stderr: None }.start())
+        .collect();
+    for status in fleet::wait_all(&mut children, Duration::from_secs(300)).await {
         assert!(status.success(), "a worker process failed: {status}");
     }
-    let mut runs: HashMap<String, usize> = HashMap::new();
-    let mut per_worker = Vec::new();
-    for log in &logs {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        per_worker.push(text.lines().count());
-        for line in text.lines() {
-            let id = line.split_whitespace().next().expect("job id").to_owned();
-            *runs.entry(id).or_default() += 1;
-        }
-    }
-    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    let runs = Runs::read(&logs);
+    let twice = runs.twice();
     assert!(twice.is_empty(), "executed more than once: {twice:?}");
-    assert_eq!(runs.len() as u64, JOBS, "runs per worker: {per_worker:?}");
+    assert_eq!(runs.by_job.len() as u64, JOBS, "runs per worker: {:?}", runs.per_log);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, JOBS as i64);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE attempts <> 1").await, 0);
-    eprintln!("runs per worker process: {per_worker:?}");
+    eprintln!("runs per worker process: {:?}", runs.per_log);
 }

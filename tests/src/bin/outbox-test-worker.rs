@@ -1,7 +1,18 @@
-//! A worker process for the crash and race tests.
+//! A worker process for the crash, race and fleet tests.
 //!
-//! `outbox-test-worker DB_PATH RUN_LOG MODE LEASE_MS`; MODE is `drain` (run `race` jobs until none is due,
-//! appending each run's job id to RUN_LOG) or `hang` (on the first `race` job, write RUN_LOG and hang).
+//! `outbox-test-worker DATABASE RUN_LOG MODE LEASE_MS [CONCURRENCY]`
+//!
+//! - DATABASE: a sea-orm URL (`sqlite://...`, `postgres://...`) or the path of an SQLite file.
+//! - RUN_LOG: every run of a `race` job appends `<job id> <n> <attempt> <pid>` to it, flushed before the
+//!   handler goes on, so the test counts executions rather than trusting the job table.
+//! - MODE: `drain` runs `race` jobs until none is due and none is in flight, then exits; `serve` runs them
+//!   until no `race` job is pending or claimed anywhere (so a worker stays to rescue a claim lost with a
+//!   connection), then shuts down gracefully; `hang` writes RUN_LOG on the first job and hangs.
+//! - CONCURRENCY: jobs run at once (default 8).
+//!
+//! `OUTBOX_LOG` (a tracing filter such as `warn`) turns on the worker's logs on stderr.
+//!
+//! Once its worker is built the process creates `RUN_LOG.ready`, so a test can tell start-up from running.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -9,27 +20,44 @@ use std::time::Duration;
 
 use outbox_core::{JobContext, JobError, Worker};
 use outbox_tests::{Race, sqlite_url};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+
+const USAGE: &str = "usage: outbox-test-worker DATABASE RUN_LOG drain|serve|hang LEASE_MS [CONCURRENCY]";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("OUTBOX_LOG") {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
+    }
     let args: Vec<String> = std::env::args().collect();
-    let [_, db_path, run_log, mode, lease_ms] = args.as_slice() else {
-        return Err("usage: outbox-test-worker DB_PATH RUN_LOG drain|hang LEASE_MS".into());
+    let (database, run_log, mode, lease_ms, concurrency) = match args.as_slice() {
+        [_, database, run_log, mode, lease_ms] => (database, run_log, mode, lease_ms, 8),
+        [_, database, run_log, mode, lease_ms, concurrency] => {
+            (database, run_log, mode, lease_ms, concurrency.parse()?)
+        }
+        _ => return Err(USAGE.into()),
     };
+    if !matches!(mode.as_str(), "drain" | "serve" | "hang") {
+        return Err(format!("unknown mode `{mode}`\n{USAGE}").into());
+    }
     let lease = Duration::from_millis(lease_ms.parse()?);
-    let db = outbox_core::connect(&sqlite_url(db_path.as_ref())).await?;
+    let url = if database.contains("://") { database.clone() } else { sqlite_url(database.as_ref()) };
+    let db = outbox_core::connect(&url).await?;
     let log = Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(run_log)?));
     let hang = mode == "hang";
+    let pid = std::process::id();
     let worker = Worker::builder(&db)
-        .concurrency(8)
+        .concurrency(concurrency)
         .lease(lease)
         .poll_interval(Duration::from_millis(50))
+        // Only a claim lost with its connection expires while these workers live; rescue it soon after.
+        .rescue_interval(Duration::from_secs(1))
         .register(move |job: Race, ctx: JobContext| {
             let log = Arc::clone(&log);
             async move {
                 {
                     let mut f = log.lock().map_err(|_| JobError::permanent("run log lock poisoned"))?;
-                    writeln!(f, "{} {}", ctx.id(), job.n)?;
+                    writeln!(f, "{} {} {} {pid}", ctx.id(), job.n, ctx.attempt())?;
                     f.flush()?;
                 }
                 if hang {
@@ -41,6 +69,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .build()
         .await?;
-    worker.drain().await?;
+    std::fs::write(format!("{run_log}.ready"), worker.id())?;
+    if mode == "serve" {
+        worker.run_until(until_no_race_job_is_left(&db)).await?;
+    } else {
+        worker.drain().await?;
+    }
     Ok(())
+}
+
+/// Resolves once no `race` job is pending or claimed. A failed look (a killed connection) just looks again.
+async fn until_no_race_job_is_left(db: &DatabaseConnection) {
+    let sql = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'race' AND status IN ('pending', 'claimed')";
+    let statement = Statement::from_string(db.get_database_backend(), sql);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let left = db.query_one_raw(statement.clone()).await.ok().flatten().and_then(|r| r.try_get_by_index(0).ok());
+        if left == Some(0i64) {
+            return;
+        }
+    }
 }

@@ -1,0 +1,94 @@
+//! Worker processes for the multi-process tests: children of the `outbox-test-worker` binary and the run logs
+//! they leave.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+/// How a child worker is started.
+pub(crate) struct Spawn<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) log: &'a Path,
+    /// `drain`, `serve` or `hang` (see the binary's docs).
+    pub(crate) mode: &'a str,
+    pub(crate) lease_ms: u64,
+    pub(crate) concurrency: usize,
+    /// Where the child's stderr goes (its warnings with `OUTBOX_LOG=warn`); inherited when `None`.
+    pub(crate) stderr: Option<&'a Path>,
+}
+
+impl Spawn<'_> {
+    pub(crate) fn start(&self) -> Child {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-test-worker"));
+        command
+            .arg(self.url)
+            .arg(self.log)
+            .arg(self.mode)
+            .arg(self.lease_ms.to_string())
+            .arg(self.concurrency.to_string());
+        if let Some(path) = self.stderr {
+            command.stderr(Stdio::from(std::fs::File::create(path).expect("child stderr file")));
+            command.env("OUTBOX_LOG", "warn");
+        }
+        command.spawn().expect("spawn worker process")
+    }
+}
+
+/// Waits for every child without blocking the runtime; past `timeout` kills them all and panics.
+pub(crate) async fn wait_all(children: &mut [Child], timeout: Duration) -> Vec<ExitStatus> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
+    loop {
+        for (child, status) in children.iter_mut().zip(statuses.iter_mut()) {
+            if status.is_none() {
+                *status = child.try_wait().expect("wait for a worker process");
+            }
+        }
+        if statuses.iter().all(Option::is_some) {
+            return statuses.into_iter().flatten().collect();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            for child in children.iter_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            panic!("worker processes still running after {timeout:?}: {statuses:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every handler execution the children logged.
+#[derive(Debug, Default)]
+pub(crate) struct Runs {
+    /// Executions per job id, with the attempt and process of each.
+    pub(crate) by_job: HashMap<String, Vec<(i64, u32)>>,
+    /// Executions per log file.
+    pub(crate) per_log: Vec<usize>,
+}
+
+impl Runs {
+    pub(crate) fn read(logs: &[PathBuf]) -> Runs {
+        let mut runs = Runs::default();
+        for log in logs {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            runs.per_log.push(text.lines().count());
+            for line in text.lines() {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let [id, _n, attempt, pid] = fields.as_slice() else { panic!("malformed run log line: {line:?}") };
+                let attempt = attempt.parse().expect("attempt");
+                let pid = pid.parse().expect("pid");
+                runs.by_job.entry((*id).to_owned()).or_default().push((attempt, pid));
+            }
+        }
+        runs
+    }
+
+    /// Jobs executed more than once, with their executions.
+    pub(crate) fn twice(&self) -> Vec<(&String, &Vec<(i64, u32)>)> {
+        let mut twice: Vec<_> = self.by_job.iter().filter(|(_, runs)| runs.len() > 1).collect();
+        twice.sort();
+        twice
+    }
+}
