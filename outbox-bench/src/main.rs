@@ -1,23 +1,35 @@
-//! Throughput of outbox-core on SQLite against rusqlite running the same SQL on the same libsqlite3.
+//! Throughput of outbox-core against the same SQL run directly: on SQLite through rusqlite on the same
+//! libsqlite3, on PostgreSQL through bare sqlx on one connection.
 //!
-//! `cargo run --release -p outbox-bench -- [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]`
+//! `cargo run --release -p outbox-bench -- [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
+//! [--pg-url URL] [--backend sqlite|postgres]`
 //!
-//! Every figure is the median of `--runs` runs, each on a fresh WAL-mode database file in a temporary
-//! directory. `--jobs N` (default 20,000) sizes the cases: `enqueue` runs N/10 jobs at FULL and N/4 at
-//! NORMAL (one transaction each), `enqueue_batch` and `process` N, `process_memory` 5×N. `process_memory`
-//! drains in a child process (this binary again, `--drain-child`) so its RSS figures hold the worker alone.
-//! `reconcile` runs outbox-fs's reconciler over 5×N completed `create_file` jobs whose files are on disk
-//! (default 100,000), also in a child process (`--reconcile-child`); it has no baseline.
+//! Every figure is the median of `--runs` runs, each on a fresh database: a WAL-mode file in a temporary
+//! directory, or a schema of its own on the PostgreSQL server that `--pg-url` (else `OUTBOX_BENCH_PG_URL`,
+//! else `OUTBOX_TEST_PG_URL`) names; without one only the SQLite rows run. `--sync` is SQLite's
+//! `synchronous` (FULL, NORMAL) and, on PostgreSQL, `synchronous_commit` (FULL = on, NORMAL = off).
+//! `--jobs N` (default 20,000) sizes the cases: `enqueue` runs N/10 jobs at FULL and N/4 at NORMAL (one
+//! transaction each), `enqueue_batch` and `process` N, `process_memory` 5×N. `process_memory` drains in a
+//! child process (this binary again, `--drain-child`) so its RSS figures hold the worker alone (on
+//! PostgreSQL, without the server's processes). `reconcile` runs outbox-fs's reconciler over 5×N completed
+//! `create_file` jobs whose files are on disk (default 100,000), also in a child process
+//! (`--reconcile-child`); it has no baseline.
 
+mod memory;
 mod outbox;
 mod raw;
+mod raw_pg;
 mod reconcile;
+mod scratch;
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
 
 use serde::Serialize;
+
+use memory::{Memory, WatchedDrain};
+use scratch::{Location, Target};
 
 /// Every error of the benchmark, reported and turned into a failing exit code by `main`.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -27,7 +39,32 @@ const BATCH: u64 = 1_000;
 /// Worker concurrency, and the baseline's claim size, in `process` and `process_memory`.
 const CONCURRENCY: usize = 100;
 
-/// SQLite's `synchronous` setting for a run.
+/// The database engine of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    fn from_name(name: &str) -> Result<Backend, BoxError> {
+        match name.to_ascii_lowercase().as_str() {
+            "sqlite" => Ok(Backend::Sqlite),
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            other => Err(format!("unknown backend `{other}`\n{USAGE}").into()),
+        }
+    }
+}
+
+/// How durable a commit is: SQLite's `synchronous` (FULL, NORMAL), PostgreSQL's `synchronous_commit`
+/// (on, off). The weaker setting may lose the last commits on power loss (PostgreSQL: on a server crash too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum SyncMode {
     Full,
@@ -39,6 +76,15 @@ impl SyncMode {
         match self {
             SyncMode::Full => "FULL",
             SyncMode::Normal => "NORMAL",
+        }
+    }
+
+    /// The setting's own name on `backend`.
+    fn label(self, backend: Backend) -> &'static str {
+        match (backend, self) {
+            (Backend::Sqlite, _) => self.name(),
+            (Backend::Postgres, SyncMode::Full) => "on",
+            (Backend::Postgres, SyncMode::Normal) => "off",
         }
     }
 
@@ -117,16 +163,25 @@ impl Case {
         matches!(self, Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch | Case::Reconcile)
     }
 
-    fn baseline(self) -> Option<&'static str> {
-        match self {
-            Case::Enqueue | Case::EnqueueOrmCeiling => {
+    fn baseline(self, backend: Backend) -> Option<&'static str> {
+        match (backend, self) {
+            (Backend::Sqlite, Case::Enqueue | Case::EnqueueOrmCeiling) => {
                 Some("rusqlite: BEGIN IMMEDIATE; INSERT order; INSERT job ON CONFLICT DO NOTHING; COMMIT")
             }
-            Case::EnqueueBatch => Some("rusqlite: one transaction per 1000 jobs, multi-row INSERT ... RETURNING id"),
-            Case::Process => {
+            (Backend::Sqlite, Case::EnqueueBatch) => {
+                Some("rusqlite: one transaction per 1000 jobs, multi-row INSERT ... RETURNING id")
+            }
+            (Backend::Sqlite, Case::Process) => {
                 Some("rusqlite: claim UPDATE ... RETURNING LIMIT 100, then 100 fenced UPDATEs in one transaction")
             }
-            Case::ProcessMemory | Case::Reconcile => None,
+            (Backend::Postgres, Case::Enqueue | Case::EnqueueOrmCeiling) => {
+                Some("sqlx-postgres: BEGIN; INSERT order; INSERT job ON CONFLICT DO NOTHING; COMMIT")
+            }
+            (Backend::Postgres, Case::EnqueueBatch) => {
+                Some("sqlx-postgres: one transaction per 1000 jobs, multi-row INSERT ... RETURNING id")
+            }
+            (Backend::Postgres, Case::Process) => Some(raw_pg::PROCESS),
+            (_, Case::ProcessMemory | Case::Reconcile) => None,
         }
     }
 }
@@ -138,13 +193,20 @@ struct Args {
     jobs: u64,
     case: Option<Case>,
     sync: Option<SyncMode>,
+    backend: Option<Backend>,
+    pg_url: Option<String>,
 }
 
 const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
-cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, reconcile";
+                    [--pg-url URL] [--backend sqlite|postgres]
+cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, reconcile
+PostgreSQL rows run when --pg-url, OUTBOX_BENCH_PG_URL or OUTBOX_TEST_PG_URL names a server";
 
 fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
-    let mut args = Args { json: false, runs: 3, jobs: 20_000, case: None, sync: None };
+    let pg_url = ["OUTBOX_BENCH_PG_URL", "OUTBOX_TEST_PG_URL"]
+        .into_iter()
+        .find_map(|var| std::env::var(var).ok().filter(|url| !url.is_empty()));
+    let mut args = Args { json: false, runs: 3, jobs: 20_000, case: None, sync: None, backend: None, pg_url };
     let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
@@ -158,6 +220,8 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
                 args.case = Some(case.ok_or_else(|| format!("unknown case `{name}`\n{USAGE}"))?);
             }
             "--sync" => args.sync = Some(SyncMode::from_name(&value()?)?),
+            "--backend" => args.backend = Some(Backend::from_name(&value()?)?),
+            "--pg-url" => args.pg_url = Some(value()?),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
@@ -167,6 +231,9 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
     }
     if args.runs == 0 || args.jobs == 0 {
         return Err("--runs and --jobs must be at least 1".into());
+    }
+    if args.backend == Some(Backend::Postgres) && args.pg_url.is_none() {
+        return Err(format!("--backend postgres needs a server: --pg-url URL\n{USAGE}").into());
     }
     Ok(Some(args))
 }
@@ -221,114 +288,140 @@ fn round(x: f64, digits: i32) -> f64 {
     (x * scale).round() / scale
 }
 
-/// Runs one case at one sync setting `runs` times, outbox and baseline alternating, and summarizes it.
+/// Runs one case on one backend at one sync setting `runs` times, outbox and baseline alternating, and
+/// summarizes it.
 struct Runner {
     rt: tokio::runtime::Runtime,
     runs: usize,
     base_jobs: u64,
+    /// The PostgreSQL server the `postgres` rows run on.
+    pg_url: Option<String>,
     /// Baseline runs already measured, by (baseline, sync, jobs): the ORM ceiling shares `enqueue`'s.
     baselines: HashMap<(&'static str, SyncMode, u64), Vec<f64>>,
 }
 
 impl Runner {
-    fn baseline_run(&self, case: Case, sync: SyncMode, n: u64) -> Result<Measure, BoxError> {
-        match case {
-            Case::Enqueue | Case::EnqueueOrmCeiling => {
-                let file = self.rt.block_on(outbox::empty_file(sync))?;
-                raw::enqueue(&file.path, sync, &outbox::order_kind()?, n)
+    fn target(&self, backend: Backend, sync: SyncMode) -> Result<Target, BoxError> {
+        Ok(match backend {
+            Backend::Sqlite => Target::Sqlite(sync),
+            Backend::Postgres => {
+                let server = self.pg_url.clone().ok_or("the postgres rows need a server: --pg-url URL")?;
+                Target::Postgres { server, sync }
             }
-            Case::EnqueueBatch => {
-                let file = self.rt.block_on(outbox::empty_file(sync))?;
-                raw::enqueue_batch(&file.path, sync, &outbox::order_kind()?, n, BATCH)
-            }
-            Case::Process | Case::ProcessMemory => {
-                let file = self.rt.block_on(outbox::backlog_file(sync, n))?;
-                raw::process(&file.path, sync, &outbox::noop_kind()?, n, CONCURRENCY as u64)
-            }
-            Case::Reconcile => Err("the reconcile case has no baseline".into()),
-        }
+        })
     }
 
-    /// Preloads a file here, then drains it in a fresh child process whose RSS holds the worker alone.
-    fn process_memory_run(&self, sync: SyncMode, n: u64) -> Result<(Measure, outbox::Memory), BoxError> {
-        let file = self.rt.block_on(outbox::backlog_file(sync, n))?;
+    fn baseline_run(&self, case: Case, target: &Target, n: u64) -> Result<Measure, BoxError> {
+        let prepared = match case {
+            Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch => self.rt.block_on(outbox::empty(target))?,
+            Case::Process | Case::ProcessMemory => self.rt.block_on(outbox::backlog(target, n))?,
+            Case::Reconcile => return Err("the reconcile case has no baseline".into()),
+        };
+        let sync = target.sync();
+        let measure = match (&prepared.location, case) {
+            (Location::File(path), Case::EnqueueBatch) => {
+                raw::enqueue_batch(path, sync, &outbox::order_kind()?, n, BATCH)
+            }
+            (Location::File(path), Case::Process | Case::ProcessMemory) => {
+                raw::process(path, sync, &outbox::noop_kind()?, n, CONCURRENCY as u64)
+            }
+            (Location::File(path), _) => raw::enqueue(path, sync, &outbox::order_kind()?, n),
+            (Location::Url(url), Case::EnqueueBatch) => {
+                self.rt.block_on(raw_pg::enqueue_batch(url, &outbox::order_kind()?, n, BATCH))
+            }
+            (Location::Url(url), Case::Process | Case::ProcessMemory) => {
+                self.rt.block_on(raw_pg::process(url, &outbox::noop_kind()?, n, CONCURRENCY as u64))
+            }
+            (Location::Url(url), _) => self.rt.block_on(raw_pg::enqueue(url, &outbox::order_kind()?, n)),
+        };
+        self.rt.block_on(prepared.remove())?;
+        measure
+    }
+
+    /// Preloads a database here, then drains it in a fresh child process whose RSS holds the worker alone.
+    fn process_memory_run(&self, target: &Target, n: u64) -> Result<(Measure, Memory), BoxError> {
+        let prepared = self.rt.block_on(outbox::backlog(target, n))?;
         let output = std::process::Command::new(std::env::current_exe()?)
             .arg(DRAIN_CHILD)
-            .arg(&file.path)
-            .arg(sync.name())
+            .arg(prepared.location.arg())
+            .arg(target.sync().name())
             .arg(n.to_string())
             .stderr(std::process::Stdio::inherit())
             .output()?;
+        self.rt.block_on(prepared.remove())?;
         if !output.status.success() {
             return Err(format!("the process_memory child failed: {}", output.status).into());
         }
-        let report: outbox::WatchedDrain = serde_json::from_slice(&output.stdout)?;
+        let report: WatchedDrain = serde_json::from_slice(&output.stdout)?;
         Ok((Measure { jobs: n, secs: report.secs }, report.memory))
     }
 
     /// Prepares a tree and its completed jobs here, then reconciles it in a fresh child process.
-    fn reconcile_run(&self, n: u64) -> Result<(Measure, outbox::Memory), BoxError> {
-        let prepared = self.rt.block_on(reconcile::prepare(n))?;
+    fn reconcile_run(&self, target: &Target, n: u64) -> Result<(Measure, Memory), BoxError> {
+        let prepared = self.rt.block_on(reconcile::prepare(target, n))?;
         let output = std::process::Command::new(std::env::current_exe()?)
             .arg(RECONCILE_CHILD)
-            .arg(&prepared.db_path)
+            .arg(prepared.db.location.arg())
             .arg(&prepared.root)
             .arg(n.to_string())
             .stderr(std::process::Stdio::inherit())
             .output()?;
+        self.rt.block_on(prepared.db.remove())?;
         if !output.status.success() {
             return Err(format!("the reconcile child failed: {}", output.status).into());
         }
-        let report: outbox::WatchedDrain = serde_json::from_slice(&output.stdout)?;
+        let report: WatchedDrain = serde_json::from_slice(&output.stdout)?;
         Ok((Measure { jobs: n, secs: report.secs }, report.memory))
     }
 
-    fn run(&mut self, case: Case, sync: SyncMode) -> Result<Row, BoxError> {
+    fn run(&mut self, case: Case, backend: Backend, sync: SyncMode) -> Result<Row, BoxError> {
+        let target = self.target(backend, sync)?;
         let n = case.jobs(sync, self.base_jobs);
-        let baseline = case.baseline();
+        let baseline = case.baseline(backend);
         let cached = baseline.and_then(|b| self.baselines.get(&(b, sync, n)).cloned());
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
         let mut memory = Vec::new();
         for run in 1..=self.runs {
-            eprintln!("{} {} run {run}/{} ({n} jobs)", case.name(), sync.name(), self.runs);
+            let (name, label, runs) = (case.name(), sync.label(backend), self.runs);
+            eprintln!("{name} {} {label} run {run}/{runs} ({n} jobs)", backend.name());
             let measure = match case {
-                Case::Enqueue => self.rt.block_on(outbox::enqueue(sync, n))?,
-                Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(sync, n))?,
-                Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(sync, n, BATCH))?,
-                Case::Process => self.rt.block_on(outbox::process(sync, n, CONCURRENCY))?,
+                Case::Enqueue => self.rt.block_on(outbox::enqueue(&target, n))?,
+                Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?,
+                Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(&target, n, BATCH))?,
+                Case::Process => self.rt.block_on(outbox::process(&target, n, CONCURRENCY))?,
                 Case::ProcessMemory => {
-                    let (measure, mem) = self.process_memory_run(sync, n)?;
+                    let (measure, mem) = self.process_memory_run(&target, n)?;
                     memory.push(mem);
                     measure
                 }
                 Case::Reconcile => {
-                    let (measure, mem) = self.reconcile_run(n)?;
+                    let (measure, mem) = self.reconcile_run(&target, n)?;
                     memory.push(mem);
                     measure
                 }
             };
             ours.push(measure.jobs_per_sec());
             if baseline.is_some() && cached.is_none() {
-                theirs.push(self.baseline_run(case, sync, n)?.jobs_per_sec());
+                theirs.push(self.baseline_run(case, &target, n)?.jobs_per_sec());
             }
         }
         if let (Some(b), Some(runs)) = (baseline, &cached) {
             theirs.clone_from(runs);
-            eprintln!("{} {}: reusing the baseline runs measured for `{b}`", case.name(), sync.name());
+            eprintln!("{} {}: reusing the baseline runs measured for `{b}`", case.name(), sync.label(backend));
         } else if let Some(b) = baseline {
             self.baselines.insert((b, sync, n), theirs.clone());
         }
         let jobs_per_sec = median(&ours);
         let baseline_jobs_per_sec = (!theirs.is_empty()).then(|| median(&theirs));
-        let mem = |f: fn(&outbox::Memory) -> f64| {
+        let mem = |f: fn(&Memory) -> f64| {
             (!memory.is_empty()).then(|| round(median(&memory.iter().map(f).collect::<Vec<_>>()), 1))
         };
         let process = matches!(case, Case::Process | Case::ProcessMemory);
         Ok(Row {
             case: case.name(),
-            backend: "sqlite",
-            sync: sync.name(),
+            backend: backend.name(),
+            sync: sync.label(backend),
             jobs: n,
             jobs_per_sec: round(jobs_per_sec, 1),
             seconds: (case == Case::Reconcile).then(|| round(n as f64 / jobs_per_sec, 3)),
@@ -361,7 +454,10 @@ fn load_avg() -> Option<f64> {
 }
 
 fn table_header() -> String {
-    format!("{:<20} {:<6} {:>7} {:>11} {:>11} {:>6}  notes", "case", "sync", "jobs", "jobs/s", "baseline/s", "ratio")
+    format!(
+        "{:<20} {:<8} {:<6} {:>7} {:>11} {:>11} {:>6}  notes",
+        "case", "backend", "sync", "jobs", "jobs/s", "baseline/s", "ratio"
+    )
 }
 
 fn table_line(row: &Row) -> String {
@@ -385,8 +481,9 @@ fn table_line(row: &Row) -> String {
         notes.push(format!("RSS {before:.1} -> peak {peak:.1} -> {after:.1} MiB, HWM {hwm:.1} MiB"));
     }
     format!(
-        "{:<20} {:<6} {:>7} {:>11.0} {:>11} {:>6}  {}",
+        "{:<20} {:<8} {:<6} {:>7} {:>11.0} {:>11} {:>6}  {}",
         row.case,
+        row.backend,
         row.sync,
         row.jobs,
         row.jobs_per_sec,
@@ -397,29 +494,31 @@ fn table_line(row: &Row) -> String {
 }
 
 /// The hidden first argument that makes this binary the child of a `process_memory` run:
-/// `--drain-child <db file> <FULL|NORMAL> <jobs>`; it prints one [`outbox::WatchedDrain`] as JSON.
+/// `--drain-child <db file or URL> <FULL|NORMAL> <jobs>`; it prints one [`WatchedDrain`] as JSON.
 const DRAIN_CHILD: &str = "--drain-child";
 
 fn drain_child(argv: &[String]) -> Result<(), BoxError> {
-    let [path, sync, jobs] = argv else { return Err(format!("usage: {DRAIN_CHILD} <db file> <sync> <jobs>").into()) };
+    let [location, sync, jobs] = argv else {
+        return Err(format!("usage: {DRAIN_CHILD} <db file or URL> <sync> <jobs>").into());
+    };
     let (sync, jobs): (SyncMode, u64) = (SyncMode::from_name(sync)?, jobs.parse()?);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let report = rt.block_on(outbox::drain_watched(std::path::Path::new(path), sync, jobs, CONCURRENCY))?;
+    let report = rt.block_on(outbox::drain_watched(&Location::parse(location), sync, jobs, CONCURRENCY))?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
 
 /// The hidden first argument that makes this binary the child of a `reconcile` run:
-/// `--reconcile-child <db file> <root dir> <jobs>`; it prints one [`outbox::WatchedDrain`] as JSON.
+/// `--reconcile-child <db file or URL> <root dir> <jobs>`; it prints one [`WatchedDrain`] as JSON.
 const RECONCILE_CHILD: &str = "--reconcile-child";
 
 fn reconcile_child(argv: &[String]) -> Result<(), BoxError> {
-    let [path, root, jobs] = argv else {
-        return Err(format!("usage: {RECONCILE_CHILD} <db file> <root dir> <jobs>").into());
+    let [location, root, jobs] = argv else {
+        return Err(format!("usage: {RECONCILE_CHILD} <db file or URL> <root dir> <jobs>").into());
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let (path, root) = (std::path::Path::new(path), std::path::Path::new(root));
-    let report = rt.block_on(reconcile::reconcile_watched(path, root, jobs.parse()?))?;
+    let (location, root) = (Location::parse(location), std::path::Path::new(root));
+    let report = rt.block_on(reconcile::reconcile_watched(&location, root, jobs.parse()?))?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
@@ -434,26 +533,34 @@ fn run() -> Result<(), BoxError> {
     }
     let Some(args) = parse_args(argv)? else { return Ok(()) };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let mut runner = Runner { rt, runs: args.runs, base_jobs: args.jobs, baselines: HashMap::new() };
+    let backends: Vec<Backend> = [Backend::Sqlite, Backend::Postgres]
+        .into_iter()
+        .filter(|&b| args.backend.is_none_or(|only| only == b))
+        .filter(|&b| b == Backend::Sqlite || args.pg_url.is_some())
+        .collect();
+    let mut runner =
+        Runner { rt, runs: args.runs, base_jobs: args.jobs, pg_url: args.pg_url, baselines: HashMap::new() };
     let mut out = std::io::stdout().lock();
     if !args.json {
         writeln!(out, "{}", table_header())?;
     }
-    for case in CASES {
-        if args.case.is_some_and(|c| c != case) {
-            continue;
-        }
-        for &sync in case.syncs() {
-            if args.sync.is_some_and(|s| s != sync) {
+    for backend in backends {
+        for case in CASES {
+            if args.case.is_some_and(|c| c != case) {
                 continue;
             }
-            let row = runner.run(case, sync)?;
-            if args.json {
-                writeln!(out, "{}", serde_json::to_string(&row)?)?;
-            } else {
-                writeln!(out, "{}", table_line(&row))?;
+            for &sync in case.syncs() {
+                if args.sync.is_some_and(|s| s != sync) {
+                    continue;
+                }
+                let row = runner.run(case, backend, sync)?;
+                if args.json {
+                    writeln!(out, "{}", serde_json::to_string(&row)?)?;
+                } else {
+                    writeln!(out, "{}", table_line(&row))?;
+                }
+                out.flush()?;
             }
-            out.flush()?;
         }
     }
     Ok(())

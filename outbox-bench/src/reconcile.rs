@@ -10,7 +10,8 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
-use crate::outbox::{WatchedDrain, connect, watch};
+use crate::memory::{WatchedDrain, watch};
+use crate::scratch::{self, Location, Scratch, Target};
 use crate::{BoxError, SyncMode};
 
 /// Every file holds this (a small text file; the reconciler's cost per file is an open, a stat and a hash).
@@ -20,11 +21,12 @@ const PREPARE_BATCH: u64 = 10_000;
 /// Files per directory.
 const PER_DIR: u64 = 1_000;
 
-/// A database of `n` completed `create_file` jobs and the tree they wrote; removed on drop.
+/// A database of `n` completed `create_file` jobs and the tree they wrote; the tree is removed on drop, the
+/// database by [`scratch::Prepared::remove`].
 pub(crate) struct Prepared {
     _dir: TempDir,
-    /// The SQLite file.
-    pub(crate) db_path: PathBuf,
+    /// The database.
+    pub(crate) db: scratch::Prepared,
     /// The root the jobs wrote beneath.
     pub(crate) root: PathBuf,
 }
@@ -35,7 +37,7 @@ fn path_of(i: u64) -> String {
 
 /// Writes the files and the job rows as a worker would have left them (completed, output with `sha256`),
 /// without running `n` fsyncing jobs first.
-pub(crate) async fn prepare(n: u64) -> Result<Prepared, BoxError> {
+pub(crate) async fn prepare(target: &Target, n: u64) -> Result<Prepared, BoxError> {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("tree");
     for i in 0..n {
@@ -44,15 +46,15 @@ pub(crate) async fn prepare(n: u64) -> Result<Prepared, BoxError> {
         }
         std::fs::write(root.join(path_of(i)), CONTENT)?;
     }
-    let db_path = dir.path().join("bench.db");
-    let db = connect(&db_path, SyncMode::Normal).await?;
+    let scratch = Scratch::new(target).await?;
+    let db = &scratch.db;
     let mut next = 0;
     while next < n {
         let jobs: Vec<CreateFile> = (next..n.min(next + PREPARE_BATCH))
             .map(|i| CreateFile { path: path_of(i), content: CONTENT.into(), overwrite: false })
             .collect();
         let jobs = std::sync::Arc::new(jobs);
-        outbox_core::transaction(&db, |txn| {
+        outbox_core::transaction(db, |txn| {
             let jobs = std::sync::Arc::clone(&jobs);
             Box::pin(async move { outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await })
         })
@@ -61,21 +63,31 @@ pub(crate) async fn prepare(n: u64) -> Result<Prepared, BoxError> {
     }
     let sha256: String = Sha256::digest(CONTENT.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     let now = crate::raw::now_ms();
-    db.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Sqlite,
-        "UPDATE outbox_jobs SET status = 'completed', attempts = 1, claimed_at = ?, completed_at = ?, \
-         updated_at = ?, output = json_object('path', json_extract(payload, '$.path'), 'sha256', ?, \
-         'size', ?, 'written', json('true')) WHERE kind = ?",
-        [now.into(), now.into(), now.into(), sha256.into(), (CONTENT.len() as i64).into(), CreateFile::KIND.into()],
-    ))
-    .await?;
-    db.close().await?;
-    Ok(Prepared { _dir: dir, db_path, root })
+    let size = CONTENT.len() as i64;
+    let statement = match db.get_database_backend() {
+        DbBackend::Postgres => Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "WITH t AS (SELECT TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond' AS now) \
+             UPDATE outbox_jobs SET status = 'completed', attempts = 1, claimed_at = t.now, completed_at = t.now, \
+             updated_at = t.now, output = jsonb_build_object('path', payload->'path', 'sha256', $2::text, \
+             'size', $3::int8, 'written', true) FROM t WHERE kind = $4",
+            [now.into(), sha256.into(), size.into(), CreateFile::KIND.into()],
+        ),
+        backend => Statement::from_sql_and_values(
+            backend,
+            "UPDATE outbox_jobs SET status = 'completed', attempts = 1, claimed_at = ?, completed_at = ?, \
+             updated_at = ?, output = json_object('path', json_extract(payload, '$.path'), 'sha256', ?, \
+             'size', ?, 'written', json('true')) WHERE kind = ?",
+            [now.into(), now.into(), now.into(), sha256.into(), size.into(), CreateFile::KIND.into()],
+        ),
+    };
+    db.execute_raw(statement).await?;
+    Ok(Prepared { _dir: dir, db: scratch.into_prepared().await?, root })
 }
 
 /// Reconciles the prepared tree while watching VmRSS; checks that every job was scanned and found in place.
-pub(crate) async fn reconcile_watched(db_path: &Path, root: &Path, n: u64) -> Result<WatchedDrain, BoxError> {
-    let db = connect(db_path, SyncMode::Full).await?;
+pub(crate) async fn reconcile_watched(location: &Location, root: &Path, n: u64) -> Result<WatchedDrain, BoxError> {
+    let db = scratch::connect(location, SyncMode::Full).await?;
     let root = Root::open(root)?;
     let (secs, memory) = watch(async {
         let start = Instant::now();

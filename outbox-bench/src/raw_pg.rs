@@ -1,0 +1,267 @@
+//! The PostgreSQL baselines: the statements outbox-core's PostgreSQL storage issues, run through bare sqlx on
+//! one connection, each prepared once (sqlx caches statements per connection).
+//!
+//! The job INSERT is copied from `outbox-core/src/storage/postgres.rs`, the claim and the batched fenced
+//! completion from the PostgreSQL worker store; keep them in step when those change. Rows carry the values
+//! [`JobRow`] gives the SQLite baselines, times as integer milliseconds converted at the statement's edge, as
+//! outbox-core binds them.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sea_orm::sqlx::postgres::{PgArguments, PgConnection};
+use sea_orm::sqlx::query::Query;
+use sea_orm::sqlx::{self, AssertSqlSafe, Connection, Postgres, Row};
+
+use crate::raw::{JobRow, KindInfo, now_ms, order_row};
+use crate::{BoxError, Measure};
+
+/// The domain row written next to each job in the enqueue cases.
+pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) VALUES ($1, $2, $3)";
+
+/// What the `process` baseline does, for the report.
+pub(crate) const PROCESS: &str = "sqlx-postgres: claim WITH ... FOR UPDATE SKIP LOCKED LIMIT 100 UPDATE ... RETURNING, then one fenced UPDATE \
+     of the 100 (autocommit each)";
+
+/// `INSERT_COLUMNS` of outbox-core's `storage/postgres.rs`.
+const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
+
+/// `ts_of` of outbox-core's `storage/postgres.rs`: a `timestamptz` from integer milliseconds.
+fn ts(param: &str) -> String {
+    format!("(TIMESTAMPTZ 'epoch' + ({param})::int8 * INTERVAL '1 millisecond')")
+}
+
+/// `push_row` of outbox-core's `storage/postgres.rs`: eleven values from `$first`.
+fn push_row(sql: &mut String, first: usize) {
+    let p = |i: usize| format!("${}", first + i);
+    sql.push_str(&format!(
+        "({}, {}, {}, {}::jsonb, 'pending', {}, 0, {}, {}, {}, {}, {}, {})",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        ts(&p(6)),
+        p(7),
+        p(8),
+        ts(&p(9)),
+        ts(&p(10)),
+    ));
+}
+
+/// The single-job INSERT of outbox-core's `insert_job`.
+pub(crate) fn insert_job_sql() -> String {
+    let mut sql = String::from(INSERT_COLUMNS);
+    push_row(&mut sql, 1);
+    sql.push_str(" ON CONFLICT DO NOTHING");
+    sql
+}
+
+/// The multi-row INSERT of outbox-core's `insert_jobs` for `rows` rows.
+fn insert_jobs_sql(rows: usize) -> String {
+    let mut sql = String::from(INSERT_COLUMNS);
+    for i in 0..rows {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        push_row(&mut sql, i * 11 + 1);
+    }
+    sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
+    sql
+}
+
+/// The worker's claim: due pending jobs of the given kinds, locked past other claimers, in claim order.
+fn claim_sql() -> String {
+    format!(
+        "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= {now} \
+         AND kind = ANY($4) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) \
+         UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
+         locked_by = $1, locked_at = {now}, claimed_at = {now}, lease_expires_at = {lease}, updated_at = {now} \
+         FROM c WHERE j.id = c.id \
+         RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, j.max_attempts, j.schema_hash, j.runs",
+        now = ts("$2"),
+        lease = ts("$3"),
+    )
+}
+
+/// The worker's batched fenced write of finished attempts (`FINISH`), each job by id and the attempt it was
+/// claimed at; the baseline only completes.
+fn finish_sql() -> String {
+    format!(
+        "UPDATE outbox_jobs j SET status = f.status, attempts = j.attempts - f.give_back, \
+         output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END, \
+         completed_at = CASE WHEN f.status = 'completed' THEN {now} ELSE j.completed_at END, \
+         last_error = COALESCE(f.error, j.last_error), run_at = COALESCE({run_at}, j.run_at), \
+         lease_expires_at = NULL, updated_at = {now} \
+         FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
+         AS f(id, attempt, status, output, error, run_at, give_back) \
+         WHERE j.id = f.id AND j.status = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt \
+         RETURNING j.id",
+        now = ts("$8"),
+        run_at = ts("f.run_at"),
+    )
+}
+
+/// The worker's default lease.
+const LEASE_MS: i64 = 300_000;
+
+fn query(sql: &Arc<str>) -> Query<'static, Postgres, PgArguments> {
+    sqlx::query(AssertSqlSafe(Arc::clone(sql)))
+}
+
+/// Binds a job row's eleven values in `push_row` order.
+fn bind_row<'q>(q: Query<'q, Postgres, PgArguments>, row: JobRow) -> Query<'q, Postgres, PgArguments> {
+    q.bind(row.id)
+        .bind(row.kind)
+        .bind(row.queue)
+        .bind(row.payload)
+        .bind(row.priority)
+        .bind(row.max_attempts)
+        .bind(row.run_at)
+        .bind(row.key)
+        .bind(row.schema_hash)
+        .bind(row.created_at)
+        .bind(row.created_at)
+}
+
+async fn count(conn: &mut PgConnection, sql: &'static str) -> Result<u64, BoxError> {
+    let n: i64 = sqlx::query(sql).fetch_one(&mut *conn).await?.try_get(0)?;
+    Ok(u64::try_from(n)?)
+}
+
+async fn expect_count(conn: &mut PgConnection, sql: &'static str, want: u64, what: &str) -> Result<(), BoxError> {
+    let got = count(conn, sql).await?;
+    if got != want {
+        return Err(format!("baseline {what}: expected {want} rows, found {got}").into());
+    }
+    Ok(())
+}
+
+/// Case `enqueue`: per job `BEGIN; INSERT order; INSERT job; COMMIT`.
+pub(crate) async fn enqueue(url: &str, kind: &KindInfo, n: u64) -> Result<Measure, BoxError> {
+    let mut conn = PgConnection::connect(url).await?;
+    let insert_job: Arc<str> = insert_job_sql().into();
+    let start = Instant::now();
+    for i in 0..n {
+        let mut tx = conn.begin().await?;
+        let (id, customer, total) = order_row(i);
+        sqlx::query(INSERT_ORDER).bind(id).bind(customer).bind(total).execute(&mut *tx).await?;
+        let written = bind_row(query(&insert_job), JobRow::new(kind, i, now_ms())).execute(&mut *tx).await?;
+        if written.rows_affected() != 1 {
+            return Err(format!("baseline enqueue: job {i} was not written").into());
+        }
+        tx.commit().await?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    expect_count(&mut conn, "SELECT COUNT(*) FROM outbox_jobs", n, "enqueue").await?;
+    expect_count(&mut conn, "SELECT COUNT(*) FROM orders", n, "enqueue").await?;
+    conn.close().await?;
+    Ok(Measure { jobs: n, secs })
+}
+
+/// Case `enqueue_batch`: per `per_txn` jobs one transaction holding the multi-row INSERT ... RETURNING id.
+pub(crate) async fn enqueue_batch(url: &str, kind: &KindInfo, n: u64, per_txn: u64) -> Result<Measure, BoxError> {
+    let mut conn = PgConnection::connect(url).await?;
+    let mut statements: std::collections::HashMap<u64, Arc<str>> = std::collections::HashMap::new();
+    let start = Instant::now();
+    let mut next = 0;
+    while next < n {
+        let size = per_txn.min(n - next);
+        let rows = usize::try_from(size)?;
+        let sql = statements.entry(size).or_insert_with(|| insert_jobs_sql(rows).into());
+        let now = now_ms();
+        let mut q = query(sql);
+        for i in next..next + size {
+            q = bind_row(q, JobRow::new(kind, i, now));
+        }
+        let mut tx = conn.begin().await?;
+        let written = q.fetch_all(&mut *tx).await?.len();
+        if u64::try_from(written)? != size {
+            return Err(format!("baseline enqueue_batch: {written} of {size} jobs written").into());
+        }
+        tx.commit().await?;
+        next += size;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    expect_count(&mut conn, "SELECT COUNT(*) FROM outbox_jobs", n, "enqueue_batch").await?;
+    conn.close().await?;
+    Ok(Measure { jobs: n, secs })
+}
+
+/// A claimed row, decoded like the worker decodes it.
+struct Claimed {
+    id: String,
+    attempt: i32,
+    _kind: String,
+    _queue: String,
+    _payload: String,
+    _max_attempts: i32,
+    _schema_hash: String,
+    _run: i32,
+}
+
+/// Case `process`: claim `batch` jobs in one autocommit statement, complete them (sorted by id, as the
+/// worker writes them) in one fenced UPDATE, until nothing is left. `n` jobs of `kind` must be pending.
+pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> Result<Measure, BoxError> {
+    let mut conn = PgConnection::connect(url).await?;
+    let worker_id = format!("bench-host:{}:0a1b2c3d", std::process::id());
+    let kinds = vec![kind.name.to_owned()];
+    let limit = i64::try_from(batch)?;
+    let (claim, finish): (Arc<str>, Arc<str>) = (claim_sql().into(), finish_sql().into());
+    let start = Instant::now();
+    loop {
+        let now = now_ms();
+        let rows = query(&claim)
+            .bind(&worker_id)
+            .bind(now)
+            .bind(now + LEASE_MS)
+            .bind(&kinds)
+            .bind(limit)
+            .fetch_all(&mut conn)
+            .await?;
+        let claimed = rows
+            .iter()
+            .map(|row| {
+                Ok(Claimed {
+                    id: row.try_get(0)?,
+                    _kind: row.try_get(1)?,
+                    _queue: row.try_get(2)?,
+                    _payload: row.try_get(3)?,
+                    attempt: row.try_get(4)?,
+                    _max_attempts: row.try_get(5)?,
+                    _schema_hash: row.try_get(6)?,
+                    _run: row.try_get(7)?,
+                })
+            })
+            .collect::<Result<Vec<Claimed>, sqlx::Error>>()?;
+        if claimed.is_empty() {
+            break;
+        }
+        let mut claimed = claimed;
+        claimed.sort_by(|a, b| a.id.cmp(&b.id));
+        let ids: Vec<String> = claimed.iter().map(|c| c.id.clone()).collect();
+        let attempts: Vec<i32> = claimed.iter().map(|c| c.attempt).collect();
+        let none = || vec![None::<String>; claimed.len()];
+        let done = query(&finish)
+            .bind(ids)
+            .bind(attempts)
+            .bind(vec!["completed"; claimed.len()])
+            .bind(none())
+            .bind(none())
+            .bind(vec![None::<i64>; claimed.len()])
+            .bind(vec![0i32; claimed.len()])
+            .bind(now_ms())
+            .bind(&worker_id)
+            .fetch_all(&mut conn)
+            .await?;
+        if done.len() != claimed.len() {
+            return Err(format!("baseline process: {} of {} jobs completed", done.len(), claimed.len()).into());
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    expect_count(&mut conn, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'", n, "process").await?;
+    conn.close().await?;
+    Ok(Measure { jobs: n, secs })
+}
