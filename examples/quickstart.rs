@@ -73,11 +73,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .unwrap_or_else(|_| "info,sea_orm=warn,sqlx=warn".into()),
         )
         .init();
-    let path = std::env::var("OUTBOX_QUICKSTART_DB").unwrap_or_else(|_| "quickstart.db".into());
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{path}{suffix}"));
-    }
-    let db = outbox_core::connect(&format!("sqlite://{path}?mode=rwc")).await?;
+    // The same program runs on PostgreSQL: OUTBOX_QUICKSTART_URL=postgres://user@host/db
+    let db = match std::env::var("OUTBOX_QUICKSTART_URL") {
+        Ok(url) => outbox_core::connect(&url).await?,
+        Err(_) => {
+            let path = std::env::var("OUTBOX_QUICKSTART_DB").unwrap_or_else(|_| "quickstart.db".into());
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+            outbox_core::connect(&format!("sqlite://{path}?mode=rwc")).await?
+        }
+    };
     outbox_core::migrate(&db).await?;
     let backend = db.get_database_backend();
     db.execute(&Schema::new(backend).create_table_from_entity(order::Entity).if_not_exists().to_owned()).await?;
