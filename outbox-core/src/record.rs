@@ -65,7 +65,7 @@ pub struct JobRecord {
     pub kind: String,
     /// Queue name.
     pub queue: String,
-    /// Payload as stored (JSON text).
+    /// Payload as compact JSON text (keys sorted; PostgreSQL stores it as `jsonb` and it is printed back so).
     pub payload: String,
     /// Lifecycle status.
     pub status: JobStatus,

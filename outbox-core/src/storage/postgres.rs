@@ -274,7 +274,23 @@ const RECORD_COLUMNS: &str = concat!(
 
 async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement) -> Result<Vec<JobRecord>> {
     let rows = conn.query_all_raw(s).await.map_err(Error::db(what.to_owned()))?;
-    rows.iter().map(rows::record).collect()
+    rows.iter()
+        .map(|row| {
+            let mut job = rows::record(row)?;
+            job.payload = compact(&job.id, job.payload)?;
+            job.output = job.output.map(|o| compact(&job.id, o)).transpose()?;
+            Ok(job)
+        })
+        .collect()
+}
+
+/// jsonb prints itself with spaces (`{"n": 1}`); the records show JSON as enqueue wrote it and as SQLite
+/// keeps it: compact, keys in order.
+fn compact(id: &str, text: String) -> Result<String> {
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::CorruptRow { id: id.to_owned(), reason: format!("its JSON does not parse: {e}") })?;
+    serde_json::to_string(&value)
+        .map_err(|e| Error::CorruptRow { id: id.to_owned(), reason: format!("its JSON does not print: {e}") })
 }
 
 /// One job by id.
@@ -600,7 +616,13 @@ pub(crate) async fn path_scan_page<C: ConnectionTrait + ?Sized>(
         ))
         .await
         .map_err(Error::db("reading a page of the path scan"))?;
-    rows::path_scan_page(&rows)
+    rows::path_scan_page(&rows)?
+        .into_iter()
+        .map(|(seq, mut job)| {
+            job.output = job.output.map(|o| compact(&job.job_id, o)).transpose()?;
+            Ok((seq, job))
+        })
+        .collect()
 }
 
 /// Records (or refreshes) each kind's schema and options.
