@@ -1,6 +1,12 @@
 //! The PostgreSQL baselines: the statements outbox-core's PostgreSQL storage issues, run through bare sqlx on
 //! one connection, each prepared once (sqlx caches statements per connection).
 //!
+//! Statements are planned for their values every time (`plan_cache_mode = force_custom_plan`): after five
+//! executions PostgreSQL may switch a prepared statement to a generic plan, and the generic plans of the claim
+//! (a hash join over the whole table) and of the batched completion (a nested loop of every job the worker
+//! holds against every finished one) grow with the table and the backlog. A baseline is the best the same
+//! statements can do.
+//!
 //! The job INSERT is copied from `outbox-core/src/storage/postgres.rs`, the claim and the batched fenced
 //! completion from the PostgreSQL worker store; keep them in step when those change. Rows carry the values
 //! [`JobRow`] gives the SQLite baselines, times as integer milliseconds converted at the statement's edge, as
@@ -126,6 +132,13 @@ fn bind_row<'q>(q: Query<'q, Postgres, PgArguments>, row: JobRow) -> Query<'q, P
         .bind(row.created_at)
 }
 
+/// One connection, planning every statement for its values.
+async fn connect(url: &str) -> Result<PgConnection, BoxError> {
+    let mut conn = PgConnection::connect(url).await?;
+    sqlx::raw_sql("SET plan_cache_mode = force_custom_plan").execute(&mut conn).await?;
+    Ok(conn)
+}
+
 async fn count(conn: &mut PgConnection, sql: &'static str) -> Result<u64, BoxError> {
     let n: i64 = sqlx::query(sql).fetch_one(&mut *conn).await?.try_get(0)?;
     Ok(u64::try_from(n)?)
@@ -141,7 +154,7 @@ async fn expect_count(conn: &mut PgConnection, sql: &'static str, want: u64, wha
 
 /// Case `enqueue`: per job `BEGIN; INSERT order; INSERT job; COMMIT`.
 pub(crate) async fn enqueue(url: &str, kind: &KindInfo, n: u64) -> Result<Measure, BoxError> {
-    let mut conn = PgConnection::connect(url).await?;
+    let mut conn = connect(url).await?;
     let insert_job: Arc<str> = insert_job_sql().into();
     let start = Instant::now();
     for i in 0..n {
@@ -163,7 +176,7 @@ pub(crate) async fn enqueue(url: &str, kind: &KindInfo, n: u64) -> Result<Measur
 
 /// Case `enqueue_batch`: per `per_txn` jobs one transaction holding the multi-row INSERT ... RETURNING id.
 pub(crate) async fn enqueue_batch(url: &str, kind: &KindInfo, n: u64, per_txn: u64) -> Result<Measure, BoxError> {
-    let mut conn = PgConnection::connect(url).await?;
+    let mut conn = connect(url).await?;
     let mut statements: std::collections::HashMap<u64, Arc<str>> = std::collections::HashMap::new();
     let start = Instant::now();
     let mut next = 0;
@@ -205,7 +218,7 @@ struct Claimed {
 /// Case `process`: claim `batch` jobs in one autocommit statement, complete them (sorted by id, as the
 /// worker writes them) in one fenced UPDATE, until nothing is left. `n` jobs of `kind` must be pending.
 pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> Result<Measure, BoxError> {
-    let mut conn = PgConnection::connect(url).await?;
+    let mut conn = connect(url).await?;
     let worker_id = format!("bench-host:{}:0a1b2c3d", std::process::id());
     let kinds = vec![kind.name.to_owned()];
     let limit = i64::try_from(batch)?;
