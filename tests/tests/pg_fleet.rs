@@ -164,6 +164,18 @@ impl Fleet {
     }
 }
 
+/// A failed test does not leave its workers running.
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if let Ok(children) = self.children.get_mut() {
+            for child in children {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
 fn ready_file(log: &Path) -> PathBuf {
     let mut name = log.as_os_str().to_owned();
     name.push(".ready");
