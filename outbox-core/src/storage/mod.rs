@@ -141,6 +141,24 @@ impl WorkerStore {
         }
     }
 
+    /// Jobs whose attempt has finished but whose outcome is not written yet: they still hold their claim,
+    /// count against the worker's concurrency, and keep their leases renewed. Always empty on SQLite, whose
+    /// connection writes queued outcomes before it claims.
+    pub(crate) fn unwritten(&self) -> Vec<String> {
+        match self {
+            WorkerStore::Sqlite(_) => Vec::new(),
+            WorkerStore::Postgres(s) => s.unwritten(),
+        }
+    }
+
+    /// How many of [`WorkerStore::unwritten`] there are.
+    pub(crate) fn unwritten_count(&self) -> usize {
+        match self {
+            WorkerStore::Sqlite(_) => 0,
+            WorkerStore::Postgres(s) => s.unwritten_count(),
+        }
+    }
+
     pub(crate) async fn extend(&self, ids: Vec<String>, until: i64) -> Result<u64> {
         match self {
             WorkerStore::Sqlite(s) => s.extend(ids, until).await,

@@ -73,7 +73,9 @@ impl Loop {
                 return Ok(());
             }
             self.maintain().await;
-            let free = config.concurrency - self.tasks.len();
+            // Outcomes not yet written keep their slots: claiming must not run ahead of a slow writer.
+            let busy = self.tasks.len() + self.worker.store.unwritten_count();
+            let free = config.concurrency.saturating_sub(busy);
             if claim_now && free > 0 && (free >= min_claim || self.tasks.is_empty()) {
                 let now = now_ms();
                 match self.worker.store.claim(free, now, now + ms(config.lease)).await {
@@ -163,7 +165,8 @@ impl Loop {
         let config = &self.worker.config;
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + config.lease / 3;
-            let ids: Vec<String> = self.in_flight.values().map(|f| f.job.id.clone()).collect();
+            let mut ids: Vec<String> = self.in_flight.values().map(|f| f.job.id.clone()).collect();
+            ids.extend(self.worker.store.unwritten());
             if !ids.is_empty()
                 && let Err(e) = self.worker.store.extend(ids, now_ms() + ms(config.lease)).await
             {

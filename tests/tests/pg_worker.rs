@@ -1,12 +1,14 @@
-//! PostgreSQL wake-ups: a job inserted by any writer wakes an idle worker through `LISTEN/NOTIFY` (the
-//! worker's poll interval is an hour, so nothing else could), and the listen connection comes back after the
-//! server drops it.
+//! What only the PostgreSQL worker has: wake-ups through `LISTEN/NOTIFY` (a job inserted by any writer wakes
+//! an idle worker whose poll interval is an hour, also after the server dropped its listen connection), and a
+//! completion writer of its own, whose unwritten outcomes keep their slots.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use outbox_core::{JobStatus, Kind, Worker};
+use outbox_core::{EnqueueOpts, JobStatus, Kind, Worker};
 use outbox_tests::{Backend, Probe, fresh, scalar};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
 
 /// Inserts a pending `probe` job with plain SQL on the test's connection: no in-process wake-up happens, so
 /// only the database's notification can tell the worker.
@@ -85,5 +87,71 @@ async fn notify_wakes_an_idle_worker_and_the_listener_reconnects() {
         "after the listen connection was dropped, a new job did not wake the worker"
     );
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 2);
+    handle.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outcomes_waiting_to_be_written_keep_their_slots() {
+    let Some(t) = fresh(Backend::Postgres, "outcomes_waiting_to_be_written_keep_their_slots").await else {
+        return;
+    };
+    for n in 1..=2 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let (r, gate) = (Arc::clone(&runs), Arc::clone(&release));
+    let worker = Worker::builder(&t.db)
+        .register::<Probe, _, _, _>(move |_job: Probe, _ctx| {
+            let (r, gate) = (Arc::clone(&r), Arc::clone(&gate));
+            async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                gate.acquire().await.expect("gate").forget();
+                Ok(())
+            }
+        })
+        .concurrency(2)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .await
+        .expect("build worker");
+    let handle = worker.start();
+    assert!(outbox_tests::wait_count(&runs, 2, Duration::from_secs(30)).await, "both jobs started");
+
+    // Another session holds the two claimed rows, so their outcomes cannot be written yet.
+    let blocker = t.connect().await;
+    let txn = blocker.begin().await.expect("begin");
+    let locked = txn
+        .query_all_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT id FROM outbox_jobs WHERE status = 'claimed' FOR UPDATE",
+        ))
+        .await
+        .expect("lock the claimed rows");
+    assert_eq!(locked.len(), 2);
+    for n in 3..=4 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    release.add_permits(4);
+
+    // The handlers have returned, but their outcomes wait behind the lock: the worker has no free slot, and
+    // the new jobs stay pending however often it polls.
+    let ran_ahead =
+        outbox_tests::eventually(Duration::from_secs(2), || async { runs.load(Ordering::SeqCst) > 2 }).await;
+    assert!(!ran_ahead, "the worker claimed past outcomes it had not written");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'pending'").await, 2);
+
+    txn.commit().await.expect("release the rows");
+    assert!(
+        outbox_tests::wait_scalar(
+            &t.db,
+            "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'",
+            4,
+            Duration::from_secs(30)
+        )
+        .await,
+        "every job completed once the outcomes were written"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
     handle.shutdown().await.expect("shutdown");
 }
