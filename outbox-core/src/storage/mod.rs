@@ -141,9 +141,9 @@ impl WorkerStore {
         }
     }
 
-    /// Jobs whose attempt has finished but whose outcome is not written yet: they still hold their claim,
-    /// count against the worker's concurrency, and keep their leases renewed. Always empty on SQLite, whose
-    /// connection writes queued outcomes before it claims.
+    /// Jobs whose attempt has finished but whose outcome is not written yet: they still hold their claim and
+    /// keep their leases renewed, and past one batch of them they count against the worker's concurrency.
+    /// Always empty on SQLite, whose connection writes queued outcomes before it claims.
     pub(crate) fn unwritten(&self) -> Vec<String> {
         match self {
             WorkerStore::Sqlite(_) => Vec::new(),

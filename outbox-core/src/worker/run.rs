@@ -73,8 +73,11 @@ impl Loop {
                 return Ok(());
             }
             self.maintain().await;
-            // Outcomes not yet written keep their slots: claiming must not run ahead of a slow writer.
-            let busy = self.tasks.len() + self.worker.store.unwritten_count();
+            // One batch of outcomes may wait for the writer while the next runs (measured on PostgreSQL: 0.65
+            // of the bare-driver baseline without that overlap, 0.99 with it); beyond that, outcomes not yet
+            // written keep their slots, so claiming never runs further ahead of a slow writer.
+            let unwritten = self.worker.store.unwritten_count().saturating_sub(config.concurrency);
+            let busy = self.tasks.len() + unwritten;
             let free = config.concurrency.saturating_sub(busy);
             if claim_now && free > 0 && (free >= min_claim || self.tasks.is_empty()) {
                 let now = now_ms();
