@@ -89,6 +89,25 @@ impl Env {
     }
 }
 
+/// Runs `outbox work --root` as a child process until `done` holds (30 s at most), then stops it with SIGTERM;
+/// returns whether `done` held, and how the worker exited.
+async fn work_until<F, Fut>(env: &Env, done: F) -> (bool, Run)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let worker = env
+        .command(&["work", "--root", &env.root_arg(), "--concurrency", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worker");
+    let held = eventually(Duration::from_secs(30), done).await;
+    let pid = i32::try_from(worker.id()).expect("pid");
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill").success());
+    (held, output(worker.wait_with_output().expect("worker exit")))
+}
+
 fn status_of(env: &Env, id: &str) -> String {
     env.ok(&["get", id, "--format", "json"]).json()["job"]["status"].as_str().expect("status").to_owned()
 }
@@ -112,20 +131,10 @@ async fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
     assert!(again.stdout.contains(&format!("already enqueued: {good}")), "{}", again.stdout);
 
     // A real worker process, stopped by SIGTERM once the queue is empty.
-    let worker = env
-        .command(&["work", "--root", &env.root_arg(), "--concurrency", "4"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn worker");
-    let drained = eventually(Duration::from_secs(30), || async {
+    let (drained, out) = work_until(&env, || async {
         env.ok(&["list", "--status", "pending", "--format", "json"]).json().as_array().is_some_and(Vec::is_empty)
     })
     .await;
-    let pid = i32::try_from(worker.id()).expect("pid");
-    let sent = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
-    assert!(sent.success());
-    let out = output(worker.wait_with_output().expect("worker exit"));
     assert!(drained, "the worker drained the queue; its log: {}", out.stderr);
     assert_eq!(out.code, 0, "graceful stop: {}", out.stderr);
     assert!(out.stderr.contains("worker running") && out.stderr.contains("worker stopped"), "{}", out.stderr);
@@ -541,19 +550,9 @@ async fn postgres_urls_work_end_to_end() {
     let again = env.ok(&["enqueue", "create_file", "--payload", r#"{"path": "pg/a.txt", "content": "one\n"}"#]);
     assert!(again.stdout.contains(&format!("already enqueued: {good}")), "{}", again.stdout);
 
-    let worker = env
-        .command(&["work", "--root", &env.root_arg(), "--concurrency", "4"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn worker");
-    let settled = eventually(Duration::from_secs(30), || async {
-        status_of(&env, &good) == "completed" && status_of(&env, &taken) == "failed"
-    })
-    .await;
-    let pid = i32::try_from(worker.id()).expect("pid");
-    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill").success());
-    let out = output(worker.wait_with_output().expect("worker exit"));
+    let (settled, out) =
+        work_until(&env, || async { status_of(&env, &good) == "completed" && status_of(&env, &taken) == "failed" })
+            .await;
     assert!(settled, "the worker ran both jobs; its log: {}", out.stderr);
     assert_eq!(out.code, 0, "graceful stop: {}", out.stderr);
     assert_eq!(std::fs::read_to_string(env.root.join("pg/a.txt")).expect("written"), "one\n");

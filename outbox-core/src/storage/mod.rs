@@ -7,7 +7,7 @@ mod rows;
 pub(crate) mod sqlite;
 pub(crate) mod sqlite_worker;
 
-use sea_orm::{ConnectionTrait, DbBackend};
+use sea_orm::{ConnectionTrait, DbBackend, Value};
 
 pub(crate) use postgres_worker::{PgStore, PgStoreConfig};
 pub(crate) use sqlite_worker::{SqliteStore, StoreConfig};
@@ -27,6 +27,46 @@ pub(crate) struct NewJob {
     pub(crate) key: Option<String>,
     pub(crate) schema_hash: String,
     pub(crate) created_at: i64,
+}
+
+impl NewJob {
+    /// The row's eleven values in the order of the backends' insert columns: id, kind, queue, payload,
+    /// priority, max attempts, run at, key, schema hash, created at, updated at.
+    pub(crate) fn push_values(&self, values: &mut Vec<Value>) {
+        values.extend([
+            self.id.clone().into(),
+            self.kind.clone().into(),
+            self.queue.clone().into(),
+            self.payload.clone().into(),
+            self.priority.into(),
+            self.max_attempts.into(),
+            self.run_at.into(),
+            self.key.clone().into(),
+            self.schema_hash.clone().into(),
+            self.created_at.into(),
+            self.created_at.into(),
+        ]);
+    }
+}
+
+/// The values of a kind's row in the kinds table: name, schema, schema hash, queue, priority, max attempts,
+/// uniqueness, key fields (JSON), recording worker, then `now` once per time column the statement binds.
+pub(crate) fn kind_values(kind: &crate::kind::Kind, worker: &str, now: i64, times: usize) -> Result<Vec<Value>> {
+    let key_fields = serde_json::to_string(kind.key_fields())
+        .map_err(|e| Error::Internal(format!("encoding the key fields of kind `{}`: {e}", kind.name())))?;
+    let mut values: Vec<Value> = vec![
+        kind.name().into(),
+        kind.schema().to_string().into(),
+        kind.schema_hash().into(),
+        kind.queue().into(),
+        kind.priority().into(),
+        kind.max_attempts().into(),
+        kind.is_unique().into(),
+        key_fields.into(),
+        worker.into(),
+    ];
+    values.extend(std::iter::repeat_n(Value::from(now), times));
+    Ok(values)
 }
 
 /// A job just claimed by a worker.

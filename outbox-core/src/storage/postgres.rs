@@ -176,22 +176,6 @@ fn push_row(sql: &mut String, first: usize) {
     ));
 }
 
-fn push_values(values: &mut Vec<Value>, job: &NewJob) {
-    values.extend([
-        job.id.clone().into(),
-        job.kind.clone().into(),
-        job.queue.clone().into(),
-        job.payload.clone().into(),
-        job.priority.into(),
-        job.max_attempts.into(),
-        job.run_at.into(),
-        job.key.clone().into(),
-        job.schema_hash.clone().into(),
-        job.created_at.into(),
-        job.created_at.into(),
-    ]);
-}
-
 fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
 }
@@ -203,7 +187,7 @@ fn limit_value(n: u64) -> Value {
 /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
 pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
     let mut values = Vec::with_capacity(VALUES_PER_ROW);
-    push_values(&mut values, job);
+    job.push_values(&mut values);
     let mut sql = String::from(INSERT_COLUMNS);
     push_row(&mut sql, 1);
     sql.push_str(" ON CONFLICT DO NOTHING");
@@ -226,7 +210,7 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
                 sql.push_str(", ");
             }
             push_row(&mut sql, values.len() + 1);
-            push_values(&mut values, job);
+            job.push_values(&mut values);
         }
         sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
         let rows = conn.query_all_raw(stmt(sql, values)).await.map_err(Error::db("enqueuing a batch of jobs"))?;
@@ -633,8 +617,6 @@ pub(crate) async fn record_kinds<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     for kind in kinds {
-        let key_fields = serde_json::to_string(kind.key_fields())
-            .map_err(|e| Error::Internal(format!("encoding the key fields of kind `{}`: {e}", kind.name())))?;
         conn.execute_raw(stmt(
             concat!(
                 "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
@@ -648,18 +630,7 @@ pub(crate) async fn record_kinds<C: ConnectionTrait + ?Sized>(
                  is_unique = EXCLUDED.is_unique, key_fields = EXCLUDED.key_fields, \
                  recorded_by = EXCLUDED.recorded_by, updated_at = EXCLUDED.updated_at"
             ),
-            vec![
-                kind.name().into(),
-                kind.schema().to_string().into(),
-                kind.schema_hash().into(),
-                kind.queue().into(),
-                kind.priority().into(),
-                kind.max_attempts().into(),
-                kind.is_unique().into(),
-                key_fields.into(),
-                worker.into(),
-                now.into(),
-            ],
+            super::kind_values(kind, worker, now, 1)?,
         ))
         .await
         .map_err(Error::db(format!("recording kind `{}`", kind.name())))?;

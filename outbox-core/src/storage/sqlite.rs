@@ -115,22 +115,6 @@ const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
 /// Eleven values per row; SQLite allows 32,766 per statement.
 const ROWS_PER_INSERT: usize = 2_000;
 
-fn push_values(values: &mut Vec<Value>, job: &NewJob) {
-    values.extend([
-        job.id.clone().into(),
-        job.kind.clone().into(),
-        job.queue.clone().into(),
-        job.payload.clone().into(),
-        job.priority.into(),
-        job.max_attempts.into(),
-        job.run_at.into(),
-        job.key.clone().into(),
-        job.schema_hash.clone().into(),
-        job.created_at.into(),
-        job.created_at.into(),
-    ]);
-}
-
 fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
 }
@@ -138,7 +122,7 @@ fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
 /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
 pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
     let mut values = Vec::with_capacity(11);
-    push_values(&mut values, job);
+    job.push_values(&mut values);
     let sql = format!("{INSERT_COLUMNS}{INSERT_ROW} ON CONFLICT DO NOTHING");
     let res = conn
         .execute_raw(stmt(sql, values))
@@ -159,7 +143,7 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
                 sql.push_str(", ");
             }
             sql.push_str(INSERT_ROW);
-            push_values(&mut values, job);
+            job.push_values(&mut values);
         }
         sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
         let rows = conn.query_all_raw(stmt(sql, values)).await.map_err(Error::db("enqueuing a batch of jobs"))?;
@@ -466,8 +450,6 @@ pub(crate) async fn record_kinds<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     for kind in kinds {
-        let key_fields = serde_json::to_string(kind.key_fields())
-            .map_err(|e| Error::Internal(format!("encoding the key fields of kind `{}`: {e}", kind.name())))?;
         conn.execute_raw(stmt(
             "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
              key_fields, recorded_by, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
@@ -475,19 +457,7 @@ pub(crate) async fn record_kinds<C: ConnectionTrait + ?Sized>(
              queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, \
              is_unique = excluded.is_unique, key_fields = excluded.key_fields, \
              recorded_by = excluded.recorded_by, updated_at = excluded.updated_at",
-            vec![
-                kind.name().into(),
-                kind.schema().to_string().into(),
-                kind.schema_hash().into(),
-                kind.queue().into(),
-                kind.priority().into(),
-                kind.max_attempts().into(),
-                kind.is_unique().into(),
-                key_fields.into(),
-                worker.into(),
-                now.into(),
-                now.into(),
-            ],
+            super::kind_values(kind, worker, now, 2)?,
         ))
         .await
         .map_err(Error::db(format!("recording kind `{}`", kind.name())))?;
