@@ -24,7 +24,13 @@ impl MigratorTrait for Migrator {
                     DbBackend::Postgres => Some(storage::postgres::SCHEMA_V1),
                     _ => None,
                 },
-                down: &["DROP TABLE IF EXISTS outbox_jobs"],
+                down: |backend| match backend {
+                    DbBackend::Postgres => &[
+                        "DROP TABLE IF EXISTS outbox_jobs",
+                        "DROP FUNCTION IF EXISTS outbox_jobs_notify()",
+                    ],
+                    _ => &["DROP TABLE IF EXISTS outbox_jobs"],
+                },
             }),
             Box::new(Step {
                 name: "m20261122_000002_create_outbox_job_events",
@@ -33,11 +39,20 @@ impl MigratorTrait for Migrator {
                     DbBackend::Postgres => Some(storage::postgres::SCHEMA_V2_EVENTS),
                     _ => None,
                 },
-                down: &[
-                    "DROP TRIGGER IF EXISTS outbox_jobs_transition",
-                    "DROP TRIGGER IF EXISTS outbox_jobs_purged",
-                    "DROP TABLE IF EXISTS outbox_job_events",
-                ],
+                down: |backend| match backend {
+                    DbBackend::Postgres => &[
+                        "DROP TRIGGER IF EXISTS outbox_jobs_transition ON outbox_jobs",
+                        "DROP TRIGGER IF EXISTS outbox_jobs_purged ON outbox_jobs",
+                        "DROP FUNCTION IF EXISTS outbox_jobs_transition()",
+                        "DROP FUNCTION IF EXISTS outbox_jobs_purged()",
+                        "DROP TABLE IF EXISTS outbox_job_events",
+                    ],
+                    _ => &[
+                        "DROP TRIGGER IF EXISTS outbox_jobs_transition",
+                        "DROP TRIGGER IF EXISTS outbox_jobs_purged",
+                        "DROP TABLE IF EXISTS outbox_job_events",
+                    ],
+                },
             }),
             Box::new(Step {
                 name: "m20261122_000003_create_outbox_kinds",
@@ -46,7 +61,7 @@ impl MigratorTrait for Migrator {
                     DbBackend::Postgres => Some(storage::postgres::SCHEMA_V3_KINDS),
                     _ => None,
                 },
-                down: &["DROP TABLE IF EXISTS outbox_kinds"],
+                down: |_| &["DROP TABLE IF EXISTS outbox_kinds"],
             }),
         ]
     }
@@ -61,11 +76,11 @@ pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
     Migrator::up(db, None).await.map_err(Error::db("running outbox migrations"))
 }
 
-/// One migration: the statements of each supported backend, and how to undo them.
+/// One migration: the statements of each supported backend, and how to undo them on each.
 struct Step {
     name: &'static str,
     up: fn(DbBackend) -> Option<&'static [&'static str]>,
-    down: &'static [&'static str],
+    down: fn(DbBackend) -> &'static [&'static str],
 }
 
 impl MigrationName for Step {
@@ -92,6 +107,6 @@ impl MigrationTrait for Step {
     }
 
     async fn down(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
-        run_all(manager, self.down).await
+        run_all(manager, (self.down)(manager.get_database_backend())).await
     }
 }

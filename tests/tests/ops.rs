@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use outbox_core::{EnqueueOpts, Error, JobStatus, ops};
-use outbox_tests::{Keyed, Probe, TestDb, conformance, exec, scalar};
+use outbox_tests::{Backend, Keyed, Probe, TestDb, conformance, exec, scalar};
 
 conformance!(retry_cancel_and_purge_follow_the_lifecycle);
 async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
@@ -182,4 +182,27 @@ async fn queues_count_available_scheduled_claimed_and_stuck_jobs(t: TestDb) {
     assert_eq!((queues[1].queue.as_str(), queues[1].available), ("mail", 1));
     let stuck = ops::stuck(&t.db).await.expect("stuck");
     assert_eq!(stuck[0].runs, 1);
+}
+
+conformance!(migrations_undo_and_redo_cleanly);
+async fn migrations_undo_and_redo_cleanly(t: TestDb) {
+    use sea_orm_migration::MigratorTrait;
+
+    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    outbox_core::Migrator::down(&t.db, None).await.expect("undo every migration");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_migrations").await, 0);
+    assert_eq!(outbox_core::Migrator::get_pending_migrations(&t.db).await.expect("pending").len(), 3);
+    if t.backend == Backend::Postgres {
+        // Triggers go with their table; their functions must not be left behind in the schema.
+        let left = scalar(
+            &t.db,
+            "SELECT COUNT(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = current_schema() AND p.proname LIKE 'outbox%'",
+        )
+        .await;
+        assert_eq!(left, 0, "functions left after undoing the migrations");
+    }
+    outbox_core::migrate(&t.db).await.expect("migrate again");
+    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue again");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
 }
