@@ -25,10 +25,9 @@ impl MigratorTrait for Migrator {
                     _ => None,
                 },
                 down: |backend| match backend {
-                    DbBackend::Postgres => &[
-                        "DROP TABLE IF EXISTS outbox_jobs",
-                        "DROP FUNCTION IF EXISTS outbox_jobs_notify()",
-                    ],
+                    DbBackend::Postgres => {
+                        &["DROP TABLE IF EXISTS outbox_jobs", "DROP FUNCTION IF EXISTS outbox_jobs_notify()"]
+                    }
                     _ => &["DROP TABLE IF EXISTS outbox_jobs"],
                 },
             }),
