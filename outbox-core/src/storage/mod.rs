@@ -49,6 +49,66 @@ impl NewJob {
     }
 }
 
+/// The columns enqueue writes; each backend supplies the placeholders of one row.
+const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
+/// Values per row ([`NewJob::push_values`]).
+const VALUES_PER_ROW: usize = 11;
+/// Rows per batch statement: 22,000 values, under SQLite's 32,766 and PostgreSQL's 65,535.
+const ROWS_PER_INSERT: usize = 2_000;
+
+/// Writes one row's placeholders, numbered from `first` where the backend numbers them.
+pub(crate) type PushRow = fn(&mut String, usize);
+
+/// The enqueue INSERT of `jobs`, skipping any whose key an active job holds, with its values.
+fn insert_statement(backend: DbBackend, jobs: &[NewJob], push_row: PushRow, returning: &str) -> sea_orm::Statement {
+    let mut sql = String::with_capacity(INSERT_COLUMNS.len() + jobs.len() * 96 + 64);
+    sql.push_str(INSERT_COLUMNS);
+    let mut values = Vec::with_capacity(jobs.len() * VALUES_PER_ROW);
+    for (i, job) in jobs.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        push_row(&mut sql, values.len() + 1);
+        job.push_values(&mut values);
+    }
+    sql.push_str(" ON CONFLICT DO NOTHING");
+    sql.push_str(returning);
+    sea_orm::Statement::from_sql_and_values(backend, sql, values)
+}
+
+/// Inserts one job unless an active job of its kind holds its key. True when the row was written.
+pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    backend: DbBackend,
+    job: &NewJob,
+    push_row: PushRow,
+) -> Result<bool> {
+    let res = conn
+        .execute_raw(insert_statement(backend, std::slice::from_ref(job), push_row, ""))
+        .await
+        .map_err(Error::db(format!("enqueuing a job of kind `{}`", job.kind)))?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
+pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    backend: DbBackend,
+    jobs: &[NewJob],
+    push_row: PushRow,
+) -> Result<Vec<String>> {
+    let mut written = Vec::with_capacity(jobs.len());
+    for chunk in jobs.chunks(ROWS_PER_INSERT) {
+        let statement = insert_statement(backend, chunk, push_row, " RETURNING id");
+        let rows = conn.query_all_raw(statement).await.map_err(Error::db("enqueuing a batch of jobs"))?;
+        for row in rows {
+            written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
+        }
+    }
+    Ok(written)
+}
+
 /// The values of a kind's row in the kinds table: name, schema, schema hash, queue, priority, max attempts,
 /// uniqueness, key fields (JSON), recording worker, then `now` once per time column the statement binds.
 pub(crate) fn kind_values(kind: &crate::kind::Kind, worker: &str, now: i64, times: usize) -> Result<Vec<Value>> {

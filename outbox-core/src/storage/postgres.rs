@@ -152,12 +152,7 @@ fn ts_of(param: &str) -> String {
     format!("(TIMESTAMPTZ 'epoch' + ({param})::int8 * INTERVAL '1 millisecond')")
 }
 
-const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
-     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
-const VALUES_PER_ROW: usize = 11;
-/// Eleven values per row; PostgreSQL allows 65,535 per statement.
-const ROWS_PER_INSERT: usize = 2_000;
-
+/// One row's placeholders in the enqueue INSERT, numbered from `$first`.
 fn push_row(sql: &mut String, first: usize) {
     let p = |i: usize| format!("${}", first + i);
     sql.push_str(&format!(
@@ -186,39 +181,12 @@ fn limit_value(n: u64) -> Value {
 
 /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
 pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
-    let mut values = Vec::with_capacity(VALUES_PER_ROW);
-    job.push_values(&mut values);
-    let mut sql = String::from(INSERT_COLUMNS);
-    push_row(&mut sql, 1);
-    sql.push_str(" ON CONFLICT DO NOTHING");
-    let res = conn
-        .execute_raw(stmt(sql, values))
-        .await
-        .map_err(Error::db(format!("enqueuing a job of kind `{}`", job.kind)))?;
-    Ok(res.rows_affected() == 1)
+    super::insert_job(conn, DbBackend::Postgres, job, push_row).await
 }
 
 /// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
 pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
-    let mut written = Vec::with_capacity(jobs.len());
-    for chunk in jobs.chunks(ROWS_PER_INSERT) {
-        let mut sql = String::with_capacity(INSERT_COLUMNS.len() + chunk.len() * 260 + 64);
-        sql.push_str(INSERT_COLUMNS);
-        let mut values = Vec::with_capacity(chunk.len() * VALUES_PER_ROW);
-        for (i, job) in chunk.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            push_row(&mut sql, values.len() + 1);
-            job.push_values(&mut values);
-        }
-        sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
-        let rows = conn.query_all_raw(stmt(sql, values)).await.map_err(Error::db("enqueuing a batch of jobs"))?;
-        for row in rows {
-            written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
-        }
-    }
-    Ok(written)
+    super::insert_jobs(conn, DbBackend::Postgres, jobs, push_row).await
 }
 
 /// The id of the active (pending or claimed) job of `kind` holding `key`.

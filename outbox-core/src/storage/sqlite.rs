@@ -109,11 +109,10 @@ pub(crate) const SCHEMA_V3_KINDS: &[&str] = &["CREATE TABLE IF NOT EXISTS outbox
         updated_at INTEGER NOT NULL
     )"];
 
-const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
-     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
-const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
-/// Eleven values per row; SQLite allows 32,766 per statement.
-const ROWS_PER_INSERT: usize = 2_000;
+/// One row's placeholders in the enqueue INSERT (SQLite numbers `?` by position).
+fn push_row(sql: &mut String, _first: usize) {
+    sql.push_str("(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)");
+}
 
 fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
@@ -121,37 +120,12 @@ fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
 
 /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
 pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
-    let mut values = Vec::with_capacity(11);
-    job.push_values(&mut values);
-    let sql = format!("{INSERT_COLUMNS}{INSERT_ROW} ON CONFLICT DO NOTHING");
-    let res = conn
-        .execute_raw(stmt(sql, values))
-        .await
-        .map_err(Error::db(format!("enqueuing a job of kind `{}`", job.kind)))?;
-    Ok(res.rows_affected() == 1)
+    super::insert_job(conn, DbBackend::Sqlite, job, push_row).await
 }
 
 /// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
 pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
-    let mut written = Vec::with_capacity(jobs.len());
-    for chunk in jobs.chunks(ROWS_PER_INSERT) {
-        let mut sql = String::with_capacity(INSERT_COLUMNS.len() + chunk.len() * (INSERT_ROW.len() + 2) + 64);
-        sql.push_str(INSERT_COLUMNS);
-        let mut values = Vec::with_capacity(chunk.len() * 11);
-        for (i, job) in chunk.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(INSERT_ROW);
-            job.push_values(&mut values);
-        }
-        sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
-        let rows = conn.query_all_raw(stmt(sql, values)).await.map_err(Error::db("enqueuing a batch of jobs"))?;
-        for row in rows {
-            written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
-        }
-    }
-    Ok(written)
+    super::insert_jobs(conn, DbBackend::Sqlite, jobs, push_row).await
 }
 
 /// The id of the active (pending or claimed) job of `kind` holding `key`.
