@@ -277,7 +277,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn baseline_rows_match_outbox_rows_on_postgres() {
-        let Some(server) = crate::scratch::test_server("baseline_rows_match_outbox_rows_on_postgres") else { return };
+        let Some(server) = outbox_tests::pg_server("baseline_rows_match_outbox_rows_on_postgres") else { return };
         baseline_rows_match_outbox_rows(Target::Postgres { server, sync: SyncMode::Normal }).await;
     }
 }

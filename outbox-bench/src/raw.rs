@@ -225,16 +225,16 @@ pub(crate) fn enqueue_batch(
     Ok(Measure { jobs: n, secs })
 }
 
-/// A claimed row, decoded like the worker decodes it.
-struct Claimed {
-    id: String,
-    attempt: i32,
-    _kind: String,
-    _queue: String,
-    _payload: String,
-    _max_attempts: i32,
-    _schema_hash: String,
-    _run: i32,
+/// A claimed row, decoded like the worker decodes it (by both backends' baselines).
+pub(crate) struct Claimed {
+    pub(crate) id: String,
+    pub(crate) attempt: i32,
+    pub(crate) _kind: String,
+    pub(crate) _queue: String,
+    pub(crate) _payload: String,
+    pub(crate) _max_attempts: i32,
+    pub(crate) _schema_hash: String,
+    pub(crate) _run: i32,
 }
 
 /// Case `process`: claim `batch` jobs in one autocommit UPDATE ... RETURNING, complete them with the fenced

@@ -19,7 +19,7 @@ use sea_orm::sqlx::postgres::{PgArguments, PgConnection};
 use sea_orm::sqlx::query::Query;
 use sea_orm::sqlx::{self, AssertSqlSafe, Connection, Postgres, Row};
 
-use crate::raw::{JobRow, KindInfo, now_ms, order_row};
+use crate::raw::{Claimed, JobRow, KindInfo, now_ms, order_row};
 use crate::{BoxError, Measure};
 
 /// The domain row written next to each job in the enqueue cases.
@@ -201,18 +201,6 @@ pub(crate) async fn enqueue_batch(url: &str, kind: &KindInfo, n: u64, per_txn: u
     expect_count(&mut conn, "SELECT COUNT(*) FROM outbox_jobs", n, "enqueue_batch").await?;
     conn.close().await?;
     Ok(Measure { jobs: n, secs })
-}
-
-/// A claimed row, decoded like the worker decodes it.
-struct Claimed {
-    id: String,
-    attempt: i32,
-    _kind: String,
-    _queue: String,
-    _payload: String,
-    _max_attempts: i32,
-    _schema_hash: String,
-    _run: i32,
 }
 
 /// Case `process`: claim `batch` jobs in one autocommit statement, complete them (sorted by id, as the

@@ -157,26 +157,3 @@ pub(crate) async fn expect_count(db: &DatabaseConnection, sql: &str, want: u64, 
     }
     Ok(())
 }
-
-/// The PostgreSQL server of the tests, from `OUTBOX_TEST_PG_URL`. Unset, the test is skipped with a visible
-/// line; under `CI`, a missing server is a failure.
-#[cfg(test)]
-pub(crate) fn test_server(test: &str) -> Option<String> {
-    const VAR: &str = "OUTBOX_TEST_PG_URL";
-    match std::env::var(VAR) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => panic!("{VAR} must point at a PostgreSQL server in CI"),
-        _ => {
-            // The harness captures what a passing test prints, and a skip must be seen.
-            use std::io::Write;
-            let line = format!("SKIPPED {test}: {VAR} is unset (set it to a server's URL)");
-            match std::fs::OpenOptions::new().append(true).open("/dev/stderr") {
-                Ok(mut stderr) => {
-                    let _ = writeln!(stderr, "{line}");
-                }
-                Err(_) => eprintln!("{line}"),
-            }
-            None
-        }
-    }
-}

@@ -94,16 +94,19 @@ pub async fn fresh_db() -> TestDb {
 pub async fn fresh(backend: Backend, test: &str) -> Option<TestDb> {
     match backend {
         Backend::Sqlite => Some(fresh_db().await),
-        Backend::Postgres => {
-            let server = crate::required_server(
-                PG_VAR,
-                "a PostgreSQL server",
-                "set it to a server's URL, such as postgres://outbox@127.0.0.1:5433/outbox",
-                test,
-            )?;
-            Some(fresh_schema(&server).await)
-        }
+        Backend::Postgres => Some(fresh_schema(&pg_server(test)?).await),
     }
+}
+
+/// The PostgreSQL server the tests run against, from `OUTBOX_TEST_PG_URL`. Unset, `test` is skipped with a
+/// visible message (`None`); under `CI`, a missing server is a failure.
+pub fn pg_server(test: &str) -> Option<String> {
+    crate::required_server(
+        PG_VAR,
+        "a PostgreSQL server",
+        "set it to a server's URL, such as postgres://outbox@127.0.0.1:5433/outbox",
+        test,
+    )
 }
 
 async fn fresh_schema(server: &str) -> TestDb {

@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde::{Deserialize, Serialize};
 
-pub use database::{Backend, TestDb, exec, fresh, fresh_db, run, scalar, sqlite_url, try_exec};
+pub use database::{Backend, TestDb, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec};
 
 /// A job that carries a number; tests attach whatever handler they need.
 #[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
