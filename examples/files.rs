@@ -89,13 +89,12 @@ async fn main() -> Result<(), AppError> {
     // 1. Each note commits together with the job that publishes it.
     let mut ids = Vec::new();
     for (title, body) in [("groceries", "milk, eggs"), ("ideas", "a queue in a table"), ("draft", "to be removed")] {
-        let id: i64 =
-            outbox_core::transaction::<_, AppError, _>(&db, |txn| Box::pin(add_note(txn, title, body))).await?;
+        let id: i64 = outbox_core::transaction(&db, async |txn| add_note(txn, title, body).await).await?;
         ids.push(id);
     }
     // 2. Removing a note enqueues the deletion of its file in the same transaction.
     let draft = ids[2];
-    outbox_core::transaction::<_, AppError, _>(&db, |txn| Box::pin(remove_note(txn, draft))).await?;
+    outbox_core::transaction(&db, async |txn| remove_note(txn, draft).await).await?;
     println!("in {}: 3 notes written and 1 removed, each with its file job", dir.display());
 
     // 3. A worker runs the jobs (in order: the draft's file is created, then deleted).

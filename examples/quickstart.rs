@@ -89,16 +89,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     db.execute(&Schema::new(backend).create_table_from_entity(order::Entity).if_not_exists().to_owned()).await?;
 
     // 1. An order and its job commit together.
-    let order_id: i64 =
-        outbox_core::transaction::<_, AppError, _>(&db, |txn| Box::pin(place_order(txn, "ada", 4_200))).await?;
+    let order_id: i64 = outbox_core::transaction(&db, async |txn| place_order(txn, "ada", 4_200).await).await?;
     println!("order {order_id} placed with its confirmation job");
 
     // 2. A transaction that fails after enqueueing leaves neither the order nor the job.
-    let failed: Result<i64, AppError> = outbox_core::transaction(&db, |txn| {
-        Box::pin(async move {
-            place_order(txn, "grace", -1).await?;
-            Err(AppError::Refused("a negative total; the order and its job roll back together".into()))
-        })
+    let failed: Result<i64, AppError> = outbox_core::transaction(&db, async |txn| {
+        place_order(txn, "grace", -1).await?;
+        Err(AppError::Refused("a negative total; the order and its job roll back together".into()))
     })
     .await;
     if let Err(e) = failed {

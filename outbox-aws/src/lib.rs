@@ -41,6 +41,7 @@ mod config;
 mod error;
 mod provider;
 mod reconcile;
+mod registry;
 mod s3_bucket;
 mod s3_object;
 mod sqs_queue;
@@ -48,8 +49,9 @@ mod sync_aws;
 
 pub use config::{Aws, AwsOpts};
 pub use error::{Error, Result};
-pub use provider::{BoxFuture, ConfigSchema, Provider, provider, register_provider, resource_types};
+pub use provider::{BoxFuture, ConfigSchema, Provider};
 pub use reconcile::{Discrepancy, DiscrepancyKind, ReconcileOpts, Report, reconcile};
+pub use registry::{provider, register_provider, resource_types};
 pub use s3_bucket::S3BucketConfig;
 pub use s3_object::{BodyEncoding, S3ObjectConfig};
 pub use sqs_queue::{AttributeValue, SqsQueueConfig};

@@ -2,14 +2,14 @@
 //! every difference is logged and returned, and nothing is ever changed.
 
 use outbox_core::Job;
-use outbox_core::ops::{self, PathJob};
+use outbox_core::scan::{self, PathJob};
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::config::Aws;
 use crate::error::Result;
-use crate::provider;
+use crate::registry;
 use crate::sync_aws::SyncAws;
 
 /// How [`reconcile`] runs.
@@ -135,7 +135,7 @@ impl Report {
 /// at a time.
 pub async fn reconcile(db: &DatabaseConnection, aws: &Aws, opts: ReconcileOpts) -> Result<Report> {
     let started = std::time::Instant::now();
-    let mut scan = ops::latest_completed_by_key(db, SyncAws::KIND, &["$.resourceType", "$.resourceId"]).await?;
+    let mut scan = scan::latest_completed_by_key(db, SyncAws::KIND, &["$.resourceType", "$.resourceId"]).await?;
     tracing::info!(jobs = scan.jobs_total(), resources = scan.paths_total(), "reconciling aws resources");
     let mut report = Report::default();
     loop {
@@ -181,11 +181,7 @@ async fn check(aws: &Aws, job: PathJob) -> Option<Discrepancy> {
     let key: (Option<String>, Option<String>) =
         job.path.as_deref().and_then(|p| serde_json::from_str(p).ok()).unwrap_or_default();
     let (resource_type, resource_id) = (key.0.unwrap_or_default(), key.1.unwrap_or_default());
-    let present = job
-        .output
-        .as_deref()
-        .and_then(|o| serde_json::from_str::<serde_json::Value>(o).ok())
-        .and_then(|o| o.get("present").and_then(serde_json::Value::as_bool));
+    let present = job.output.as_ref().and_then(|o| o.get("present")).and_then(serde_json::Value::as_bool);
     let failed = |detail: String| Discrepancy {
         resource_type: resource_type.clone(),
         resource_id: resource_id.clone(),
@@ -196,7 +192,7 @@ async fn check(aws: &Aws, job: PathJob) -> Option<Discrepancy> {
     let Some(present) = present else {
         return Some(failed("the job's output does not record whether the resource should exist".into()));
     };
-    let exists = match provider::provider(&resource_type) {
+    let exists = match registry::provider(&resource_type) {
         Ok(p) => p.exists(aws, &resource_id).await,
         Err(e) => Err(e),
     };

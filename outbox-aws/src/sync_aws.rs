@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::Aws;
-use crate::provider::{self, violation};
+use crate::provider::violation;
+use crate::registry;
 
 /// Makes one AWS resource match `config`: present creates the resource or updates it where it differs;
 /// `null` makes sure it is absent. Which resource is `resourceType` (a registered [`crate::Provider`]:
@@ -49,7 +50,7 @@ impl SyncAws {
     /// Rules beyond the schema, checked at enqueue and before the handler runs: a known resource type,
     /// and the provider's own checks of the id and config.
     fn check(&self) -> Result<(), Vec<Violation>> {
-        let violations = match provider::provider(&self.resource_type) {
+        let violations = match registry::provider(&self.resource_type) {
             Ok(p) => p.check(&self.resource_id, self.config.as_ref()),
             Err(e) => vec![violation("/resourceType", e.to_string())],
         };
@@ -65,7 +66,7 @@ pub fn register_handlers(builder: WorkerBuilder, aws: &Aws) -> WorkerBuilder {
 
 async fn handle(aws: Aws, job: SyncAws, ctx: JobContext) -> Result<Value, JobError> {
     let SyncAws { resource_type, resource_id, config } = job;
-    let provider = provider::provider(&resource_type).map_err(JobError::permanent)?;
+    let provider = registry::provider(&resource_type).map_err(JobError::permanent)?;
     let present = config.is_some();
     let result = match &config {
         Some(config) => provider.apply(&aws, &resource_id, config).await,

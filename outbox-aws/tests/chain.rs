@@ -67,7 +67,7 @@ async fn env_child_syncs_a_bucket() {
     let aws = Aws::connect(AwsOpts::new()).await.expect("connect from the environment");
     let row = common::sync(&t.db, &aws, &SyncAws::upsert("s3_bucket", &bucket, json!({}))).await;
     common::completed(&row);
-    println!("CHILD-OK {}", row.output.unwrap_or_default());
+    println!("CHILD-OK {}", row.output.map(|o| o.to_string()).unwrap_or_default());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,7 +58,7 @@ async fn throttling_retries_and_access_denied_fails_at_once() {
         "{error}"
     );
     let history = outbox_core::ops::history(&t.db, &row.id).await.expect("history");
-    let retried = history.iter().find(|e| e.event == "retried").expect("a retried event");
+    let retried = history.iter().find(|e| e.event == outbox_core::JobEventKind::Retried).expect("a retried event");
     assert!(retried.error.as_deref().is_some_and(|e| e.contains("SlowDown") && e.contains("503")), "{retried:?}");
     let seen: Vec<String> = server.seen().iter().map(|s| s.line.clone()).collect();
     assert_eq!(seen.len(), 4, "{seen:?}");

@@ -71,11 +71,7 @@ pub(crate) async fn backlog(target: &Target, n: u64) -> Result<Prepared, BoxErro
 /// (15 ms instead of 1 ms per claim of 100 with 20,000 pending), which is not the steady state measured here.
 async fn preload(db: &DatabaseConnection, n: u64) -> Result<(), BoxError> {
     let jobs: Arc<Vec<Noop>> = Arc::new((0..n).map(|n| Noop { n }).collect());
-    outbox_core::transaction(db, |txn| {
-        let jobs = Arc::clone(&jobs);
-        Box::pin(async move { outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await })
-    })
-    .await?;
+    outbox_core::transaction(db, async |txn| outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await).await?;
     if db.get_database_backend() == DbBackend::Postgres {
         db.execute_unprepared("ANALYZE outbox_jobs").await?;
     }
@@ -98,12 +94,10 @@ pub(crate) async fn enqueue(target: &Target, n: u64) -> Result<Measure, BoxError
     outbox_core::Kind::of::<OrderPlaced>()?; // compile the schema before timing
     let start = Instant::now();
     for i in 0..n {
-        let enqueued = outbox_core::transaction(&scratch.db, |txn| {
-            Box::pin(async move {
-                txn.execute_raw(order_statement(backend, i)).await?;
-                let job = OrderPlaced { order_id: i };
-                Ok::<_, BoxError>(outbox_core::enqueue(txn, &job, EnqueueOpts::new()).await?)
-            })
+        let enqueued = outbox_core::transaction(&scratch.db, async |txn| {
+            txn.execute_raw(order_statement(backend, i)).await?;
+            let job = OrderPlaced { order_id: i };
+            Ok::<_, BoxError>(outbox_core::enqueue(txn, &job, EnqueueOpts::new()).await?)
         })
         .await?;
         if !enqueued.is_new() {
@@ -180,9 +174,8 @@ pub(crate) async fn enqueue_batch(target: &Target, n: u64, per_txn: u64) -> Resu
         let size = per_txn.min(n - next);
         let jobs: Arc<Vec<OrderPlaced>> =
             Arc::new((next..next + size).map(|order_id| OrderPlaced { order_id }).collect());
-        let enqueued = outbox_core::transaction(&scratch.db, |txn| {
-            let jobs = Arc::clone(&jobs);
-            Box::pin(async move { outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await })
+        let enqueued = outbox_core::transaction(&scratch.db, async |txn| {
+            outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await
         })
         .await?;
         if !enqueued.iter().all(outbox_core::Enqueued::is_new) {

@@ -54,11 +54,8 @@ pub(crate) async fn prepare(target: &Target, n: u64) -> Result<Prepared, BoxErro
             .map(|i| CreateFile { path: path_of(i), content: CONTENT.into(), overwrite: false })
             .collect();
         let jobs = std::sync::Arc::new(jobs);
-        outbox_core::transaction(db, |txn| {
-            let jobs = std::sync::Arc::clone(&jobs);
-            Box::pin(async move { outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await })
-        })
-        .await?;
+        outbox_core::transaction(db, async |txn| outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await)
+            .await?;
         next += PREPARE_BATCH;
     }
     let sha256: String = Sha256::digest(CONTENT.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
 use crate::error::{Error, Result};
+use crate::storage::{self, Tuning};
 
 /// How [`connect_with`] opens a database.
 #[derive(Debug, Clone)]
@@ -40,14 +40,30 @@ pub async fn connect(url: &str) -> Result<DatabaseConnection> {
 pub async fn connect_with(url: &str, opts: ConnectOpts) -> Result<DatabaseConnection> {
     let mut options = ConnectOptions::new(url.to_owned());
     options.max_connections(opts.max_connections.max(2)).test_before_acquire(false).sqlx_logging(false);
-    if url.starts_with("sqlite:") {
-        let synchronous = if opts.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };
-        let busy = opts.busy_timeout;
-        options.map_sqlx_sqlite_opts(move |o| {
-            o.journal_mode(SqliteJournalMode::Wal).synchronous(synchronous).busy_timeout(busy)
-        });
+    storage::tune(url, &mut options, &Tuning { full_sync: opts.full_sync, busy_timeout: opts.busy_timeout });
+    Database::connect(options).await.map_err(Error::db(format!("connecting to {}", redacted(url))))
+}
+
+/// The URL without its password, for error messages.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let (authority, tail) = rest.split_once('/').map_or((rest, ""), |(a, t)| (a, t));
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) if user_info.contains(':') => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            let slash = if rest.contains('/') { "/" } else { "" };
+            format!("{scheme}://{user}:***@{host}{slash}{tail}")
+        }
+        _ => url.to_owned(),
     }
-    Database::connect(options)
-        .await
-        .map_err(|source| Error::Database { context: format!("connecting to {url}"), source })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_never_reach_errors() {
+        assert_eq!(super::redacted("postgres://app:s3cret@db/app"), "postgres://app:***@db/app");
+        assert_eq!(super::redacted("postgres://app@db/app"), "postgres://app@db/app");
+        assert_eq!(super::redacted("sqlite://a.db?mode=rwc"), "sqlite://a.db?mode=rwc");
+    }
 }

@@ -2,21 +2,16 @@
 //! idempotency key.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait,
-};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::job::Job;
 use crate::kind::{Kind, max_payload_bytes};
-use crate::storage::{self, NewJob, dispatch, now_ms};
+use crate::storage::{self, Backend, NewJob, dispatch, now_ms};
 use crate::wake;
 
 /// Per-enqueue overrides of a kind's defaults.
@@ -95,14 +90,54 @@ impl Enqueued {
     }
 }
 
-/// Validates and prepares one row. The key falls back to the kind's derivation.
-fn prepare(kind: &Kind, payload: &Value, opts: &EnqueueOpts, now: i64) -> Result<NewJob> {
+/// Nesting levels a payload may have: the worker reads payloads back with serde_json, which refuses deeper
+/// documents, so a deeper one could be stored but never run.
+pub(crate) const MAX_PAYLOAD_DEPTH: usize = 127;
+
+/// The first place `payload` nests deeper than [`MAX_PAYLOAD_DEPTH`], as a violation. Iterative, so a
+/// hostile depth cannot overflow the stack here.
+fn too_deep(payload: &Value) -> Option<Violation> {
+    let mut stack: Vec<(&Value, usize, String)> = vec![(payload, 0, String::new())];
+    while let Some((value, depth, path)) = stack.pop() {
+        let children: Vec<(&Value, String)> = match value {
+            Value::Array(items) => items.iter().enumerate().map(|(i, v)| (v, format!("{path}/{i}"))).collect(),
+            Value::Object(map) => {
+                map.iter().map(|(k, v)| (v, format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")))).collect()
+            }
+            _ => continue,
+        };
+        if depth + 1 > MAX_PAYLOAD_DEPTH {
+            return Some(Violation {
+                path,
+                message: format!("the payload nests deeper than {MAX_PAYLOAD_DEPTH} arrays and objects"),
+            });
+        }
+        stack.extend(children.into_iter().map(|(v, p)| (v, depth + 1, p)));
+    }
+    None
+}
+
+/// The earliest run time a job may have: 0001-01-01T00:00:00Z (every backend's time columns hold it).
+const MIN_RUN_AT_MS: i64 = -62_135_596_800_000;
+/// The latest: 9999-12-31T23:59:59.999Z.
+const MAX_RUN_AT_MS: i64 = 253_402_300_799_999;
+
+/// Validates and prepares one row, refusing before any SQL whatever the database would refuse: a caller's
+/// transaction never sees a failed statement of ours (a failed statement aborts a server-side transaction).
+fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, now: i64) -> Result<NewJob> {
+    if let Some(violation) = too_deep(payload) {
+        return Err(Error::InvalidPayload { kind: kind.name().into(), violations: vec![violation] });
+    }
     let text = serde_json::to_string(payload).map_err(|source| Error::Serde { kind: kind.name().into(), source })?;
     let limit = max_payload_bytes();
     if text.len() > limit {
         return Err(Error::PayloadTooLarge { kind: kind.name().into(), size: text.len(), limit });
     }
     kind.validate(payload)?;
+    let unstorable = storage::unstorable(backend, payload);
+    if !unstorable.is_empty() {
+        return Err(Error::InvalidPayload { kind: kind.name().into(), violations: unstorable });
+    }
     let bad = |reason: String| Error::InvalidOpts { kind: kind.name().into(), reason };
     let max_attempts = opts.max_attempts.unwrap_or(kind.max_attempts());
     if max_attempts < 1 {
@@ -112,14 +147,26 @@ fn prepare(kind: &Kind, payload: &Value, opts: &EnqueueOpts, now: i64) -> Result
     if queue.is_empty() {
         return Err(bad("the queue name is empty".into()));
     }
-    if matches!(&opts.idempotency_key, Some(k) if k.is_empty()) {
-        return Err(bad("the idempotency key is empty".into()));
+    if queue.contains('\0') {
+        return Err(bad(format!("the queue name {queue:?} contains the NUL character")));
+    }
+    match &opts.idempotency_key {
+        Some(k) if k.is_empty() => return Err(bad("the idempotency key is empty".into())),
+        Some(k) if k.contains('\0') => {
+            return Err(bad(format!("the idempotency key {k:?} contains the NUL character")));
+        }
+        _ => {}
     }
     let run_at = match (opts.run_at, opts.delay) {
         (Some(at), _) => at.timestamp_millis(),
         (None, Some(d)) => now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
         (None, None) => now,
     };
+    if !(MIN_RUN_AT_MS..=MAX_RUN_AT_MS).contains(&run_at) {
+        let at = DateTime::from_timestamp_millis(run_at)
+            .map_or_else(|| format!("{run_at} ms after the epoch"), |t| t.to_rfc3339());
+        return Err(bad(format!("the run time {at} is out of range: it must fall in the years 1 to 9999")));
+    }
     Ok(NewJob {
         id: uuid::Uuid::now_v7().to_string(),
         kind: kind.name().to_owned(),
@@ -152,8 +199,7 @@ pub async fn enqueue_raw<C: ConnectionTrait>(
     payload: Value,
     opts: EnqueueOpts,
 ) -> Result<Enqueued> {
-    storage::backend(conn)?;
-    let job = prepare(kind, &payload, &opts, now_ms())?;
+    let job = prepare(storage::backend(conn)?, kind, &payload, &opts, now_ms())?;
     // A conflicting active job can finish between the failed insert and the lookup; then insert again.
     for _ in 0..3 {
         if dispatch!(conn, insert_job(conn, &job))? {
@@ -189,14 +235,14 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
     payloads: Vec<Value>,
     opts: EnqueueOpts,
 ) -> Result<Vec<Enqueued>> {
-    storage::backend(conn)?;
+    let backend = storage::backend(conn)?;
     let now = now_ms();
     let mut rows = Vec::with_capacity(payloads.len());
     // For each input: Ok(index into rows) for a row to write, Err(index) for a duplicate of an earlier input.
     let mut slots: Vec<std::result::Result<usize, usize>> = Vec::with_capacity(payloads.len());
     let mut first_by_key: HashMap<String, usize> = HashMap::new();
     for payload in &payloads {
-        let job = prepare(kind, payload, &opts, now)?;
+        let job = prepare(backend, kind, payload, &opts, now)?;
         if let Some(key) = &job.key {
             if let Some(&row) = first_by_key.get(key) {
                 slots.push(Err(row));
@@ -238,52 +284,36 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
         .collect())
 }
 
-/// Tries at `BEGIN IMMEDIATE` while another writer holds the database past its busy timeout.
-const BEGIN_TRIES: u32 = 5;
-
-fn is_busy(err: &DbErr) -> bool {
-    let text = err.to_string();
-    text.contains("database is locked") || text.contains("SQLITE_BUSY") || text.contains("(code: 5)")
+/// Opens a write transaction that is safe on every backend: where the database is an embedded file it takes
+/// the write lock at once (`BEGIN IMMEDIATE`, waiting out other writers), so reading before writing cannot
+/// fail with "database is locked" the way a plain `db.begin()` does there under concurrency. Commit it yourself; [`transaction`] does
+/// that for you and also wakes this process's workers at once.
+pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+    storage::begin_write(db).await
 }
 
-/// Runs `f` in a write transaction (`BEGIN IMMEDIATE` on SQLite, retried while the database is busy), commits
-/// when it returns `Ok`, rolls back otherwise, and wakes this process's workers after a commit.
+/// Runs `f` in a write transaction opened by [`begin`], commits when it returns `Ok`, rolls back otherwise,
+/// and wakes this process's workers after a commit. `f` is an async closure called once; its error type is
+/// yours, as long as it converts from [`Error`] (and, to use `?` on sea-orm calls, from `sea_orm::DbErr`,
+/// as [`Error`] itself does).
 ///
 /// ```
 /// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), outbox_core::Error> {
-/// let id = outbox_core::transaction(db, |txn| {
-///     Box::pin(async move {
-///         // write domain rows and enqueue jobs on `txn` here
-///         let _ = txn;
-///         Ok::<_, outbox_core::Error>(42)
-///     })
+/// use outbox_core::sea_orm::ConnectionTrait;
+/// let note = String::from("hello");
+/// let rows = outbox_core::transaction(db, async |txn| {
+///     let done = txn.execute_unprepared(&format!("SELECT '{note}'")).await?;
+///     Ok::<_, outbox_core::Error>(done.rows_affected())
 /// })
 /// .await?;
-/// # let _ = id; Ok(()) }
+/// # let _ = rows; Ok(()) }
 /// ```
-pub async fn transaction<T, E, F>(db: &DatabaseConnection, mut f: F) -> std::result::Result<T, E>
+pub async fn transaction<T, E, F>(db: &DatabaseConnection, f: F) -> std::result::Result<T, E>
 where
-    F: for<'c> FnMut(&'c DatabaseTransaction) -> Pin<Box<dyn Future<Output = std::result::Result<T, E>> + Send + 'c>>,
+    F: AsyncFnOnce(&DatabaseTransaction) -> std::result::Result<T, E>,
     E: From<Error>,
 {
-    let opts = TransactionOptions {
-        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-        ..TransactionOptions::default()
-    };
-    let mut delay = Duration::from_millis(10);
-    let mut tries = 0;
-    let txn = loop {
-        tries += 1;
-        match db.begin_with_options(opts).await {
-            Ok(txn) => break txn,
-            Err(e) if is_busy(&e) && tries < BEGIN_TRIES => {
-                tracing::debug!(error = %e, tries, "database busy at begin; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-            Err(e) => return Err(Error::db("beginning a transaction")(e).into()),
-        }
-    };
+    let txn = begin(db).await?;
     let value = match f(&txn).await {
         Ok(value) => value,
         Err(e) => {

@@ -30,32 +30,14 @@ pub(crate) fn join_violations(violations: &[Violation]) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A database statement failed.
+    /// A database statement failed, on the caller's connection or the worker's own.
     #[error("database error while {context}: {source}")]
     Database {
         /// What the framework was doing.
         context: String,
-        /// The driver's error.
+        /// The database driver's error (a `sea_orm::DbErr` for statements on the caller's connection).
         #[source]
-        source: sea_orm::DbErr,
-    },
-    /// The worker's own SQLite connection failed.
-    #[error("sqlite error while {context}: {source}")]
-    Sqlite {
-        /// What the framework was doing.
-        context: String,
-        /// The driver's error.
-        #[source]
-        source: rusqlite::Error,
-    },
-    /// The worker's own PostgreSQL connections failed.
-    #[error("postgres error while {context}: {source}")]
-    Postgres {
-        /// What the framework was doing.
-        context: String,
-        /// The driver's error.
-        #[source]
-        source: sea_orm::sqlx::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A payload does not match its kind's JSON Schema.
     #[error("invalid payload for kind `{kind}`: {}", join_violations(.violations))]
@@ -142,24 +124,36 @@ pub enum Error {
     /// a task that died); the message says what.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A job did not finish within the time [`crate::ops::wait`] was given.
+    #[error("job `{id}` is still {status} after waiting {waited:?}")]
+    WaitTimeout {
+        /// The job id.
+        id: String,
+        /// Its status when the wait gave up.
+        status: crate::record::JobStatus,
+        /// How long the wait lasted.
+        waited: std::time::Duration,
+    },
     /// The worker has stopped.
     #[error("the worker has stopped")]
     WorkerStopped,
 }
 
 impl Error {
-    pub(crate) fn db(context: impl Into<String>) -> impl FnOnce(sea_orm::DbErr) -> Error {
+    /// Wraps a driver error with what the framework was doing.
+    pub(crate) fn db<E>(context: impl Into<String>) -> impl FnOnce(E) -> Error
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let context = context.into();
-        move |source| Error::Database { context, source }
+        move |source| Error::Database { context, source: Box::new(source) }
     }
+}
 
-    pub(crate) fn sqlite(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> Error {
-        let context = context.into();
-        move |source| Error::Sqlite { context, source }
-    }
-
-    pub(crate) fn postgres(context: impl Into<String>) -> impl FnOnce(sea_orm::sqlx::Error) -> Error {
-        let context = context.into();
-        move |source| Error::Postgres { context, source }
+/// A statement the caller ran in a closure given to [`crate::transaction`] failed: `?` works there with
+/// [`Error`] as the closure's error type.
+impl From<sea_orm::DbErr> for Error {
+    fn from(source: sea_orm::DbErr) -> Self {
+        Error::Database { context: "running a statement of the application".into(), source: Box::new(source) }
     }
 }

@@ -1,4 +1,4 @@
-//! What operators see of a job.
+//! What operators see of jobs and kinds: records, statuses, history events, and the filter that lists them.
 
 use chrono::{DateTime, Utc};
 
@@ -65,8 +65,9 @@ pub struct JobRecord {
     pub kind: String,
     /// Queue name.
     pub queue: String,
-    /// Payload as compact JSON text (keys sorted; PostgreSQL stores it as `jsonb` and it is printed back so).
-    pub payload: String,
+    /// The payload. A stored payload that is not JSON at all (written by another tool) is shown as a JSON
+    /// string holding its text.
+    pub payload: serde_json::Value,
     /// Lifecycle status.
     pub status: JobStatus,
     /// Higher runs first.
@@ -89,8 +90,8 @@ pub struct JobRecord {
     pub idempotency_key: Option<String>,
     /// sha256 of the kind's schema at enqueue.
     pub schema_hash: String,
-    /// What the handler recorded on success (JSON text).
-    pub output: Option<String>,
+    /// What the handler recorded on success.
+    pub output: Option<serde_json::Value>,
     /// When it was enqueued.
     pub created_at: DateTime<Utc>,
     /// When it was last claimed.
@@ -106,4 +107,145 @@ pub struct JobRecord {
 
 pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::UNIX_EPOCH)
+}
+
+/// Which jobs [`crate::ops::list`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only this status.
+    pub status: Option<JobStatus>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only jobs changed at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// At most this many (default 100).
+    pub limit: u64,
+}
+
+impl Default for JobFilter {
+    fn default() -> Self {
+        JobFilter { status: None, kind: None, queue: None, since: None, limit: 100 }
+    }
+}
+
+/// What happened to a job at one point of its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum JobEventKind {
+    /// Written by enqueue.
+    Enqueued,
+    /// Claimed by a worker (the current or last claim).
+    Claimed,
+    /// Its handler succeeded.
+    Completed,
+    /// An attempt failed; it runs again after a backoff.
+    Retried,
+    /// Failed for good: attempts used up, a permanent error, or an invalid payload.
+    Failed,
+    /// Its handler asked to run later, giving the attempt back.
+    Snoozed,
+    /// Given back at shutdown without using the attempt.
+    Released,
+    /// Its claim's lease expired and a rescuer returned it to pending.
+    Rescued,
+    /// Its claim's lease expired with no attempts left; failed.
+    RescuedFailed,
+    /// Cancelled before it ran.
+    Cancelled,
+    /// Put back to pending by an operator.
+    RetriedByOperator,
+}
+
+impl JobEventKind {
+    /// Every event kind.
+    pub const ALL: [JobEventKind; 11] = [
+        JobEventKind::Enqueued,
+        JobEventKind::Claimed,
+        JobEventKind::Completed,
+        JobEventKind::Retried,
+        JobEventKind::Failed,
+        JobEventKind::Snoozed,
+        JobEventKind::Released,
+        JobEventKind::Rescued,
+        JobEventKind::RescuedFailed,
+        JobEventKind::Cancelled,
+        JobEventKind::RetriedByOperator,
+    ];
+
+    /// The stored name (`retried_by_operator`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobEventKind::Enqueued => "enqueued",
+            JobEventKind::Claimed => "claimed",
+            JobEventKind::Completed => "completed",
+            JobEventKind::Retried => "retried",
+            JobEventKind::Failed => "failed",
+            JobEventKind::Snoozed => "snoozed",
+            JobEventKind::Released => "released",
+            JobEventKind::Rescued => "rescued",
+            JobEventKind::RescuedFailed => "rescued_failed",
+            JobEventKind::Cancelled => "cancelled",
+            JobEventKind::RetriedByOperator => "retried_by_operator",
+        }
+    }
+}
+
+impl std::fmt::Display for JobEventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for JobEventKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobEventKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| format!("unknown job event `{s}`"))
+    }
+}
+
+/// One lifecycle transition of a job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobEvent {
+    /// When it happened.
+    pub at: DateTime<Utc>,
+    /// What happened.
+    pub event: JobEventKind,
+    /// The attempt the transition ended (or, for an operator retry, the count it reset to).
+    pub attempt: i32,
+    /// The worker that held (or last held) the claim.
+    pub worker: Option<String>,
+    /// The error of a failed attempt.
+    pub error: Option<String>,
+}
+
+/// A kind as a worker recorded it when it started: what tools without the Rust type need to validate and
+/// show its jobs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KindRecord {
+    /// Kind name.
+    pub name: String,
+    /// The payload's JSON Schema.
+    pub schema: serde_json::Value,
+    /// sha256 (hex) of the canonical schema, as stored on each job.
+    pub schema_hash: String,
+    /// Default queue.
+    pub queue: String,
+    /// Default priority.
+    pub priority: i32,
+    /// Default attempts.
+    pub max_attempts: i32,
+    /// Whether duplicate intents collapse onto one active job.
+    pub unique: bool,
+    /// Fields forming the idempotency key (empty: a hash of the whole payload).
+    pub key_fields: Vec<String>,
+    /// The worker that last recorded it.
+    pub recorded_by: Option<String>,
+    /// When a worker first recorded it.
+    pub first_seen_at: DateTime<Utc>,
+    /// When a worker last recorded it.
+    pub updated_at: DateTime<Utc>,
 }

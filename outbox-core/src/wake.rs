@@ -1,5 +1,5 @@
 //! In-process wake-ups: enqueue and commit nudge this process's workers so they claim without waiting for
-//! the next poll.
+//! the next poll, and written outcomes nudge whoever waits for a job to finish.
 
 use std::sync::OnceLock;
 
@@ -13,4 +13,14 @@ pub(crate) fn notifier() -> &'static Notify {
 /// Wakes every worker of this process that is waiting for work.
 pub(crate) fn wake() {
     notifier().notify_waiters();
+}
+
+pub(crate) fn outcomes() -> &'static Notify {
+    static OUTCOMES: OnceLock<Notify> = OnceLock::new();
+    OUTCOMES.get_or_init(Notify::new)
+}
+
+/// Wakes every [`crate::ops::wait`] of this process: some job's outcome was written.
+pub(crate) fn outcome_written() {
+    outcomes().notify_waiters();
 }

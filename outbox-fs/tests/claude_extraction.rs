@@ -139,8 +139,12 @@ async fn retryable_errors_retry_and_permanent_errors_fail(t: TestDb) {
     assert!(done);
     let j = job(&e.db, id.id()).await;
     assert_eq!((j.status, j.attempts, flaky.calls()), (JobStatus::Completed, 3, 3), "{:?}", j.last_error);
-    let events: Vec<String> =
-        outbox_core::ops::history(&e.db, id.id()).await.expect("history").into_iter().map(|e| e.event).collect();
+    let events: Vec<String> = outbox_core::ops::history(&e.db, id.id())
+        .await
+        .expect("history")
+        .into_iter()
+        .map(|e| e.event.to_string())
+        .collect();
     assert_eq!(events, ["enqueued", "retried", "retried", "claimed", "completed"]);
 
     let refused = Counting::new(usize::MAX, ExtractError::Permanent("invalid x-api-key".into()));

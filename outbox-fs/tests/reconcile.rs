@@ -231,13 +231,13 @@ async fn each_discrepancy_is_logged_as_a_warning_with_fields(t: TestDb) {
 
 conformance!(a_path_scan_reads_one_snapshot_without_blocking_writers);
 async fn a_path_scan_reads_one_snapshot_without_blocking_writers(t: TestDb) {
-    use outbox_core::ops::{self, PathField};
+    use outbox_core::scan::{self, PathField};
     let e = env(t);
     let fields = [PathField { kind: "create_file", json_path: "$.path" }];
     for (id, path, at) in [("a1", "a", 1), ("a2", "a", 2), ("b1", "b", 1)] {
         insert_raw(&e.db, id, "create_file", &json!({"path": path, "content": id}), "completed", None, at).await;
     }
-    let mut scan = ops::latest_completed_by_path(&e.db, &fields).await.expect("scan");
+    let mut scan = scan::latest_completed_by_path(&e.db, &fields).await.expect("scan");
     assert_eq!((scan.jobs_total(), scan.paths_total()), (3, 2));
     // A writer commits while the scan is open: it is not blocked (it would time out on a held lock), and the
     // scan does not see it.
@@ -249,9 +249,9 @@ async fn a_path_scan_reads_one_snapshot_without_blocking_writers(t: TestDb) {
     let seen: Vec<(Option<&str>, &str, u64)> =
         first.iter().chain(&second).map(|j| (j.path.as_deref(), j.job_id.as_str(), j.jobs)).collect();
     assert_eq!(seen, [(Some("a"), "a2", 2), (Some("b"), "b1", 1)], "latest per path, in path order");
-    let mut again = ops::latest_completed_by_path(&e.db, &fields).await.expect("scan");
+    let mut again = scan::latest_completed_by_path(&e.db, &fields).await.expect("scan");
     assert_eq!(again.next_page(10).await.expect("page").len(), 3, "a new scan sees the new job");
     again.close().await.expect("close");
-    let err = ops::latest_completed_by_path(&e.db, &[]).await.expect_err("no fields");
+    let err = scan::latest_completed_by_path(&e.db, &[]).await.expect_err("no fields");
     assert!(err.to_string().contains("at least one kind"), "{err}");
 }

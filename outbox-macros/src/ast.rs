@@ -2,8 +2,8 @@
 //! `#[job(...)]` options and serialized name.
 
 use crate::attr::{self, ContainerAttrs, FieldAttrs};
+use crate::ctxt::Errors;
 use crate::rename::RenameRule;
-use crate::valid::Errors;
 use syn::ext::IdentExt as _;
 use syn::{Data, DataEnum, DataUnion, DeriveInput, Fields};
 

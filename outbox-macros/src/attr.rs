@@ -3,8 +3,8 @@
 //! Parsing never stops at the first mistake: every problem goes into [`Errors`] and parsing carries on, so
 //! the user sees all of them in one build.
 
+use crate::ctxt::Errors;
 use crate::rename::RenameRule;
-use crate::valid::Errors;
 use proc_macro2::{Group, TokenStream};
 use quote::quote;
 use std::collections::BTreeSet;

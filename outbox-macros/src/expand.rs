@@ -1,8 +1,9 @@
 //! Generates the `Job` impl.
 
 use crate::ast::Input;
+use crate::ctxt::Errors;
 use crate::fallback;
-use crate::valid::{self, Errors};
+use crate::valid;
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::{DeriveInput, Ident};

@@ -52,6 +52,7 @@
 
 mod ast;
 mod attr;
+mod ctxt;
 mod expand;
 mod fallback;
 mod rename;

@@ -1,27 +1,9 @@
-//! Checks on the parsed input that go beyond one attribute, and the error collector they report into.
+//! Checks on the parsed input that go beyond one attribute.
 
 use crate::ast::{Input, Shape, Style};
+use crate::ctxt::Errors;
 use quote::quote;
 use syn::{Error, Ident};
-
-/// Collects every error found in the input so that all of them are reported in one build.
-#[derive(Default)]
-pub(crate) struct Errors(Option<Error>);
-
-impl Errors {
-    /// Adds `error` to those reported.
-    pub(crate) fn push(&mut self, error: Error) {
-        match &mut self.0 {
-            Some(errors) => errors.combine(error),
-            None => self.0 = Some(error),
-        }
-    }
-
-    /// All the errors pushed, combined into one, or `Ok` if there were none.
-    pub(crate) fn finish(self) -> Result<(), Error> {
-        self.0.map_or(Ok(()), Err)
-    }
-}
 
 /// The error for a job type without `#[job(kind = "...")]`.
 pub(crate) fn missing_kind(ident: &Ident) -> Error {

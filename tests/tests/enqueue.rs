@@ -10,14 +10,12 @@ async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
     exec(&t.db, "CREATE TABLE orders (customer TEXT NOT NULL)", vec![]).await;
 
     // The helper rolls back when the closure fails: neither the domain row nor the job exists.
-    let failed: Result<(), Error> = outbox_core::transaction(&t.db, |txn| {
-        Box::pin(async move {
-            try_exec(txn, "INSERT INTO orders (customer) VALUES ('ann')", vec![])
-                .await
-                .map_err(|e| Error::Invalid(e.to_string()))?;
-            outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await?;
-            Err(Error::Invalid("domain check failed".into()))
-        })
+    let failed: Result<(), Error> = outbox_core::transaction(&t.db, async |txn| {
+        try_exec(txn, "INSERT INTO orders (customer) VALUES ('ann')", vec![])
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await?;
+        Err(Error::Invalid("domain check failed".into()))
     })
     .await;
     assert!(failed.is_err());
@@ -31,13 +29,11 @@ async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
 
     // Commit: both rows exist.
-    let done = outbox_core::transaction(&t.db, |txn| {
-        Box::pin(async move {
-            try_exec(txn, "INSERT INTO orders (customer) VALUES ('bob')", vec![])
-                .await
-                .map_err(|e| Error::Invalid(e.to_string()))?;
-            outbox_core::enqueue(txn, &Probe { n: 3 }, EnqueueOpts::new()).await
-        })
+    let done = outbox_core::transaction(&t.db, async |txn| {
+        try_exec(txn, "INSERT INTO orders (customer) VALUES ('bob')", vec![])
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        outbox_core::enqueue(txn, &Probe { n: 3 }, EnqueueOpts::new()).await
     })
     .await
     .expect("commit");
@@ -46,7 +42,7 @@ async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM orders").await, 1);
     let job = ops::get(&t.db, done.id()).await.expect("get");
     assert_eq!(job.kind, "probe");
-    assert_eq!(job.payload, r#"{"n":3}"#);
+    assert_eq!(job.payload, serde_json::json!({"n": 3}));
     assert_eq!(job.status, outbox_core::JobStatus::Pending);
     assert_eq!(job.schema_hash, Kind::of::<Probe>().expect("kind").schema_hash());
 }
@@ -59,11 +55,8 @@ async fn concurrent_duplicate_enqueues_leave_one_row(t: TestDb) {
     for i in 0..16 {
         let db = if i % 2 == 0 { t.db.clone() } else { other.clone() };
         tasks.push(tokio::spawn(async move {
-            outbox_core::transaction(&db, |txn| {
-                Box::pin(async move {
-                    outbox_core::enqueue(txn, &Keyed { user_id: 42, note: format!("try {i}") }, EnqueueOpts::new())
-                        .await
-                })
+            outbox_core::transaction(&db, async |txn| {
+                outbox_core::enqueue(txn, &Keyed { user_id: 42, note: format!("try {i}") }, EnqueueOpts::new()).await
             })
             .await
         }));
@@ -145,9 +138,8 @@ async fn batch_enqueue_writes_in_order_and_collapses_duplicates(t: TestDb) {
         .await
         .expect("enqueue");
     let jobs: Vec<Keyed> = (0..2_500).map(|i| Keyed { user_id: i % 2_400, note: format!("n{i}") }).collect();
-    let results = outbox_core::transaction(&t.db, |txn| {
-        let jobs = jobs.clone();
-        Box::pin(async move { outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new().priority(3)).await })
+    let results = outbox_core::transaction(&t.db, async |txn| {
+        outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new().priority(3)).await
     })
     .await
     .expect("batch");

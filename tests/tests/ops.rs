@@ -30,7 +30,7 @@ async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
     let job = ops::get(&t.db, b.id()).await.expect("get");
     assert_eq!((job.status, job.attempts), (JobStatus::Pending, 0));
     let events: Vec<String> =
-        ops::history(&t.db, a.id()).await.expect("history").into_iter().map(|e| e.event).collect();
+        ops::history(&t.db, a.id()).await.expect("history").into_iter().map(|e| e.event.to_string()).collect();
     assert_eq!(events, ["enqueued", "cancelled", "retried_by_operator"]);
 
     // A failed job whose intent is already carried by an active job is not retried twice.
@@ -59,6 +59,34 @@ async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
         scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE job_id NOT IN (SELECT id FROM outbox_jobs)").await,
         0
     );
+}
+
+conformance!(retry_failed_keeps_the_latest_of_each_key);
+/// Several failed jobs carrying one key: a bulk retry brings back the latest (by last change) on every
+/// backend, and leaves the others failed.
+async fn retry_failed_keeps_the_latest_of_each_key(t: TestDb) {
+    let mut ids = Vec::new();
+    for (i, at) in [(1, 3_000), (2, 9_000), (3, 5_000)] {
+        let job = outbox_core::enqueue(&t.db, &Keyed { user_id: 7, note: format!("try {i}") }, EnqueueOpts::new())
+            .await
+            .expect("enqueue");
+        let sql = format!("UPDATE outbox_jobs SET status = 'failed', updated_at = {} WHERE id = ?", t.backend.time(at));
+        exec(&t.db, &sql, vec![job.id().into()]).await;
+        ids.push(job.id().to_owned());
+    }
+    let lone = outbox_core::enqueue(&t.db, &Keyed { user_id: 8, note: "alone".into() }, EnqueueOpts::new())
+        .await
+        .expect("enqueue");
+    exec(&t.db, "UPDATE outbox_jobs SET status = 'failed' WHERE id = ?", vec![lone.id().into()]).await;
+    assert_eq!(ops::retry_failed(&t.db, Some("keyed")).await.expect("bulk"), 2);
+    let status = |id: String| {
+        let db = t.db.clone();
+        async move { ops::get(&db, &id).await.expect("get").status }
+    };
+    assert_eq!(status(ids[1].clone()).await, JobStatus::Pending, "the latest failed job of the key");
+    assert_eq!(status(ids[0].clone()).await, JobStatus::Failed);
+    assert_eq!(status(ids[2].clone()).await, JobStatus::Failed);
+    assert_eq!(status(lone.id().to_owned()).await, JobStatus::Pending);
 }
 
 conformance!(stats_answer_the_six_questions);

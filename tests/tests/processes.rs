@@ -46,8 +46,12 @@ async fn a_job_of_a_killed_worker_is_rescued_and_completed_by_another(t: TestDb)
     assert_eq!(done.locked_by.as_deref(), Some("survivor"));
     let error = done.last_error.expect("the rescue is recorded");
     assert!(error.contains("lease expired") && error.contains(&dead_owner), "{error}");
-    let events: Vec<(String, Option<String>)> =
-        ops::history(&t.db, job.id()).await.expect("history").into_iter().map(|e| (e.event, e.worker)).collect();
+    let events: Vec<(String, Option<String>)> = ops::history(&t.db, job.id())
+        .await
+        .expect("history")
+        .into_iter()
+        .map(|e| (e.event.to_string(), e.worker))
+        .collect();
     assert_eq!(
         events,
         vec![

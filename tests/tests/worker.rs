@@ -37,8 +37,8 @@ async fn completes_jobs_and_records_output(t: TestDb) {
         .expect("list");
     assert_eq!(done.len(), 20);
     for job in done {
-        let n: u64 = serde_json::from_str::<serde_json::Value>(&job.payload).expect("json")["n"].as_u64().expect("n");
-        let out: serde_json::Value = serde_json::from_str(job.output.as_deref().expect("output")).expect("json");
+        let n: u64 = job.payload["n"].as_u64().expect("n");
+        let out = job.output.clone().expect("output");
         assert_eq!(out, json!({"double": n * 2, "attempt": 1}));
         assert_eq!(job.attempts, 1);
         assert!(job.completed_at.is_some() && job.claimed_at.is_some());
@@ -120,7 +120,7 @@ async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry(t: TestDb) {
     let job = ops::get(&t.db, snoozer.id()).await.expect("get");
     assert_eq!((job.status, job.attempts), (JobStatus::Completed, 1));
     let events: Vec<String> =
-        ops::history(&t.db, snoozer.id()).await.expect("history").into_iter().map(|e| e.event).collect();
+        ops::history(&t.db, snoozer.id()).await.expect("history").into_iter().map(|e| e.event.to_string()).collect();
     assert_eq!(events, ["enqueued", "snoozed", "claimed", "completed"]);
     let job = ops::get(&t.db, doomed.id()).await.expect("get");
     assert_eq!((job.status, job.attempts), (JobStatus::Failed, 1));
@@ -182,7 +182,7 @@ async fn a_corrupted_payload_fails_permanently_on_its_first_claim(t: TestDb) {
             let err = try_exec(&t.db, not_json_write, vec![not_json.id().into()]).await.expect_err("jsonb refuses");
             assert!(err.to_string().contains("invalid input syntax for type json"), "{err}");
             let kept = ops::get(&t.db, not_json.id()).await.expect("get").payload;
-            assert_eq!(serde_json::from_str::<serde_json::Value>(&kept).expect("json"), json!({"n": 2}));
+            assert_eq!(kept, json!({"n": 2}));
             ops::cancel(&t.db, not_json.id()).await.expect("cancel the job left valid");
         }
     }
@@ -300,7 +300,7 @@ async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job(t: TestDb) {
     for id in [ok_job.id(), err_job.id()] {
         let job = ops::get(&t.db, id).await.expect("get");
         assert_eq!(job.status, JobStatus::Completed, "{job:?}");
-        assert_eq!(job.output.as_deref(), Some(r#"{"by":"fresh"}"#));
+        assert_eq!(job.output, Some(json!({"by": "fresh"})));
         assert_eq!(job.locked_by.as_deref(), Some("fresh-worker"));
         assert_eq!(job.attempts, 2);
     }
@@ -353,6 +353,63 @@ async fn graceful_shutdown_leaves_no_job_claimed(t: TestDb) {
     // The attempt is given back, but the run is counted: a handler can tell it may have acted before.
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE runs = 1").await, 6);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE event = 'released'").await, 4);
+}
+
+conformance!(answers_after_cancellation_follow_the_documented_contract);
+/// Once the worker has asked a handler to stop, what the handler answers decides the job: `Ok` completes it,
+/// a snooze snoozes it, and a retryable error, a permanent error or a panic gives it back without using the
+/// attempt (the failure may be the interruption itself).
+async fn answers_after_cancellation_follow_the_documented_contract(t: TestDb) {
+    // n: 1 = Ok, 2 = retry, 3 = permanent, 4 = snooze, 5 = panic.
+    let mut ids = Vec::new();
+    for n in 1..=5 {
+        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue"));
+    }
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = Arc::clone(&started);
+    let handle = quick(&t.db)
+        .concurrency(5)
+        .shutdown_grace(Duration::from_millis(200))
+        .cancel_grace(Duration::from_secs(10))
+        .register(move |job: Probe, ctx: JobContext| {
+            let s = Arc::clone(&s);
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                ctx.cancelled().await;
+                assert!(ctx.is_cancelled());
+                match job.n {
+                    1 => Ok(json!({"stopped": "cleanly"})),
+                    2 => Err(JobError::retry("interrupted")),
+                    3 => Err(JobError::permanent("interrupted, and said so permanently")),
+                    4 => Err(JobError::snooze(Duration::from_secs(3600))),
+                    _ => panic!("interrupted by a panic"),
+                }
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    assert!(outbox_tests::wait_count(&started, 5, Duration::from_secs(10)).await);
+    handle.shutdown().await.expect("shutdown");
+    let job = |i: usize| {
+        let db = t.db.clone();
+        let id = ids[i].id().to_owned();
+        async move { ops::get(&db, &id).await.expect("get") }
+    };
+    let ok = job(0).await;
+    assert_eq!((ok.status, ok.attempts), (JobStatus::Completed, 1), "{ok:?}");
+    for (i, what) in [(1, "retry"), (2, "permanent"), (4, "panic")] {
+        let released = job(i).await;
+        assert_eq!((released.status, released.attempts), (JobStatus::Pending, 0), "{what}: {released:?}");
+        assert!(released.run_at <= chrono::Utc::now(), "{what}: due again at once");
+        let events: Vec<_> =
+            ops::history(&t.db, &released.id).await.expect("history").into_iter().map(|e| e.event).collect();
+        assert_eq!(events.last(), Some(&outbox_core::JobEventKind::Released), "{what}");
+    }
+    let snoozed = job(3).await;
+    assert_eq!((snoozed.status, snoozed.attempts), (JobStatus::Pending, 0), "{snoozed:?}");
+    assert!(snoozed.run_at > chrono::Utc::now() + chrono::Duration::minutes(50), "{snoozed:?}");
 }
 
 /// SQLite only: an in-memory database lives in one connection, which worker processes cannot share.
@@ -466,8 +523,8 @@ async fn an_enqueue_wakes_an_idle_worker(t: TestDb) {
         .start();
     // Let the worker finish its first (empty) claim and go idle.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let job = outbox_core::transaction(&t.db, |txn| {
-        Box::pin(async move { outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await })
+    let job = outbox_core::transaction(&t.db, async |txn| {
+        outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await
     })
     .await
     .expect("enqueue");

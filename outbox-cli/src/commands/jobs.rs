@@ -117,11 +117,8 @@ pub(super) async fn list(db: &DatabaseConnection, args: ListArgs, format: Format
     Ok(code::OK)
 }
 
-pub(super) fn pretty(text: Option<&str>) -> String {
-    match text.map(|t| serde_json::from_str::<Value>(t).map_or_else(|_| t.to_owned(), |v| v.to_string())) {
-        Some(t) => t,
-        None => "-".to_owned(),
-    }
+pub(super) fn pretty(value: Option<&Value>) -> String {
+    value.map_or_else(|| "-".to_owned(), Value::to_string)
 }
 
 pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Result<u8> {
@@ -149,7 +146,7 @@ pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Re
         ("schema hash", job.schema_hash.clone()),
         ("last error", job.last_error.clone().unwrap_or_else(|| "-".into())),
         ("payload", pretty(Some(&job.payload))),
-        ("output", pretty(job.output.as_deref())),
+        ("output", pretty(job.output.as_ref())),
     ];
     for (name, value) in fields {
         println!("{name:<14}{value}");
@@ -160,7 +157,7 @@ pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Re
         .map(|e| {
             vec![
                 time(e.at),
-                e.event.clone(),
+                e.event.to_string(),
                 e.attempt.to_string(),
                 e.worker.clone().unwrap_or_else(|| "-".into()),
                 short(e.error.as_deref().unwrap_or(""), 80),

@@ -1,18 +1,219 @@
-//! The database seam. Each backend keeps its own SQL in its own module; the rest of the crate is
-//! backend-agnostic and reaches storage only through these functions and types.
+//! The storage seam, written down once: [`Driver`] lists every operation the rest of the crate asks of a
+//! database, and each backend is a folder implementing it with its own SQL, schema (migrations up and down),
+//! worker store and wake-ups. Nothing outside this module names a backend; callers reach storage through
+//! [`dispatch!`], the functions below, and the row types of this file.
+//!
+//! Not an extension point: users bring a sea-orm connection and never implement storage.
 
-pub(crate) mod postgres;
-mod postgres_worker;
+mod postgres;
 mod rows;
-pub(crate) mod sqlite;
-pub(crate) mod sqlite_worker;
+mod sqlite;
+mod worker_store;
 
-use sea_orm::{ConnectionTrait, DbBackend, Value};
+use std::time::Duration;
 
-pub(crate) use postgres_worker::{PgStore, PgStoreConfig};
-pub(crate) use sqlite_worker::{SqliteStore, StoreConfig};
+use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, Value};
 
-use crate::error::{Error, Result};
+pub(crate) use worker_store::{WorkerStore, WorkerStoreOpts};
+
+use crate::error::{Error, Result, Violation};
+use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
+use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
+
+/// Every storage operation. Each backend implements it on a unit type (`sqlite::Sqlite`,
+/// `postgres::Postgres`); [`dispatch!`] picks the implementation of a connection's backend.
+///
+/// Times cross the seam as integer milliseconds since the Unix epoch, JSON as text going in and as values
+/// coming out; every function maps its database errors to [`Error`] with what it was doing.
+pub(crate) trait Driver {
+    /// The schema: one entry per [`MIGRATION_NAMES`], each with its undo.
+    const MIGRATIONS: [Migration; 3];
+
+    /// Applies the backend's connection settings (journal mode, durability, busy timeout) to a pool's options.
+    fn tune(options: &mut ConnectOptions, settings: &Tuning);
+
+    /// Opens a transaction that may write: it holds the write lock from its first statement where the engine
+    /// would otherwise fail a reader turning writer, and waits out other writers.
+    async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction>;
+
+    /// Opens a read-only snapshot for scans.
+    async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction>;
+
+    /// What of a valid payload the backend cannot store, each at its JSON path (empty: all of it).
+    fn unstorable(payload: &serde_json::Value) -> Vec<Violation>;
+
+    /// Opens the worker's own connection(s) for claims, completions, renewals, rescues and wake-ups.
+    async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore>;
+
+    /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
+    async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool>;
+
+    /// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
+    async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>>;
+
+    /// The id of the active (pending or claimed) job of `kind` holding `key`.
+    async fn find_active<C: ConnectionTrait + ?Sized>(conn: &C, kind: &str, key: &str) -> Result<Option<String>>;
+
+    /// One job by id.
+    async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<JobRecord>>;
+
+    /// Jobs matching a filter, newest first.
+    async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>>;
+
+    /// Claimed jobs whose lease ran out before `now`.
+    async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<JobRecord>>;
+
+    /// Job counts by kind and status, with the oldest enqueue time of each group.
+    async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<StatusCount>>;
+
+    /// Jobs that finished since `since`, by kind and status.
+    async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<StatusCount>>;
+
+    /// Run and wait times of jobs completed since `since`, by kind.
+    async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>>;
+
+    /// Idempotency keys held by more than one job, most repeated first.
+    async fn duplicates<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>>;
+
+    /// Failed or cancelled back to pending with its attempts reset; `Ok(false)` when not in such a status.
+    async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool>;
+
+    /// Every failed job (of `kind`) back to pending: of several sharing a key only the latest (by last
+    /// change, then id), and none whose key an active job holds.
+    async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64>;
+
+    /// Pending to cancelled; `Ok(false)` when the job is not pending.
+    async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool>;
+
+    /// Deletes terminal jobs of the given statuses last changed before `before`.
+    async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64>;
+
+    /// The stored history of one job, oldest first.
+    async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>>;
+
+    /// Materializes the latest completed job per path into a scratch table of the transaction `conn` and
+    /// returns (completed jobs, distinct paths). `fields` are (kind, JSON path of its path field).
+    async fn open_path_scan<C: ConnectionTrait + ?Sized>(conn: &C, fields: &[(&str, &str)]) -> Result<(u64, u64)>;
+
+    /// Same, keyed by the JSON array of the values at `json_paths` of jobs of `kind`.
+    async fn open_key_scan<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        kind: &str,
+        json_paths: &[&str],
+    ) -> Result<(u64, u64)>;
+
+    /// The scratch table's entries numbered after `after`, at most `limit`.
+    async fn path_scan_page<C: ConnectionTrait + ?Sized>(conn: &C, after: i64, limit: u64) -> Result<Vec<ScanRow>>;
+
+    /// Records (or refreshes) each kind's schema and options.
+    async fn record_kinds<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        kinds: &[KindRow],
+        worker: &str,
+        now: i64,
+    ) -> Result<()>;
+
+    /// The recorded kinds, by name; only `name` when given.
+    async fn kinds<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&str>) -> Result<Vec<KindRecord>>;
+
+    /// Job counts of every queue by state, with the oldest due pending job.
+    async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<QueueCounts>>;
+}
+
+/// The database engines the framework runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The backend of a connection, when the framework supports it.
+pub(crate) fn backend<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Backend> {
+    match conn.get_database_backend() {
+        DbBackend::Sqlite => Ok(Backend::Sqlite),
+        DbBackend::Postgres => Ok(Backend::Postgres),
+        other => Err(Error::Unsupported(format!("{other:?} is not supported; use SQLite or PostgreSQL"))),
+    }
+}
+
+/// Runs the [`Driver`] operation `f` of the connection's backend: `dispatch!(conn, get(conn, id))`.
+macro_rules! dispatch {
+    ($conn:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match $crate::storage::backend($conn)? {
+            $crate::storage::Backend::Sqlite => {
+                <$crate::storage::Sqlite as $crate::storage::Driver>::$f($($arg),*).await
+            }
+            $crate::storage::Backend::Postgres => {
+                <$crate::storage::Postgres as $crate::storage::Driver>::$f($($arg),*).await
+            }
+        }
+    };
+}
+pub(crate) use dispatch;
+pub(crate) use postgres::Postgres;
+pub(crate) use sqlite::Sqlite;
+
+/// Connection settings [`Driver::tune`] applies where its backend has them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tuning {
+    pub(crate) full_sync: bool,
+    pub(crate) busy_timeout: Duration,
+}
+
+/// Applies the settings of the backend `url` names.
+pub(crate) fn tune(url: &str, options: &mut ConnectOptions, settings: &Tuning) {
+    if url.starts_with("sqlite:") {
+        Sqlite::tune(options, settings);
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Postgres::tune(options, settings);
+    }
+}
+
+/// See [`Driver::begin_write`].
+pub(crate) async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+    dispatch!(db, begin_write(db))
+}
+
+/// See [`Driver::begin_read`].
+pub(crate) async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+    dispatch!(db, begin_read(db))
+}
+
+/// See [`Driver::unstorable`].
+pub(crate) fn unstorable(backend: Backend, payload: &serde_json::Value) -> Vec<Violation> {
+    match backend {
+        Backend::Sqlite => Sqlite::unstorable(payload),
+        Backend::Postgres => Postgres::unstorable(payload),
+    }
+}
+
+/// See [`Driver::open_worker_store`].
+pub(crate) async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore> {
+    dispatch!(db, open_worker_store(db, opts))
+}
+
+/// One migration of one backend: its statements and how to undo them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Migration {
+    pub(crate) up: &'static [&'static str],
+    pub(crate) down: &'static [&'static str],
+}
+
+/// The migrations' names, shared by every backend (each backend's [`Driver::MIGRATIONS`] in this order).
+pub(crate) const MIGRATION_NAMES: [&str; 3] = [
+    "m20261122_000001_create_outbox_jobs",
+    "m20261122_000002_create_outbox_job_events",
+    "m20261122_000003_create_outbox_kinds",
+];
+
+/// Migration `index` of `backend`, when the framework supports the backend.
+pub(crate) fn migration(backend: DbBackend, index: usize) -> Option<Migration> {
+    match backend {
+        DbBackend::Sqlite => Sqlite::MIGRATIONS.get(index).copied(),
+        DbBackend::Postgres => Postgres::MIGRATIONS.get(index).copied(),
+        _ => None,
+    }
+}
 
 /// A job row about to be written by enqueue.
 #[derive(Debug, Clone)]
@@ -32,7 +233,7 @@ pub(crate) struct NewJob {
 impl NewJob {
     /// The row's eleven values in the order of the backends' insert columns: id, kind, queue, payload,
     /// priority, max attempts, run at, key, schema hash, created at, updated at.
-    pub(crate) fn push_values(&self, values: &mut Vec<Value>) {
+    fn push_values(&self, values: &mut Vec<Value>) {
         values.extend([
             self.id.clone().into(),
             self.kind.clone().into(),
@@ -54,11 +255,11 @@ const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload,
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
 /// Values per row ([`NewJob::push_values`]).
 const VALUES_PER_ROW: usize = 11;
-/// Rows per batch statement: 22,000 values, under SQLite's 32,766 and PostgreSQL's 65,535.
+/// Rows per batch statement: 22,000 values, under every backend's parameter limit (32,766 and 65,535).
 const ROWS_PER_INSERT: usize = 2_000;
 
 /// Writes one row's placeholders, numbered from `first` where the backend numbers them.
-pub(crate) type PushRow = fn(&mut String, usize);
+type PushRow = fn(&mut String, usize);
 
 /// The enqueue INSERT of `jobs`, skipping any whose key an active job holds, with its values.
 fn insert_statement(backend: DbBackend, jobs: &[NewJob], push_row: PushRow, returning: &str) -> sea_orm::Statement {
@@ -77,31 +278,33 @@ fn insert_statement(backend: DbBackend, jobs: &[NewJob], push_row: PushRow, retu
     sea_orm::Statement::from_sql_and_values(backend, sql, values)
 }
 
-/// Inserts one job unless an active job of its kind holds its key. True when the row was written.
-pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(
+/// [`Driver::insert_job`] on the shared statement; `classify` maps the backend's errors.
+async fn insert_job<C: ConnectionTrait + ?Sized>(
     conn: &C,
     backend: DbBackend,
     job: &NewJob,
     push_row: PushRow,
+    classify: fn(String, sea_orm::DbErr) -> Error,
 ) -> Result<bool> {
     let res = conn
         .execute_raw(insert_statement(backend, std::slice::from_ref(job), push_row, ""))
         .await
-        .map_err(Error::db(format!("enqueuing a job of kind `{}`", job.kind)))?;
+        .map_err(|e| classify(format!("enqueuing a job of kind `{}`", job.kind), e))?;
     Ok(res.rows_affected() == 1)
 }
 
-/// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
-pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(
+/// [`Driver::insert_jobs`] on the shared statement; `classify` maps the backend's errors.
+async fn insert_jobs<C: ConnectionTrait + ?Sized>(
     conn: &C,
     backend: DbBackend,
     jobs: &[NewJob],
     push_row: PushRow,
+    classify: fn(String, sea_orm::DbErr) -> Error,
 ) -> Result<Vec<String>> {
     let mut written = Vec::with_capacity(jobs.len());
     for chunk in jobs.chunks(ROWS_PER_INSERT) {
         let statement = insert_statement(backend, chunk, push_row, " RETURNING id");
-        let rows = conn.query_all_raw(statement).await.map_err(Error::db("enqueuing a batch of jobs"))?;
+        let rows = conn.query_all_raw(statement).await.map_err(|e| classify("enqueuing a batch of jobs".into(), e))?;
         for row in rows {
             written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
         }
@@ -109,24 +312,52 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(
     Ok(written)
 }
 
-/// The values of a kind's row in the kinds table: name, schema, schema hash, queue, priority, max attempts,
-/// uniqueness, key fields (JSON), recording worker, then `now` once per time column the statement binds.
-pub(crate) fn kind_values(kind: &crate::kind::Kind, worker: &str, now: i64, times: usize) -> Result<Vec<Value>> {
-    let key_fields = serde_json::to_string(kind.key_fields())
-        .map_err(|e| Error::Internal(format!("encoding the key fields of kind `{}`: {e}", kind.name())))?;
-    let mut values: Vec<Value> = vec![
-        kind.name().into(),
-        kind.schema().to_string().into(),
-        kind.schema_hash().into(),
-        kind.queue().into(),
-        kind.priority().into(),
-        kind.max_attempts().into(),
-        kind.is_unique().into(),
-        key_fields.into(),
-        worker.into(),
-    ];
-    values.extend(std::iter::repeat_n(Value::from(now), times));
-    Ok(values)
+/// A kind as the kinds table stores it.
+#[derive(Debug, Clone)]
+pub(crate) struct KindRow {
+    pub(crate) name: String,
+    /// The JSON Schema as text.
+    pub(crate) schema: String,
+    pub(crate) schema_hash: String,
+    pub(crate) queue: String,
+    pub(crate) priority: i32,
+    pub(crate) max_attempts: i32,
+    pub(crate) unique: bool,
+    /// The key fields as a JSON array.
+    pub(crate) key_fields: String,
+}
+
+impl KindRow {
+    /// The row's values: name, schema, schema hash, queue, priority, max attempts, uniqueness, key fields,
+    /// recording worker, then `now` once per time column the statement binds.
+    fn values(&self, worker: &str, now: i64, times: usize) -> Vec<Value> {
+        let mut values: Vec<Value> = vec![
+            self.name.clone().into(),
+            self.schema.clone().into(),
+            self.schema_hash.clone().into(),
+            self.queue.clone().into(),
+            self.priority.into(),
+            self.max_attempts.into(),
+            self.unique.into(),
+            self.key_fields.clone().into(),
+            worker.into(),
+        ];
+        values.extend(std::iter::repeat_n(Value::from(now), times));
+        values
+    }
+}
+
+/// One entry of an open path scan.
+#[derive(Debug, Clone)]
+pub(crate) struct ScanRow {
+    /// Its number in path order; pages continue after the last one read.
+    pub(crate) seq: i64,
+    pub(crate) path: Option<String>,
+    pub(crate) job_id: String,
+    pub(crate) kind: String,
+    pub(crate) output: Option<serde_json::Value>,
+    pub(crate) completed_at: Option<i64>,
+    pub(crate) jobs: u64,
 }
 
 /// A job just claimed by a worker.
@@ -191,103 +422,13 @@ pub(crate) struct Rescued {
     pub(crate) previous_owner: Option<String>,
 }
 
-/// The database engines the framework runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-/// The backend of a connection, when the framework supports it.
-pub(crate) fn backend<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Backend> {
-    match conn.get_database_backend() {
-        DbBackend::Sqlite => Ok(Backend::Sqlite),
-        DbBackend::Postgres => Ok(Backend::Postgres),
-        other => Err(Error::Unsupported(format!("{other:?} is not supported; use SQLite or PostgreSQL"))),
-    }
-}
-
-/// Runs the storage function `f` of the connection's backend: `dispatch!(conn, get(conn, id))`.
-macro_rules! dispatch {
-    ($conn:expr, $f:ident($($arg:expr),* $(,)?)) => {
-        match $crate::storage::backend($conn)? {
-            $crate::storage::Backend::Sqlite => $crate::storage::sqlite::$f($($arg),*).await,
-            $crate::storage::Backend::Postgres => $crate::storage::postgres::$f($($arg),*).await,
-        }
-    };
-}
-pub(crate) use dispatch;
-
-/// The worker's own connection to the database: claims, completions, renewals, rescues.
-#[derive(Clone)]
-pub(crate) enum WorkerStore {
-    Sqlite(SqliteStore),
-    Postgres(PgStore),
-}
-
-impl WorkerStore {
-    pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
-        match self {
-            WorkerStore::Sqlite(s) => s.claim(limit, now, lease_until).await,
-            WorkerStore::Postgres(s) => s.claim(limit, now, lease_until).await,
-        }
-    }
-
-    /// Queues a finished attempt; it is written with whatever else finished meanwhile.
-    pub(crate) fn finish(&self, finished: Finished) -> Result<()> {
-        match self {
-            WorkerStore::Sqlite(s) => s.finish(finished),
-            WorkerStore::Postgres(s) => s.finish(finished),
-        }
-    }
-
-    /// Jobs whose attempt has finished but whose outcome is not written yet: they still hold their claim and
-    /// keep their leases renewed, and past one batch of them they count against the worker's concurrency.
-    /// Always empty on SQLite, whose connection writes queued outcomes before it claims.
-    pub(crate) fn unwritten(&self) -> Vec<String> {
-        match self {
-            WorkerStore::Sqlite(_) => Vec::new(),
-            WorkerStore::Postgres(s) => s.unwritten(),
-        }
-    }
-
-    /// How many of [`WorkerStore::unwritten`] there are.
-    pub(crate) fn unwritten_count(&self) -> usize {
-        match self {
-            WorkerStore::Sqlite(_) => 0,
-            WorkerStore::Postgres(s) => s.unwritten_count(),
-        }
-    }
-
-    pub(crate) async fn extend(&self, ids: Vec<String>, until: i64) -> Result<u64> {
-        match self {
-            WorkerStore::Sqlite(s) => s.extend(ids, until).await,
-            WorkerStore::Postgres(s) => s.extend(ids, until).await,
-        }
-    }
-
-    pub(crate) async fn rescue(&self, now: i64) -> Result<Vec<Rescued>> {
-        match self {
-            WorkerStore::Sqlite(s) => s.rescue(now).await,
-            WorkerStore::Postgres(s) => s.rescue(now).await,
-        }
-    }
-
-    /// Resolves once every finish queued before it has been written (or given up on).
-    pub(crate) async fn flush(&self) -> Result<()> {
-        match self {
-            WorkerStore::Sqlite(s) => s.flush().await,
-            WorkerStore::Postgres(s) => s.flush().await,
-        }
-    }
-}
-
 /// Milliseconds since the Unix epoch, the unit of every stored timestamp.
 pub(crate) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-pub(crate) fn log_finished(f: &Finished, applied: bool, worker: &str) {
+/// Logs a written (or discarded) outcome; every backend's completion writer calls it.
+fn log_finished(f: &Finished, applied: bool, worker: &str) {
     let (job_id, kind, queue, attempt) = (f.id.as_str(), f.kind.as_str(), f.queue.as_str(), f.attempt);
     if !applied {
         tracing::warn!(

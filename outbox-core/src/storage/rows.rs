@@ -4,9 +4,16 @@
 
 use sea_orm::QueryResult;
 
+use super::ScanRow;
 use crate::error::{Error, Result};
-use crate::ops::{DuplicateKey, JobEvent, KindDurations, KindRecord, PathJob, QueueCounts, StatusCount};
-use crate::record::{JobRecord, JobStatus, from_ms};
+use crate::record::{JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, from_ms};
+use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
+
+/// A stored JSON document as a value. Text that is not JSON (written behind the framework's back) is kept
+/// visible as a JSON string of itself rather than making the whole row unreadable.
+fn json(text: String) -> serde_json::Value {
+    serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+}
 
 pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
     let get_err = Error::db("reading a job row");
@@ -19,7 +26,7 @@ pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
         Ok(JobRecord {
             kind: row.try_get_by_index(1)?,
             queue: row.try_get_by_index(2)?,
-            payload: row.try_get_by_index(3)?,
+            payload: json(row.try_get_by_index(3)?),
             status,
             priority: row.try_get_by_index(5)?,
             attempts: row.try_get_by_index(6)?,
@@ -31,7 +38,7 @@ pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
             last_error: row.try_get_by_index(12)?,
             idempotency_key: row.try_get_by_index(13)?,
             schema_hash: row.try_get_by_index(14)?,
-            output: row.try_get_by_index(15)?,
+            output: row.try_get_by_index::<Option<String>>(15)?.map(json),
             created_at: from_ms(row.try_get_by_index(16)?),
             claimed_at: opt_ms(17)?,
             completed_at: opt_ms(18)?,
@@ -94,7 +101,9 @@ pub(super) fn history(rows: &[QueryResult], id: &str) -> Result<Vec<JobEvent>> {
         .map(|row| {
             Ok(JobEvent {
                 at: from_ms(row.try_get_by_index(0).map_err(ctx())?),
-                event: row.try_get_by_index(1).map_err(ctx())?,
+                event: row.try_get_by_index::<String>(1).map_err(ctx())?.parse::<JobEventKind>().map_err(|reason| {
+                    Error::CorruptRow { id: id.to_owned(), reason: format!("its history: {reason}") }
+                })?,
                 attempt: row.try_get_by_index(2).map_err(ctx())?,
                 worker: row.try_get_by_index(3).map_err(ctx())?,
                 error: row.try_get_by_index(4).map_err(ctx())?,
@@ -103,19 +112,19 @@ pub(super) fn history(rows: &[QueryResult], id: &str) -> Result<Vec<JobEvent>> {
         .collect()
 }
 
-pub(super) fn path_scan_page(rows: &[QueryResult]) -> Result<Vec<(i64, PathJob)>> {
+pub(super) fn path_scan_page(rows: &[QueryResult]) -> Result<Vec<ScanRow>> {
     let ctx = || Error::db("reading a page of the path scan");
     rows.iter()
         .map(|row| {
-            let job = PathJob {
+            Ok(ScanRow {
+                seq: row.try_get_by_index(0).map_err(ctx())?,
                 path: row.try_get_by_index(1).map_err(ctx())?,
                 job_id: row.try_get_by_index(2).map_err(ctx())?,
                 kind: row.try_get_by_index(3).map_err(ctx())?,
-                output: row.try_get_by_index(4).map_err(ctx())?,
-                completed_at: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?.map(from_ms),
+                output: row.try_get_by_index::<Option<String>>(4).map_err(ctx())?.map(json),
+                completed_at: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?,
                 jobs: row.try_get_by_index::<i64>(6).map_err(ctx())?.max(0).unsigned_abs(),
-            };
-            Ok((row.try_get_by_index::<i64>(0).map_err(ctx())?, job))
+            })
         })
         .collect()
 }

@@ -133,12 +133,15 @@ impl JobContext {
     pub fn run(&self) -> i32 {
         self.run
     }
-    /// Whether the worker asked this job to stop (shutdown past its grace period).
+    /// Whether the worker asked this job to stop; see [`JobContext::cancelled`].
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
     }
-    /// Resolves when the worker asks this job to stop. A handler that then returns an error releases the job
-    /// without using the attempt.
+    /// Resolves when the worker asks this job to stop (shutdown past its grace period). Whatever the handler
+    /// returns after that decides the job: `Ok` completes it, [`JobError::snooze`] snoozes it, and any error
+    /// ([`JobError::retry`], [`JobError::permanent`]) or a panic gives the job back without using its attempt,
+    /// since the failure may be the interruption itself. A handler that ignores the request is dropped after
+    /// the cancel grace, with the same result.
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await
     }

@@ -7,11 +7,10 @@ mod run;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
 pub use handler::{IntoOutput, JobContext, JobError};
@@ -21,7 +20,7 @@ pub use run::shutdown_signal;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::kind::Kind;
-use crate::storage::{self, Backend, PgStore, PgStoreConfig, SqliteStore, StoreConfig, WorkerStore};
+use crate::storage::{self, WorkerStore, WorkerStoreOpts};
 use handler::ErasedHandler;
 
 pub(crate) struct Registered {
@@ -79,7 +78,8 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// Starts configuring a worker on `db`: an SQLite file database, or PostgreSQL.
+    /// Starts configuring a worker on `db` (an embedded database must be a file: the worker opens its own
+    /// connection to it).
     pub fn builder(db: &DatabaseConnection) -> WorkerBuilder {
         WorkerBuilder {
             db: db.clone(),
@@ -242,87 +242,24 @@ impl WorkerBuilder {
         self
     }
 
-    /// Checks the configuration, records the registered kinds, and opens the worker's own connections: one to
-    /// the SQLite file, or a small pool and a `LISTEN` connection on PostgreSQL.
+    /// Checks the configuration, records the registered kinds, and opens the worker's own connections (see
+    /// the README's backend sections for what each backend opens).
     pub async fn build(mut self) -> Result<Worker> {
         if let Some(e) = self.errors.drain(..).next() {
             return Err(e);
         }
-        let backend = storage::backend(&self.db)?;
+        storage::backend(&self.db)?;
         let id = self.id.unwrap_or_else(default_worker_id);
         // Operators' tools (the `outbox` command) validate and show kinds defined in any application.
         let registered: Vec<&Kind> = self.handlers.values().map(|r| r.kind.as_ref()).collect();
-        crate::ops::record_kinds(&self.db, &registered, &id).await?;
+        crate::kind::registry::record(&self.db, &registered, &id).await?;
         let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
         kinds.sort();
-        let store = match backend {
-            Backend::Sqlite => {
-                let encode = |v: &[String]| {
-                    serde_json::to_string(v).map_err(|e| Error::Internal(format!("encoding kind and queue names: {e}")))
-                };
-                WorkerStore::Sqlite(SqliteStore::open(StoreConfig {
-                    path: sqlite_file(&self.db)?,
-                    synchronous: synchronous_mode(&self.db).await?,
-                    busy_timeout: Duration::from_secs(10),
-                    worker_id: id.clone(),
-                    kinds_json: encode(&kinds)?,
-                    queues_json: self.queues.as_deref().map(encode).transpose()?,
-                })?)
-            }
-            Backend::Postgres => WorkerStore::Postgres(PgStore::open(
-                self.db.get_postgres_connection_pool(),
-                PgStoreConfig {
-                    worker_id: id.clone(),
-                    kinds,
-                    queues: self.queues,
-                    schema: current_schema(&self.db).await?,
-                },
-            )),
-        };
+        let store =
+            storage::open_worker_store(&self.db, WorkerStoreOpts { worker_id: id.clone(), kinds, queues: self.queues })
+                .await?;
         Ok(Worker { store, handlers: Arc::new(self.handlers), config: self.config, id })
     }
-}
-
-fn sqlite_file(db: &DatabaseConnection) -> Result<PathBuf> {
-    let options = db.get_sqlite_connection_pool().connect_options();
-    let path = options.get_filename();
-    let text = path.to_string_lossy();
-    if text.is_empty() || text == ":memory:" || text.starts_with("file:sqlx-in-memory") {
-        return Err(Error::Unsupported(
-            "the worker needs an SQLite file database (`sqlite://path/to/file.db?mode=rwc`); \
-             an in-memory database is private to one connection"
-                .into(),
-        ));
-    }
-    Ok(path.to_path_buf())
-}
-
-async fn synchronous_mode(db: &DatabaseConnection) -> Result<String> {
-    let row = db
-        .query_one_raw(Statement::from_string(DbBackend::Sqlite, "PRAGMA synchronous"))
-        .await
-        .map_err(Error::db("reading PRAGMA synchronous"))?;
-    let level =
-        row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(Error::db("reading PRAGMA synchronous"))?;
-    Ok(match level {
-        Some(0) => "OFF",
-        Some(1) => "NORMAL",
-        Some(3) => "EXTRA",
-        _ => "FULL",
-    }
-    .to_owned())
-}
-
-/// The schema the outbox tables are found in (the first of the connection's `search_path` that exists).
-async fn current_schema(db: &DatabaseConnection) -> Result<String> {
-    let row = db
-        .query_one_raw(Statement::from_string(DbBackend::Postgres, "SELECT current_schema()::text"))
-        .await
-        .map_err(Error::db("reading the current schema"))?;
-    row.and_then(|r| r.try_get_by_index::<Option<String>>(0).transpose())
-        .transpose()
-        .map_err(Error::db("reading the current schema"))?
-        .ok_or_else(|| Error::Invalid("the connection's search_path names no existing schema".into()))
 }
 
 fn default_worker_id() -> String {

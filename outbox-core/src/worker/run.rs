@@ -73,7 +73,7 @@ impl Loop {
                 return Ok(());
             }
             self.maintain().await;
-            // One batch of outcomes may wait for the writer while the next runs (measured on PostgreSQL: 0.65
+            // One batch of outcomes may wait for the writer while the next runs (measured on a networked database: 0.65
             // of the bare-driver baseline without that overlap, 0.99 with it); beyond that, outcomes not yet
             // written keep their slots, so claiming never runs further ahead of a slow writer.
             let unwritten = self.worker.store.unwritten_count().saturating_sub(config.concurrency);
@@ -148,15 +148,19 @@ impl Loop {
             Ok((id, result)) => (id, Ok(result)),
             Err(e) => (e.id(), Err(e)),
         };
-        let Some(InFlight { job, .. }) = self.in_flight.remove(&id) else { return Ok(()) };
+        let Some(InFlight { job, cancel }) = self.in_flight.remove(&id) else { return Ok(()) };
         let retry = self.worker.handlers.get(&job.kind);
+        // Once the worker has asked a handler to stop, an error may be the interruption itself, whatever the
+        // handler called it: the job is given back without using its attempt rather than failed or retried.
+        let asked_to_stop = cancelling || cancel.is_cancelled();
         let outcome = match result {
             Ok(Ok(output)) => Outcome::Completed { output: output.map(|v| v.to_string()) },
             Ok(Err(JobError::Snooze(after))) => Outcome::Snoozed { run_at: now_ms() + ms(after) },
+            Ok(Err(JobError::Retry(_) | JobError::Permanent(_))) if asked_to_stop => Outcome::Released,
             Ok(Err(JobError::Permanent(error))) => Outcome::Failed { error },
-            Ok(Err(JobError::Retry(_))) if cancelling => Outcome::Released,
             Ok(Err(JobError::Retry(error))) => failure(&job, error, retry),
             Err(e) if e.is_cancelled() => Outcome::Released,
+            Err(_) if asked_to_stop => Outcome::Released,
             Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
         };
         self.worker.store.finish(finished(&job, outcome))

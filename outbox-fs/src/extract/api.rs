@@ -21,8 +21,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use tracing::Instrument;
 
-use super::cli::map_message;
-use super::{ExtractError, ExtractRequest, Extraction, Extractor, Usage};
+use super::{ExtractError, ExtractRequest, Extraction, Extractor, WireUsage};
 
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// A `retry-after` longer than this is the caller's to wait out, not a worker slot's.
@@ -226,7 +225,7 @@ impl AnthropicApi {
 
     /// The key may come back in an echoed body; it never goes further.
     fn scrub(&self, error: ExtractError) -> ExtractError {
-        map_message(error, |m| m.replace(self.key.0.as_str(), "[redacted]"))
+        error.map_message(|m| m.replace(self.key.0.as_str(), "[redacted]"))
     }
 }
 
@@ -324,26 +323,6 @@ fn parse_message(status: StatusCode, body: &[u8]) -> Result<Extraction, ExtractE
         return Err(ExtractError::Permanent("anthropic api answer has no text".into()));
     }
     Ok(Extraction { text, model: message.model, usage: message.usage.into(), cost_usd: None })
-}
-
-/// Token counts as both the Messages API and the CLI report them; the cache fields may be absent or null.
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct WireUsage {
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    cache_creation_input_tokens: Option<u64>,
-    cache_read_input_tokens: Option<u64>,
-}
-
-impl From<WireUsage> for Usage {
-    fn from(w: WireUsage) -> Self {
-        Usage {
-            input_tokens: w.input_tokens.unwrap_or(0),
-            output_tokens: w.output_tokens.unwrap_or(0),
-            cache_creation_input_tokens: w.cache_creation_input_tokens.unwrap_or(0),
-            cache_read_input_tokens: w.cache_read_input_tokens.unwrap_or(0),
-        }
-    }
 }
 
 /// An error and its sources, which hold the useful part ("connection refused", "operation timed out").

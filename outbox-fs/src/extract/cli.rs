@@ -30,8 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tracing::Instrument;
 
-use super::api::WireUsage;
-use super::{ExtractError, ExtractRequest, Extraction, Extractor};
+use super::{ExtractError, ExtractRequest, Extraction, Extractor, WireUsage};
 
 /// Environment variables the child sees unless [`CliOpts::env_allow`] says otherwise.
 #[rustfmt::skip]
@@ -159,7 +158,7 @@ impl ClaudeCli {
             talked.map_err(|e| ExtractError::Retryable(format!("talking to claude failed: {e}")))?;
         let stderr = scrub(&String::from_utf8_lossy(&stderr), &secrets);
         interpret(status, &stdout, &stderr, self.opts.model.as_deref())
-            .map_err(|e| map_message(e, |m| scrub(&m, &secrets)))
+            .map_err(|e| e.map_message(|m| scrub(&m, &secrets)))
     }
 }
 
@@ -174,14 +173,6 @@ impl Extractor for ClaudeCli {
             prompt_hash = %request.prompt_hash,
         );
         Box::pin(self.run(request).instrument(span))
-    }
-}
-
-/// Rewrites the message of `error`, keeping its class.
-pub(super) fn map_message(error: ExtractError, f: impl FnOnce(String) -> String) -> ExtractError {
-    match error {
-        ExtractError::Retryable(m) => ExtractError::Retryable(f(m)),
-        ExtractError::Permanent(m) => ExtractError::Permanent(f(m)),
     }
 }
 

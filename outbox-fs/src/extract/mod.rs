@@ -66,3 +66,33 @@ pub trait Extractor: Send + Sync + 'static {
         request: &'a ExtractRequest,
     ) -> Pin<Box<dyn Future<Output = Result<Extraction, ExtractError>> + Send + 'a>>;
 }
+
+impl ExtractError {
+    /// Rewrites the message, keeping the class (retryable or permanent).
+    fn map_message(self, f: impl FnOnce(String) -> String) -> ExtractError {
+        match self {
+            ExtractError::Retryable(m) => ExtractError::Retryable(f(m)),
+            ExtractError::Permanent(m) => ExtractError::Permanent(f(m)),
+        }
+    }
+}
+
+/// Token counts as both the Messages API and the CLI report them; the cache fields may be absent or null.
+#[derive(Debug, Default, serde::Deserialize)]
+struct WireUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(w: WireUsage) -> Self {
+        Usage {
+            input_tokens: w.input_tokens.unwrap_or(0),
+            output_tokens: w.output_tokens.unwrap_or(0),
+            cache_creation_input_tokens: w.cache_creation_input_tokens.unwrap_or(0),
+            cache_read_input_tokens: w.cache_read_input_tokens.unwrap_or(0),
+        }
+    }
+}

@@ -5,7 +5,7 @@ mod check;
 mod report;
 
 use outbox_core::Job;
-use outbox_core::ops::{self, PathField, PathJob};
+use outbox_core::scan::{self, PathField, PathJob};
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
 
@@ -89,11 +89,7 @@ fn expectation(job: &PathJob) -> Expect {
     if job.kind == DeleteFile::KIND {
         return Expect::Absent;
     }
-    let sha256 = job
-        .output
-        .as_deref()
-        .and_then(|o| serde_json::from_str::<serde_json::Value>(o).ok())
-        .and_then(|o| o.get("sha256").and_then(|s| s.as_str()).map(str::to_owned));
+    let sha256 = job.output.as_ref().and_then(|o| o.get("sha256")).and_then(|s| s.as_str()).map(str::to_owned);
     Expect::Present(sha256)
 }
 
@@ -106,7 +102,7 @@ fn expectation(job: &PathJob) -> Expect {
 /// the files of each page are checked on the blocking thread pool.
 pub async fn reconcile(db: &DatabaseConnection, root: &Root, mut opts: ReconcileOpts) -> Result<Report> {
     let started = std::time::Instant::now();
-    let mut scan = ops::latest_completed_by_path(db, &PATH_FIELDS).await?;
+    let mut scan = scan::latest_completed_by_path(db, &PATH_FIELDS).await?;
     let mut progress = Progress { jobs_done: 0, jobs_total: scan.jobs_total() };
     tracing::info!(root = %root.path().display(), jobs = progress.jobs_total, paths = scan.paths_total(),
         "reconciling the filesystem");

@@ -10,8 +10,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{ClaimedJob, Finished, Outcome, Rescued};
 use crate::error::{Error, Result};
+use crate::storage::{ClaimedJob, Finished, Outcome, Rescued};
 
 /// How the worker's connection is opened and what it may claim.
 #[derive(Debug, Clone)]
@@ -82,7 +82,7 @@ impl SqliteStore {
 }
 
 fn open_connection(config: &StoreConfig) -> Result<Connection> {
-    let ctx = || Error::sqlite(format!("opening {}", config.path.display()));
+    let ctx = || Error::db(format!("opening {}", config.path.display()));
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(&config.path, flags).map_err(ctx())?;
     conn.busy_timeout(config.busy_timeout).map_err(ctx())?;
@@ -154,20 +154,20 @@ impl Actor {
         let attempt = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(Error::sqlite("beginning a worker transaction"))
+            .map_err(Error::db("beginning a worker transaction"))
             .and_then(|tx| {
                 let applied = write_finished(&tx, &config.worker_id, &finished)?;
                 let mut claimed = Vec::with_capacity(claims.len());
                 for c in &claims {
                     claimed.push(claim(&tx, config, c.limit, c.now, c.lease_until)?);
                 }
-                tx.commit().map_err(Error::sqlite("committing a worker transaction"))?;
+                tx.commit().map_err(Error::db("committing a worker transaction"))?;
                 Ok((applied, claimed))
             });
         match attempt {
             Ok((applied, claimed)) => {
                 for (f, ok) in finished.iter().zip(applied) {
-                    super::log_finished(f, ok, &config.worker_id);
+                    crate::storage::log_finished(f, ok, &config.worker_id);
                 }
                 for (c, jobs) in claims.into_iter().zip(claimed) {
                     let _ = c.reply.send(Ok(jobs));
@@ -194,16 +194,16 @@ impl Actor {
             let result = self
                 .conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(Error::sqlite("beginning a worker transaction"))
+                .map_err(Error::db("beginning a worker transaction"))
                 .and_then(|tx| {
                     let applied = write_finished(&tx, worker_id, batch)?;
-                    tx.commit().map_err(Error::sqlite("committing finished jobs"))?;
+                    tx.commit().map_err(Error::db("committing finished jobs"))?;
                     Ok(applied)
                 });
             match result {
                 Ok(applied) => {
                     for (f, ok) in batch.iter().zip(applied) {
-                        super::log_finished(f, ok, worker_id);
+                        crate::storage::log_finished(f, ok, worker_id);
                     }
                     return;
                 }
@@ -223,7 +223,7 @@ impl Actor {
     }
 
     fn extend(&mut self, ids: &[String], until: i64) -> Result<u64> {
-        let ctx = || Error::sqlite("renewing leases");
+        let ctx = || Error::db("renewing leases");
         let ids = serde_json::to_string(ids).map_err(|e| Error::Internal(format!("encoding job ids: {e}")))?;
         let n = self
             .conn
@@ -239,7 +239,7 @@ impl Actor {
     }
 
     fn rescue(&mut self, now: i64) -> Result<Vec<Rescued>> {
-        let ctx = || Error::sqlite("rescuing expired claims");
+        let ctx = || Error::db("rescuing expired claims");
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -284,7 +284,7 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs"
     );
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let ctx = || Error::sqlite("claiming jobs");
+    let ctx = || Error::db("claiming jobs");
     let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
     let rows = stmt
         .query_map(params![config.worker_id, now, lease_until, config.kinds_json, limit, config.queues_json], |row| {
@@ -312,8 +312,8 @@ macro_rules! fence {
 
 /// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
 fn write_finished(tx: &Connection, owner: &str, batch: &[Finished]) -> Result<Vec<bool>> {
-    let ctx = || Error::sqlite("writing finished jobs");
-    let now = super::now_ms();
+    let ctx = || Error::db("writing finished jobs");
+    let now = crate::storage::now_ms();
     let mut applied = Vec::with_capacity(batch.len());
     {
         for f in batch {

@@ -11,6 +11,8 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result, Violation};
 use crate::job::{Job, KindOpts};
 
+pub(crate) mod registry;
+
 /// Default cap on a serialized payload: 256 KiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
@@ -92,7 +94,7 @@ impl Kind {
 
     /// The kind a worker recorded in the database ([`crate::ops::kinds`]): its schema and options, without
     /// the typed kind's own rules ([`Job::validate`]), which the worker still checks before running a job.
-    pub fn from_record(record: &crate::ops::KindRecord) -> Result<Kind> {
+    pub fn from_record(record: &crate::record::KindRecord) -> Result<Kind> {
         Kind::build(
             &record.name,
             record.schema.clone(),
@@ -116,6 +118,9 @@ impl Kind {
         let invalid = |reason: String| Error::InvalidKind { kind: name.to_owned(), reason };
         if name.is_empty() {
             return Err(invalid("the kind name is empty".into()));
+        }
+        if name.contains('\0') || queue.contains('\0') {
+            return Err(invalid("the kind name or its queue contains the NUL character".into()));
         }
         if max_attempts < 1 {
             return Err(invalid(format!("max_attempts is {max_attempts}, it must be at least 1")));

@@ -11,13 +11,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm::sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use sea_orm::sqlx::postgres::{PgPool, PgPoolOptions};
 use sea_orm::sqlx::{self, Row};
 use tokio::sync::{mpsc, oneshot};
 
-use super::postgres::{CHANNEL, ts};
-use super::{ClaimedJob, Finished, Outcome, Rescued};
+use super::listener::listen;
+use super::ts;
 use crate::error::{Error, Result};
+use crate::storage::{ClaimedJob, Finished, Outcome, Rescued};
 use crate::wake;
 
 /// What the worker claims and who it is.
@@ -304,7 +305,7 @@ where
                 tracing::debug!(error = %e, tries, "{what} failed on a dropped connection; retrying");
                 tokio::time::sleep(Duration::from_millis(20 * u64::from(tries - 1))).await;
             }
-            Err(e) => return Err(Error::postgres(what)(e)),
+            Err(e) => return Err(Error::db(what)(e)),
         }
     }
 }
@@ -323,7 +324,7 @@ struct Columns {
 
 impl Columns {
     fn of(batch: &[Finished]) -> Columns {
-        let now = super::now_ms();
+        let now = crate::storage::now_ms();
         let mut c = Columns::default();
         for f in batch {
             // PostgreSQL text cannot hold NUL; an error message is for people, so it is replaced.
@@ -362,7 +363,7 @@ async fn write_batch(
         .bind(&c.errors)
         .bind(&c.run_ats)
         .bind(&c.give_backs)
-        .bind(super::now_ms())
+        .bind(crate::storage::now_ms())
         .bind(owner)
         .fetch_all(pool)
         .await?;
@@ -411,7 +412,7 @@ async fn write_with_retries(pool: &PgPool, owner: &str, batch: Vec<Finished>) {
         match write_batch(pool, owner, &batch).await {
             Ok(applied) => {
                 for f in &batch {
-                    super::log_finished(f, applied.contains(&f.id), owner);
+                    crate::storage::log_finished(f, applied.contains(&f.id), owner);
                 }
                 return;
             }
@@ -446,7 +447,7 @@ async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
     loop {
         match write_batch(pool, owner, std::slice::from_ref(&item)).await {
             Ok(applied) => {
-                super::log_finished(&item, applied.contains(&item.id), owner);
+                crate::storage::log_finished(&item, applied.contains(&item.id), owner);
                 return;
             }
             Err(e) if is_transient(&e) && started.elapsed() < FINISH_GIVE_UP => {
@@ -465,52 +466,6 @@ async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
                     "giving up writing a finished job; its lease will expire and it will run again"
                 );
                 return;
-            }
-        }
-    }
-}
-
-/// Keeps one connection listening on the wake-up channel, reconnecting with backoff, and wakes this process's
-/// workers on every notification for their schema. Polling covers whatever is missed while reconnecting.
-async fn listen(pool: PgPool, schema: String, worker: String) {
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let mut listener = match PgListener::connect_with(&pool).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "cannot open the listen connection");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
-                continue;
-            }
-        };
-        if let Err(e) = listener.listen(CHANNEL).await {
-            tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "cannot listen for wake-ups");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(30));
-            continue;
-        }
-        tracing::debug!(worker = %worker, channel = CHANNEL, "listening for wake-ups");
-        delay = Duration::from_millis(100);
-        // Whatever was enqueued while not listening was not announced.
-        wake::wake();
-        loop {
-            match listener.try_recv().await {
-                Ok(Some(note)) => {
-                    if note.payload() == schema {
-                        wake::wake();
-                    }
-                }
-                Ok(None) => {
-                    tracing::info!(worker = %worker, "the listen connection was lost; reconnecting");
-                    wake::wake();
-                }
-                Err(e) => {
-                    tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "listening for wake-ups failed");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(30));
-                    break;
-                }
             }
         }
     }

@@ -1,0 +1,40 @@
+//! The kinds table: each worker records its kinds' schemas and options when it is built, so tools without
+//! the Rust types (the `outbox` command, other languages) can validate and show their jobs.
+
+use sea_orm::ConnectionTrait;
+
+use super::Kind;
+use crate::error::{Error, Result};
+use crate::record::KindRecord;
+use crate::storage::{KindRow, dispatch, now_ms};
+
+/// Records each kind's JSON Schema and options (workers do this when they are built).
+pub(crate) async fn record<C: ConnectionTrait>(conn: &C, kinds: &[&Kind], recorded_by: &str) -> Result<()> {
+    let rows = kinds.iter().map(|kind| row(kind)).collect::<Result<Vec<_>>>()?;
+    dispatch!(conn, record_kinds(conn, &rows, recorded_by, now_ms()))
+}
+
+fn row(kind: &Kind) -> Result<KindRow> {
+    let key_fields = serde_json::to_string(kind.key_fields())
+        .map_err(|e| Error::Internal(format!("encoding the key fields of kind `{}`: {e}", kind.name())))?;
+    Ok(KindRow {
+        name: kind.name().to_owned(),
+        schema: kind.schema().to_string(),
+        schema_hash: kind.schema_hash().to_owned(),
+        queue: kind.queue().to_owned(),
+        priority: kind.priority(),
+        max_attempts: kind.max_attempts(),
+        unique: kind.is_unique(),
+        key_fields,
+    })
+}
+
+/// Every kind a worker has recorded, by name.
+pub async fn kinds<C: ConnectionTrait>(conn: &C) -> Result<Vec<KindRecord>> {
+    dispatch!(conn, kinds(conn, None))
+}
+
+/// The recorded kind `name`, if a worker has recorded it.
+pub async fn kind<C: ConnectionTrait>(conn: &C, name: &str) -> Result<Option<KindRecord>> {
+    Ok(dispatch!(conn, kinds(conn, Some(name)))?.pop())
+}

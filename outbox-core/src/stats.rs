@@ -1,0 +1,90 @@
+//! The answers of the operator queries: counts, durations, duplicate keys, queue states.
+
+use chrono::{DateTime, Utc};
+
+use crate::record::{JobRecord, JobStatus};
+
+/// How many jobs of one kind are in one status.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StatusCount {
+    /// Kind name.
+    pub kind: String,
+    /// Status.
+    pub status: JobStatus,
+    /// Number of jobs.
+    pub count: u64,
+    /// Oldest enqueue time in the group.
+    pub oldest: DateTime<Utc>,
+}
+
+/// Run and wait times of completed jobs of one kind.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KindDurations {
+    /// Kind name.
+    pub kind: String,
+    /// Completed jobs measured.
+    pub completed: u64,
+    /// Mean time from claim to completion of the last attempt, ms.
+    pub avg_run_ms: f64,
+    /// Longest such time, ms.
+    pub max_run_ms: i64,
+    /// Mean time from enqueue to the last claim, ms.
+    pub avg_wait_ms: f64,
+}
+
+/// An idempotency key carried by more than one job over time.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DuplicateKey {
+    /// Kind name.
+    pub kind: String,
+    /// The key.
+    pub key: String,
+    /// Jobs with this key, in any status.
+    pub jobs: u64,
+    /// Of those, pending or claimed (at most one).
+    pub active: u64,
+    /// Of those, completed.
+    pub completed: u64,
+}
+
+/// All six answers at once.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Stats {
+    /// Counts of every kind and status (pending and claimed are what is outstanding).
+    pub counts: Vec<StatusCount>,
+    /// The most recent failed jobs with their errors.
+    pub failed: Vec<JobRecord>,
+    /// Claimed jobs whose lease has expired.
+    pub stuck: Vec<JobRecord>,
+    /// Durations of jobs completed in the window.
+    pub durations: Vec<KindDurations>,
+    /// Keys enqueued more than once.
+    pub duplicates: Vec<DuplicateKey>,
+    /// What finished in the window, by kind and status.
+    pub recent: Vec<StatusCount>,
+    /// The window of `durations` and `recent`.
+    pub window_secs: u64,
+}
+
+/// Jobs of one queue by state.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QueueCounts {
+    /// Queue name.
+    pub queue: String,
+    /// Pending and due now.
+    pub available: u64,
+    /// Pending, due later (delayed, or waiting for a retry).
+    pub scheduled: u64,
+    /// Claimed by a worker (stuck ones included).
+    pub claimed: u64,
+    /// Claimed, with an expired lease.
+    pub stuck: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Failed for good.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// When the oldest available job became due.
+    pub oldest_available: Option<DateTime<Utc>>,
+}

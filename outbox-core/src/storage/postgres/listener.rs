@@ -1,0 +1,54 @@
+//! The `LISTEN` connection that wakes this process's workers when jobs are enqueued, from any writer.
+
+use std::time::Duration;
+
+use sea_orm::sqlx::postgres::{PgListener, PgPool};
+
+use super::CHANNEL;
+use crate::wake;
+
+/// Keeps one connection listening on the wake-up channel, reconnecting with backoff, and wakes this process's
+/// workers on every notification for their schema. Polling covers whatever is missed while reconnecting.
+pub(super) async fn listen(pool: PgPool, schema: String, worker: String) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "cannot open the listen connection");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(CHANNEL).await {
+            tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "cannot listen for wake-ups");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(30));
+            continue;
+        }
+        tracing::debug!(worker = %worker, channel = CHANNEL, "listening for wake-ups");
+        delay = Duration::from_millis(100);
+        // Whatever was enqueued while not listening was not announced.
+        wake::wake();
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(note)) => {
+                    if note.payload() == schema {
+                        wake::wake();
+                    }
+                }
+                Ok(None) => {
+                    tracing::info!(worker = %worker, "the listen connection was lost; reconnecting");
+                    wake::wake();
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "listening for wake-ups failed");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                    break;
+                }
+            }
+        }
+    }
+}

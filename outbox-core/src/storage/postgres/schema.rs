@@ -1,0 +1,140 @@
+//! The PostgreSQL schema: each migration's statements, and how to undo them. A trigger is named with its
+//! table here, and its function outlives it, so undoing drops both.
+
+use crate::storage::Migration;
+
+/// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
+pub(super) const MIGRATIONS: [Migration; 3] = [
+    Migration {
+        up: SCHEMA_V1,
+        down: &["DROP TABLE IF EXISTS outbox_jobs", "DROP FUNCTION IF EXISTS outbox_jobs_notify()"],
+    },
+    Migration {
+        up: SCHEMA_V2_EVENTS,
+        down: &[
+            "DROP TRIGGER IF EXISTS outbox_jobs_transition ON outbox_jobs",
+            "DROP TRIGGER IF EXISTS outbox_jobs_purged ON outbox_jobs",
+            "DROP FUNCTION IF EXISTS outbox_jobs_transition()",
+            "DROP FUNCTION IF EXISTS outbox_jobs_purged()",
+            "DROP TABLE IF EXISTS outbox_job_events",
+        ],
+    },
+    Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
+];
+
+/// The first schema: the jobs table, the indexes of the claim paths, the lease scan, dedup and purge, and
+/// the wake-up trigger.
+const SCHEMA_V1: &[&str] = &[
+    r#"CREATE TABLE IF NOT EXISTS outbox_jobs (
+        id text COLLATE "C" PRIMARY KEY,
+        kind text COLLATE "C" NOT NULL,
+        queue text COLLATE "C" NOT NULL DEFAULT 'default',
+        payload jsonb NOT NULL,
+        status text COLLATE "C" NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
+        priority integer NOT NULL DEFAULT 0,
+        attempts integer NOT NULL DEFAULT 0,
+        runs integer NOT NULL DEFAULT 0,
+        max_attempts integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+        run_at timestamptz NOT NULL,
+        locked_by text,
+        locked_at timestamptz,
+        lease_expires_at timestamptz,
+        last_error text,
+        idempotency_key text COLLATE "C",
+        schema_hash text NOT NULL,
+        output jsonb,
+        created_at timestamptz NOT NULL,
+        claimed_at timestamptz,
+        completed_at timestamptz,
+        updated_at timestamptz NOT NULL
+    )"#,
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending'",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim_queue
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
+    "CREATE UNIQUE INDEX IF NOT EXISTS outbox_jobs_active_key
+        ON outbox_jobs (kind, idempotency_key)
+        WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_lease
+        ON outbox_jobs (lease_expires_at) WHERE status = 'claimed'",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_finished
+        ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')",
+    // One notification per inserting statement, delivered when its transaction commits (PostgreSQL folds
+    // identical notifications of one transaction into one): every writer wakes the workers, the `outbox`
+    // command and hand-written SQL included.
+    "CREATE OR REPLACE FUNCTION outbox_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('outbox_jobs', TG_TABLE_SCHEMA);
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_notify ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_notify AFTER INSERT ON outbox_jobs
+        FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_notify()",
+];
+
+/// The job history, written by triggers exactly as on SQLite (see `sqlite::SCHEMA_V2_EVENTS`).
+const SCHEMA_V2_EVENTS: &[&str] = &[
+    r#"CREATE TABLE IF NOT EXISTS outbox_job_events (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        job_id text COLLATE "C" NOT NULL,
+        at timestamptz NOT NULL,
+        event text NOT NULL,
+        attempt integer NOT NULL,
+        worker text,
+        error text
+    )"#,
+    "CREATE INDEX IF NOT EXISTS outbox_job_events_job ON outbox_job_events (job_id, id)",
+    "CREATE OR REPLACE FUNCTION outbox_jobs_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO outbox_job_events (job_id, at, event, attempt, worker, error)
+        VALUES (
+            NEW.id,
+            NEW.updated_at,
+            CASE
+                WHEN NEW.status = 'cancelled' THEN 'cancelled'
+                WHEN OLD.status IN ('failed', 'cancelled') THEN 'retried_by_operator'
+                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts
+                    AND NEW.last_error LIKE 'lease expired%' THEN
+                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
+                WHEN NEW.status = 'failed' THEN 'failed'
+                WHEN NEW.attempts < OLD.attempts THEN
+                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
+                ELSE 'retried'
+            END,
+            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
+            NEW.locked_by,
+            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed'
+                AND NEW.attempts >= OLD.attempts THEN NEW.last_error END
+        );
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_transition ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
+        FOR EACH ROW WHEN ((OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts)
+            AND NEW.status NOT IN ('claimed', 'completed'))
+        EXECUTE FUNCTION outbox_jobs_transition()",
+    "CREATE OR REPLACE FUNCTION outbox_jobs_purged() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM outbox_job_events WHERE job_id = OLD.id;
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_purged ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_purged AFTER DELETE ON outbox_jobs
+        FOR EACH ROW EXECUTE FUNCTION outbox_jobs_purged()",
+];
+
+/// The kinds workers have registered, with their JSON Schemas.
+const SCHEMA_V3_KINDS: &[&str] = &[r#"CREATE TABLE IF NOT EXISTS outbox_kinds (
+        name text COLLATE "C" PRIMARY KEY,
+        schema jsonb NOT NULL,
+        schema_hash text NOT NULL,
+        queue text NOT NULL,
+        priority integer NOT NULL,
+        max_attempts integer NOT NULL,
+        is_unique boolean NOT NULL,
+        key_fields jsonb NOT NULL,
+        recorded_by text,
+        first_seen_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL
+    )"#];

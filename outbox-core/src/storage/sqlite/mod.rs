@@ -1,0 +1,513 @@
+//! SQLite: statements issued through the caller's sea-orm connection (schema, enqueue, operator queries),
+//! and the worker's own connection (`worker.rs`). Timestamps are stored as integer milliseconds since the
+//! Unix epoch, JSON as text.
+
+mod schema;
+mod worker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqliteTransactionMode,
+    Statement, TransactionOptions, TransactionTrait, Value,
+};
+
+pub(super) use worker::SqliteStore;
+
+use super::{Driver, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerStore, WorkerStoreOpts, rows};
+use crate::error::{Error, Result, Violation};
+use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
+use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
+use worker::StoreConfig;
+
+/// The SQLite backend.
+pub(crate) struct Sqlite;
+
+/// Tries at `BEGIN IMMEDIATE` while another writer holds the database past its busy timeout.
+const BEGIN_TRIES: u32 = 5;
+
+/// Whether SQLite said the database is locked (`SQLITE_BUSY`, code 5).
+fn is_busy(err: &DbErr) -> bool {
+    let text = err.to_string();
+    text.contains("database is locked") || text.contains("SQLITE_BUSY") || text.contains("(code: 5)")
+}
+
+/// Maps an error of a write through the caller's connection: a busy database names the usual cause and
+/// its fix, since the busy timeout cannot help a deferred transaction that read before writing.
+fn write_error(context: String, err: DbErr) -> Error {
+    if is_busy(&err) {
+        return Error::Database {
+            context: format!(
+                "{context} (SQLite cannot turn a transaction that began with a read into a writer once another \
+                 writer has committed, and the busy timeout does not apply; open write transactions with \
+                 `outbox_core::transaction` or `outbox_core::begin`, which take the write lock first)"
+            ),
+            source: Box::new(err),
+        };
+    }
+    Error::Database { context, source: Box::new(err) }
+}
+
+/// The database file of a pool; the worker opens its own connection to it.
+fn database_file(db: &DatabaseConnection) -> Result<PathBuf> {
+    let options = db.get_sqlite_connection_pool().connect_options();
+    let path = options.get_filename();
+    let text = path.to_string_lossy();
+    if text.is_empty() || text == ":memory:" || text.starts_with("file:sqlx-in-memory") {
+        return Err(Error::Unsupported(
+            "the worker needs an SQLite file database (`sqlite://path/to/file.db?mode=rwc`); \
+             an in-memory database is private to one connection"
+                .into(),
+        ));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// The pool's `synchronous` setting, which the worker's connection copies.
+async fn synchronous_mode(db: &DatabaseConnection) -> Result<String> {
+    let row = db
+        .query_one_raw(Statement::from_string(DbBackend::Sqlite, "PRAGMA synchronous"))
+        .await
+        .map_err(Error::db("reading PRAGMA synchronous"))?;
+    let level =
+        row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(Error::db("reading PRAGMA synchronous"))?;
+    Ok(match level {
+        Some(0) => "OFF",
+        Some(1) => "NORMAL",
+        Some(3) => "EXTRA",
+        _ => "FULL",
+    }
+    .to_owned())
+}
+
+fn encode_names(names: &[String]) -> Result<String> {
+    serde_json::to_string(names).map_err(|e| Error::Internal(format!("encoding kind and queue names: {e}")))
+}
+
+/// One row's placeholders in the enqueue INSERT (SQLite numbers `?` by position).
+fn push_row(sql: &mut String, _first: usize) {
+    sql.push_str("(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)");
+}
+
+fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
+    Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
+}
+
+const RECORD_COLUMNS: &str = "id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
+     locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, \
+     claimed_at, completed_at, updated_at, runs";
+
+async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement) -> Result<Vec<JobRecord>> {
+    let rows = conn.query_all_raw(s).await.map_err(Error::db(what.to_owned()))?;
+    rows.iter().map(rows::record).collect()
+}
+
+fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
+    err.to_string().contains("UNIQUE constraint failed")
+}
+
+/// Fills the connection's scratch table with the latest completed job (by completion time, then id) of
+/// every value of `key_sql` among completed jobs of `kinds`, in one pass over the jobs. `key_values` bind
+/// the placeholders of `key_sql`.
+async fn open_scan<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kinds: &[&str],
+    key_sql: &str,
+    mut key_values: Vec<Value>,
+) -> Result<(u64, u64)> {
+    let ctx = || Error::db("building the latest completed job per path");
+    conn.execute_unprepared("DROP TABLE IF EXISTS temp.outbox_path_scan").await.map_err(ctx())?;
+    conn.execute_unprepared(
+        "CREATE TEMP TABLE outbox_path_scan (seq INTEGER PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, \
+         kind TEXT NOT NULL, output TEXT, completed_at INTEGER, jobs INTEGER NOT NULL)",
+    )
+    .await
+    .map_err(ctx())?;
+    let marks = vec!["?"; kinds.len()].join(", ");
+    key_values.extend(kinds.iter().map(|k| Value::from(*k)));
+    let sql = format!(
+        "INSERT INTO temp.outbox_path_scan (path, job_id, kind, output, completed_at, jobs) \
+         SELECT path, id, kind, output, completed_at, jobs FROM ( \
+             SELECT path, id, kind, output, completed_at, \
+                 ROW_NUMBER() OVER (PARTITION BY path ORDER BY completed_at DESC, id DESC) AS rn, \
+                 COUNT(*) OVER (PARTITION BY path) AS jobs \
+             FROM (SELECT id, kind, output, completed_at, {key_sql} AS path \
+                   FROM outbox_jobs WHERE status = 'completed' AND kind IN ({marks})) \
+         ) WHERE rn = 1 ORDER BY path"
+    );
+    conn.execute_raw(stmt(sql, key_values)).await.map_err(ctx())?;
+    let row = conn
+        .query_one_raw(stmt("SELECT COALESCE(SUM(jobs), 0), COUNT(*) FROM temp.outbox_path_scan", vec![]))
+        .await
+        .map_err(ctx())?
+        .ok_or_else(|| Error::Internal("counting the path scan returned no row".into()))?;
+    let n = |i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs()).map_err(ctx());
+    Ok((n(0)?, n(1)?))
+}
+
+impl Driver for Sqlite {
+    const MIGRATIONS: [Migration; 3] = schema::MIGRATIONS;
+
+    fn tune(options: &mut ConnectOptions, settings: &Tuning) {
+        let synchronous = if settings.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };
+        let busy = settings.busy_timeout;
+        options.map_sqlx_sqlite_opts(move |o| {
+            o.journal_mode(SqliteJournalMode::Wal).synchronous(synchronous).busy_timeout(busy)
+        });
+    }
+
+    /// `BEGIN IMMEDIATE`, retried while another writer holds the database past the busy timeout.
+    async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+        let opts = TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        };
+        let mut delay = Duration::from_millis(10);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match db.begin_with_options(opts).await {
+                Ok(txn) => return Ok(txn),
+                Err(e) if is_busy(&e) && tries < BEGIN_TRIES => {
+                    tracing::debug!(error = %e, tries, "database busy at begin; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => return Err(Error::db("beginning a write transaction")(e)),
+            }
+        }
+    }
+
+    /// Deferred: a scan only reads; its scratch table lives in the connection's temp schema.
+    async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+        let opts = TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Deferred),
+            ..TransactionOptions::default()
+        };
+        db.begin_with_options(opts).await.map_err(Error::db("beginning a read transaction"))
+    }
+
+    /// SQLite stores any JSON text.
+    fn unstorable(_payload: &serde_json::Value) -> Vec<Violation> {
+        Vec::new()
+    }
+
+    async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore> {
+        let config = StoreConfig {
+            path: database_file(db)?,
+            synchronous: synchronous_mode(db).await?,
+            busy_timeout: Duration::from_secs(10),
+            worker_id: opts.worker_id,
+            kinds_json: encode_names(&opts.kinds)?,
+            queues_json: opts.queues.as_deref().map(encode_names).transpose()?,
+        };
+        Ok(WorkerStore::Sqlite(SqliteStore::open(config)?))
+    }
+
+    /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
+    async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
+        super::insert_job(conn, DbBackend::Sqlite, job, push_row, write_error).await
+    }
+
+    /// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
+    async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
+        super::insert_jobs(conn, DbBackend::Sqlite, jobs, push_row, write_error).await
+    }
+
+    /// The id of the active (pending or claimed) job of `kind` holding `key`.
+    async fn find_active<C: ConnectionTrait + ?Sized>(conn: &C, kind: &str, key: &str) -> Result<Option<String>> {
+        let row = conn
+            .query_one_raw(stmt(
+                "SELECT id FROM outbox_jobs WHERE kind = ? AND idempotency_key = ? \
+             AND status IN ('pending', 'claimed') LIMIT 1",
+                vec![kind.into(), key.into()],
+            ))
+            .await
+            .map_err(Error::db(format!("looking up the active job of kind `{kind}` by key")))?;
+        row.map(|r| r.try_get_by_index::<String>(0)).transpose().map_err(Error::db("reading a job id"))
+    }
+
+    /// One job by id.
+    async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<JobRecord>> {
+        let sql = format!("SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE id = ?");
+        Ok(records(conn, &format!("reading job `{id}`"), stmt(sql, vec![id.into()])).await?.into_iter().next())
+    }
+
+    /// Jobs matching a filter, newest first.
+    async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
+        let mut sql = format!("SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE 1 = 1");
+        let mut values: Vec<Value> = Vec::new();
+        if let Some(status) = filter.status {
+            sql.push_str(" AND status = ?");
+            values.push(status.as_str().into());
+        }
+        if let Some(kind) = &filter.kind {
+            sql.push_str(" AND kind = ?");
+            values.push(kind.clone().into());
+        }
+        if let Some(queue) = &filter.queue {
+            sql.push_str(" AND queue = ?");
+            values.push(queue.clone().into());
+        }
+        if let Some(since) = filter.since {
+            sql.push_str(" AND updated_at >= ?");
+            values.push(since.timestamp_millis().into());
+        }
+        sql.push_str(" ORDER BY id DESC LIMIT ?");
+        values.push(i64::try_from(filter.limit).unwrap_or(i64::MAX).into());
+        records(conn, "listing jobs", stmt(sql, values)).await
+    }
+
+    /// Claimed jobs whose lease has run out: their worker died or hung and no rescuer has run since.
+    async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<JobRecord>> {
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < ? \
+         ORDER BY lease_expires_at"
+        );
+        records(conn, "listing stuck jobs", stmt(sql, vec![now.into()])).await
+    }
+
+    /// Job counts by kind and status, with the oldest enqueue time of each group.
+    async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<StatusCount>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT kind, status, COUNT(*), MIN(created_at) FROM outbox_jobs GROUP BY kind, status \
+             ORDER BY kind, status",
+                vec![],
+            ))
+            .await
+            .map_err(Error::db("counting jobs"))?;
+        rows::status_counts(rows)
+    }
+
+    /// Jobs that finished (completed or failed) since `since`, by kind and status.
+    async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<StatusCount>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT kind, status, COUNT(*), MIN(created_at) FROM outbox_jobs \
+             WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= ? \
+             GROUP BY kind, status ORDER BY kind, status",
+                vec![since.into()],
+            ))
+            .await
+            .map_err(Error::db("counting recently finished jobs"))?;
+        rows::status_counts(rows)
+    }
+
+    /// Run and wait times of jobs completed since `since`, by kind.
+    async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT kind, COUNT(*), AVG(completed_at - claimed_at), MAX(completed_at - claimed_at), \
+             AVG(claimed_at - created_at) FROM outbox_jobs \
+             WHERE status = 'completed' AND updated_at >= ? GROUP BY kind ORDER BY kind",
+                vec![since.into()],
+            ))
+            .await
+            .map_err(Error::db("measuring job durations"))?;
+        rows::durations(&rows)
+    }
+
+    /// Idempotency keys held by more than one job (across all statuses), most repeated first.
+    async fn duplicates<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT kind, idempotency_key, COUNT(*), SUM(status IN ('pending', 'claimed')), \
+             SUM(status = 'completed') FROM outbox_jobs WHERE idempotency_key IS NOT NULL \
+             GROUP BY kind, idempotency_key HAVING COUNT(*) > 1 ORDER BY COUNT(*) DESC, kind LIMIT ?",
+                vec![i64::try_from(limit).unwrap_or(i64::MAX).into()],
+            ))
+            .await
+            .map_err(Error::db("finding duplicate keys"))?;
+        rows::duplicates(&rows)
+    }
+
+    /// Failed or cancelled back to pending with its attempts reset. `Ok(false)` when no such job is in a
+    /// retryable status; an active job with the same key is reported by id.
+    async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
+        let res = conn
+            .execute_raw(stmt(
+                "UPDATE outbox_jobs SET status = 'pending', attempts = 0, run_at = ?, lease_expires_at = NULL, \
+             updated_at = ? WHERE id = ? AND status IN ('failed', 'cancelled')",
+                vec![now.into(), now.into(), id.into()],
+            ))
+            .await;
+        match res {
+            Ok(r) => Ok(r.rows_affected() == 1),
+            Err(e) if is_unique_violation(&e) => Err(Error::InvalidTransition {
+                id: id.to_owned(),
+                action: "retry",
+                status: "failed".into(),
+                hint: "an active job with the same kind and idempotency key exists; it already carries this intent",
+            }),
+            Err(e) => Err(Error::db(format!("retrying job `{id}`"))(e)),
+        }
+    }
+
+    /// Every failed job (of one kind, when given) back to pending: of several sharing a key the latest, and none
+    /// whose key an active twin holds.
+    async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64> {
+        let kind_filter = if kind.is_some() { " AND f.kind = ?" } else { "" };
+        let sql = format!(
+            "UPDATE outbox_jobs SET status = 'pending', attempts = 0, run_at = ?, lease_expires_at = NULL, \
+         updated_at = ? WHERE status = 'failed' AND id IN ( \
+             SELECT id FROM ( \
+                 SELECT f.id, ROW_NUMBER() OVER ( \
+                     PARTITION BY f.kind, COALESCE(f.idempotency_key, f.id) \
+                     ORDER BY f.updated_at DESC, f.id DESC) AS rn \
+                 FROM outbox_jobs f WHERE f.status = 'failed'{kind_filter} AND (f.idempotency_key IS NULL \
+                     OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind \
+                         AND a.idempotency_key = f.idempotency_key AND a.status IN ('pending', 'claimed')))) \
+             WHERE rn = 1)"
+        );
+        let mut values: Vec<Value> = vec![now.into(), now.into()];
+        if let Some(kind) = kind {
+            values.push(kind.into());
+        }
+        let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("retrying failed jobs"))?;
+        Ok(res.rows_affected())
+    }
+
+    /// Pending to cancelled. `Ok(false)` when the job is not pending.
+    async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
+        let res = conn
+            .execute_raw(stmt(
+                "UPDATE outbox_jobs SET status = 'cancelled', updated_at = ? WHERE id = ? AND status = 'pending'",
+                vec![now.into(), id.into()],
+            ))
+            .await
+            .map_err(Error::db(format!("cancelling job `{id}`")))?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    /// Deletes terminal jobs (of the given statuses) last changed before `before`.
+    async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64> {
+        let terminal: Vec<&str> = statuses.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
+        if terminal.is_empty() {
+            return Ok(0);
+        }
+        let marks = vec!["?"; terminal.len()].join(", ");
+        let mut values: Vec<Value> = terminal.iter().map(|s| (*s).into()).collect();
+        values.push(before.into());
+        let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < ?");
+        let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
+        Ok(res.rows_affected())
+    }
+
+    /// The history of one job, oldest first.
+    async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT at, event, attempt, worker, error FROM outbox_job_events WHERE job_id = ? ORDER BY id",
+                vec![id.into()],
+            ))
+            .await
+            .map_err(Error::db(format!("reading the history of job `{id}`")))?;
+        rows::history(&rows, id)
+    }
+
+    /// Materializes the latest completed job per path into the connection's temp schema (`outbox_path_scan`,
+    /// numbered in path order) and returns (completed jobs, distinct paths). Must run inside a transaction:
+    /// rolling it back drops the table, and the pages read it on the same connection.
+    async fn open_path_scan<C: ConnectionTrait + ?Sized>(conn: &C, fields: &[(&str, &str)]) -> Result<(u64, u64)> {
+        // Each kind's path field is picked by a CASE, so adding kinds adds no scan.
+        let mut values: Vec<Value> = Vec::with_capacity(fields.len() * 2);
+        let mut case = String::from("CAST(json_extract(payload, CASE kind");
+        for (kind, json_path) in fields {
+            case.push_str(" WHEN ? THEN ?");
+            values.push((*kind).into());
+            values.push((*json_path).into());
+        }
+        case.push_str(" END) AS TEXT)");
+        let kinds: Vec<&str> = fields.iter().map(|(kind, _)| *kind).collect();
+        open_scan(conn, &kinds, &case, values).await
+    }
+
+    /// Opens the scan of `scan::latest_completed_by_key`: the key of a job is the JSON array of the
+    /// values at `json_paths` in its payload.
+    async fn open_key_scan<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        kind: &str,
+        json_paths: &[&str],
+    ) -> Result<(u64, u64)> {
+        let marks = vec!["json_extract(payload, ?)"; json_paths.len()].join(", ");
+        let values = json_paths.iter().map(|p| Value::from(*p)).collect();
+        open_scan(conn, &[kind], &format!("json_array({marks})"), values).await
+    }
+
+    /// The entries of the open path scan numbered after `after`, at most `limit`, each with its number.
+    async fn path_scan_page<C: ConnectionTrait + ?Sized>(conn: &C, after: i64, limit: u64) -> Result<Vec<ScanRow>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM temp.outbox_path_scan \
+             WHERE seq > ? ORDER BY seq LIMIT ?",
+                vec![after.into(), i64::try_from(limit).unwrap_or(i64::MAX).into()],
+            ))
+            .await
+            .map_err(Error::db("reading a page of the path scan"))?;
+        rows::path_scan_page(&rows)
+    }
+
+    /// Records (or refreshes) each kind's schema and options.
+    async fn record_kinds<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        kinds: &[KindRow],
+        worker: &str,
+        now: i64,
+    ) -> Result<()> {
+        for kind in kinds {
+            conn.execute_raw(stmt(
+                "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
+             key_fields, recorded_by, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET schema = excluded.schema, schema_hash = excluded.schema_hash, \
+             queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, \
+             is_unique = excluded.is_unique, key_fields = excluded.key_fields, \
+             recorded_by = excluded.recorded_by, updated_at = excluded.updated_at",
+                kind.values(worker, now, 2),
+            ))
+            .await
+            .map_err(Error::db(format!("recording kind `{}`", kind.name)))?;
+        }
+        Ok(())
+    }
+
+    /// The recorded kinds, by name; only `name` when given.
+    async fn kinds<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&str>) -> Result<Vec<KindRecord>> {
+        let ctx = || Error::db("reading the kinds table");
+        let (filter, values) = match name {
+            Some(n) => (" WHERE name = ?", vec![n.into()]),
+            None => ("", vec![]),
+        };
+        let rows = conn
+            .query_all_raw(stmt(
+                format!(
+                    "SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, \
+                 recorded_by, first_seen_at, updated_at FROM outbox_kinds{filter} ORDER BY name"
+                ),
+                values,
+            ))
+            .await
+            .map_err(ctx())?;
+        rows::kinds(&rows)
+    }
+
+    /// Job counts of every queue by status, with the oldest due pending job.
+    async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<QueueCounts>> {
+        let ctx = || Error::db("counting jobs by queue");
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT queue, \
+                 SUM(status = 'pending' AND run_at <= ?), SUM(status = 'pending' AND run_at > ?), \
+                 SUM(status = 'claimed'), SUM(status = 'claimed' AND lease_expires_at < ?), \
+                 SUM(status = 'completed'), SUM(status = 'failed'), SUM(status = 'cancelled'), \
+                 MIN(CASE WHEN status = 'pending' AND run_at <= ? THEN run_at END) \
+             FROM outbox_jobs GROUP BY queue ORDER BY queue",
+                vec![now.into(), now.into(), now.into(), now.into()],
+            ))
+            .await
+            .map_err(ctx())?;
+        rows::queues(&rows)
+    }
+}

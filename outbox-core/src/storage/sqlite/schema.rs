@@ -1,0 +1,118 @@
+//! The SQLite schema: each migration's statements, and how to undo them.
+
+use crate::storage::Migration;
+
+/// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
+pub(super) const MIGRATIONS: [Migration; 3] = [
+    Migration { up: SCHEMA_V1, down: &["DROP TABLE IF EXISTS outbox_jobs"] },
+    Migration {
+        up: SCHEMA_V2_EVENTS,
+        down: &[
+            "DROP TRIGGER IF EXISTS outbox_jobs_transition",
+            "DROP TRIGGER IF EXISTS outbox_jobs_purged",
+            "DROP TABLE IF EXISTS outbox_job_events",
+        ],
+    },
+    Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
+];
+
+/// The first schema: the jobs table and the indexes of the claim paths, the lease scan, dedup and purge.
+const SCHEMA_V1: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS outbox_jobs (
+        id TEXT PRIMARY KEY NOT NULL,
+        kind TEXT NOT NULL,
+        queue TEXT NOT NULL DEFAULT 'default',
+        payload TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
+        priority INTEGER NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        runs INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+        run_at INTEGER NOT NULL,
+        locked_by TEXT,
+        locked_at INTEGER,
+        lease_expires_at INTEGER,
+        last_error TEXT,
+        idempotency_key TEXT,
+        schema_hash TEXT NOT NULL,
+        output TEXT,
+        created_at INTEGER NOT NULL,
+        claimed_at INTEGER,
+        completed_at INTEGER,
+        updated_at INTEGER NOT NULL
+    )",
+    // Workers serving every queue claim in (priority, run_at, id) order straight off this index; a claim
+    // that had to sort the whole backlog would cost time proportional to it.
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending'",
+    // Workers restricted to queues seek each queue's due jobs here.
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim_queue
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
+    "CREATE UNIQUE INDEX IF NOT EXISTS outbox_jobs_active_key
+        ON outbox_jobs (kind, idempotency_key)
+        WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_lease
+        ON outbox_jobs (lease_expires_at) WHERE status = 'claimed'",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_finished
+        ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')",
+];
+
+/// The job history, written by a trigger so every writer (workers, operators, hand-written SQL) is recorded
+/// without an extra round trip. Only the transitions the job row cannot tell are stored: retries with their
+/// errors, failures, rescues, snoozes, releases, cancels and operator retries. The happy path (enqueue, claim,
+/// complete) adds no row; `ops::history` reads those milestones off the job itself.
+const SCHEMA_V2_EVENTS: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS outbox_job_events (
+        id INTEGER PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        worker TEXT,
+        error TEXT
+    )",
+    "CREATE INDEX IF NOT EXISTS outbox_job_events_job ON outbox_job_events (job_id, id)",
+    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
+    WHEN (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts)
+        AND NEW.status NOT IN ('claimed', 'completed') BEGIN
+        INSERT INTO outbox_job_events (job_id, at, event, attempt, worker, error)
+        VALUES (
+            NEW.id,
+            NEW.updated_at,
+            CASE
+                WHEN NEW.status = 'cancelled' THEN 'cancelled'
+                WHEN OLD.status IN ('failed', 'cancelled') THEN 'retried_by_operator'
+                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts AND NEW.last_error LIKE 'lease expired%' THEN
+                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
+                WHEN NEW.status = 'failed' THEN 'failed'
+                WHEN NEW.attempts < OLD.attempts THEN
+                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
+                ELSE 'retried'
+            END,
+            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
+            NEW.locked_by,
+            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed' AND NEW.attempts >= OLD.attempts
+                THEN NEW.last_error END
+        );
+    END",
+    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_purged AFTER DELETE ON outbox_jobs BEGIN
+        DELETE FROM outbox_job_events WHERE job_id = OLD.id;
+    END",
+];
+
+/// The kinds workers have registered, with their JSON Schemas, so tools without the Rust types can validate
+/// and show them.
+const SCHEMA_V3_KINDS: &[&str] = &["CREATE TABLE IF NOT EXISTS outbox_kinds (
+        name TEXT PRIMARY KEY NOT NULL,
+        schema TEXT NOT NULL,
+        schema_hash TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        is_unique INTEGER NOT NULL,
+        key_fields TEXT NOT NULL,
+        recorded_by TEXT,
+        first_seen_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    )"];

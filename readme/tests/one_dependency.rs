@@ -1,0 +1,47 @@
+//! A new user's first program, in a crate that depends on `outbox-core`, `serde` and `tokio` only: it defines
+//! a job kind, enqueues it in a transaction with a domain row, and runs a worker that executes it.
+
+use std::time::Duration;
+
+use outbox_core::prelude::*;
+use outbox_core::serde_json::json;
+use serde::{Deserialize, Serialize};
+
+#[derive(Job, Debug, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "send_welcome", max_attempts = 5)]
+struct SendWelcome {
+    #[job(key)]
+    user_id: i64,
+    email: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn define_enqueue_in_a_transaction_and_work() -> Result<(), outbox_core::Error> {
+    let dir = std::env::temp_dir().join(format!("outbox-readme-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| outbox_core::Error::Invalid(e.to_string()))?;
+    let url = format!("sqlite://{}?mode=rwc", dir.join("app.db").display());
+    let db = outbox_core::connect(&url).await?;
+    outbox_core::migrate(&db).await?;
+    db.execute_unprepared("CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT NOT NULL)").await?;
+
+    let email = "ann@example.com".to_owned();
+    let job = outbox_core::transaction(&db, async |txn| {
+        txn.execute_unprepared(&format!("INSERT INTO users (id, email) VALUES (7, '{email}')")).await?;
+        outbox_core::enqueue(txn, &SendWelcome { user_id: 7, email }, EnqueueOpts::new()).await
+    })
+    .await?;
+
+    let worker = Worker::builder(&db)
+        .register(|job: SendWelcome, ctx: JobContext| async move {
+            Ok::<_, JobError>(json!({ "sent_to": job.email, "attempt": ctx.attempt() }))
+        })
+        .build()
+        .await?
+        .start();
+    let done = outbox_core::ops::wait(&db, job.id(), Duration::from_secs(30)).await?;
+    worker.shutdown().await?;
+    assert_eq!(done.status, outbox_core::JobStatus::Completed);
+    assert_eq!(done.output, Some(json!({ "sent_to": "ann@example.com", "attempt": 1 })));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

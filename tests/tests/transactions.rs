@@ -1,0 +1,253 @@
+//! Write transactions the way the README opens them: safe under concurrency on every backend, with the
+//! caller's own error type, and never left aborted by a refused enqueue.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use outbox_core::prelude::*;
+use outbox_core::{Error, JobStatus, ops};
+use outbox_tests::{Backend, Probe, TestDb, conformance, exec, scalar, try_exec};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+conformance!(concurrent_read_then_write_transactions_all_commit);
+/// 50 tasks each read, then write a domain row and enqueue, in `outbox_core::transaction`, while a worker
+/// runs: every one commits.
+async fn concurrent_read_then_write_transactions_all_commit(t: TestDb) {
+    exec(&t.db, "CREATE TABLE orders (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)", vec![]).await;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&ran);
+    let worker = Worker::builder(&t.db)
+        .concurrency(8)
+        .register(move |_job: Probe, _ctx: JobContext| {
+            let counter = Arc::clone(&counter);
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let mut tasks = Vec::new();
+    for n in 1..=50_u64 {
+        let db = t.db.clone();
+        tasks.push(tokio::spawn(async move {
+            outbox_core::transaction(&db, async |txn| {
+                let before = scalar(txn, "SELECT COUNT(*) FROM orders").await;
+                try_exec(txn, "INSERT INTO orders (id, n) VALUES (?, ?)", vec![(n as i64).into(), before.into()])
+                    .await?;
+                outbox_core::enqueue(txn, &Probe { n }, EnqueueOpts::new()).await
+            })
+            .await
+        }));
+    }
+    let mut committed = 0;
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(_) => committed += 1,
+            Err(e) => panic!("a transaction failed: {e}"),
+        }
+    }
+    assert_eq!(committed, 50);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM orders").await, 50);
+    assert!(outbox_tests::wait_count(&ran, 50, Duration::from_secs(30)).await, "ran {}", ran.load(Ordering::SeqCst));
+    worker.shutdown().await.expect("shutdown");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 50);
+}
+
+/// A job whose handler reads, then writes, in its own transaction.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "tally")]
+struct Tally {
+    n: i64,
+}
+
+conformance!(handlers_read_then_write_in_their_own_transactions);
+/// 40 handlers each do read-then-write in their own `outbox_core::transaction` while 8 run at once and the
+/// worker writes outcomes: no job fails.
+async fn handlers_read_then_write_in_their_own_transactions(t: TestDb) {
+    exec(&t.db, "CREATE TABLE tallies (n INTEGER PRIMARY KEY, seen INTEGER NOT NULL)", vec![]).await;
+    let db = t.db.clone();
+    let worker = Worker::builder(&t.db)
+        .concurrency(8)
+        .register(move |job: Tally, _ctx: JobContext| {
+            let db = db.clone();
+            async move {
+                outbox_core::transaction(&db, async |txn| {
+                    let seen = scalar(txn, "SELECT COUNT(*) FROM tallies").await;
+                    try_exec(txn, "INSERT INTO tallies (n, seen) VALUES (?, ?)", vec![job.n.into(), seen.into()])
+                        .await?;
+                    Ok::<_, Error>(())
+                })
+                .await
+                .map_err(JobError::retry)
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let jobs: Vec<Tally> = (1..=40).map(|n| Tally { n }).collect();
+    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    let done = outbox_tests::wait_scalar(
+        &t.db,
+        "SELECT COUNT(*) FROM outbox_jobs WHERE status IN ('completed', 'failed')",
+        40,
+        Duration::from_secs(60),
+    )
+    .await;
+    worker.shutdown().await.expect("shutdown");
+    assert!(done, "the jobs did not finish");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'failed'").await, 0);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE attempts > 1").await, 0, "no attempt failed");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM tallies").await, 40);
+}
+
+conformance!(a_deferred_transaction_that_cannot_write_names_the_fix);
+/// A plain `db.begin()` that reads, sees another writer commit, then enqueues: SQLite refuses the upgrade at
+/// once, and the error names the fix. PostgreSQL takes the same code.
+async fn a_deferred_transaction_that_cannot_write_names_the_fix(t: TestDb) {
+    use outbox_core::sea_orm::TransactionTrait;
+
+    exec(&t.db, "CREATE TABLE orders (id INTEGER PRIMARY KEY)", vec![]).await;
+    let txn = t.db.begin().await.expect("begin");
+    assert_eq!(scalar(&txn, "SELECT COUNT(*) FROM orders").await, 0);
+    exec(&t.db, "INSERT INTO orders (id) VALUES (1)", vec![]).await;
+    let result = outbox_core::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await;
+    match t.backend {
+        Backend::Sqlite => {
+            let err = result.expect_err("SQLite cannot upgrade the snapshot");
+            let text = err.to_string();
+            assert!(text.contains("outbox_core::transaction") && text.contains("locked"), "{text}");
+            txn.rollback().await.expect("rollback");
+        }
+        Backend::Postgres => {
+            result.expect("enqueue");
+            txn.commit().await.expect("commit");
+            assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
+        }
+    }
+}
+
+fn chrono_min() -> outbox_core::chrono::DateTime<outbox_core::chrono::Utc> {
+    outbox_core::chrono::DateTime::<outbox_core::chrono::Utc>::MIN_UTC
+}
+
+/// A payload line of text, for the NUL test.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "line", unique = false)]
+struct Line {
+    text: String,
+}
+
+conformance!(nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored);
+/// NUL in a payload string: PostgreSQL cannot store it, so enqueue refuses it before any SQL, naming the
+/// field, and the caller's transaction goes on to commit its other writes. SQLite stores it.
+async fn nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored(t: TestDb) {
+    exec(&t.db, "CREATE TABLE notes (id INTEGER PRIMARY KEY)", vec![]).await;
+    let backend = t.backend;
+    outbox_core::transaction(&t.db, async |txn| {
+        try_exec(txn, "INSERT INTO notes (id) VALUES (1)", vec![]).await?;
+        let refused = outbox_core::enqueue(txn, &Line { text: "a\0b".into() }, EnqueueOpts::new()).await;
+        match backend {
+            Backend::Postgres => match refused {
+                Err(Error::InvalidPayload { violations, .. }) => {
+                    assert_eq!(violations.len(), 1, "{violations:?}");
+                    assert_eq!(violations[0].path, "/text");
+                    assert!(violations[0].message.contains("NUL"), "{}", violations[0].message);
+                }
+                other => panic!("expected an invalid payload, got {other:?}"),
+            },
+            Backend::Sqlite => assert!(refused.expect("SQLite stores NUL").is_new()),
+        }
+        // A NUL in an object key is named too, where the backend refuses it.
+        let raw = outbox_core::Kind::from_schema("free", json!({"type": "object"}), outbox_core::KindOpts::DEFAULT)?;
+        let keyed = outbox_core::enqueue_raw(txn, &raw, json!({"ok": {"k\u{0}ey": 1}}), EnqueueOpts::new()).await;
+        if backend == Backend::Postgres {
+            let text = keyed.expect_err("NUL key").to_string();
+            assert!(text.contains("at /ok/k\u{0}ey"), "{text}");
+        }
+        // So are a run time no backend can hold and a NUL in a queue name or key.
+        let line = Line { text: "later".into() };
+        for opts in [
+            EnqueueOpts::new().delay(Duration::MAX),
+            EnqueueOpts::new().run_at(chrono_min()),
+            EnqueueOpts::new().queue("a\0b"),
+            EnqueueOpts::new().idempotency_key("k\0"),
+        ] {
+            let refused = outbox_core::enqueue(txn, &line, opts.clone()).await;
+            assert!(matches!(refused, Err(Error::InvalidOpts { .. })), "{opts:?}: {refused:?}");
+        }
+        try_exec(txn, "INSERT INTO notes (id) VALUES (2)", vec![]).await?;
+        outbox_core::enqueue(txn, &Line { text: "fine".into() }, EnqueueOpts::new()).await?;
+        Ok::<_, Error>(())
+    })
+    .await
+    .expect("the transaction commits");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM notes").await, 2);
+    let lines = scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'line'").await;
+    assert_eq!(lines, if backend == Backend::Postgres { 1 } else { 2 });
+}
+
+conformance!(payloads_nested_too_deep_are_refused_at_enqueue);
+/// Nesting deeper than the worker can read back is refused at enqueue with the path where it goes too deep;
+/// the deepest accepted payload runs.
+async fn payloads_nested_too_deep_are_refused_at_enqueue(t: TestDb) {
+    let kind = outbox_core::Kind::from_schema("free", json!({"type": "object"}), outbox_core::KindOpts::DEFAULT)
+        .expect("kind");
+    let nest = |levels: usize| {
+        let mut v = json!(1);
+        for _ in 1..levels {
+            v = json!([v]);
+        }
+        json!({ "a": v })
+    };
+    let deepest = nest(127);
+    let text = serde_json::to_string(&deepest).expect("text");
+    serde_json::from_str::<serde_json::Value>(&text).expect("the worker can read the deepest accepted payload");
+    let ok = outbox_core::enqueue_raw(&t.db, &kind, deepest, EnqueueOpts::new()).await.expect("accepted");
+    let err = outbox_core::enqueue_raw(&t.db, &kind, nest(128), EnqueueOpts::new()).await.expect_err("too deep");
+    let text = err.to_string();
+    assert!(text.contains("nests deeper than 127"), "{text}");
+    assert!(text.contains("at /a/0/0/"), "{text}");
+    // A hostile depth is refused without overflowing the stack.
+    let mut hostile = json!(0);
+    for _ in 0..100_000 {
+        hostile = json!([hostile]);
+    }
+    let err = outbox_core::enqueue_raw(&t.db, &kind, json!({ "h": hostile }), EnqueueOpts::new()).await;
+    assert!(matches!(err, Err(Error::InvalidPayload { .. })), "{err:?}");
+    // Dropping a value this deep recurses once per level; let it go on a thread with room for that.
+    std::thread::Builder::new().stack_size(256 << 20).spawn(move || drop(err)).expect("thread").join().expect("drop");
+    assert_eq!(ops::get(&t.db, ok.id()).await.expect("get").status, JobStatus::Pending);
+}
+
+conformance!(wait_returns_the_finished_job_or_times_out);
+/// `ops::wait` returns a job's record once it is finished, and says how long it waited otherwise.
+async fn wait_returns_the_finished_job_or_times_out(t: TestDb) {
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let err = ops::wait(&t.db, job.id(), Duration::from_millis(100)).await.expect_err("nothing runs it");
+    assert!(matches!(err, Error::WaitTimeout { status: JobStatus::Pending, .. }), "{err}");
+    assert!(err.to_string().contains("still pending after waiting"), "{err}");
+    let worker = Worker::builder(&t.db)
+        .poll_interval(Duration::from_secs(3600))
+        .register(|job: Probe, _ctx: JobContext| async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok::<_, JobError>(json!({ "n": job.n }))
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let started = std::time::Instant::now();
+    let done = ops::wait(&t.db, job.id(), Duration::from_secs(30)).await.expect("wait");
+    assert_eq!(done.status, JobStatus::Completed);
+    assert_eq!(done.output, Some(json!({ "n": 1 })));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    worker.shutdown().await.expect("shutdown");
+    let err = ops::wait(&t.db, "no-such-job", Duration::from_secs(1)).await.expect_err("unknown id");
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+}
