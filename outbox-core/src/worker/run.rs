@@ -184,6 +184,9 @@ impl Loop {
             self.next_rescue = now + config.rescue_interval;
             match self.worker.store.rescue(now_ms()).await {
                 Ok(rescued) => {
+                    if rescued.iter().any(|r| r.status == "failed") {
+                        wake::outcome_written();
+                    }
                     for r in rescued {
                         let (job_id, kind, queue, attempt) = (&r.id, &r.kind, &r.queue, r.attempt);
                         let owner = r.previous_owner.as_deref().unwrap_or("?");

@@ -414,6 +414,7 @@ async fn write_with_retries(pool: &PgPool, owner: &str, batch: Vec<Finished>) {
                 for f in &batch {
                     crate::storage::log_finished(f, applied.contains(&f.id), owner);
                 }
+                crate::wake::outcome_written();
                 return;
             }
             Err(e) if is_transient(&e) && started.elapsed() < FINISH_GIVE_UP => {
@@ -448,6 +449,7 @@ async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
         match write_batch(pool, owner, std::slice::from_ref(&item)).await {
             Ok(applied) => {
                 crate::storage::log_finished(&item, applied.contains(&item.id), owner);
+                crate::wake::outcome_written();
                 return;
             }
             Err(e) if is_transient(&e) && started.elapsed() < FINISH_GIVE_UP => {

@@ -169,6 +169,9 @@ impl Actor {
                 for (f, ok) in finished.iter().zip(applied) {
                     crate::storage::log_finished(f, ok, &config.worker_id);
                 }
+                if !finished.is_empty() {
+                    crate::wake::outcome_written();
+                }
                 for (c, jobs) in claims.into_iter().zip(claimed) {
                     let _ = c.reply.send(Ok(jobs));
                 }
@@ -205,6 +208,7 @@ impl Actor {
                     for (f, ok) in batch.iter().zip(applied) {
                         crate::storage::log_finished(f, ok, worker_id);
                     }
+                    crate::wake::outcome_written();
                     return;
                 }
                 Err(e) if attempt < FINISH_TRIES => {
