@@ -1,7 +1,7 @@
 //! The baselines: the same SQL outbox-core issues, run directly through rusqlite on one connection.
 //!
 //! The job INSERT, the claim UPDATE ... RETURNING and the fenced completion UPDATE are copied from
-//! `outbox-core/src/storage/sqlite.rs` and `storage/sqlite_worker.rs`; keep them in step when those change.
+//! `outbox-core/src/storage/mod.rs`, `storage/sqlite/mod.rs` and `storage/sqlite/worker.rs`; keep them in step when those change.
 //! Job rows carry the same values outbox-core writes: a UUIDv7 id, the payload's JSON text, the kind's schema
 //! hash and, for unique kinds, the sha256 idempotency key of kind and payload.
 
@@ -17,10 +17,10 @@ use crate::{BoxError, Measure, SyncMode};
 /// The domain row written next to each job in the enqueue cases.
 pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) VALUES (?, ?, ?)";
 
-/// `INSERT_COLUMNS` of outbox-core's `storage/sqlite.rs`.
+/// `INSERT_COLUMNS` of outbox-core's `storage/mod.rs`.
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
-/// `INSERT_ROW` of outbox-core's `storage/sqlite.rs`.
+/// `push_row` of outbox-core's `storage/sqlite/mod.rs`.
 const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
 
 /// The single-job INSERT of outbox-core's `insert_job`.
@@ -41,7 +41,7 @@ fn insert_jobs_sql(rows: usize) -> String {
     sql
 }
 
-/// The worker's claim (`claim` in `storage/sqlite_worker.rs`, no queue filter).
+/// The worker's claim (`claim` in `storage/sqlite/worker.rs`, no queue filter).
 const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
      locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
      WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ?2 \

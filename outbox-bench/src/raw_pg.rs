@@ -7,7 +7,7 @@
 //! holds against every finished one) grow with the table and the backlog. A baseline is the best the same
 //! statements can do.
 //!
-//! The job INSERT is copied from `outbox-core/src/storage/postgres.rs`, the claim and the batched fenced
+//! The job INSERT is copied from `outbox-core/src/storage/postgres/mod.rs`, the claim and the batched fenced
 //! completion from the PostgreSQL worker store; keep them in step when those change. Rows carry the values
 //! [`JobRow`] gives the SQLite baselines, times as integer milliseconds converted at the statement's edge, as
 //! outbox-core binds them.
@@ -29,16 +29,16 @@ pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) 
 pub(crate) const PROCESS: &str = "sqlx-postgres: claim WITH ... FOR UPDATE SKIP LOCKED LIMIT 100 UPDATE ... RETURNING, then one fenced UPDATE \
      of the 100 (autocommit each)";
 
-/// `INSERT_COLUMNS` of outbox-core's `storage/postgres.rs`.
+/// `INSERT_COLUMNS` of outbox-core's `storage/mod.rs`.
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
 
-/// `ts_of` of outbox-core's `storage/postgres.rs`: a `timestamptz` from integer milliseconds.
+/// `ts_of` of outbox-core's `storage/postgres/mod.rs`: a `timestamptz` from integer milliseconds.
 fn ts(param: &str) -> String {
     format!("(TIMESTAMPTZ 'epoch' + ({param})::int8 * INTERVAL '1 millisecond')")
 }
 
-/// `push_row` of outbox-core's `storage/postgres.rs`: eleven values from `$first`.
+/// `push_row` of outbox-core's `storage/postgres/mod.rs`: eleven values from `$first`.
 fn push_row(sql: &mut String, first: usize) {
     let p = |i: usize| format!("${}", first + i);
     sql.push_str(&format!(

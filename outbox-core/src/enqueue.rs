@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result, Violation};
 use crate::job::Job;
-use crate::kind::{Kind, max_payload_bytes};
+use crate::kind::{Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes};
+use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS};
 use crate::storage::{self, Backend, NewJob, dispatch, now_ms};
 use crate::wake;
 
@@ -117,11 +118,6 @@ fn too_deep(payload: &Value) -> Option<Violation> {
     None
 }
 
-/// The earliest run time a job may have: 0001-01-01T00:00:00Z (every backend's time columns hold it).
-const MIN_RUN_AT_MS: i64 = -62_135_596_800_000;
-/// The latest: 9999-12-31T23:59:59.999Z.
-const MAX_RUN_AT_MS: i64 = 253_402_300_799_999;
-
 /// Validates and prepares one row, refusing before any SQL whatever the database would refuse: a caller's
 /// transaction never sees a failed statement of ours (a failed statement aborts a server-side transaction).
 fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, now: i64) -> Result<NewJob> {
@@ -150,10 +146,19 @@ fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
     if queue.contains('\0') {
         return Err(bad(format!("the queue name {queue:?} contains the NUL character")));
     }
+    if queue.len() > MAX_NAME_BYTES {
+        return Err(bad(format!("the queue name is {} bytes, over the limit of {MAX_NAME_BYTES}", queue.len())));
+    }
     match &opts.idempotency_key {
         Some(k) if k.is_empty() => return Err(bad("the idempotency key is empty".into())),
         Some(k) if k.contains('\0') => {
             return Err(bad(format!("the idempotency key {k:?} contains the NUL character")));
+        }
+        Some(k) if k.len() > MAX_KEY_BYTES => {
+            return Err(bad(format!(
+                "the idempotency key is {} bytes, over the limit of {MAX_KEY_BYTES}; pass a hash of it instead",
+                k.len()
+            )));
         }
         _ => {}
     }

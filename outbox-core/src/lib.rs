@@ -18,7 +18,9 @@ pub use connect::{ConnectOpts, connect, connect_with};
 pub use enqueue::{EnqueueOpts, Enqueued, begin, enqueue, enqueue_batch, enqueue_batch_raw, enqueue_raw, transaction};
 pub use error::{Error, Result, Violation};
 pub use job::{Job, KindOpts};
-pub use kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, max_payload_bytes, set_max_payload_bytes};
+pub use kind::{
+    DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes, set_max_payload_bytes,
+};
 pub use migration::{Migrator, migrate};
 pub use outbox_macros::Job;
 pub use record::{JobEvent, JobEventKind, JobFilter, JobRecord, JobStatus, KindRecord};

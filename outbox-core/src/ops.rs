@@ -109,14 +109,22 @@ async fn transition_error<C: ConnectionTrait>(conn: &C, id: &str, action: &'stat
     }
 }
 
-/// Puts a failed or cancelled job back to pending with its attempts reset.
+/// Puts a failed or cancelled job back to pending with its attempts reset. Refused when an active job of the
+/// same kind holds its idempotency key: that job already carries the intent.
 pub async fn retry<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
     if dispatch!(conn, retry(conn, id, now_ms()))? {
         tracing::info!(job_id = id, "job retried by operator");
         wake::wake();
         return Ok(());
     }
-    Err(transition_error(conn, id, "retry", "only failed or cancelled jobs can be retried").await)
+    let job = get(conn, id).await?;
+    let hint = match job.status {
+        JobStatus::Failed | JobStatus::Cancelled => {
+            "an active job with the same kind and idempotency key exists; it already carries this intent"
+        }
+        _ => "only failed or cancelled jobs can be retried",
+    };
+    Err(Error::InvalidTransition { id: id.to_owned(), action: "retry", status: job.status.to_string(), hint })
 }
 
 /// Puts every failed job (of `kind`, when given) back to pending; returns how many. A job whose key is held
@@ -156,7 +164,8 @@ pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_t
 /// Waits until job `id` is finished (completed, failed or cancelled) and returns it, or fails with
 /// [`Error::WaitTimeout`] once `timeout` has passed. It wakes when a worker of this process writes an outcome,
 /// and otherwise looks again after a backoff growing from 10 ms to 1 s, so outcomes written by other
-/// processes are seen too.
+/// processes are seen too. Each look is one read of the job, which the database may hold up (a busy pool,
+/// a locked file) past the timeout.
 ///
 /// ```
 /// # async fn demo(db: &sea_orm::DatabaseConnection, id: &str) -> Result<(), outbox_core::Error> {
@@ -165,7 +174,9 @@ pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_t
 /// # Ok(()) }
 /// ```
 pub async fn wait<C: ConnectionTrait>(conn: &C, id: &str, timeout: Duration) -> Result<JobRecord> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    // A timeout too long to add up (`Duration::MAX` for "forever") waits as good as forever.
+    let start = tokio::time::Instant::now();
+    let deadline = start.checked_add(timeout).unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
     let mut backoff = Duration::from_millis(10);
     loop {
         // Registered before the read, so an outcome written in between still wakes this wait.

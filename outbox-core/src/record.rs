@@ -105,6 +105,16 @@ pub struct JobRecord {
     pub runs: i32,
 }
 
+/// The earliest time a job may be due: 0001-01-01T00:00:00Z (every backend's time columns hold it).
+pub(crate) const MIN_RUN_AT_MS: i64 = -62_135_596_800_000;
+/// The latest: 9999-12-31T23:59:59.999Z. Snoozes and lease extensions beyond it are clamped to it.
+pub(crate) const MAX_RUN_AT_MS: i64 = 253_402_300_799_999;
+
+/// `now` plus `d`, saturating at [`MAX_RUN_AT_MS`].
+pub(crate) fn ms_after(now: i64, d: std::time::Duration) -> i64 {
+    now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).min(MAX_RUN_AT_MS)
+}
+
 pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::UNIX_EPOCH)
 }
@@ -161,7 +171,7 @@ pub enum JobEventKind {
 
 impl JobEventKind {
     /// Every event kind.
-    pub const ALL: [JobEventKind; 11] = [
+    pub const ALL: &'static [JobEventKind] = &[
         JobEventKind::Enqueued,
         JobEventKind::Claimed,
         JobEventKind::Completed,
@@ -203,7 +213,7 @@ impl std::str::FromStr for JobEventKind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        JobEventKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| format!("unknown job event `{s}`"))
+        JobEventKind::ALL.iter().copied().find(|k| k.as_str() == s).ok_or_else(|| format!("unknown job event `{s}`"))
     }
 }
 

@@ -39,7 +39,17 @@ async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
     assert!(twin.is_new());
     let err = ops::retry(&t.db, b.id()).await.expect_err("twin active");
     assert!(err.to_string().contains("same kind and idempotency key"), "{err}");
+    assert!(err.to_string().contains("its status is `failed`"), "{err}");
     assert_eq!(ops::retry_failed(&t.db, Some("probe")).await.expect("bulk"), 0);
+    // The refusal is a read, not a failed statement: inside a transaction it leaves the transaction usable.
+    exec(&t.db, "UPDATE outbox_jobs SET status = 'cancelled' WHERE id = ?", vec![b.id().into()]).await;
+    outbox_core::transaction(&t.db, async |txn| {
+        let err = ops::retry(txn, b.id()).await.expect_err("twin active");
+        assert!(err.to_string().contains("its status is `cancelled`"), "{err}");
+        ops::get(txn, twin.id()).await.map(|_| ())
+    })
+    .await
+    .expect("the transaction is still usable");
 
     // Unknown ids are named.
     let err = ops::get(&t.db, "nope").await.expect_err("unknown");

@@ -177,6 +177,8 @@ async fn nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored(t: Tes
             EnqueueOpts::new().run_at(chrono_min()),
             EnqueueOpts::new().queue("a\0b"),
             EnqueueOpts::new().idempotency_key("k\0"),
+            EnqueueOpts::new().idempotency_key("k".repeat(513)),
+            EnqueueOpts::new().queue("q".repeat(256)),
         ] {
             let refused = outbox_core::enqueue(txn, &line, opts.clone()).await;
             assert!(matches!(refused, Err(Error::InvalidOpts { .. })), "{opts:?}: {refused:?}");
@@ -249,4 +251,27 @@ async fn wait_returns_the_finished_job_or_times_out(t: TestDb) {
     worker.shutdown().await.expect("shutdown");
     let err = ops::wait(&t.db, "no-such-job", Duration::from_secs(1)).await.expect_err("unknown id");
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
+}
+
+/// A job keyed by a long text field.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "doc")]
+struct Doc {
+    #[job(key)]
+    path: String,
+}
+
+conformance!(long_derived_keys_are_stored_as_their_hash_and_still_dedupe);
+/// A key field of 5,000 characters would not fit a unique index entry on every backend: the key is stored as
+/// its sha256 and the same intent still collapses onto one job.
+async fn long_derived_keys_are_stored_as_their_hash_and_still_dedupe(t: TestDb) {
+    let doc = Doc { path: "p/".repeat(2_500) };
+    let first = outbox_core::enqueue(&t.db, &doc, EnqueueOpts::new()).await.expect("enqueue");
+    let again = outbox_core::enqueue(&t.db, &doc, EnqueueOpts::new()).await.expect("enqueue again");
+    assert!(first.is_new() && !again.is_new() && first.id() == again.id());
+    let key = ops::get(&t.db, first.id()).await.expect("get").idempotency_key.expect("key");
+    assert!(key.starts_with("sha256:") && key.len() == 71, "{key}");
+    let other =
+        outbox_core::enqueue(&t.db, &Doc { path: "q/".repeat(2_500) }, EnqueueOpts::new()).await.expect("other");
+    assert!(other.is_new());
 }

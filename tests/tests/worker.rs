@@ -412,6 +412,24 @@ async fn answers_after_cancellation_follow_the_documented_contract(t: TestDb) {
     assert!(snoozed.run_at > chrono::Utc::now() + chrono::Duration::minutes(50), "{snoozed:?}");
 }
 
+conformance!(a_snooze_past_the_last_storable_time_is_clamped);
+/// `JobError::snooze(Duration::MAX)` parks the job at the latest time every backend stores (9999-12-31)
+/// instead of overflowing or failing its write.
+async fn a_snooze_past_the_last_storable_time_is_clamped(t: TestDb) {
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    quick(&t.db)
+        .register(|_: Probe, _: JobContext| async { Err::<(), _>(JobError::snooze(Duration::MAX)) })
+        .build()
+        .await
+        .expect("build")
+        .drain()
+        .await
+        .expect("drain");
+    let parked = ops::get(&t.db, job.id()).await.expect("get");
+    assert_eq!((parked.status, parked.attempts), (JobStatus::Pending, 0), "{parked:?}");
+    assert_eq!(parked.run_at.to_rfc3339(), "9999-12-31T23:59:59.999+00:00");
+}
+
 /// SQLite only: an in-memory database lives in one connection, which worker processes cannot share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_needs_a_file_database() {

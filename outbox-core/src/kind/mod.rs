@@ -13,6 +13,13 @@ use crate::job::{Job, KindOpts};
 
 pub(crate) mod registry;
 
+/// The longest idempotency key stored as is: an explicit key must fit, and a longer key derived from key
+/// fields is stored as `sha256:<hex>` of itself (index entries are limited to about 2.7 KB on some backends).
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// The longest kind or queue name.
+pub const MAX_NAME_BYTES: usize = 255;
+
 /// Default cap on a serialized payload: 256 KiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
@@ -121,6 +128,9 @@ impl Kind {
         }
         if name.contains('\0') || queue.contains('\0') {
             return Err(invalid("the kind name or its queue contains the NUL character".into()));
+        }
+        if name.len() > MAX_NAME_BYTES || queue.len() > MAX_NAME_BYTES {
+            return Err(invalid(format!("the kind name or its queue is longer than {MAX_NAME_BYTES} bytes")));
         }
         if max_attempts < 1 {
             return Err(invalid(format!("max_attempts is {max_attempts}, it must be at least 1")));
@@ -237,7 +247,12 @@ impl Kind {
         }
         let picked: serde_json::Map<String, Value> =
             self.key_fields.iter().map(|f| (f.clone(), payload.get(f).cloned().unwrap_or(Value::Null))).collect();
-        Some(canonical_json(&Value::Object(picked)))
+        let key = canonical_json(&Value::Object(picked));
+        // A long key would not fit an index entry on every backend; its hash dedupes just as well.
+        if key.len() > MAX_KEY_BYTES {
+            return Some(format!("sha256:{}", sha256_hex(key.as_bytes())));
+        }
+        Some(key)
     }
 }
 
@@ -330,6 +345,12 @@ mod tests {
         assert_ne!(one, k.derive_key(&json!({"a": 2, "b": "x"})));
         let k = kind(KindOpts { unique: false, ..KindOpts::DEFAULT });
         assert_eq!(k.derive_key(&json!({"a": 1})), None);
+        // A key too long to store as is becomes its hash, the same for the same fields.
+        let k = kind(KindOpts { key_fields: &["b"], ..KindOpts::DEFAULT });
+        let long = json!({"a": 1, "b": "x".repeat(600)});
+        let key = k.derive_key(&long).expect("key");
+        assert!(key.starts_with("sha256:") && key.len() == 71, "{key}");
+        assert_eq!(k.derive_key(&long), Some(key));
     }
 
     #[test]

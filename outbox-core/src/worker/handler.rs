@@ -148,7 +148,7 @@ impl JobContext {
     /// Keeps the claim for at least `by` from now. Leases are also renewed automatically while the handler
     /// runs; this is for handlers that know they will take longer than one lease.
     pub async fn extend_lease(&self, by: Duration) -> Result<()> {
-        let until = now_ms().saturating_add(i64::try_from(by.as_millis()).unwrap_or(i64::MAX));
+        let until = crate::record::ms_after(now_ms(), by);
         self.store.extend(vec![self.id.clone()], until).await.map(|_| ())
     }
 }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::handler::{JobContext, JobError};
 use super::{Registered, Worker};
 use crate::error::Result;
+use crate::record::ms_after;
 
 use crate::storage::{ClaimedJob, Finished, Outcome, now_ms};
 use crate::wake;
@@ -28,10 +29,6 @@ struct Loop {
     in_flight: HashMap<Id, InFlight>,
     next_heartbeat: Instant,
     next_rescue: Instant,
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool) -> Result<()> {
@@ -81,7 +78,7 @@ impl Loop {
             let free = config.concurrency.saturating_sub(busy);
             if claim_now && free > 0 && (free >= min_claim || self.tasks.is_empty()) {
                 let now = now_ms();
-                match self.worker.store.claim(free, now, now + ms(config.lease)).await {
+                match self.worker.store.claim(free, now, ms_after(now, config.lease)).await {
                     Ok(jobs) => {
                         db_backoff = config.poll_interval;
                         claim_now = jobs.len() == free;
@@ -155,7 +152,7 @@ impl Loop {
         let asked_to_stop = cancelling || cancel.is_cancelled();
         let outcome = match result {
             Ok(Ok(output)) => Outcome::Completed { output: output.map(|v| v.to_string()) },
-            Ok(Err(JobError::Snooze(after))) => Outcome::Snoozed { run_at: now_ms() + ms(after) },
+            Ok(Err(JobError::Snooze(after))) => Outcome::Snoozed { run_at: ms_after(now_ms(), after) },
             Ok(Err(JobError::Retry(_) | JobError::Permanent(_))) if asked_to_stop => Outcome::Released,
             Ok(Err(JobError::Permanent(error))) => Outcome::Failed { error },
             Ok(Err(JobError::Retry(error))) => failure(&job, error, retry),
@@ -175,7 +172,7 @@ impl Loop {
             let mut ids: Vec<String> = self.in_flight.values().map(|f| f.job.id.clone()).collect();
             ids.extend(self.worker.store.unwritten());
             if !ids.is_empty()
-                && let Err(e) = self.worker.store.extend(ids, now_ms() + ms(config.lease)).await
+                && let Err(e) = self.worker.store.extend(ids, ms_after(now_ms(), config.lease)).await
             {
                 tracing::warn!(worker = %self.worker.id, error = %e, "renewing leases failed");
             }
@@ -259,7 +256,7 @@ fn failure(job: &ClaimedJob, error: String, registered: Option<&Registered>) -> 
         return Outcome::Failed { error: format!("{error} (attempt {} of {})", job.attempt, job.max_attempts) };
     }
     let backoff = registered.map(|r| r.retry.backoff(job.attempt)).unwrap_or(Duration::from_secs(1));
-    Outcome::Retry { run_at: now_ms() + ms(backoff), error }
+    Outcome::Retry { run_at: ms_after(now_ms(), backoff), error }
 }
 
 fn finished(job: &ClaimedJob, outcome: Outcome) -> Finished {

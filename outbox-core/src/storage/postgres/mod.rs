@@ -146,11 +146,6 @@ async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement
     rows.iter().map(rows::record).collect()
 }
 
-fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
-    let text = err.to_string();
-    text.contains("duplicate key value violates unique constraint") || text.contains("23505")
-}
-
 /// The payload path operator's right side for a JSON path of the form `$.a.b`: the keys as a text array.
 fn path_keys(json_path: &str) -> Result<String> {
     let keys = json_path.strip_prefix("$.").unwrap_or_default();
@@ -375,8 +370,7 @@ impl Driver for Postgres {
         rows::duplicates(&rows)
     }
 
-    /// Failed or cancelled back to pending with its attempts reset. `Ok(false)` when no such job is in a
-    /// retryable status; an active job with the same key is reported by id.
+    /// Failed or cancelled back to pending with its attempts reset, unless an active job holds its key.
     async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
         let res = conn
             .execute_raw(stmt(
@@ -385,21 +379,15 @@ impl Driver for Postgres {
                     ts!("$1"),
                     ", lease_expires_at = NULL, updated_at = ",
                     ts!("$1"),
-                    " WHERE id = $2 AND status IN ('failed', 'cancelled')"
+                    " WHERE id = $2 AND status IN ('failed', 'cancelled') AND (idempotency_key IS NULL \
+                     OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = outbox_jobs.kind \
+                     AND a.idempotency_key = outbox_jobs.idempotency_key AND a.status IN ('pending', 'claimed')))"
                 ),
                 vec![now.into(), id.into()],
             ))
-            .await;
-        match res {
-            Ok(r) => Ok(r.rows_affected() == 1),
-            Err(e) if is_unique_violation(&e) => Err(Error::InvalidTransition {
-                id: id.to_owned(),
-                action: "retry",
-                status: "failed".into(),
-                hint: "an active job with the same kind and idempotency key exists; it already carries this intent",
-            }),
-            Err(e) => Err(Error::db(format!("retrying job `{id}`"))(e)),
-        }
+            .await
+            .map_err(Error::db(format!("retrying job `{id}`")))?;
+        Ok(res.rows_affected() == 1)
     }
 
     /// Every failed job (of one kind, when given) back to pending; jobs whose key is held by an active twin stay,
@@ -409,11 +397,11 @@ impl Driver for Postgres {
         let sql = format!(
             "UPDATE outbox_jobs j SET status = 'pending', attempts = 0, run_at = {now}, lease_expires_at = NULL, \
          updated_at = {now} \
-         FROM (SELECT DISTINCT ON (f.kind, COALESCE(f.idempotency_key, f.id)) f.id FROM outbox_jobs f \
+         FROM (SELECT DISTINCT ON (f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id)) f.id FROM outbox_jobs f \
                WHERE f.status = 'failed'{kind_filter} AND (f.idempotency_key IS NULL OR NOT EXISTS ( \
                    SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind AND a.idempotency_key = f.idempotency_key \
                    AND a.status IN ('pending', 'claimed'))) \
-               ORDER BY f.kind, COALESCE(f.idempotency_key, f.id), f.updated_at DESC, f.id DESC) r \
+               ORDER BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id), f.updated_at DESC, f.id DESC) r \
          WHERE j.id = r.id AND j.status = 'failed'",
             now = ts!("$1"),
         );

@@ -73,7 +73,7 @@ const SCHEMA_V1: &[&str] = &[
         FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_notify()",
 ];
 
-/// The job history, written by triggers exactly as on SQLite (see `sqlite::SCHEMA_V2_EVENTS`).
+/// The job history, written by triggers exactly as on SQLite (see `sqlite/schema.rs`).
 const SCHEMA_V2_EVENTS: &[&str] = &[
     r#"CREATE TABLE IF NOT EXISTS outbox_job_events (
         id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

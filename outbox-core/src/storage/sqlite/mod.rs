@@ -28,25 +28,35 @@ pub(crate) struct Sqlite;
 /// Tries at `BEGIN IMMEDIATE` while another writer holds the database past its busy timeout.
 const BEGIN_TRIES: u32 = 5;
 
-/// Whether SQLite said the database is locked (`SQLITE_BUSY`, code 5).
+/// Whether SQLite said the database is locked (`SQLITE_BUSY`, code 5, or one of its extended codes).
 fn is_busy(err: &DbErr) -> bool {
     let text = err.to_string();
     text.contains("database is locked") || text.contains("SQLITE_BUSY") || text.contains("(code: 5)")
 }
 
-/// Maps an error of a write through the caller's connection: a busy database names the usual cause and
-/// its fix, since the busy timeout cannot help a deferred transaction that read before writing.
+/// `SQLITE_BUSY_SNAPSHOT` (517): a transaction that began by reading cannot become a writer because another
+/// writer committed after its snapshot. SQLite reports it at once; no busy timeout can help.
+fn is_busy_snapshot(err: &DbErr) -> bool {
+    err.to_string().contains("(code: 517)")
+}
+
+/// Maps an error of a write through the caller's connection, naming the cause and the fix of a locked
+/// database.
 fn write_error(context: String, err: DbErr) -> Error {
-    if is_busy(&err) {
-        return Error::Database {
-            context: format!(
-                "{context} (SQLite cannot turn a transaction that began with a read into a writer once another \
-                 writer has committed, and the busy timeout does not apply; open write transactions with \
-                 `outbox_core::transaction` or `outbox_core::begin`, which take the write lock first)"
-            ),
-            source: Box::new(err),
-        };
-    }
+    let context = if is_busy_snapshot(&err) {
+        format!(
+            "{context} (this transaction began with a read, and another writer committed since: SQLite cannot \
+             turn it into a writer, and waiting cannot help; open write transactions with \
+             `outbox_core::transaction` or `outbox_core::begin`, which take the write lock first)"
+        )
+    } else if is_busy(&err) {
+        format!(
+            "{context} (another connection held the write lock past the busy timeout: look for a long write \
+             transaction, or raise `ConnectOpts::busy_timeout`)"
+        )
+    } else {
+        context
+    };
     Error::Database { context, source: Box::new(err) }
 }
 
@@ -102,10 +112,6 @@ const RECORD_COLUMNS: &str = "id, kind, queue, payload, status, priority, attemp
 async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement) -> Result<Vec<JobRecord>> {
     let rows = conn.query_all_raw(s).await.map_err(Error::db(what.to_owned()))?;
     rows.iter().map(rows::record).collect()
-}
-
-fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
-    err.to_string().contains("UNIQUE constraint failed")
 }
 
 /// Fills the connection's scratch table with the latest completed job (by completion time, then id) of
@@ -325,25 +331,19 @@ impl Driver for Sqlite {
     }
 
     /// Failed or cancelled back to pending with its attempts reset. `Ok(false)` when no such job is in a
-    /// retryable status; an active job with the same key is reported by id.
+    /// Failed or cancelled back to pending with its attempts reset, unless an active job holds its key.
     async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
         let res = conn
             .execute_raw(stmt(
                 "UPDATE outbox_jobs SET status = 'pending', attempts = 0, run_at = ?, lease_expires_at = NULL, \
-             updated_at = ? WHERE id = ? AND status IN ('failed', 'cancelled')",
+                 updated_at = ? WHERE id = ? AND status IN ('failed', 'cancelled') AND (idempotency_key IS NULL \
+                 OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = outbox_jobs.kind \
+                 AND a.idempotency_key = outbox_jobs.idempotency_key AND a.status IN ('pending', 'claimed')))",
                 vec![now.into(), now.into(), id.into()],
             ))
-            .await;
-        match res {
-            Ok(r) => Ok(r.rows_affected() == 1),
-            Err(e) if is_unique_violation(&e) => Err(Error::InvalidTransition {
-                id: id.to_owned(),
-                action: "retry",
-                status: "failed".into(),
-                hint: "an active job with the same kind and idempotency key exists; it already carries this intent",
-            }),
-            Err(e) => Err(Error::db(format!("retrying job `{id}`"))(e)),
-        }
+            .await
+            .map_err(Error::db(format!("retrying job `{id}`")))?;
+        Ok(res.rows_affected() == 1)
     }
 
     /// Every failed job (of one kind, when given) back to pending: of several sharing a key the latest, and none
@@ -355,7 +355,7 @@ impl Driver for Sqlite {
          updated_at = ? WHERE status = 'failed' AND id IN ( \
              SELECT id FROM ( \
                  SELECT f.id, ROW_NUMBER() OVER ( \
-                     PARTITION BY f.kind, COALESCE(f.idempotency_key, f.id) \
+                     PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) \
                      ORDER BY f.updated_at DESC, f.id DESC) AS rn \
                  FROM outbox_jobs f WHERE f.status = 'failed'{kind_filter} AND (f.idempotency_key IS NULL \
                      OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind \
