@@ -96,8 +96,25 @@ impl Enqueued {
 pub(crate) const MAX_PAYLOAD_DEPTH: usize = 127;
 
 /// The first place `payload` nests deeper than [`MAX_PAYLOAD_DEPTH`], as a violation. Iterative, so a
-/// hostile depth cannot overflow the stack here.
+/// hostile depth cannot overflow the stack here; paths are only spelled out once a payload is too deep, so
+/// the common case allocates one small stack.
 fn too_deep(payload: &Value) -> Option<Violation> {
+    let mut stack: Vec<(&Value, usize)> = vec![(payload, 0)];
+    let mut deepest = 0;
+    while let Some((value, depth)) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|v| (v, depth + 1))),
+            _ => continue,
+        }
+        deepest = deepest.max(depth + 1);
+        if deepest > MAX_PAYLOAD_DEPTH {
+            break;
+        }
+    }
+    if deepest <= MAX_PAYLOAD_DEPTH {
+        return None;
+    }
     let mut stack: Vec<(&Value, usize, String)> = vec![(payload, 0, String::new())];
     while let Some((value, depth, path)) = stack.pop() {
         let children: Vec<(&Value, String)> = match value {
