@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
 use serde_json::Value;
 
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, Result, Violation, pointer_token};
 use crate::job::Job;
 use crate::kind::{Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes};
-use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS};
+use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS, duration_ms};
 use crate::storage::{self, Backend, NewJob, dispatch, now_ms};
 use crate::wake;
 
@@ -119,9 +119,7 @@ fn too_deep(payload: &Value) -> Option<Violation> {
     while let Some((value, depth, path)) = stack.pop() {
         let children: Vec<(&Value, String)> = match value {
             Value::Array(items) => items.iter().enumerate().map(|(i, v)| (v, format!("{path}/{i}"))).collect(),
-            Value::Object(map) => {
-                map.iter().map(|(k, v)| (v, format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")))).collect()
-            }
+            Value::Object(map) => map.iter().map(|(k, v)| (v, format!("{path}/{}", pointer_token(k)))).collect(),
             _ => continue,
         };
         if depth + 1 > MAX_PAYLOAD_DEPTH {
@@ -147,7 +145,7 @@ fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         return Err(Error::PayloadTooLarge { kind: kind.name().into(), size: text.len(), limit });
     }
     kind.validate(payload)?;
-    let unstorable = storage::unstorable(backend, payload);
+    let unstorable = storage::unstorable(backend, payload, &text);
     if !unstorable.is_empty() {
         return Err(Error::InvalidPayload { kind: kind.name().into(), violations: unstorable });
     }
@@ -181,7 +179,7 @@ fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
     }
     let run_at = match (opts.run_at, opts.delay) {
         (Some(at), _) => at.timestamp_millis(),
-        (None, Some(d)) => now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        (None, Some(d)) => now.saturating_add(duration_ms(d)),
         (None, None) => now,
     };
     if !(MIN_RUN_AT_MS..=MAX_RUN_AT_MS).contains(&run_at) {

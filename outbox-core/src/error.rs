@@ -21,6 +21,11 @@ impl fmt::Display for Violation {
     }
 }
 
+/// `key` as one token of a JSON pointer (`~` and `/` escaped), for a [`Violation`]'s path.
+pub(crate) fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
 /// Joins violations as `at /a: ...; at /b: ...`.
 pub(crate) fn join_violations(violations: &[Violation]) -> String {
     violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")

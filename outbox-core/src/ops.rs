@@ -21,7 +21,7 @@ pub async fn queues<C: ConnectionTrait>(conn: &C) -> Result<Vec<QueueCounts>> {
 }
 
 fn since(window: Duration) -> i64 {
-    now_ms().saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+    now_ms().saturating_sub(crate::record::duration_ms(window))
 }
 
 /// Job counts by kind and status.
@@ -102,9 +102,20 @@ pub async fn stats<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Sta
     })
 }
 
-async fn transition_error<C: ConnectionTrait>(conn: &C, id: &str, action: &'static str, hint: &'static str) -> Error {
+/// Why `action` did not apply to job `id`: its current status, and the `hint` for that status.
+async fn transition_error<C: ConnectionTrait>(
+    conn: &C,
+    id: &str,
+    action: &'static str,
+    hint: fn(JobStatus) -> &'static str,
+) -> Error {
     match get(conn, id).await {
-        Ok(job) => Error::InvalidTransition { id: id.to_owned(), action, status: job.status.to_string(), hint },
+        Ok(job) => Error::InvalidTransition {
+            id: id.to_owned(),
+            action,
+            status: job.status.to_string(),
+            hint: hint(job.status),
+        },
         Err(e) => e,
     }
 }
@@ -117,14 +128,13 @@ pub async fn retry<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
         wake::wake();
         return Ok(());
     }
-    let job = get(conn, id).await?;
-    let hint = match job.status {
+    Err(transition_error(conn, id, "retry", |status| match status {
         JobStatus::Failed | JobStatus::Cancelled => {
             "an active job with the same kind and idempotency key exists; it already carries this intent"
         }
         _ => "only failed or cancelled jobs can be retried",
-    };
-    Err(Error::InvalidTransition { id: id.to_owned(), action: "retry", status: job.status.to_string(), hint })
+    })
+    .await)
 }
 
 /// Puts every failed job (of `kind`, when given) back to pending; returns how many. A job whose key is held
@@ -145,7 +155,7 @@ pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
         wake::outcome_written();
         return Ok(());
     }
-    Err(transition_error(conn, id, "cancel", "only pending jobs can be cancelled").await)
+    Err(transition_error(conn, id, "cancel", |_| "only pending jobs can be cancelled").await)
 }
 
 /// Deletes jobs in the given terminal statuses last changed more than `older_than` ago; returns how many.

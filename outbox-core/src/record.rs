@@ -110,9 +110,14 @@ pub(crate) const MIN_RUN_AT_MS: i64 = -62_135_596_800_000;
 /// The latest: 9999-12-31T23:59:59.999Z. Snoozes and lease extensions beyond it are clamped to it.
 pub(crate) const MAX_RUN_AT_MS: i64 = 253_402_300_799_999;
 
+/// `d` in whole milliseconds, saturating at `i64::MAX`.
+pub(crate) fn duration_ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// `now` plus `d`, saturating at [`MAX_RUN_AT_MS`].
 pub(crate) fn ms_after(now: i64, d: std::time::Duration) -> i64 {
-    now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).min(MAX_RUN_AT_MS)
+    now.saturating_add(duration_ms(d)).min(MAX_RUN_AT_MS)
 }
 
 pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {

@@ -17,8 +17,8 @@ struct SendWelcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn define_enqueue_in_a_transaction_and_work() -> Result<(), outbox_core::Error> {
-    let dir = TempDir::new()?;
-    let url = format!("sqlite://{}?mode=rwc", dir.0.join("app.db").display());
+    let dir = tempfile::tempdir().map_err(|e| outbox_core::Error::Invalid(format!("creating a temp dir: {e}")))?;
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("app.db").display());
     let db = outbox_core::connect(&url).await?;
     outbox_core::migrate(&db).await?;
     db.execute_unprepared("CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT NOT NULL)").await?;
@@ -42,22 +42,4 @@ async fn define_enqueue_in_a_transaction_and_work() -> Result<(), outbox_core::E
     assert_eq!(done.status, outbox_core::JobStatus::Completed);
     assert_eq!(done.output, Some(json!({ "sent_to": "ann@example.com", "attempt": 1 })));
     Ok(())
-}
-
-/// A directory of this test's own, removed when the test ends, passed or not.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new() -> Result<TempDir, outbox_core::Error> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        let path = std::env::temp_dir().join(format!("outbox-readme-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).map_err(|e| outbox_core::Error::Invalid(format!("{}: {e}", path.display())))?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

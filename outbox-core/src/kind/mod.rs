@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, Result, Violation, pointer_token};
 use crate::job::{Job, KindOpts};
 
 pub(crate) mod registry;
@@ -216,7 +216,7 @@ impl Kind {
                 let mut path = e.instance_path().to_string();
                 // A missing property is reported at its parent; name the property itself.
                 if let jsonschema::error::ValidationErrorKind::Required { property: Value::String(name) } = e.kind() {
-                    path = format!("{path}/{}", name.replace('~', "~0").replace('/', "~1"));
+                    path = format!("{path}/{}", pointer_token(name));
                 }
                 Violation { path, message: e.to_string() }
             })

@@ -39,8 +39,9 @@ pub(crate) trait Driver {
     /// Opens a read-only snapshot for scans.
     async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction>;
 
-    /// What of a valid payload the backend cannot store, each at its JSON path (empty: all of it).
-    fn unstorable(payload: &serde_json::Value) -> Vec<Violation>;
+    /// What of a valid payload the backend cannot store, each at its JSON path (empty: all of it). `text` is
+    /// the payload as enqueue serialized it, for checks that can rule most payloads out without a walk.
+    fn unstorable(payload: &serde_json::Value, text: &str) -> Vec<Violation>;
 
     /// Opens the worker's own connection(s) for claims, completions, renewals, rescues and wake-ups.
     async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore>;
@@ -180,10 +181,10 @@ pub(crate) async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransa
 }
 
 /// See [`Driver::unstorable`].
-pub(crate) fn unstorable(backend: Backend, payload: &serde_json::Value) -> Vec<Violation> {
+pub(crate) fn unstorable(backend: Backend, payload: &serde_json::Value, text: &str) -> Vec<Violation> {
     match backend {
-        Backend::Sqlite => Sqlite::unstorable(payload),
-        Backend::Postgres => Postgres::unstorable(payload),
+        Backend::Sqlite => Sqlite::unstorable(payload, text),
+        Backend::Postgres => Postgres::unstorable(payload, text),
     }
 }
 

@@ -18,7 +18,7 @@ use sea_orm::{
 pub(super) use worker::PgStore;
 
 use super::{Driver, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerStore, WorkerStoreOpts, rows};
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, Result, Violation, pointer_token};
 use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
 use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
 use worker::PgStoreConfig;
@@ -27,7 +27,7 @@ use worker::PgStoreConfig;
 pub(crate) struct Postgres;
 
 fn write_error(context: String, err: DbErr) -> Error {
-    Error::Database { context, source: Box::new(err) }
+    Error::db(context)(err)
 }
 
 /// The schema the outbox tables are found in (the first of the connection's `search_path` that exists).
@@ -61,7 +61,7 @@ fn nul_violations(value: &serde_json::Value, path: &mut String, out: &mut Vec<Vi
             for (key, item) in map {
                 let len = path.len();
                 path.push('/');
-                path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                path.push_str(&pointer_token(key));
                 if key.contains('\0') {
                     out.push(Violation { path: path.clone(), message: format!("the key {WHY}") });
                 }
@@ -216,7 +216,11 @@ impl Driver for Postgres {
         db.begin().await.map_err(Error::db("beginning a read transaction"))
     }
 
-    fn unstorable(payload: &serde_json::Value) -> Vec<Violation> {
+    fn unstorable(payload: &serde_json::Value, text: &str) -> Vec<Violation> {
+        // JSON text escapes a NUL as `\u0000`: without that sequence there is none to find.
+        if !text.contains("\\u0000") {
+            return Vec::new();
+        }
         let mut out = Vec::new();
         nul_violations(payload, &mut String::new(), &mut out);
         out

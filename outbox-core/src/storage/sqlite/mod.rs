@@ -57,7 +57,7 @@ fn write_error(context: String, err: DbErr) -> Error {
     } else {
         context
     };
-    Error::Database { context, source: Box::new(err) }
+    Error::db(context)(err)
 }
 
 /// The database file of a pool; the worker opens its own connection to it.
@@ -196,7 +196,7 @@ impl Driver for Sqlite {
     }
 
     /// SQLite stores any JSON text.
-    fn unstorable(_payload: &serde_json::Value) -> Vec<Violation> {
+    fn unstorable(_payload: &serde_json::Value, _text: &str) -> Vec<Violation> {
         Vec::new()
     }
 
