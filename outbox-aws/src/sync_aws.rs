@@ -22,7 +22,7 @@ use crate::registry;
 /// The job output records `resourceType`, `resourceId`, `present` (what the job left), and what
 /// identifies the result (`arn`, `queueUrl`, `etag`).
 #[derive(Job, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[job(kind = "sync_aws", max_attempts = 8, validate = Self::check)]
+#[job(kind = "sync_aws", max_attempts = 8, sequence = "aws:{resourceType}/{resourceId}", validate = Self::check)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SyncAws {
     /// The provider: `s3_bucket`, `s3_object`, `sqs_queue`, or one registered by the application.

@@ -62,7 +62,7 @@ pub(crate) enum Command {
     Queues,
     /// Retry a failed or cancelled job (attempts start over), or every failed job.
     Retry(RetryArgs),
-    /// Cancel a pending job.
+    /// Cancel a pending job, or let a sequence held by a failed or cancelled job go on.
     Cancel {
         /// The job id.
         id: String,
@@ -109,6 +109,9 @@ pub(crate) struct EnqueueArgs {
     /// Idempotency key (default: the kind's key fields, or a hash of the payload).
     #[arg(long)]
     pub(crate) key: Option<String>,
+    /// Sequence key: run after every earlier job of this sequence (default: the kind's sequence template).
+    #[arg(long, value_name = "KEY")]
+    pub(crate) sequence: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -125,6 +128,9 @@ pub(crate) struct ListArgs {
     /// Only jobs changed since: a duration ago (1h) or a time (2026-11-22T10:00:00Z).
     #[arg(long, value_name = "WHEN")]
     pub(crate) since: Option<String>,
+    /// Only the jobs of one sequence (`fs:notes/a.txt`), in sequence order.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) sequence: Option<String>,
     /// At most this many.
     #[arg(long, default_value_t = 50)]
     pub(crate) limit: u64,

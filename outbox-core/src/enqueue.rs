@@ -9,7 +9,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
 use serde_json::Value;
 
 use crate::error::{Error, Result, Violation, pointer_token};
-use crate::job::Job;
+use crate::job::{Job, SequenceFailure};
 use crate::kind::{Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes};
 use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS, duration_ms};
 use crate::storage::{self, Backend, NewJob, dispatch, now_ms};
@@ -30,6 +30,9 @@ pub struct EnqueueOpts {
     pub max_attempts: Option<i32>,
     /// Explicit idempotency key (default: the kind's key fields, or a hash of the payload).
     pub idempotency_key: Option<String>,
+    /// Explicit sequence key (default: the kind's sequence template applied to the payload). Jobs sharing a
+    /// sequence key, of any kind, run one at a time in the order they were enqueued.
+    pub sequence: Option<String>,
 }
 
 impl EnqueueOpts {
@@ -67,6 +70,28 @@ impl EnqueueOpts {
         self.idempotency_key = Some(key.into());
         self
     }
+    /// Puts the job in the sequence `key` (`agent:42`), whatever its kind's template says.
+    pub fn sequence(mut self, key: impl Into<String>) -> Self {
+        self.sequence = Some(key.into());
+        self
+    }
+}
+
+/// Refuses an explicit key or sequence the database could not index or store.
+fn check_key(what: &str, key: &str, bad: &impl Fn(String) -> Error) -> Result<()> {
+    if key.is_empty() {
+        return Err(bad(format!("the {what} is empty")));
+    }
+    if key.contains('\0') {
+        return Err(bad(format!("the {what} {key:?} contains the NUL character")));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(bad(format!(
+            "the {what} is {} bytes, over the limit of {MAX_KEY_BYTES}; pass a hash of it instead",
+            key.len()
+        )));
+    }
+    Ok(())
 }
 
 /// What an enqueue did.
@@ -164,19 +189,16 @@ fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
     if queue.len() > MAX_NAME_BYTES {
         return Err(bad(format!("the queue name is {} bytes, over the limit of {MAX_NAME_BYTES}", queue.len())));
     }
-    match &opts.idempotency_key {
-        Some(k) if k.is_empty() => return Err(bad("the idempotency key is empty".into())),
-        Some(k) if k.contains('\0') => {
-            return Err(bad(format!("the idempotency key {k:?} contains the NUL character")));
-        }
-        Some(k) if k.len() > MAX_KEY_BYTES => {
-            return Err(bad(format!(
-                "the idempotency key is {} bytes, over the limit of {MAX_KEY_BYTES}; pass a hash of it instead",
-                k.len()
-            )));
-        }
-        _ => {}
+    if let Some(key) = &opts.idempotency_key {
+        check_key("idempotency key", key, &bad)?;
     }
+    let sequence_key = match &opts.sequence {
+        Some(key) => {
+            check_key("sequence key", key, &bad)?;
+            Some(key.clone())
+        }
+        None => kind.sequence_key(payload)?,
+    };
     let run_at = match (opts.run_at, opts.delay) {
         (Some(at), _) => at.timestamp_millis(),
         (None, Some(d)) => now.saturating_add(duration_ms(d)),
@@ -198,6 +220,8 @@ fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         key: opts.idempotency_key.clone().or_else(|| kind.derive_key(payload)),
         schema_hash: kind.schema_hash().to_owned(),
         created_at: now,
+        sequence_key,
+        hold: kind.on_sequence_failure() == SequenceFailure::Hold,
     })
 }
 

@@ -58,12 +58,52 @@ pub struct KindOpts {
     /// Serialized names of the payload fields that form the idempotency key. Empty: the key is the sha256
     /// of the kind and the canonical payload.
     pub key_fields: &'static [&'static str],
+    /// How a job's sequence key is built from its payload, e.g. `"fs:{path:path}"`: text with `{field}`
+    /// placeholders naming top-level payload fields (`{field:path}` normalizes a relative path first). Jobs
+    /// sharing a sequence key, of any kind, run one at a time in the order they were enqueued. `None`: jobs
+    /// of this kind are not sequenced unless an enqueue names a key.
+    pub sequence: Option<&'static str>,
+    /// What a job of this kind that fails for good or is cancelled does to the jobs behind it in its sequence.
+    pub on_sequence_failure: SequenceFailure,
+    /// At most this many jobs of the kind run at once across every worker and process sharing the database
+    /// (the database enforces it at claim time). `None`: no limit beyond the workers' own concurrency.
+    pub concurrency: Option<u32>,
+}
+
+/// What the jobs behind a job that failed for good (or was cancelled) in its sequence do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SequenceFailure {
+    /// They wait until an operator retries the failed job (and it completes) or cancels it; the safe default
+    /// when later jobs build on earlier ones (a delete after a create of the same file).
+    #[default]
+    Hold,
+    /// They run as if the failed job had completed.
+    Continue,
+}
+
+impl SequenceFailure {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SequenceFailure::Hold => "hold",
+            SequenceFailure::Continue => "continue",
+        }
+    }
 }
 
 impl KindOpts {
     /// The options of a kind that sets none.
-    pub const DEFAULT: KindOpts =
-        KindOpts { queue: "default", priority: 0, max_attempts: 3, unique: true, key_fields: &[] };
+    pub const DEFAULT: KindOpts = KindOpts {
+        queue: "default",
+        priority: 0,
+        max_attempts: 3,
+        unique: true,
+        key_fields: &[],
+        sequence: None,
+        on_sequence_failure: SequenceFailure::Hold,
+        concurrency: None,
+    };
 }
 
 impl Default for KindOpts {

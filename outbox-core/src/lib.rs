@@ -17,7 +17,7 @@ mod worker;
 pub use connect::{ConnectOpts, connect, connect_with};
 pub use enqueue::{EnqueueOpts, Enqueued, begin, enqueue, enqueue_batch, enqueue_batch_raw, enqueue_raw, transaction};
 pub use error::{Error, Result, Violation};
-pub use job::{Job, KindOpts};
+pub use job::{Job, KindOpts, SequenceFailure};
 pub use kind::{
     DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes, set_max_payload_bytes,
 };

@@ -8,7 +8,7 @@ use sea_orm::ConnectionTrait;
 
 pub use crate::kind::registry::{kind, kinds};
 pub use crate::record::{JobEvent, JobEventKind, JobFilter, KindRecord};
-pub use crate::stats::{DuplicateKey, KindDurations, QueueCounts, Stats, StatusCount};
+pub use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, Stats, StatusCount};
 
 use crate::error::{Error, Result};
 use crate::record::{JobRecord, JobStatus};
@@ -89,9 +89,17 @@ pub async fn recent<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Ve
     dispatch!(conn, finished_since(conn, since(window)))
 }
 
+/// How many sequences a failed or cancelled job holds, and the first `limit` of them with their heads.
+pub async fn blocked<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
+    dispatch!(conn, blocked(conn, limit))
+}
+
 /// The six answers at once; `window` bounds durations and recent activity (an hour is typical).
 pub async fn stats<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Stats> {
+    let (blocked_sequences, blocked) = blocked(conn, 20).await?;
     Ok(Stats {
+        blocked_sequences,
+        blocked,
         counts: counts(conn).await?,
         failed: failed(conn, 20).await?,
         stuck: stuck(conn).await?,
@@ -148,14 +156,18 @@ pub async fn retry_failed<C: ConnectionTrait>(conn: &C, kind: Option<&str>) -> R
     Ok(n)
 }
 
-/// Cancels a pending job.
+/// Cancels a pending job. A cancelled job of a kind whose sequences hold on failure holds its sequence like a
+/// failed one; cancelling such a held head (failed or cancelled) again lets the jobs behind it run.
 pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
     if dispatch!(conn, cancel(conn, id, now_ms()))? {
         tracing::info!(job_id = id, "job cancelled");
         wake::outcome_written();
         return Ok(());
     }
-    Err(transition_error(conn, id, "cancel", |_| "only pending jobs can be cancelled").await)
+    Err(transition_error(conn, id, "cancel", |_| {
+        "only pending jobs can be cancelled, and failed or cancelled jobs that hold their sequence (which lets it go)"
+    })
+    .await)
 }
 
 /// Deletes jobs in the given terminal statuses last changed more than `older_than` ago; returns how many.

@@ -103,6 +103,16 @@ pub struct JobRecord {
     /// How many times a worker started the job, including runs whose attempt was given back (snooze,
     /// shutdown); never reset.
     pub runs: i32,
+    /// The sequence it runs in: jobs sharing it run one at a time, in `sequence_no` order.
+    pub sequence_key: Option<String>,
+    /// Its place in its sequence, assigned by the database in commit order.
+    pub sequence_no: Option<i64>,
+    /// The job its sequence waits for (pending, running, or failed or cancelled and holding the sequence),
+    /// while this one may not start.
+    pub waiting_for: Option<String>,
+    /// Whether this job, failed or cancelled, holds its sequence: the jobs behind it wait until an operator
+    /// retries it or cancels it (again).
+    pub holds_sequence: bool,
 }
 
 /// The earliest time a job may be due: 0001-01-01T00:00:00Z (every backend's time columns hold it).
@@ -135,13 +145,15 @@ pub struct JobFilter {
     pub queue: Option<String>,
     /// Only jobs changed at or after this time.
     pub since: Option<DateTime<Utc>>,
+    /// Only jobs of this sequence, listed in sequence order rather than newest first.
+    pub sequence: Option<String>,
     /// At most this many (default 100).
     pub limit: u64,
 }
 
 impl Default for JobFilter {
     fn default() -> Self {
-        JobFilter { status: None, kind: None, queue: None, since: None, limit: 100 }
+        JobFilter { status: None, kind: None, queue: None, since: None, sequence: None, limit: 100 }
     }
 }
 
@@ -257,6 +269,12 @@ pub struct KindRecord {
     pub unique: bool,
     /// Fields forming the idempotency key (empty: a hash of the whole payload).
     pub key_fields: Vec<String>,
+    /// The template of its sequence keys (`fs:{path:path}`), if it is sequenced.
+    pub sequence: Option<String>,
+    /// What a failed or cancelled job of the kind does to the jobs behind it in its sequence.
+    pub on_sequence_failure: crate::job::SequenceFailure,
+    /// The most jobs of the kind that may run at once across every worker.
+    pub concurrency: Option<u32>,
     /// The worker that last recorded it.
     pub recorded_by: Option<String>,
     /// When a worker first recorded it.

@@ -23,7 +23,7 @@ pub struct PathJob {
     /// The path as stored in the payload; `None` when the payload has no string at the field's JSON path
     /// (all such jobs share one entry).
     pub path: Option<String>,
-    /// Id of the latest completed job for the path (by completion time, then id).
+    /// Id of the latest completed job for the path (by place in its sequence, then completion time, then id).
     pub job_id: String,
     /// Its kind.
     pub kind: String,
@@ -94,7 +94,8 @@ impl PathScan {
     }
 }
 
-/// For every path named by a completed job of the given kinds, the latest such job (by completion time,
+/// For every path named by a completed job of the given kinds, the latest such job (by place in its
+/// sequence, then completion time,
 /// then id). The "latest completed per path" decision is made by the database in one pass over the jobs;
 /// the result is paged out of a scratch table, so neither side holds all jobs in memory.
 ///
@@ -132,7 +133,8 @@ pub async fn latest_completed_by_path(db: &sea_orm::DatabaseConnection, fields: 
     Ok(PathScan { txn, after: 0, jobs_total, paths_total })
 }
 
-/// For every resource named by a completed job of `kind`, the latest such job (by completion time, then
+/// For every resource named by a completed job of `kind`, the latest such job (by place in its sequence,
+/// then completion time, then
 /// id), where a job's resource is the combination of the payload values at `json_paths` (for example
 /// `["$.resourceType", "$.resourceId"]`). Each [`PathJob::path`] holds that combination as a JSON array
 /// (`["s3_bucket","invoices"]`). Same snapshot and paging as [`latest_completed_by_path`].

@@ -62,6 +62,10 @@ pub struct Stats {
     pub duplicates: Vec<DuplicateKey>,
     /// What finished in the window, by kind and status.
     pub recent: Vec<StatusCount>,
+    /// How many sequences a failed or cancelled job holds.
+    pub blocked_sequences: u64,
+    /// The first of them (longest held first), with their heads.
+    pub blocked: Vec<BlockedSequence>,
     /// The window of `durations` and `recent`.
     pub window_secs: u64,
 }
@@ -87,4 +91,16 @@ pub struct QueueCounts {
     pub cancelled: u64,
     /// When the oldest available job became due.
     pub oldest_available: Option<DateTime<Utc>>,
+}
+
+/// A sequence held by a job that failed for good or was cancelled: the jobs behind it wait until an operator
+/// retries the head (and it completes) or cancels it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BlockedSequence {
+    /// The sequence key.
+    pub sequence_key: String,
+    /// The job holding it.
+    pub head: JobRecord,
+    /// Jobs waiting behind it.
+    pub waiting: u64,
 }

@@ -28,7 +28,12 @@ const SIDECAR_MAX_BYTES: u64 = 64 * 1024;
 /// `size`, `prompt_hash`, `requirement_id`, `model`, `usage`, `cost_usd` and `reused`; a reused answer
 /// costs this job nothing, so its `usage` is zero and `cost_usd` 0.
 #[derive(Job, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[job(kind = "claude_extraction", max_attempts = 5, validate = Self::check)]
+#[job(
+    kind = "claude_extraction",
+    max_attempts = 5,
+    sequence = "fs:{targetPath:path}",
+    validate = Self::check
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaudeExtraction {
     /// The frozen prompt, sent verbatim.

@@ -16,7 +16,7 @@ use crate::root::{self, Root, checked, classify};
 /// holding other content fails the job permanently unless `overwrite` is set. The job output records
 /// `path`, `sha256` (lowercase hex), `size` and `written` (false when the content was already there).
 #[derive(Job, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[job(kind = "create_file", validate = Self::check)]
+#[job(kind = "create_file", sequence = "fs:{path:path}", validate = Self::check)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateFile {
     /// Relative to the root, `/`-separated, normalized; never leaving the root.

@@ -19,7 +19,7 @@ use crate::root::{self, Root, checked, classify};
 /// deleted it (the first run): a retry after a crash that followed the deletion succeeds. The job
 /// output records `path` and `deleted` (whether this attempt removed something).
 #[derive(Job, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[job(kind = "delete_file", validate = Self::check)]
+#[job(kind = "delete_file", sequence = "fs:{path:path}", validate = Self::check)]
 #[serde(rename_all = "camelCase")]
 pub struct DeleteFile {
     /// Relative to the root, `/`-separated, normalized; never leaving the root.

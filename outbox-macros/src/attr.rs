@@ -12,7 +12,8 @@ use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Error, Expr, ExprLit, ExprUnary, Lit, LitInt, LitStr, Result, Token, UnOp, token};
 
 /// The options accepted in the container attribute, as listed in error messages.
-const CONTAINER_OPTIONS: &str = "`kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`";
+const CONTAINER_OPTIONS: &str = "`kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`, `sequence`, \
+     `on_sequence_failure`, `concurrency`";
 
 /// One option of the container attribute: its parsed value and where it was written.
 pub(crate) struct Setting<T> {
@@ -40,6 +41,12 @@ pub(crate) struct ContainerAttrs {
     /// `#[job(validate = Self::check)]` or `#[job(validate = "check")]`: a `fn(&Self) -> Result<(),
     /// Vec<outbox_core::Violation>>` with the rules the schema cannot express.
     pub(crate) validate: Option<Setting<syn::ExprPath>>,
+    /// `#[job(sequence = "fs:{path:path}")]`: the template of the kind's sequence keys.
+    pub(crate) sequence: Option<Setting<String>>,
+    /// `#[job(on_sequence_failure = "continue")]`: `true` for continue, `false` for hold.
+    pub(crate) on_sequence_failure: Option<Setting<bool>>,
+    /// `#[job(concurrency = 2)]`: the most jobs of the kind running at once across every worker.
+    pub(crate) concurrency: Option<Setting<i32>>,
     /// Every option name written, valid or not, to tell duplicates and a mistyped `kind` from a missing one.
     pub(crate) written: BTreeSet<String>,
 }
@@ -84,6 +91,28 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
                 }
                 // #[job(unique = false)]
                 "unique" => setting(&mut out.unique, &mut out.written, &meta, errors, "unique = false", boolean),
+                // #[job(sequence = "fs:{path:path}")]
+                "sequence" => setting(
+                    &mut out.sequence,
+                    &mut out.written,
+                    &meta,
+                    errors,
+                    "sequence = \"agent:{agentId}\"",
+                    string,
+                ),
+                // #[job(on_sequence_failure = "continue")]
+                "on_sequence_failure" => setting(
+                    &mut out.on_sequence_failure,
+                    &mut out.written,
+                    &meta,
+                    errors,
+                    "on_sequence_failure = \"continue\"",
+                    sequence_failure,
+                ),
+                // #[job(concurrency = 2)]
+                "concurrency" => {
+                    setting(&mut out.concurrency, &mut out.written, &meta, errors, "concurrency = 2", int)
+                }
                 // #[job(validate = Self::check)], #[job(validate = "check")]
                 "validate" => {
                     setting(&mut out.validate, &mut out.written, &meta, errors, "validate = Self::check", fn_path)
@@ -129,7 +158,18 @@ pub(crate) fn field<'a>(attrs: &'a [Attribute], errors: &mut Errors) -> FieldAtt
             let path = &meta.path;
             let name = quote!(#path).to_string();
             let message =
-                if matches!(name.as_str(), "kind" | "queue" | "priority" | "max_attempts" | "unique" | "validate") {
+                if matches!(
+                    name.as_str(),
+                    "kind"
+                        | "queue"
+                        | "priority"
+                        | "max_attempts"
+                        | "unique"
+                        | "validate"
+                        | "sequence"
+                        | "on_sequence_failure"
+                        | "concurrency"
+                ) {
                     format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
                 } else {
                     format!("unknown job field option `{name}`: the only field option is #[job(key)]")
@@ -272,6 +312,18 @@ fn fn_path(expr: &Expr, _name: &str, usage: &str) -> Result<syn::ExprPath> {
         Expr::Path(path) => Ok(path.clone()),
         Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => lit.parse::<syn::ExprPath>().map_err(|_| wrong()),
         _ => Err(wrong()),
+    }
+}
+
+/// `"hold"` (false) or `"continue"` (true).
+fn sequence_failure(expr: &Expr, name: &str, usage: &str) -> Result<bool> {
+    match string(expr, name, usage)?.as_str() {
+        "hold" => Ok(false),
+        "continue" => Ok(true),
+        other => Err(Error::new_spanned(
+            expr,
+            format!("`{name}` is \"hold\" (the default: later jobs wait) or \"continue\", not {other:?}"),
+        )),
     }
 }
 

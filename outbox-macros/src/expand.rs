@@ -59,6 +59,27 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         }
         None => all_set = false,
     }
+    match &attrs.sequence {
+        Some(sequence) => {
+            let sequence = &sequence.value;
+            opts.push(quote!(sequence: ::core::option::Option::Some(#sequence)));
+        }
+        None => all_set = false,
+    }
+    match &attrs.on_sequence_failure {
+        Some(setting) if setting.value => {
+            opts.push(quote!(on_sequence_failure: ::outbox_core::SequenceFailure::Continue));
+        }
+        Some(_) => opts.push(quote!(on_sequence_failure: ::outbox_core::SequenceFailure::Hold)),
+        None => all_set = false,
+    }
+    match &attrs.concurrency {
+        Some(concurrency) => {
+            let concurrency = u32::try_from(concurrency.value).unwrap_or(1);
+            opts.push(quote!(concurrency: ::core::option::Option::Some(#concurrency)));
+        }
+        None => all_set = false,
+    }
     let key_fields = input.key_fields();
     if key_fields.is_empty() {
         all_set = false;

@@ -69,6 +69,22 @@ impl Input<'_> {
             ));
         }
 
+        if let Some(concurrency) = &self.attrs.concurrency
+            && concurrency.value < 1
+        {
+            errors.push(Error::new_spanned(
+                &concurrency.value_tokens,
+                format!("concurrency must be at least 1, not {}; leave it out for no limit", concurrency.value),
+            ));
+        }
+
+        if let (Some(sequence), Shape::Struct { fields, .. }) = (&self.attrs.sequence, &self.shape) {
+            let names: Vec<&str> = fields.iter().filter_map(|f| f.serialized_name.as_deref()).collect();
+            if let Err(message) = check_sequence(&sequence.value, &names) {
+                errors.push(Error::new_spanned(&sequence.value_tokens, message));
+            }
+        }
+
         if let Shape::Struct { style, fields } = &self.shape {
             let keys: Vec<_> = fields.iter().filter_map(|field| field.attrs.key.map(|attr| (field, attr))).collect();
             if *style != Style::Named {
@@ -93,6 +109,42 @@ impl Input<'_> {
             }
         }
     }
+}
+
+/// Checks a sequence template: every `{field}` or `{field:path}` names a serialized field, braces pair up
+/// (`{{` and `}}` stand for braces).
+pub(crate) fn check_sequence(template: &str, fields: &[&str]) -> Result<(), String> {
+    if template.is_empty() {
+        return Err("the sequence template is empty: write it like \"agent:{agentId}\"".to_owned());
+    }
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+            }
+            '}' => return Err(format!("sequence template {template:?} has a `}}` that closes nothing")),
+            '{' => {
+                let inner: String = chars.by_ref().take_while(|c| *c != '}').collect();
+                let (name, filter) = inner.split_once(':').unwrap_or((inner.as_str(), ""));
+                if !matches!(filter, "" | "path") {
+                    return Err(format!("unknown sequence filter `{filter}` on `{name}`: the only one is `path`"));
+                }
+                if !fields.contains(&name) {
+                    return Err(format!(
+                        "the sequence template {template:?} reads `{name}`, which is not a serialized field of \
+                         this payload (fields: {})",
+                        fields.join(", ")
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Checks a kind name, returning the message to show if it is not acceptable.

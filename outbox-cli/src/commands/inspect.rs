@@ -65,6 +65,27 @@ pub(super) async fn stats(
         })
         .collect();
     section("stuck (claimed, lease expired)", &["ID", "KIND", "WORKER", "LEASE EXPIRED"], &stuck);
+    let blocked: Vec<Vec<String>> = stats
+        .blocked
+        .iter()
+        .map(|b| {
+            vec![
+                short(&b.sequence_key, 40),
+                b.head.id.clone(),
+                b.head.status.to_string(),
+                b.waiting.to_string(),
+                short(b.head.last_error.as_deref().unwrap_or(""), 50),
+            ]
+        })
+        .collect();
+    section(
+        &format!(
+            "blocked sequences: {} (each held by a failed or cancelled job; retry it, or cancel it to go on)",
+            stats.blocked_sequences
+        ),
+        &["SEQUENCE", "HEAD", "STATUS", "WAITING", "ERROR"],
+        &blocked,
+    );
     let ms = |v: f64| duration::human(std::time::Duration::from_millis(v.max(0.0) as u64));
     let durations: Vec<Vec<String>> = stats
         .durations

@@ -54,6 +54,9 @@ pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: 
     if let Some(k) = args.key {
         opts = opts.idempotency_key(k);
     }
+    if let Some(k) = args.sequence {
+        opts = opts.sequence(k);
+    }
     let enqueued = outbox_core::enqueue_raw(db, &known.kind, payload, opts).await?;
     let job = ops::get(db, enqueued.id()).await?;
     match format {
@@ -106,6 +109,7 @@ pub(super) async fn list(db: &DatabaseConnection, args: ListArgs, format: Format
         kind: args.kind,
         queue: args.queue,
         since: args.since.as_deref().map(since).transpose()?,
+        sequence: args.sequence,
         limit: args.limit,
     };
     let jobs = ops::list(db, &filter).await?;
@@ -119,6 +123,19 @@ pub(super) async fn list(db: &DatabaseConnection, args: ListArgs, format: Format
 
 pub(super) fn pretty(value: Option<&Value>) -> String {
     value.map_or_else(|| "-".to_owned(), Value::to_string)
+}
+
+/// The job's sequence, its place in it, and what it waits for.
+fn sequence_line(job: &JobRecord) -> String {
+    let Some(key) = &job.sequence_key else { return "-".into() };
+    let place = job.sequence_no.map(|n| format!(" #{n}")).unwrap_or_default();
+    match &job.waiting_for {
+        Some(head) => format!("{key}{place}, waiting for job {head}"),
+        None if job.holds_sequence => {
+            format!("{key}{place}, holding the jobs behind it: retry it, or cancel it to let them run")
+        }
+        None => format!("{key}{place}"),
+    }
 }
 
 pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Result<u8> {
@@ -143,6 +160,7 @@ pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Re
         ("locked by", job.locked_by.clone().unwrap_or_else(|| "-".into())),
         ("lease expires", opt_time(job.lease_expires_at)),
         ("key", job.idempotency_key.clone().unwrap_or_else(|| "-".into())),
+        ("sequence", sequence_line(&job)),
         ("schema hash", job.schema_hash.clone()),
         ("last error", job.last_error.clone().unwrap_or_else(|| "-".into())),
         ("payload", pretty(Some(&job.payload))),
@@ -189,13 +207,25 @@ pub(super) async fn retry(db: &DatabaseConnection, args: RetryArgs, format: Form
 }
 
 pub(super) async fn cancel(db: &DatabaseConnection, id: &str, format: Format) -> Result<u8> {
+    let before = ops::get(db, id).await?;
     ops::cancel(db, id).await?;
+    let after = ops::get(db, id).await?;
+    let held = after.holds_sequence;
+    let released = before.status.is_terminal();
     match format {
-        Format::Json => render::json(&json!({ "cancelled": 1, "id": id }))?,
+        Format::Json => render::json(&json!({ "cancelled": 1, "id": id, "released": released, "holds": held }))?,
+        Format::Table if released => {
+            println!("cancelled {id}; the jobs behind it in sequence {} may run", after.sequence_key.unwrap_or_default())
+        }
+        Format::Table if held => println!(
+            "cancelled {id}; it holds sequence {}: the jobs behind it wait until you retry it or cancel it again",
+            after.sequence_key.unwrap_or_default()
+        ),
         Format::Table => println!("cancelled {id}"),
     }
     Ok(code::OK)
 }
+
 
 pub(super) async fn purge(
     db: &DatabaseConnection,

@@ -9,9 +9,12 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result, Violation, pointer_token};
-use crate::job::{Job, KindOpts};
+use crate::job::{Job, KindOpts, SequenceFailure};
 
 pub(crate) mod registry;
+pub(crate) mod sequence;
+
+use sequence::Template;
 
 /// The longest idempotency key stored as is: an explicit key must fit, and a longer key derived from key
 /// fields is stored as `sha256:<hex>` of itself (index entries are limited to about 2.7 KB on some backends).
@@ -46,11 +49,26 @@ pub struct Kind {
     max_attempts: i32,
     unique: bool,
     key_fields: Vec<String>,
+    sequence: Option<Template>,
+    on_sequence_failure: SequenceFailure,
+    concurrency: Option<u32>,
     schema: Value,
     schema_hash: String,
     validator: jsonschema::Validator,
     /// The typed kind's own rules ([`Job::validate`]), run on payloads the schema accepts.
     rules: Option<fn(&Value) -> Vec<Violation>>,
+}
+
+/// A kind's options, owned: from a typed kind's [`KindOpts`] or from a recorded kind.
+struct Spec {
+    queue: String,
+    priority: i32,
+    max_attempts: i32,
+    unique: bool,
+    key_fields: Vec<String>,
+    sequence: Option<String>,
+    on_sequence_failure: SequenceFailure,
+    concurrency: Option<u32>,
 }
 
 /// [`Job::validate`] of `J` on a JSON payload.
@@ -70,6 +88,9 @@ impl std::fmt::Debug for Kind {
             .field("max_attempts", &self.max_attempts)
             .field("unique", &self.unique)
             .field("key_fields", &self.key_fields)
+            .field("sequence", &self.sequence.as_ref().map(Template::as_str))
+            .field("on_sequence_failure", &self.on_sequence_failure)
+            .field("concurrency", &self.concurrency)
             .field("schema_hash", &self.schema_hash)
             .finish_non_exhaustive()
     }
@@ -95,8 +116,20 @@ impl Kind {
 
     /// A kind described by name, JSON Schema and options.
     pub fn from_schema(name: &str, schema: Value, opts: KindOpts) -> Result<Kind> {
-        let key_fields = opts.key_fields.iter().map(|f| (*f).to_owned()).collect();
-        Kind::build(name, schema, opts.queue, opts.priority, opts.max_attempts, opts.unique, key_fields)
+        Kind::build(
+            name,
+            schema,
+            Spec {
+                queue: opts.queue.to_owned(),
+                priority: opts.priority,
+                max_attempts: opts.max_attempts,
+                unique: opts.unique,
+                key_fields: opts.key_fields.iter().map(|f| (*f).to_owned()).collect(),
+                sequence: opts.sequence.map(str::to_owned),
+                on_sequence_failure: opts.on_sequence_failure,
+                concurrency: opts.concurrency,
+            },
+        )
     }
 
     /// The kind a worker recorded in the database ([`crate::ops::kinds`]): its schema and options, without
@@ -105,23 +138,22 @@ impl Kind {
         Kind::build(
             &record.name,
             record.schema.clone(),
-            &record.queue,
-            record.priority,
-            record.max_attempts,
-            record.unique,
-            record.key_fields.clone(),
+            Spec {
+                queue: record.queue.clone(),
+                priority: record.priority,
+                max_attempts: record.max_attempts,
+                unique: record.unique,
+                key_fields: record.key_fields.clone(),
+                sequence: record.sequence.clone(),
+                on_sequence_failure: record.on_sequence_failure,
+                concurrency: record.concurrency,
+            },
         )
     }
 
-    fn build(
-        name: &str,
-        schema: Value,
-        queue: &str,
-        priority: i32,
-        max_attempts: i32,
-        unique: bool,
-        key_fields: Vec<String>,
-    ) -> Result<Kind> {
+    fn build(name: &str, schema: Value, spec: Spec) -> Result<Kind> {
+        let Spec { queue, priority, max_attempts, unique, key_fields, sequence, on_sequence_failure, concurrency } =
+            spec;
         let invalid = |reason: String| Error::InvalidKind { kind: name.to_owned(), reason };
         if name.is_empty() {
             return Err(invalid("the kind name is empty".into()));
@@ -138,30 +170,71 @@ impl Kind {
         if !unique && !key_fields.is_empty() {
             return Err(invalid("key fields are set but unique is false".into()));
         }
+        if concurrency == Some(0) {
+            return Err(invalid(
+                "concurrency is 0: no job of the kind could ever run; leave it unset for no limit".into(),
+            ));
+        }
         // Formats (`email`, `uuid`, `date-time`, ...) are asserted: a schema that names one means it.
         let validator = jsonschema::options()
             .should_validate_formats(true)
             .build(&schema)
             .map_err(|e| invalid(format!("its json schema does not compile: {e}")))?;
+        let is_property = |field: &str| schema.get("properties").and_then(|p| p.get(field)).is_some();
         for field in &key_fields {
-            let known = schema.get("properties").and_then(|p| p.get(field)).is_some();
-            if !known {
+            if !is_property(field) {
                 return Err(invalid(format!("key field `{field}` is not a property of the payload schema")));
+            }
+        }
+        let sequence = sequence.map(|text| Template::parse(&text)).transpose().map_err(invalid)?;
+        if let Some(template) = &sequence {
+            if let Some(field) = template.fields().find(|f| !is_property(f)) {
+                return Err(invalid(format!(
+                    "the sequence template `{}` reads `{field}`, which is not a property of the payload schema",
+                    template.as_str()
+                )));
             }
         }
         let schema_hash = sha256_hex(canonical_json(&schema).as_bytes());
         Ok(Kind {
             name: name.to_owned(),
-            queue: queue.to_owned(),
+            queue,
             priority,
             max_attempts,
             unique,
             key_fields,
+            sequence,
+            on_sequence_failure,
+            concurrency,
             schema,
             schema_hash,
             validator,
             rules: None,
         })
+    }
+
+    /// The template of the kind's sequence keys, as written (`fs:{path:path}`).
+    pub fn sequence(&self) -> Option<&str> {
+        self.sequence.as_ref().map(Template::as_str)
+    }
+
+    /// What a failed or cancelled job of this kind does to the jobs behind it in its sequence.
+    pub fn on_sequence_failure(&self) -> SequenceFailure {
+        self.on_sequence_failure
+    }
+
+    /// The most jobs of this kind that may run at once across every worker.
+    pub fn concurrency(&self) -> Option<u32> {
+        self.concurrency
+    }
+
+    /// The sequence key of `payload` under the kind's template; `Ok(None)` when the kind has none.
+    pub(crate) fn sequence_key(&self, payload: &Value) -> Result<Option<String>> {
+        let Some(template) = &self.sequence else { return Ok(None) };
+        template
+            .render(payload)
+            .map(Some)
+            .map_err(|violation| Error::InvalidPayload { kind: self.name.clone(), violations: vec![violation] })
     }
 
     /// Whether duplicate intents collapse onto one active job.

@@ -26,6 +26,9 @@ fn row(kind: &Kind) -> Result<KindRow> {
         max_attempts: kind.max_attempts(),
         unique: kind.is_unique(),
         key_fields,
+        sequence: kind.sequence().map(str::to_owned),
+        on_sequence_failure: kind.on_sequence_failure().as_str(),
+        concurrency: kind.concurrency().map(i64::from),
     })
 }
 

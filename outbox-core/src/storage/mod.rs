@@ -18,7 +18,7 @@ pub(crate) use worker_store::{WorkerStore, WorkerStoreOpts};
 
 use crate::error::{Error, Result, Violation};
 use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
-use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
+use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
 
 /// Every storage operation. Each backend implements it on a unit type (`sqlite::Sqlite`,
 /// `postgres::Postgres`); [`dispatch!`] picks the implementation of a connection's backend.
@@ -27,7 +27,7 @@ use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
 /// coming out; every function maps its database errors to [`Error`] with what it was doing.
 pub(crate) trait Driver {
     /// The schema: one entry per [`MIGRATION_NAMES`], each with its undo.
-    const MIGRATIONS: [Migration; 3];
+    const MIGRATIONS: [Migration; 4];
 
     /// Applies the backend's connection settings (journal mode, durability, busy timeout) to a pool's options.
     fn tune(options: &mut ConnectOptions, settings: &Tuning);
@@ -119,7 +119,26 @@ pub(crate) trait Driver {
 
     /// Job counts of every queue by state, with the oldest due pending job.
     async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<QueueCounts>>;
+
+    /// How many sequences a failed or cancelled job holds, and the first `limit` such heads (longest held
+    /// first), each with the number of jobs waiting behind it.
+    async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)>;
 }
+
+/// The condition of a held head of a sequence, for [`Driver::blocked`]: failed or cancelled under the hold
+/// policy, with nothing earlier in its sequence holding it.
+macro_rules! held_head {
+    ($blocking_e:expr) => {
+        concat!(
+            "sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1 \
+             AND NOT EXISTS (SELECT 1 FROM outbox_jobs e WHERE e.sequence_key = outbox_jobs.sequence_key \
+             AND e.sequence_no < outbox_jobs.sequence_no AND ",
+            $blocking_e,
+            ")"
+        )
+    };
+}
+pub(crate) use held_head;
 
 /// The database engines the framework runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,10 +220,11 @@ pub(crate) struct Migration {
 }
 
 /// The migrations' names, shared by every backend (each backend's [`Driver::MIGRATIONS`] in this order).
-pub(crate) const MIGRATION_NAMES: [&str; 3] = [
+pub(crate) const MIGRATION_NAMES: [&str; 4] = [
     "m20261122_000001_create_outbox_jobs",
     "m20261122_000002_create_outbox_job_events",
     "m20261122_000003_create_outbox_kinds",
+    "m20261123_000004_sequences_and_limits",
 ];
 
 /// Migration `index` of `backend`, when the framework supports the backend.
@@ -215,6 +235,11 @@ pub(crate) fn migration(backend: DbBackend, index: usize) -> Option<Migration> {
         _ => None,
     }
 }
+
+/// The condition purge adds: a failed or cancelled job that holds its sequence stays until an operator
+/// retries or releases it, so a purge never lets a held sequence go on its own.
+const HELD_KEPT: &str =
+    "AND NOT (sequence_key IS NOT NULL AND sequence_hold = 1 AND status IN ('failed', 'cancelled'))";
 
 /// A job row about to be written by enqueue.
 #[derive(Debug, Clone)]
@@ -229,11 +254,15 @@ pub(crate) struct NewJob {
     pub(crate) key: Option<String>,
     pub(crate) schema_hash: String,
     pub(crate) created_at: i64,
+    /// The sequence the job runs in, if any.
+    pub(crate) sequence_key: Option<String>,
+    /// Whether the job holds its sequence when it fails for good or is cancelled.
+    pub(crate) hold: bool,
 }
 
 impl NewJob {
-    /// The row's eleven values in the order of the backends' insert columns: id, kind, queue, payload,
-    /// priority, max attempts, run at, key, schema hash, created at, updated at.
+    /// The row's values in the order of [`INSERT_COLUMNS`]: id, kind, queue, payload, priority, max attempts,
+    /// run at, key, schema hash, created at, updated at, sequence key, sequence hold.
     fn push_values(&self, values: &mut Vec<Value>) {
         values.extend([
             self.id.clone().into(),
@@ -247,65 +276,84 @@ impl NewJob {
             self.schema_hash.clone().into(),
             self.created_at.into(),
             self.created_at.into(),
+            self.sequence_key.clone().into(),
+            i16::from(self.hold).into(),
         ]);
     }
 }
 
-/// The columns enqueue writes; each backend supplies the placeholders of one row.
+/// The columns enqueue writes on every backend; a backend may append its own ([`Insert::columns`]).
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
-     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
-/// Values per row ([`NewJob::push_values`]).
-const VALUES_PER_ROW: usize = 11;
-/// Rows per batch statement: 22,000 values, under every backend's parameter limit (32,766 and 65,535).
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold";
+/// Values per row ([`NewJob::push_values`]) at most, a backend's own included.
+const VALUES_PER_ROW: usize = 16;
+/// Rows per batch statement: 32,000 values at most, under every backend's parameter limit (32,766 and 65,535).
 const ROWS_PER_INSERT: usize = 2_000;
 
-/// Writes one row's placeholders, numbered from `first` where the backend numbers them.
-type PushRow = fn(&mut String, usize);
+/// How a backend writes enqueue's INSERT.
+pub(crate) struct Insert {
+    /// Columns after [`INSERT_COLUMNS`], each starting with `, `.
+    pub(crate) columns: &'static str,
+    /// Writes one row's placeholders (numbered from `values.len() + 1` where the backend numbers them) and
+    /// pushes its values.
+    pub(crate) push_row: fn(&mut String, &mut Vec<Value>, &NewJob),
+    /// Maps the backend's errors.
+    pub(crate) classify: fn(String, sea_orm::DbErr) -> Error,
+}
 
 /// The enqueue INSERT of `jobs`, skipping any whose key an active job holds, with its values.
-fn insert_statement(backend: DbBackend, jobs: &[NewJob], push_row: PushRow, returning: &str) -> sea_orm::Statement {
-    let mut sql = String::with_capacity(INSERT_COLUMNS.len() + jobs.len() * 96 + 64);
+fn insert_statement(backend: DbBackend, jobs: &[&NewJob], insert: &Insert, returning: &str) -> sea_orm::Statement {
+    let mut sql = String::with_capacity(INSERT_COLUMNS.len() + jobs.len() * 112 + 96);
     sql.push_str(INSERT_COLUMNS);
+    sql.push_str(insert.columns);
+    sql.push_str(") VALUES ");
     let mut values = Vec::with_capacity(jobs.len() * VALUES_PER_ROW);
     for (i, job) in jobs.iter().enumerate() {
         if i > 0 {
             sql.push_str(", ");
         }
-        push_row(&mut sql, values.len() + 1);
-        job.push_values(&mut values);
+        (insert.push_row)(&mut sql, &mut values, job);
     }
     sql.push_str(" ON CONFLICT DO NOTHING");
     sql.push_str(returning);
     sea_orm::Statement::from_sql_and_values(backend, sql, values)
 }
 
-/// [`Driver::insert_job`] on the shared statement; `classify` maps the backend's errors.
+/// [`Driver::insert_job`] on the shared statement.
 async fn insert_job<C: ConnectionTrait + ?Sized>(
     conn: &C,
     backend: DbBackend,
     job: &NewJob,
-    push_row: PushRow,
-    classify: fn(String, sea_orm::DbErr) -> Error,
+    insert: &Insert,
 ) -> Result<bool> {
     let res = conn
-        .execute_raw(insert_statement(backend, std::slice::from_ref(job), push_row, ""))
+        .execute_raw(insert_statement(backend, &[job], insert, ""))
         .await
-        .map_err(|e| classify(format!("enqueuing a job of kind `{}`", job.kind), e))?;
+        .map_err(|e| (insert.classify)(format!("enqueuing a job of kind `{}`", job.kind), e))?;
     Ok(res.rows_affected() == 1)
 }
 
-/// [`Driver::insert_jobs`] on the shared statement; `classify` maps the backend's errors.
+/// [`Driver::insert_jobs`] on the shared statement, `per_row` jobs (those for which it says so) written one
+/// statement each, in order. Sequenced jobs go in order of their keys, so that two batches never wait for
+/// each other's sequences in opposite orders.
 async fn insert_jobs<C: ConnectionTrait + ?Sized>(
     conn: &C,
     backend: DbBackend,
     jobs: &[NewJob],
-    push_row: PushRow,
-    classify: fn(String, sea_orm::DbErr) -> Error,
+    insert: &Insert,
+    per_row: fn(&NewJob) -> bool,
 ) -> Result<Vec<String>> {
+    let mut order: Vec<&NewJob> = jobs.iter().collect();
+    order.sort_by(|a, b| a.sequence_key.cmp(&b.sequence_key));
+    let (single, batched): (Vec<&NewJob>, Vec<&NewJob>) = order.into_iter().partition(|j| per_row(j));
     let mut written = Vec::with_capacity(jobs.len());
-    for chunk in jobs.chunks(ROWS_PER_INSERT) {
-        let statement = insert_statement(backend, chunk, push_row, " RETURNING id");
-        let rows = conn.query_all_raw(statement).await.map_err(|e| classify("enqueuing a batch of jobs".into(), e))?;
+    let chunks = batched.chunks(ROWS_PER_INSERT).chain(single.chunks(1));
+    for chunk in chunks {
+        let statement = insert_statement(backend, chunk, insert, " RETURNING id");
+        let rows = conn
+            .query_all_raw(statement)
+            .await
+            .map_err(|e| (insert.classify)("enqueuing a batch of jobs".into(), e))?;
         for row in rows {
             written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
         }
@@ -326,11 +374,18 @@ pub(crate) struct KindRow {
     pub(crate) unique: bool,
     /// The key fields as a JSON array.
     pub(crate) key_fields: String,
+    /// The sequence template.
+    pub(crate) sequence: Option<String>,
+    /// `hold` or `continue`.
+    pub(crate) on_sequence_failure: &'static str,
+    /// The fleet-wide limit on running jobs.
+    pub(crate) concurrency: Option<i64>,
 }
 
 impl KindRow {
     /// The row's values: name, schema, schema hash, queue, priority, max attempts, uniqueness, key fields,
-    /// recording worker, then `now` once per time column the statement binds.
+    /// recording worker, `now` once per time column the statement binds, then sequence template, sequence
+    /// failure policy and concurrency limit.
     fn values(&self, worker: &str, now: i64, times: usize) -> Vec<Value> {
         let mut values: Vec<Value> = vec![
             self.name.clone().into(),
@@ -344,6 +399,7 @@ impl KindRow {
             worker.into(),
         ];
         values.extend(std::iter::repeat_n(Value::from(now), times));
+        values.extend([self.sequence.clone().into(), self.on_sequence_failure.into(), self.concurrency.into()]);
         values
     }
 }

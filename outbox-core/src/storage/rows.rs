@@ -6,6 +6,7 @@ use sea_orm::QueryResult;
 
 use super::ScanRow;
 use crate::error::{Error, Result};
+use crate::job::SequenceFailure;
 use crate::record::{JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, from_ms};
 use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
 
@@ -44,6 +45,10 @@ pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
             completed_at: opt_ms(18)?,
             updated_at: from_ms(row.try_get_by_index(19)?),
             runs: row.try_get_by_index(20)?,
+            sequence_key: row.try_get_by_index(21)?,
+            sequence_no: row.try_get_by_index(22)?,
+            waiting_for: row.try_get_by_index(23)?,
+            holds_sequence: row.try_get_by_index(24)?,
             id,
         })
     })();
@@ -151,6 +156,15 @@ pub(super) fn kinds(rows: &[QueryResult]) -> Result<Vec<KindRecord>> {
                 recorded_by: row.try_get_by_index(8).map_err(ctx())?,
                 first_seen_at: from_ms(row.try_get_by_index(9).map_err(ctx())?),
                 updated_at: from_ms(row.try_get_by_index(10).map_err(ctx())?),
+                sequence: row.try_get_by_index(11).map_err(ctx())?,
+                on_sequence_failure: match row.try_get_by_index::<String>(12).map_err(ctx())?.as_str() {
+                    "continue" => SequenceFailure::Continue,
+                    _ => SequenceFailure::Hold,
+                },
+                concurrency: row
+                    .try_get_by_index::<Option<i64>>(13)
+                    .map_err(ctx())?
+                    .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
                 name,
             })
         })

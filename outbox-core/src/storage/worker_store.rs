@@ -11,8 +11,17 @@ pub(crate) struct WorkerStoreOpts {
     pub(crate) worker_id: String,
     /// Kinds this worker has handlers for, sorted.
     pub(crate) kinds: Vec<String>,
+    /// Of those, the kinds with a fleet-wide limit on running jobs, and the limit.
+    pub(crate) limits: Vec<(String, u32)>,
     /// Queues it serves; `None` for all.
     pub(crate) queues: Option<Vec<String>>,
+}
+
+impl WorkerStoreOpts {
+    /// The kinds without a fleet-wide limit.
+    pub(crate) fn unlimited_kinds(&self) -> Vec<String> {
+        self.kinds.iter().filter(|k| !self.limits.iter().any(|(l, _)| l == *k)).cloned().collect()
+    }
 }
 
 /// The worker's claim/complete path: claims, completions, renewals, rescues.

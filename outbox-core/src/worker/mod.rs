@@ -255,9 +255,13 @@ impl WorkerBuilder {
         crate::kind::registry::record(&self.db, &registered, &id).await?;
         let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
         kinds.sort();
-        let store =
-            storage::open_worker_store(&self.db, WorkerStoreOpts { worker_id: id.clone(), kinds, queues: self.queues })
-                .await?;
+        let limits: Vec<(String, u32)> =
+            kinds.iter().filter_map(|k| Some((k.clone(), self.handlers.get(k)?.kind.concurrency()?))).collect();
+        let store = storage::open_worker_store(
+            &self.db,
+            WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues },
+        )
+        .await?;
         Ok(Worker { store, handlers: Arc::new(self.handlers), config: self.config, id })
     }
 }

@@ -83,7 +83,14 @@ impl Loop {
                         db_backoff = config.poll_interval;
                         claim_now = jobs.len() == free;
                         if drain && jobs.is_empty() && self.tasks.is_empty() {
-                            return Ok(());
+                            // An outcome not yet written may let the next job of its sequence go: write
+                            // them, then look once more.
+                            if self.worker.store.unwritten_count() == 0 {
+                                return Ok(());
+                            }
+                            self.worker.store.flush().await?;
+                            claim_now = true;
+                            continue;
                         }
                         for job in jobs {
                             self.spawn(job);

@@ -17,10 +17,10 @@ use sea_orm::{
 
 pub(super) use worker::PgStore;
 
-use super::{Driver, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerStore, WorkerStoreOpts, rows};
+use super::{Driver, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerStore, WorkerStoreOpts, rows};
 use crate::error::{Error, Result, Violation, pointer_token};
 use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
-use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
+use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
 use worker::PgStoreConfig;
 
 /// The PostgreSQL backend.
@@ -96,11 +96,13 @@ fn ts_of(param: &str) -> String {
     format!("(TIMESTAMPTZ 'epoch' + ({param})::int8 * INTERVAL '1 millisecond')")
 }
 
-/// One row's placeholders in the enqueue INSERT, numbered from `$first`.
-fn push_row(sql: &mut String, first: usize) {
+/// One row of the enqueue INSERT: placeholders numbered after the values already pushed, then its values.
+/// The sequence columns are the insert trigger's.
+fn push_row(sql: &mut String, values: &mut Vec<Value>, job: &NewJob) {
+    let first = values.len() + 1;
     let p = |i: usize| format!("${}", first + i);
     sql.push_str(&format!(
-        "({}, {}, {}, {}::jsonb, 'pending', {}, 0, {}, {}, {}, {}, {}, {})",
+        "({}, {}, {}, {}::jsonb, 'pending', {}, 0, {}, {}, {}, {}, {}, {}, {}, {})",
         p(0),
         p(1),
         p(2),
@@ -112,8 +114,14 @@ fn push_row(sql: &mut String, first: usize) {
         p(8),
         ts_of(&p(9)),
         ts_of(&p(10)),
+        p(11),
+        p(12),
     ));
+    job.push_values(values);
 }
+
+/// Enqueue's INSERT on PostgreSQL.
+const INSERT: super::Insert = super::Insert { columns: "", push_row, classify: write_error };
 
 fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
@@ -138,7 +146,11 @@ const RECORD_COLUMNS: &str = concat!(
     ms!("completed_at"),
     ", ",
     ms!("updated_at"),
-    ", runs"
+    ", runs, sequence_key, sequence_no, CASE WHEN waiting THEN (SELECT h.id FROM outbox_jobs h \
+     WHERE h.sequence_key = outbox_jobs.sequence_key AND ",
+    schema::blocking!("h"),
+    " ORDER BY h.sequence_no LIMIT 1) END, \
+     (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)"
 );
 
 async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement) -> Result<Vec<JobRecord>> {
@@ -159,7 +171,8 @@ fn path_keys(json_path: &str) -> Result<String> {
     Ok(keys.to_owned())
 }
 
-/// Fills the connection's scratch table with the latest completed job (by completion time, then id) of
+/// Fills the connection's scratch table with the latest completed job (by place in its sequence, then
+/// completion time, then id; a job without a place comes before those with one) of
 /// every value of `key_sql` among completed jobs of `kinds`, in one pass over the jobs. `key_values` bind
 /// the placeholders of `key_sql` (numbered from `$1`).
 async fn open_scan<C: ConnectionTrait + ?Sized>(
@@ -184,9 +197,10 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
          SELECT ROW_NUMBER() OVER (ORDER BY path COLLATE \"C\" NULLS FIRST), path, id, kind, output, \
              completed_at, jobs FROM ( \
              SELECT path, id, kind, output::text AS output, {completed} AS completed_at, \
-                 ROW_NUMBER() OVER (PARTITION BY path ORDER BY completed_at DESC, id DESC) AS rn, \
+                 ROW_NUMBER() OVER (PARTITION BY path \
+                     ORDER BY sequence_no DESC NULLS LAST, completed_at DESC, id DESC) AS rn, \
                  COUNT(*) OVER (PARTITION BY path) AS jobs \
-             FROM (SELECT id, kind, output, completed_at, {key_sql} AS path \
+             FROM (SELECT id, kind, output, completed_at, sequence_no, {key_sql} AS path \
                    FROM outbox_jobs WHERE status = 'completed' AND kind IN ({marks})) s \
          ) r WHERE rn = 1",
         completed = ms!("completed_at"),
@@ -202,7 +216,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Postgres {
-    const MIGRATIONS: [Migration; 3] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 4] = schema::MIGRATIONS;
 
     /// The server's own durability settings apply.
     fn tune(_options: &mut ConnectOptions, _settings: &Tuning) {}
@@ -228,8 +242,9 @@ impl Driver for Postgres {
 
     async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore> {
         let config = PgStoreConfig {
+            kinds: opts.unlimited_kinds(),
+            limited: opts.limits,
             worker_id: opts.worker_id,
-            kinds: opts.kinds,
             queues: opts.queues,
             schema: current_schema(db).await?,
         };
@@ -238,12 +253,12 @@ impl Driver for Postgres {
 
     /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
     async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
-        super::insert_job(conn, DbBackend::Postgres, job, push_row, write_error).await
+        super::insert_job(conn, DbBackend::Postgres, job, &INSERT).await
     }
 
     /// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
     async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
-        super::insert_jobs(conn, DbBackend::Postgres, jobs, push_row, write_error).await
+        super::insert_jobs(conn, DbBackend::Postgres, jobs, &INSERT, |_| false).await
     }
 
     /// The id of the active (pending or claimed) job of `kind` holding `key`.
@@ -289,8 +304,16 @@ impl Driver for Postgres {
             let p = param(&mut values, since.timestamp_millis().into());
             sql.push_str(&format!(" AND updated_at >= {}", ts_of(&p)));
         }
+        let order = match &filter.sequence {
+            Some(key) => {
+                let p = param(&mut values, key.clone().into());
+                sql.push_str(&format!(" AND sequence_key = {p}"));
+                "sequence_no"
+            }
+            None => "id DESC",
+        };
         let p = param(&mut values, limit_value(filter.limit));
-        sql.push_str(&format!(" ORDER BY id DESC LIMIT {p}"));
+        sql.push_str(&format!(" ORDER BY {order} LIMIT {p}"));
         records(conn, "listing jobs", stmt(sql, values)).await
     }
 
@@ -379,7 +402,7 @@ impl Driver for Postgres {
         let res = conn
             .execute_raw(stmt(
                 concat!(
-                    "UPDATE outbox_jobs SET status = 'pending', attempts = 0, run_at = ",
+                    "UPDATE outbox_jobs SET status = 'pending', attempts = 0, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, run_at = ",
                     ts!("$1"),
                     ", lease_expires_at = NULL, updated_at = ",
                     ts!("$1"),
@@ -399,7 +422,7 @@ impl Driver for Postgres {
     async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64> {
         let kind_filter = if kind.is_some() { " AND f.kind = $2" } else { "" };
         let sql = format!(
-            "UPDATE outbox_jobs j SET status = 'pending', attempts = 0, run_at = {now}, lease_expires_at = NULL, \
+            "UPDATE outbox_jobs j SET status = 'pending', attempts = 0, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, run_at = {now}, lease_expires_at = NULL, \
          updated_at = {now} \
          FROM (SELECT DISTINCT ON (f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id)) f.id FROM outbox_jobs f \
                WHERE f.status = 'failed'{kind_filter} AND (f.idempotency_key IS NULL OR NOT EXISTS ( \
@@ -422,9 +445,11 @@ impl Driver for Postgres {
         let res = conn
             .execute_raw(stmt(
                 concat!(
-                    "UPDATE outbox_jobs SET status = 'cancelled', updated_at = ",
+                    "UPDATE outbox_jobs SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' \
+                     THEN sequence_hold ELSE 2 END, updated_at = ",
                     ts!("$1"),
-                    " WHERE id = $2 AND status = 'pending'"
+                    " WHERE id = $2 AND (status = 'pending' OR (status IN ('failed', 'cancelled') \
+                     AND sequence_key IS NOT NULL AND sequence_hold = 1))"
                 ),
                 vec![now.into(), id.into()],
             ))
@@ -442,7 +467,8 @@ impl Driver for Postgres {
         let marks = (2..terminal.len() + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
         let mut values: Vec<Value> = vec![before.into()];
         values.extend(terminal.iter().map(|s| Value::from(*s)));
-        let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < {}", ts!("$1"));
+        let sql =
+            format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < {} {HELD_KEPT}", ts!("$1"));
         let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
         Ok(res.rows_affected())
     }
@@ -522,15 +548,17 @@ impl Driver for Postgres {
             conn.execute_raw(stmt(
                 concat!(
                     "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
-                 key_fields, recorded_by, first_seen_at, updated_at) \
+                 key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency) \
                  VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8::jsonb, $9, ",
                     ts!("$10"),
                     ", ",
                     ts!("$10"),
-                    ") ON CONFLICT (name) DO UPDATE SET schema = EXCLUDED.schema, schema_hash = EXCLUDED.schema_hash, \
+                    ", $11, $12, $13) ON CONFLICT (name) DO UPDATE SET schema = EXCLUDED.schema, schema_hash = EXCLUDED.schema_hash, \
                  queue = EXCLUDED.queue, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts, \
                  is_unique = EXCLUDED.is_unique, key_fields = EXCLUDED.key_fields, \
-                 recorded_by = EXCLUDED.recorded_by, updated_at = EXCLUDED.updated_at"
+                 recorded_by = EXCLUDED.recorded_by, updated_at = EXCLUDED.updated_at, \
+                 sequence = EXCLUDED.sequence, on_sequence_failure = EXCLUDED.on_sequence_failure, \
+                 concurrency = EXCLUDED.concurrency"
                 ),
                 kind.values(worker, now, 1),
             ))
@@ -550,7 +578,8 @@ impl Driver for Postgres {
             .query_all_raw(stmt(
                 format!(
                     "SELECT name, schema::text, schema_hash, queue, priority, max_attempts, is_unique, \
-                 key_fields::text, recorded_by, {}, {} FROM outbox_kinds{filter} ORDER BY name",
+                 key_fields::text, recorded_by, {}, {}, sequence, on_sequence_failure, concurrency \
+                 FROM outbox_kinds{filter} ORDER BY name",
                     ms!("first_seen_at"),
                     ms!("updated_at"),
                 ),
@@ -583,5 +612,35 @@ impl Driver for Postgres {
         .await
         .map_err(Error::db("counting jobs by queue"))?;
         rows::queues(&rows)
+    }
+
+    /// Sequences held by a failed or cancelled head, and the first `limit` heads, longest held first.
+    async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
+        let ctx = || Error::db("listing blocked sequences");
+        let count = conn
+            .query_one_raw(stmt(
+                concat!("SELECT COUNT(*) FROM outbox_jobs WHERE ", super::held_head!(schema::blocking!("e"))),
+                vec![],
+            ))
+            .await
+            .map_err(ctx())?
+            .map(|r| r.try_get_by_index::<i64>(0))
+            .transpose()
+            .map_err(ctx())?
+            .unwrap_or(0);
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS}, (SELECT COUNT(*) FROM outbox_jobs w WHERE w.sequence_key = outbox_jobs.sequence_key \
+             AND w.status = 'pending' AND w.waiting) FROM outbox_jobs WHERE {} ORDER BY updated_at LIMIT $1",
+            super::held_head!(schema::blocking!("e"))
+        );
+        let rows = conn.query_all_raw(stmt(sql, vec![limit_value(limit)])).await.map_err(ctx())?;
+        let mut heads = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let head = rows::record(row)?;
+            let waiting = row.try_get_by_index::<i64>(25).map_err(ctx())?.max(0).unsigned_abs();
+            let Some(sequence_key) = head.sequence_key.clone() else { continue };
+            heads.push(BlockedSequence { sequence_key, head, waiting });
+        }
+        Ok((count.max(0).unsigned_abs(), heads))
     }
 }

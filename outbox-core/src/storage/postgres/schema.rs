@@ -4,7 +4,7 @@
 use crate::storage::Migration;
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
-pub(super) const MIGRATIONS: [Migration; 3] = [
+pub(super) const MIGRATIONS: [Migration; 4] = [
     Migration {
         up: SCHEMA_V1,
         down: &["DROP TABLE IF EXISTS outbox_jobs", "DROP FUNCTION IF EXISTS outbox_jobs_notify()"],
@@ -20,6 +20,139 @@ pub(super) const MIGRATIONS: [Migration; 3] = [
         ],
     },
     Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
+    Migration { up: SCHEMA_V4_SEQUENCES, down: SCHEMA_V4_DOWN },
+];
+
+/// Whether the row `$r` holds back the later jobs of its sequence (see `sqlite/schema.rs`).
+macro_rules! blocking {
+    ($r:literal) => {
+        concat!(
+            "(",
+            $r,
+            ".status IN ('pending', 'claimed') OR (",
+            $r,
+            ".status IN ('failed', 'cancelled') AND ",
+            $r,
+            ".sequence_hold = 1))"
+        )
+    };
+}
+pub(super) use blocking;
+
+/// The transaction-scoped advisory lock of one sequence in this schema, taken by every writer that inserts
+/// into a sequence or lets its next job go: two transactions enqueuing onto one sequence commit in the order
+/// of their places in it, and a job let go can never miss a job enqueued concurrently.
+macro_rules! lock_sequence {
+    ($key:literal) => {
+        concat!(
+            "PERFORM pg_advisory_xact_lock(hashtextextended(TG_TABLE_SCHEMA || ' outbox sequence ' || ",
+            $key,
+            ", 0));"
+        )
+    };
+}
+
+/// Sequences and fleet-wide limits, as on SQLite (see `sqlite/schema.rs`), with the places taken from one
+/// database sequence and each sequence's writers serialized by an advisory lock. A job let go wakes the
+/// workers of every machine, as an insert does.
+const SCHEMA_V4_SEQUENCES: &[&str] = &[
+    r#"ALTER TABLE outbox_jobs
+        ADD COLUMN IF NOT EXISTS sequence_key text COLLATE "C",
+        ADD COLUMN IF NOT EXISTS sequence_no bigint,
+        ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFAULT false,
+        ADD COLUMN IF NOT EXISTS sequence_hold smallint NOT NULL DEFAULT 1"#,
+    "CREATE SEQUENCE IF NOT EXISTS outbox_jobs_sequence_no",
+    "DROP INDEX IF EXISTS outbox_jobs_claim",
+    "DROP INDEX IF EXISTS outbox_jobs_claim_queue",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_ready
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending' AND NOT waiting",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_ready_queue
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending' AND NOT waiting",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_sequence
+        ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL",
+    concat!(
+        "CREATE INDEX IF NOT EXISTS outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) \
+         WHERE sequence_key IS NOT NULL AND ",
+        blocking!("outbox_jobs")
+    ),
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_running ON outbox_jobs (kind) WHERE status = 'claimed'",
+    concat!(
+        "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ",
+        lock_sequence!("NEW.sequence_key"),
+        " NEW.sequence_no := nextval('outbox_jobs_sequence_no'); \
+         NEW.waiting := EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = NEW.sequence_key AND ",
+        blocking!("b"),
+        "); RETURN NEW; END $$"
+    ),
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_insert ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_sequence_insert BEFORE INSERT ON outbox_jobs
+        FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL) EXECUTE FUNCTION outbox_jobs_sequence_insert()",
+    concat!(
+        "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_next() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ",
+        lock_sequence!("OLD.sequence_key"),
+        " UPDATE outbox_jobs SET waiting = false WHERE id = (SELECT h.id FROM outbox_jobs h \
+         WHERE h.sequence_key = OLD.sequence_key AND ",
+        blocking!("h"),
+        " ORDER BY h.sequence_no LIMIT 1) AND status = 'pending' AND waiting; \
+         IF FOUND THEN PERFORM pg_notify('outbox_jobs', TG_TABLE_SCHEMA); END IF; RETURN NULL; END $$"
+    ),
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next ON outbox_jobs",
+    concat!(
+        "CREATE TRIGGER outbox_jobs_sequence_next AFTER UPDATE OF status, sequence_hold ON outbox_jobs \
+         FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL AND ",
+        blocking!("OLD"),
+        " AND NOT ",
+        blocking!("NEW"),
+        ") EXECUTE FUNCTION outbox_jobs_sequence_next()"
+    ),
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_purged ON outbox_jobs",
+    concat!(
+        "CREATE TRIGGER outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs \
+         FOR EACH ROW WHEN (OLD.sequence_key IS NOT NULL AND ",
+        blocking!("OLD"),
+        ") EXECUTE FUNCTION outbox_jobs_sequence_next()"
+    ),
+    concat!(
+        "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_rejoin() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ",
+        lock_sequence!("NEW.sequence_key"),
+        " NEW.waiting := EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = NEW.sequence_key \
+         AND b.sequence_no < NEW.sequence_no AND ",
+        blocking!("b"),
+        "); RETURN NEW; END $$"
+    ),
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_rejoin ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_sequence_rejoin BEFORE UPDATE OF status ON outbox_jobs
+        FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL AND NEW.status = 'pending'
+            AND OLD.status IN ('completed', 'failed', 'cancelled'))
+        EXECUTE FUNCTION outbox_jobs_sequence_rejoin()",
+    "ALTER TABLE outbox_kinds
+        ADD COLUMN IF NOT EXISTS sequence text,
+        ADD COLUMN IF NOT EXISTS on_sequence_failure text NOT NULL DEFAULT 'hold',
+        ADD COLUMN IF NOT EXISTS concurrency bigint",
+];
+
+const SCHEMA_V4_DOWN: &[&str] = &[
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_insert ON outbox_jobs",
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next ON outbox_jobs",
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_purged ON outbox_jobs",
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_rejoin ON outbox_jobs",
+    "DROP FUNCTION IF EXISTS outbox_jobs_sequence_insert()",
+    "DROP FUNCTION IF EXISTS outbox_jobs_sequence_next()",
+    "DROP FUNCTION IF EXISTS outbox_jobs_sequence_rejoin()",
+    "DROP INDEX IF EXISTS outbox_jobs_running",
+    "DROP INDEX IF EXISTS outbox_jobs_sequence_blocking",
+    "DROP INDEX IF EXISTS outbox_jobs_sequence",
+    "DROP INDEX IF EXISTS outbox_jobs_ready",
+    "DROP INDEX IF EXISTS outbox_jobs_ready_queue",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending'",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim_queue
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
+    "ALTER TABLE outbox_jobs DROP COLUMN IF EXISTS sequence_hold, DROP COLUMN IF EXISTS waiting, \
+     DROP COLUMN IF EXISTS sequence_no, DROP COLUMN IF EXISTS sequence_key",
+    "DROP SEQUENCE IF EXISTS outbox_jobs_sequence_no",
+    "ALTER TABLE outbox_kinds DROP COLUMN IF EXISTS concurrency, DROP COLUMN IF EXISTS on_sequence_failure, \
+     DROP COLUMN IF EXISTS sequence",
 ];
 
 /// The first schema: the jobs table, the indexes of the claim paths, the lease scan, dedup and purge, and

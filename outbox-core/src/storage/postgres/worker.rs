@@ -25,21 +25,21 @@ use crate::wake;
 #[derive(Debug, Clone)]
 pub(crate) struct PgStoreConfig {
     pub(crate) worker_id: String,
-    /// Kinds this worker has handlers for.
+    /// Kinds this worker has handlers for and no fleet-wide limit.
     pub(crate) kinds: Vec<String>,
+    /// Kinds with a fleet-wide limit on running jobs, and the limit.
+    pub(crate) limited: Vec<(String, u32)>,
     /// Queues it serves; `None` for all.
     pub(crate) queues: Option<Vec<String>>,
     /// The schema holding the outbox tables; notifications from other schemas are ignored.
     pub(crate) schema: String,
 }
 
-const RETURNING: &str = " RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, j.max_attempts, \
-     j.schema_hash, j.runs";
-
 macro_rules! claim_sql {
     ($queue_filter:literal) => {
         concat!(
-            "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ",
+            "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting \
+             AND run_at <= ",
             ts!("$2"),
             " AND kind = ANY($4)",
             $queue_filter,
@@ -53,7 +53,8 @@ macro_rules! claim_sql {
             ts!("$3"),
             ", updated_at = ",
             ts!("$2"),
-            " FROM c WHERE j.id = c.id"
+            " FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, \
+             j.max_attempts, j.schema_hash, j.runs"
         )
     };
 }
@@ -181,37 +182,68 @@ impl PgStore {
         PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener }) }
     }
 
+    /// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
+    /// leaves, then the others.
     pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
         let c = &self.inner.config;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let sql = if c.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ANY_QUEUE };
-        retrying("claiming jobs", || async {
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(format!("{sql}{RETURNING}")))
-                .bind(&c.worker_id)
-                .bind(now)
-                .bind(lease_until)
-                .bind(&c.kinds)
-                .bind(limit);
-            if let Some(queues) = &c.queues {
-                q = q.bind(queues);
+        let mut claimed = Vec::new();
+        for (kind, cap) in &c.limited {
+            let left = limit - claimed.len();
+            if left == 0 {
+                return Ok(claimed);
             }
-            let rows = q.fetch_all(&self.inner.pool).await?;
-            rows.iter()
-                .map(|row| {
-                    Ok(ClaimedJob {
-                        id: row.try_get(0)?,
-                        kind: row.try_get(1)?,
-                        queue: row.try_get(2)?,
-                        payload: row.try_get(3)?,
-                        attempt: row.try_get(4)?,
-                        max_attempts: row.try_get(5)?,
-                        schema_hash: row.try_get(6)?,
-                        run: row.try_get(7)?,
-                    })
+            claimed.extend(self.claim_limited(kind, *cap, left, now, lease_until).await?);
+        }
+        let left = limit - claimed.len();
+        if left > 0 && !c.kinds.is_empty() {
+            let kinds = &c.kinds;
+            claimed.extend(
+                retrying("claiming jobs", || async {
+                    claim_query(c, kinds, left, now, lease_until).fetch_all(&self.inner.pool).await
                 })
-                .collect()
+                .await
+                .and_then(claimed_jobs)?,
+            );
+        }
+        Ok(claimed)
+    }
+
+    /// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts
+    /// the running jobs and claims what the limit leaves: claimers on every machine take turns.
+    async fn claim_limited(
+        &self,
+        kind: &str,
+        cap: u32,
+        left: usize,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let c = &self.inner.config;
+        let kinds = [kind.to_owned()];
+        let rows = retrying("claiming jobs of a limited kind", || async {
+            let mut tx = self.inner.pool.begin().await?;
+            sqlx::query(
+                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || $1, 0))",
+            )
+            .bind(kind)
+            .execute(&mut *tx)
+            .await?;
+            let running: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM outbox_jobs WHERE status = 'claimed' AND kind = $1")
+                    .bind(kind)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
+            if room == 0 {
+                tx.commit().await?;
+                return Ok(Vec::new());
+            }
+            let rows = claim_query(c, &kinds, room, now, lease_until).fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(rows)
         })
-        .await
+        .await?;
+        claimed_jobs(rows)
     }
 
     /// Queues a finished attempt; it is written with whatever else finished meanwhile, in one statement.
@@ -266,6 +298,41 @@ impl PgStore {
         self.inner.tx.send(Msg::Flush(reply)).map_err(|_| Error::WorkerStopped)?;
         rx.await.map_err(|_| Error::WorkerStopped)
     }
+}
+
+/// The claim of up to `limit` due jobs of `kinds`.
+fn claim_query<'q>(
+    c: &'q PgStoreConfig,
+    kinds: &'q [String],
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let sql = if c.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ANY_QUEUE };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut q = sqlx::query(sql).bind(&c.worker_id).bind(now).bind(lease_until).bind(kinds).bind(limit);
+    if let Some(queues) = &c.queues {
+        q = q.bind(queues);
+    }
+    q
+}
+
+fn claimed_jobs(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<ClaimedJob>> {
+    rows.iter()
+        .map(|row| {
+            Ok(ClaimedJob {
+                id: row.try_get(0)?,
+                kind: row.try_get(1)?,
+                queue: row.try_get(2)?,
+                payload: row.try_get(3)?,
+                attempt: row.try_get(4)?,
+                max_attempts: row.try_get(5)?,
+                schema_hash: row.try_get(6)?,
+                run: row.try_get(7)?,
+            })
+        })
+        .collect::<std::result::Result<_, sqlx::Error>>()
+        .map_err(Error::db("reading claimed jobs"))
 }
 
 /// Whether an error is about the connection rather than the statement: retrying on a fresh connection may

@@ -16,10 +16,10 @@ use sea_orm::{
 
 pub(super) use worker::SqliteStore;
 
-use super::{Driver, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerStore, WorkerStoreOpts, rows};
+use super::{Driver, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerStore, WorkerStoreOpts, rows};
 use crate::error::{Error, Result, Violation};
 use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
-use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
+use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
 use worker::StoreConfig;
 
 /// The SQLite backend.
@@ -96,25 +96,50 @@ fn encode_names(names: &[String]) -> Result<String> {
     serde_json::to_string(names).map_err(|e| Error::Internal(format!("encoding kind and queue names: {e}")))
 }
 
-/// One row's placeholders in the enqueue INSERT (SQLite numbers `?` by position).
-fn push_row(sql: &mut String, _first: usize) {
-    sql.push_str("(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)");
+/// One row of the enqueue INSERT and its values. A sequenced job takes the next place in its sequence and
+/// waits when a job of the sequence holds it back; SQLite has one writer at a time, so the place is taken
+/// in commit order.
+fn push_row(sql: &mut String, values: &mut Vec<Value>, job: &NewJob) {
+    sql.push_str("(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ");
+    job.push_values(values);
+    match &job.sequence_key {
+        None => sql.push_str("NULL, 0)"),
+        Some(key) => {
+            sql.push_str(concat!(
+                "(SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), \
+                 EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND ",
+                schema::blocking!("b"),
+                "))"
+            ));
+            values.extend([Value::from(key.clone()), Value::from(key.clone())]);
+        }
+    }
 }
+
+/// Enqueue's INSERT on SQLite.
+const INSERT: super::Insert = super::Insert { columns: ", sequence_no, waiting", push_row, classify: write_error };
 
 fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
 }
 
-const RECORD_COLUMNS: &str = "id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
+const RECORD_COLUMNS: &str = concat!(
+    "id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
      locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, \
-     claimed_at, completed_at, updated_at, runs";
+     claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting THEN \
+     (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND ",
+    schema::blocking!("h"),
+    " ORDER BY h.sequence_no LIMIT 1) END, \
+     (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)"
+);
 
 async fn records<C: ConnectionTrait + ?Sized>(conn: &C, what: &str, s: Statement) -> Result<Vec<JobRecord>> {
     let rows = conn.query_all_raw(s).await.map_err(Error::db(what.to_owned()))?;
     rows.iter().map(rows::record).collect()
 }
 
-/// Fills the connection's scratch table with the latest completed job (by completion time, then id) of
+/// Fills the connection's scratch table with the latest completed job (by place in its sequence, then
+/// completion time, then id; a job without a place comes before those with one) of
 /// every value of `key_sql` among completed jobs of `kinds`, in one pass over the jobs. `key_values` bind
 /// the placeholders of `key_sql`.
 async fn open_scan<C: ConnectionTrait + ?Sized>(
@@ -137,9 +162,9 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
         "INSERT INTO temp.outbox_path_scan (path, job_id, kind, output, completed_at, jobs) \
          SELECT path, id, kind, output, completed_at, jobs FROM ( \
              SELECT path, id, kind, output, completed_at, \
-                 ROW_NUMBER() OVER (PARTITION BY path ORDER BY completed_at DESC, id DESC) AS rn, \
+                 ROW_NUMBER() OVER (PARTITION BY path ORDER BY sequence_no DESC, completed_at DESC, id DESC) AS rn, \
                  COUNT(*) OVER (PARTITION BY path) AS jobs \
-             FROM (SELECT id, kind, output, completed_at, {key_sql} AS path \
+             FROM (SELECT id, kind, output, completed_at, sequence_no, {key_sql} AS path \
                    FROM outbox_jobs WHERE status = 'completed' AND kind IN ({marks})) \
          ) WHERE rn = 1 ORDER BY path"
     );
@@ -154,7 +179,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Sqlite {
-    const MIGRATIONS: [Migration; 3] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 4] = schema::MIGRATIONS;
 
     fn tune(options: &mut ConnectOptions, settings: &Tuning) {
         let synchronous = if settings.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };
@@ -205,21 +230,28 @@ impl Driver for Sqlite {
             path: database_file(db)?,
             synchronous: synchronous_mode(db).await?,
             busy_timeout: Duration::from_secs(10),
-            worker_id: opts.worker_id,
-            kinds_json: encode_names(&opts.kinds)?,
+            kinds_json: encode_names(&opts.unlimited_kinds())?,
+            limited: opts
+                .limits
+                .iter()
+                .map(|(kind, cap)| Ok((encode_names(std::slice::from_ref(kind))?, *cap)))
+                .collect::<Result<_>>()?,
             queues_json: opts.queues.as_deref().map(encode_names).transpose()?,
+            worker_id: opts.worker_id,
         };
         Ok(WorkerStore::Sqlite(SqliteStore::open(config)?))
     }
 
     /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
     async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
-        super::insert_job(conn, DbBackend::Sqlite, job, push_row, write_error).await
+        super::insert_job(conn, DbBackend::Sqlite, job, &INSERT).await
     }
 
     /// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written.
     async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
-        super::insert_jobs(conn, DbBackend::Sqlite, jobs, push_row, write_error).await
+        // A statement's subqueries may read the table before any of its rows is written: sequenced jobs
+        // take their places one statement each.
+        super::insert_jobs(conn, DbBackend::Sqlite, jobs, &INSERT, |j| j.sequence_key.is_some()).await
     }
 
     /// The id of the active (pending or claimed) job of `kind` holding `key`.
@@ -261,7 +293,13 @@ impl Driver for Sqlite {
             sql.push_str(" AND updated_at >= ?");
             values.push(since.timestamp_millis().into());
         }
-        sql.push_str(" ORDER BY id DESC LIMIT ?");
+        match &filter.sequence {
+            Some(key) => {
+                sql.push_str(" AND sequence_key = ? ORDER BY sequence_no LIMIT ?");
+                values.push(key.clone().into());
+            }
+            None => sql.push_str(" ORDER BY id DESC LIMIT ?"),
+        }
         values.push(i64::try_from(filter.limit).unwrap_or(i64::MAX).into());
         records(conn, "listing jobs", stmt(sql, values)).await
     }
@@ -335,7 +373,7 @@ impl Driver for Sqlite {
     async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
         let res = conn
             .execute_raw(stmt(
-                "UPDATE outbox_jobs SET status = 'pending', attempts = 0, run_at = ?, lease_expires_at = NULL, \
+                "UPDATE outbox_jobs SET status = 'pending', attempts = 0, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, run_at = ?, lease_expires_at = NULL, \
                  updated_at = ? WHERE id = ? AND status IN ('failed', 'cancelled') AND (idempotency_key IS NULL \
                  OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = outbox_jobs.kind \
                  AND a.idempotency_key = outbox_jobs.idempotency_key AND a.status IN ('pending', 'claimed')))",
@@ -351,7 +389,7 @@ impl Driver for Sqlite {
     async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64> {
         let kind_filter = if kind.is_some() { " AND f.kind = ?" } else { "" };
         let sql = format!(
-            "UPDATE outbox_jobs SET status = 'pending', attempts = 0, run_at = ?, lease_expires_at = NULL, \
+            "UPDATE outbox_jobs SET status = 'pending', attempts = 0, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, run_at = ?, lease_expires_at = NULL, \
          updated_at = ? WHERE status = 'failed' AND id IN ( \
              SELECT id FROM ( \
                  SELECT f.id, ROW_NUMBER() OVER ( \
@@ -374,7 +412,9 @@ impl Driver for Sqlite {
     async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
         let res = conn
             .execute_raw(stmt(
-                "UPDATE outbox_jobs SET status = 'cancelled', updated_at = ? WHERE id = ? AND status = 'pending'",
+                "UPDATE outbox_jobs SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' \
+                 THEN sequence_hold ELSE 2 END, updated_at = ? WHERE id = ? AND (status = 'pending' \
+                 OR (status IN ('failed', 'cancelled') AND sequence_key IS NOT NULL AND sequence_hold = 1))",
                 vec![now.into(), id.into()],
             ))
             .await
@@ -391,7 +431,7 @@ impl Driver for Sqlite {
         let marks = vec!["?"; terminal.len()].join(", ");
         let mut values: Vec<Value> = terminal.iter().map(|s| (*s).into()).collect();
         values.push(before.into());
-        let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < ?");
+        let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < ? {HELD_KEPT}");
         let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
         Ok(res.rows_affected())
     }
@@ -460,11 +500,13 @@ impl Driver for Sqlite {
         for kind in kinds {
             conn.execute_raw(stmt(
                 "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
-             key_fields, recorded_by, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (name) DO UPDATE SET schema = excluded.schema, schema_hash = excluded.schema_hash, \
              queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, \
              is_unique = excluded.is_unique, key_fields = excluded.key_fields, \
-             recorded_by = excluded.recorded_by, updated_at = excluded.updated_at",
+             recorded_by = excluded.recorded_by, updated_at = excluded.updated_at, sequence = excluded.sequence, \
+             on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency",
                 kind.values(worker, now, 2),
             ))
             .await
@@ -484,7 +526,8 @@ impl Driver for Sqlite {
             .query_all_raw(stmt(
                 format!(
                     "SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, \
-                 recorded_by, first_seen_at, updated_at FROM outbox_kinds{filter} ORDER BY name"
+                 recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency \
+                 FROM outbox_kinds{filter} ORDER BY name"
                 ),
                 values,
             ))
@@ -509,5 +552,36 @@ impl Driver for Sqlite {
             .await
             .map_err(ctx())?;
         rows::queues(&rows)
+    }
+
+    /// Sequences held by a failed or cancelled head, and the first `limit` heads, longest held first.
+    async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
+        let ctx = || Error::db("listing blocked sequences");
+        let count = conn
+            .query_one_raw(stmt(
+                concat!("SELECT COUNT(*) FROM outbox_jobs WHERE ", super::held_head!(schema::blocking!("e"))),
+                vec![],
+            ))
+            .await
+            .map_err(ctx())?
+            .map(|r| r.try_get_by_index::<i64>(0))
+            .transpose()
+            .map_err(ctx())?
+            .unwrap_or(0);
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS}, (SELECT COUNT(*) FROM outbox_jobs w WHERE w.sequence_key = outbox_jobs.sequence_key \
+             AND w.status = 'pending' AND w.waiting = 1) FROM outbox_jobs WHERE {} ORDER BY updated_at LIMIT ?",
+            super::held_head!(schema::blocking!("e"))
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = conn.query_all_raw(stmt(sql, vec![limit.into()])).await.map_err(ctx())?;
+        let mut heads = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let head = rows::record(row)?;
+            let waiting = row.try_get_by_index::<i64>(25).map_err(ctx())?.max(0).unsigned_abs();
+            let Some(sequence_key) = head.sequence_key.clone() else { continue };
+            heads.push(BlockedSequence { sequence_key, head, waiting });
+        }
+        Ok((count.max(0).unsigned_abs(), heads))
     }
 }

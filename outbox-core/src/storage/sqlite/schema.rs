@@ -3,7 +3,7 @@
 use crate::storage::Migration;
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
-pub(super) const MIGRATIONS: [Migration; 3] = [
+pub(super) const MIGRATIONS: [Migration; 4] = [
     Migration { up: SCHEMA_V1, down: &["DROP TABLE IF EXISTS outbox_jobs"] },
     Migration {
         up: SCHEMA_V2_EVENTS,
@@ -14,6 +14,117 @@ pub(super) const MIGRATIONS: [Migration; 3] = [
         ],
     },
     Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
+    Migration { up: SCHEMA_V4_SEQUENCES, down: SCHEMA_V4_DOWN },
+];
+
+/// Whether the row `$r` (`NEW`, `OLD`, a table alias) holds back the later jobs of its sequence: it has not
+/// run yet, is running, or failed for good or was cancelled under the hold policy (`sequence_hold = 1`;
+/// 0 is the continue policy, 2 a hold an operator released).
+macro_rules! blocking {
+    ($r:literal) => {
+        concat!(
+            "(",
+            $r,
+            ".status IN ('pending', 'claimed') OR (",
+            $r,
+            ".status IN ('failed', 'cancelled') AND ",
+            $r,
+            ".sequence_hold = 1))"
+        )
+    };
+}
+pub(super) use blocking;
+
+/// Lets the first job of `OLD`'s sequence that is still waiting run, if nothing earlier holds it back.
+macro_rules! release_next {
+    () => {
+        concat!(
+            "UPDATE outbox_jobs SET waiting = 0 WHERE id = (SELECT h.id FROM outbox_jobs h \
+             WHERE h.sequence_key = OLD.sequence_key AND ",
+            blocking!("h"),
+            " ORDER BY h.sequence_no LIMIT 1) AND status = 'pending' AND waiting = 1;"
+        )
+    };
+}
+
+/// Sequences and fleet-wide limits. A sequenced job gets its place (`sequence_no`, per key) from the
+/// database when it is inserted, and is `waiting` while an earlier job of its key blocks it; waiting jobs are
+/// left out of the claim indexes, so a claim never reads them. Triggers keep `waiting` right for every
+/// writer: when a job stops blocking its sequence (completed, failed or cancelled under the continue policy,
+/// released by an operator, deleted), the next one is let go; a finished job put back to pending rejoins its
+/// sequence behind whatever blocks it.
+const SCHEMA_V4_SEQUENCES: &[&str] = &[
+    "ALTER TABLE outbox_jobs ADD COLUMN sequence_key TEXT",
+    "ALTER TABLE outbox_jobs ADD COLUMN sequence_no INTEGER",
+    "ALTER TABLE outbox_jobs ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE outbox_jobs ADD COLUMN sequence_hold INTEGER NOT NULL DEFAULT 1",
+    "DROP INDEX IF EXISTS outbox_jobs_claim",
+    "DROP INDEX IF EXISTS outbox_jobs_claim_queue",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_ready
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending' AND waiting = 0",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_ready_queue
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending' AND waiting = 0",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_sequence
+        ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL",
+    concat!(
+        "CREATE INDEX IF NOT EXISTS outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) \
+         WHERE sequence_key IS NOT NULL AND ",
+        blocking!("outbox_jobs")
+    ),
+    // Fleet-wide limits count the running jobs of a kind.
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_running ON outbox_jobs (kind) WHERE status = 'claimed'",
+    concat!(
+        "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_next AFTER UPDATE OF status, sequence_hold ON outbox_jobs \
+         WHEN NEW.sequence_key IS NOT NULL AND ",
+        blocking!("OLD"),
+        " AND NOT ",
+        blocking!("NEW"),
+        " BEGIN ",
+        release_next!(),
+        " END"
+    ),
+    concat!(
+        "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs \
+         WHEN OLD.sequence_key IS NOT NULL AND ",
+        blocking!("OLD"),
+        " BEGIN ",
+        release_next!(),
+        " END"
+    ),
+    concat!(
+        "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_rejoin AFTER UPDATE OF status ON outbox_jobs \
+         WHEN NEW.sequence_key IS NOT NULL AND NEW.status = 'pending' \
+         AND OLD.status IN ('completed', 'failed', 'cancelled') BEGIN \
+         UPDATE outbox_jobs SET waiting = EXISTS (SELECT 1 FROM outbox_jobs b \
+         WHERE b.sequence_key = NEW.sequence_key AND b.sequence_no < NEW.sequence_no AND ",
+        blocking!("b"),
+        ") WHERE id = NEW.id; END"
+    ),
+    "ALTER TABLE outbox_kinds ADD COLUMN sequence TEXT",
+    "ALTER TABLE outbox_kinds ADD COLUMN on_sequence_failure TEXT NOT NULL DEFAULT 'hold'",
+    "ALTER TABLE outbox_kinds ADD COLUMN concurrency INTEGER",
+];
+
+const SCHEMA_V4_DOWN: &[&str] = &[
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next",
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_purged",
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_rejoin",
+    "DROP INDEX IF EXISTS outbox_jobs_running",
+    "DROP INDEX IF EXISTS outbox_jobs_sequence_blocking",
+    "DROP INDEX IF EXISTS outbox_jobs_sequence",
+    "DROP INDEX IF EXISTS outbox_jobs_ready",
+    "DROP INDEX IF EXISTS outbox_jobs_ready_queue",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending'",
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_claim_queue
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
+    "ALTER TABLE outbox_jobs DROP COLUMN sequence_hold",
+    "ALTER TABLE outbox_jobs DROP COLUMN waiting",
+    "ALTER TABLE outbox_jobs DROP COLUMN sequence_no",
+    "ALTER TABLE outbox_jobs DROP COLUMN sequence_key",
+    "ALTER TABLE outbox_kinds DROP COLUMN concurrency",
+    "ALTER TABLE outbox_kinds DROP COLUMN on_sequence_failure",
+    "ALTER TABLE outbox_kinds DROP COLUMN sequence",
 ];
 
 /// The first schema: the jobs table and the indexes of the claim paths, the lease scan, dedup and purge.

@@ -20,8 +20,10 @@ pub(crate) struct StoreConfig {
     pub(crate) synchronous: String,
     pub(crate) busy_timeout: Duration,
     pub(crate) worker_id: String,
-    /// JSON array of the kinds this worker has handlers for.
+    /// JSON array of the kinds this worker has handlers for and no fleet-wide limit.
     pub(crate) kinds_json: String,
+    /// Kinds with a fleet-wide limit on running jobs: each as a JSON array of itself, and its limit.
+    pub(crate) limited: Vec<(String, u32)>,
     /// JSON array of the queues it serves; `None` for all.
     pub(crate) queues_json: Option<String>,
 }
@@ -272,7 +274,44 @@ impl Actor {
     }
 }
 
+/// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
+/// leaves (the count and the claim share the write transaction, so no other claimer can slip in between),
+/// then the others.
 fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
+    let mut claimed = Vec::new();
+    for (kinds_json, cap) in &config.limited {
+        let left = limit - claimed.len();
+        if left == 0 {
+            return Ok(claimed);
+        }
+        let running: i64 = conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed' \
+                 AND kind IN (SELECT value FROM json_each(?1))",
+            )
+            .and_then(|mut s| s.query_row(params![kinds_json], |row| row.get(0)))
+            .map_err(Error::db("counting running jobs of a limited kind"))?;
+        let room = usize::try_from(i64::from(*cap) - running).unwrap_or(0).min(left);
+        if room > 0 {
+            claimed.extend(claim_of(conn, config, kinds_json, room, now, lease_until)?);
+        }
+    }
+    let left = limit - claimed.len();
+    if left > 0 && config.kinds_json != "[]" {
+        claimed.extend(claim_of(conn, config, &config.kinds_json, left, now, lease_until)?);
+    }
+    Ok(claimed)
+}
+
+/// Claims up to `limit` due jobs of `kinds_json` that nothing in their sequence holds back.
+fn claim_of(
+    conn: &Connection,
+    config: &StoreConfig,
+    kinds_json: &str,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<ClaimedJob>> {
     let queue_filter = if config.queues_json.is_some() {
         " AND queue IN (SELECT value FROM json_each(?6))"
     } else {
@@ -282,7 +321,7 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
         "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
          locked_at = ?2, \
          claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
-         WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ?2 \
+         WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
          AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
          ORDER BY priority DESC, run_at, id LIMIT ?5) \
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs"
@@ -291,7 +330,7 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
     let ctx = || Error::db("claiming jobs");
     let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
     let rows = stmt
-        .query_map(params![config.worker_id, now, lease_until, config.kinds_json, limit, config.queues_json], |row| {
+        .query_map(params![config.worker_id, now, lease_until, kinds_json, limit, config.queues_json], |row| {
             Ok(ClaimedJob {
                 id: row.get(0)?,
                 kind: row.get(1)?,

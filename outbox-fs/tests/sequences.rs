@@ -1,0 +1,134 @@
+//! Ordered side effects: jobs for one path run one at a time, in commit order, on both backends; a failed
+//! job holds its path's sequence until an operator retries or cancels it.
+
+mod common;
+
+use common::{TestDb, conformance, env, worker};
+use outbox_core::{EnqueueOpts, JobStatus, ops};
+use outbox_fs::{CreateFile, DeleteFile, ReconcileOpts};
+
+const PATHS: usize = 200;
+
+conformance!(two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees);
+async fn two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees(t: TestDb) {
+    let e = env(t);
+    let big = "A".repeat(200 * 1024);
+    // Each intent commits on its own, as an application would write them.
+    for i in 0..PATHS {
+        let first = CreateFile { path: format!("rewritten/{i}.txt"), content: big.clone(), overwrite: true };
+        outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue A");
+        let second = CreateFile { path: format!("rewritten/{i}.txt"), content: "B".into(), overwrite: true };
+        outbox_core::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue B");
+        let create = CreateFile { path: format!("deleted/{i}.txt"), content: big.clone(), overwrite: true };
+        outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create");
+        let delete = DeleteFile { path: format!("deleted/{i}.txt"), require_exists: false };
+        outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue delete");
+    }
+    // The second job of every path waits behind the first: only the first ones are claimable.
+    let waiting = ops::list(&e.db, &ops::JobFilter { sequence: Some("fs:rewritten/0.txt".into()), ..Default::default() })
+        .await
+        .expect("list the sequence");
+    assert_eq!(waiting.len(), 2);
+    assert!(waiting[0].sequence_no < waiting[1].sequence_no, "{waiting:?}");
+    assert_eq!(waiting[0].waiting_for, None);
+    assert_eq!(waiting[1].waiting_for.as_deref(), Some(waiting[0].id.as_str()));
+
+    worker(&e).concurrency(8).build().await.expect("build").drain().await.expect("drain");
+
+    let counts = ops::counts(&e.db).await.expect("counts");
+    assert!(counts.iter().all(|c| c.status == JobStatus::Completed), "{counts:?}");
+    let mut older = Vec::new();
+    let mut back = Vec::new();
+    for i in 0..PATHS {
+        let content = std::fs::read_to_string(e.root_dir.join(format!("rewritten/{i}.txt"))).expect("rewritten file");
+        if content != "B" {
+            older.push(i);
+        }
+        if e.root_dir.join(format!("deleted/{i}.txt")).exists() {
+            back.push(i);
+        }
+    }
+    assert!(older.is_empty(), "{} of {PATHS} files hold the older content: {older:?}", older.len());
+    assert!(back.is_empty(), "{} of {PATHS} deleted files came back: {back:?}", back.len());
+    let report = outbox_fs::reconcile(&e.db, &e.root, ReconcileOpts::new()).await.expect("reconcile");
+    assert!(report.discrepancies.is_empty(), "{:?}", report.discrepancies);
+}
+
+conformance!(a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it);
+async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it(t: TestDb) {
+    let e = env(t);
+    // The first write fails for good: the file exists with other content and overwrite is off.
+    std::fs::write(e.root_dir.join("a.txt"), "someone else's").expect("seed");
+    let fails = CreateFile { path: "a.txt".into(), content: "mine".into(), overwrite: false };
+    let head = outbox_core::enqueue(&e.db, &fails, EnqueueOpts::new()).await.expect("enqueue");
+    let delete = DeleteFile { path: "a.txt".into(), require_exists: false };
+    let behind = outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue");
+    // Another path is not held by it.
+    let other = CreateFile { path: "b.txt".into(), content: "b".into(), overwrite: false };
+    let other = outbox_core::enqueue(&e.db, &other, EnqueueOpts::new()).await.expect("enqueue");
+    worker(&e).build().await.expect("build").drain().await.expect("drain");
+
+    assert_eq!(ops::get(&e.db, head.id()).await.expect("get").status, JobStatus::Failed);
+    assert_eq!(ops::get(&e.db, other.id()).await.expect("get").status, JobStatus::Completed);
+    let waiting = ops::get(&e.db, behind.id()).await.expect("get");
+    assert_eq!(waiting.status, JobStatus::Pending);
+    assert_eq!(waiting.waiting_for.as_deref(), Some(head.id()), "the waiting job names its head");
+    assert!(e.root_dir.join("a.txt").exists(), "the delete behind a failed create must not run");
+    let (blocked, heads) = ops::blocked(&e.db, 10).await.expect("blocked");
+    assert_eq!(blocked, 1);
+    assert_eq!((heads[0].sequence_key.as_str(), heads[0].head.id.as_str(), heads[0].waiting), ("fs:a.txt", head.id(), 1));
+    let stats = ops::stats(&e.db, std::time::Duration::from_secs(3600)).await.expect("stats");
+    assert_eq!(stats.blocked_sequences, 1);
+    // A purge keeps the held head: deleting it would let the sequence go with nobody deciding so.
+    ops::purge(&e.db, &[JobStatus::Failed], std::time::Duration::ZERO).await.expect("purge");
+    assert!(ops::get(&e.db, head.id()).await.expect("get").holds_sequence);
+
+    // Cancelling the held head lets the rest run.
+    ops::cancel(&e.db, head.id()).await.expect("release");
+    let released = ops::get(&e.db, head.id()).await.expect("get");
+    assert_eq!(released.status, JobStatus::Cancelled);
+    assert!(!released.holds_sequence);
+    assert_eq!(ops::get(&e.db, behind.id()).await.expect("get").waiting_for, None);
+    worker(&e).build().await.expect("build").drain().await.expect("drain");
+    assert_eq!(ops::get(&e.db, behind.id()).await.expect("get").status, JobStatus::Completed);
+    assert!(!e.root_dir.join("a.txt").exists());
+    assert_eq!(ops::blocked(&e.db, 10).await.expect("blocked").0, 0);
+
+    // A held head retried by an operator runs first, then the job behind it.
+    std::fs::write(e.root_dir.join("c.txt"), "someone else's").expect("seed");
+    let fails = CreateFile { path: "c.txt".into(), content: "mine".into(), overwrite: false };
+    let head = outbox_core::enqueue(&e.db, &fails, EnqueueOpts::new()).await.expect("enqueue");
+    let after = CreateFile { path: "c.txt".into(), content: "after".into(), overwrite: true };
+    let behind = outbox_core::enqueue(&e.db, &after, EnqueueOpts::new()).await.expect("enqueue");
+    worker(&e).build().await.expect("build").drain().await.expect("drain");
+    assert_eq!(ops::get(&e.db, behind.id()).await.expect("get").status, JobStatus::Pending);
+    std::fs::remove_file(e.root_dir.join("c.txt")).expect("operator fixes the cause");
+    ops::retry(&e.db, head.id()).await.expect("retry");
+    assert_eq!(ops::get(&e.db, behind.id()).await.expect("get").waiting_for.as_deref(), Some(head.id()));
+    worker(&e).build().await.expect("build").drain().await.expect("drain");
+    let head = ops::get(&e.db, head.id()).await.expect("get");
+    let behind = ops::get(&e.db, behind.id()).await.expect("get");
+    assert_eq!((head.status, behind.status), (JobStatus::Completed, JobStatus::Completed));
+    assert!(head.completed_at <= behind.claimed_at, "the retried head ran first");
+    assert_eq!(std::fs::read_to_string(e.root_dir.join("c.txt")).expect("c"), "after");
+}
+
+conformance!(a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets_it_go);
+async fn a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets_it_go(t: TestDb) {
+    let e = env(t);
+    let first = CreateFile { path: "d.txt".into(), content: "1".into(), overwrite: true };
+    let first = outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
+    let second = CreateFile { path: "d.txt".into(), content: "2".into(), overwrite: true };
+    let second = outbox_core::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue");
+    ops::cancel(&e.db, first.id()).await.expect("cancel");
+    assert!(ops::get(&e.db, first.id()).await.expect("get").holds_sequence);
+    worker(&e).build().await.expect("build").drain().await.expect("drain");
+    assert_eq!(ops::get(&e.db, second.id()).await.expect("get").status, JobStatus::Pending);
+    ops::cancel(&e.db, first.id()).await.expect("release");
+    worker(&e).build().await.expect("build").drain().await.expect("drain");
+    assert_eq!(ops::get(&e.db, second.id()).await.expect("get").status, JobStatus::Completed);
+    assert_eq!(std::fs::read_to_string(e.root_dir.join("d.txt")).expect("d"), "2");
+    // A job that was never held cannot be "released": cancelling a completed job is refused.
+    let err = ops::cancel(&e.db, second.id()).await.expect_err("completed");
+    assert!(err.to_string().contains("completed"), "{err}");
+}
