@@ -25,9 +25,10 @@ async fn two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees(t
         outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue delete");
     }
     // The second job of every path waits behind the first: only the first ones are claimable.
-    let waiting = ops::list(&e.db, &ops::JobFilter { sequence: Some("fs:rewritten/0.txt".into()), ..Default::default() })
-        .await
-        .expect("list the sequence");
+    let waiting =
+        ops::list(&e.db, &ops::JobFilter { sequence: Some("fs:rewritten/0.txt".into()), ..Default::default() })
+            .await
+            .expect("list the sequence");
     assert_eq!(waiting.len(), 2);
     assert!(waiting[0].sequence_no < waiting[1].sequence_no, "{waiting:?}");
     assert_eq!(waiting[0].waiting_for, None);
@@ -76,7 +77,10 @@ async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it
     assert!(e.root_dir.join("a.txt").exists(), "the delete behind a failed create must not run");
     let (blocked, heads) = ops::blocked(&e.db, 10).await.expect("blocked");
     assert_eq!(blocked, 1);
-    assert_eq!((heads[0].sequence_key.as_str(), heads[0].head.id.as_str(), heads[0].waiting), ("fs:a.txt", head.id(), 1));
+    assert_eq!(
+        (heads[0].sequence_key.as_str(), heads[0].head.id.as_str(), heads[0].waiting),
+        ("fs:a.txt", head.id(), 1)
+    );
     let stats = ops::stats(&e.db, std::time::Duration::from_secs(3600)).await.expect("stats");
     assert_eq!(stats.blocked_sequences, 1);
     // A purge keeps the held head: deleting it would let the sequence go with nobody deciding so.

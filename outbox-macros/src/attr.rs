@@ -110,9 +110,7 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
                     sequence_failure,
                 ),
                 // #[job(concurrency = 2)]
-                "concurrency" => {
-                    setting(&mut out.concurrency, &mut out.written, &meta, errors, "concurrency = 2", int)
-                }
+                "concurrency" => setting(&mut out.concurrency, &mut out.written, &meta, errors, "concurrency = 2", int),
                 // #[job(validate = Self::check)], #[job(validate = "check")]
                 "validate" => {
                     setting(&mut out.validate, &mut out.written, &meta, errors, "validate = Self::check", fn_path)
@@ -157,23 +155,22 @@ pub(crate) fn field<'a>(attrs: &'a [Attribute], errors: &mut Errors) -> FieldAtt
             skip_value(&meta)?;
             let path = &meta.path;
             let name = quote!(#path).to_string();
-            let message =
-                if matches!(
-                    name.as_str(),
-                    "kind"
-                        | "queue"
-                        | "priority"
-                        | "max_attempts"
-                        | "unique"
-                        | "validate"
-                        | "sequence"
-                        | "on_sequence_failure"
-                        | "concurrency"
-                ) {
-                    format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
-                } else {
-                    format!("unknown job field option `{name}`: the only field option is #[job(key)]")
-                };
+            let message = if matches!(
+                name.as_str(),
+                "kind"
+                    | "queue"
+                    | "priority"
+                    | "max_attempts"
+                    | "unique"
+                    | "validate"
+                    | "sequence"
+                    | "on_sequence_failure"
+                    | "concurrency"
+            ) {
+                format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
+            } else {
+                format!("unknown job field option `{name}`: the only field option is #[job(key)]")
+            };
             errors.push(Error::new_spanned(path, message));
             Ok(())
         });
@@ -429,12 +426,13 @@ mod tests {
             [
                 "expected a string literal: #[job(kind = \"send_email\")]",
                 "expected an integer literal: #[job(priority = 10)]",
-                "unknown job option `colour`: expected one of `kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`",
+                "unknown job option `colour`: expected one of `kind`, `queue`, `priority`, `max_attempts`, `unique`, \
+                 `validate`, `sequence`, `on_sequence_failure`, `concurrency`",
                 "duplicate job option `queue`",
                 "`max_attempts` must fit in an i32 (-2147483648..=2147483647)",
                 "expected `true` or `false`: #[job(unique = false)]",
                 "#[job(key)] goes on a field, not on the type; the type takes `kind`, `queue`, `priority`, \
-                 `max_attempts`, `unique`, `validate`",
+                 `max_attempts`, `unique`, `validate`, `sequence`, `on_sequence_failure`, `concurrency`",
                 "duplicate job option `priority`",
                 "`priority` is an i32: drop the `u8` suffix",
                 "duplicate job option `unique`",

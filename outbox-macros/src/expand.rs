@@ -135,6 +135,7 @@ mod tests {
         let input: DeriveInput = parse_quote! {
             #[serde(rename_all = "camelCase")]
             #[job(kind = "send_welcome", queue = "mail", priority = -5, max_attempts = 10, unique = true)]
+            #[job(sequence = "user:{userId}", on_sequence_failure = "continue", concurrency = 3)]
             struct SendWelcome {
                 #[job(key)]
                 user_id: i64,
@@ -154,6 +155,9 @@ mod tests {
                         priority: -5i32,
                         max_attempts: 10i32,
                         unique: true,
+                        sequence: ::core::option::Option::Some("user:{userId}"),
+                        on_sequence_failure: ::outbox_core::SequenceFailure::Continue,
+                        concurrency: ::core::option::Option::Some(3u32),
                         key_fields: &["userId", "org"],
                     };
                 }

@@ -9,7 +9,16 @@ use serde_json::{Value, json};
 /// Every option set; key fields renamed by `rename_all`, by their own `rename`, and a raw identifier.
 #[derive(Job, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[job(kind = "billing.charge:v2/eu-1", queue = "billing", priority = -7, max_attempts = 12, unique = true)]
+#[job(
+    kind = "billing.charge:v2/eu-1",
+    queue = "billing",
+    priority = -7,
+    max_attempts = 12,
+    unique = true,
+    sequence = "tenant:{tenantId}/{{{invoice}}}",
+    on_sequence_failure = "continue",
+    concurrency = 4
+)]
 struct Charge {
     #[job(key)]
     tenant_id: i64,
@@ -98,6 +107,9 @@ fn all_options() {
             max_attempts: 12,
             unique: true,
             key_fields: &["tenantId", "invoice", "type"],
+            sequence: Some("tenant:{tenantId}/{{{invoice}}}"),
+            on_sequence_failure: outbox_core::SequenceFailure::Continue,
+            concurrency: Some(4),
         }
     );
     let charge = Charge { tenant_id: 1, amount_cents: 250, invoice_id: "inv-9".into(), r#type: "card".into() };
@@ -113,7 +125,19 @@ fn defaults() {
     assert_eq!(is_job::<Ping>(), ("ping", KindOpts::DEFAULT));
     assert_eq!(is_job::<Touch>(), ("user.touch", KindOpts::DEFAULT));
     assert_eq!(is_job::<Tick>(), ("tick", KindOpts { priority: i32::MAX, ..KindOpts::DEFAULT }));
-    assert_eq!(Ping::OPTS, KindOpts { queue: "default", priority: 0, max_attempts: 3, unique: true, key_fields: &[] });
+    assert_eq!(
+        Ping::OPTS,
+        KindOpts {
+            queue: "default",
+            priority: 0,
+            max_attempts: 3,
+            unique: true,
+            key_fields: &[],
+            sequence: None,
+            on_sequence_failure: outbox_core::SequenceFailure::Hold,
+            concurrency: None,
+        }
+    );
     assert_eq!(serde_json::to_value(Ping { at: 5 }).expect("serializes"), json!({"at": 5}));
 }
 

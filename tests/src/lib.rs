@@ -45,6 +45,35 @@ pub struct Race {
     pub sleep_ms: u64,
 }
 
+/// One step of an ordered sequence, run by child worker processes: jobs sharing `key` run one at a time in
+/// the order they were enqueued.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "step", unique = false, max_attempts = 25, sequence = "key:{key}")]
+pub struct Step {
+    /// The sequence.
+    pub key: u32,
+    /// Its place in the sequence, as the test enqueued it.
+    pub seq: u32,
+    /// Handler sleep in milliseconds.
+    pub sleep_ms: u64,
+}
+
+/// A job of a kind of which at most two run at once across every worker process.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "limited", unique = false, concurrency = 2)]
+pub struct Limited {
+    /// Distinguishes jobs.
+    pub n: u64,
+    /// Handler sleep in milliseconds.
+    pub sleep_ms: u64,
+}
+
+/// Nanoseconds on the machine's monotonic clock, comparable across processes.
+pub fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
 /// Polls `check` every 20 ms until it holds or `timeout` passes; returns whether it held.
 pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
 where

@@ -215,7 +215,10 @@ pub(super) async fn cancel(db: &DatabaseConnection, id: &str, format: Format) ->
     match format {
         Format::Json => render::json(&json!({ "cancelled": 1, "id": id, "released": released, "holds": held }))?,
         Format::Table if released => {
-            println!("cancelled {id}; the jobs behind it in sequence {} may run", after.sequence_key.unwrap_or_default())
+            println!(
+                "cancelled {id}; the jobs behind it in sequence {} may run",
+                after.sequence_key.unwrap_or_default()
+            )
         }
         Format::Table if held => println!(
             "cancelled {id}; it holds sequence {}: the jobs behind it wait until you retry it or cancel it again",
@@ -225,7 +228,6 @@ pub(super) async fn cancel(db: &DatabaseConnection, id: &str, format: Format) ->
     }
     Ok(code::OK)
 }
-
 
 pub(super) async fn purge(
     db: &DatabaseConnection,

@@ -4,9 +4,11 @@
 //!
 //! - DATABASE: a sea-orm URL (`sqlite://...`, `postgres://...`) or the path of an SQLite file.
 //! - RUN_LOG: every run of a `race` job appends `<job id> <n> <attempt> <pid>` to it, flushed before the
-//!   handler goes on, so the test counts executions rather than trusting the job table.
-//! - MODE: `drain` runs `race` jobs until none is due and none is in flight, then exits; `serve` runs them
-//!   until no `race` job is pending or claimed anywhere (so a worker stays to rescue a claim lost with a
+//!   handler goes on, so the test counts executions rather than trusting the job table. Runs of `step` and
+//!   `limited` jobs append `B <job id> <key or n> <seq> <pid> <monotonic ns>` when they begin and the same
+//!   line with `E` when they end, each with one `write` to a file opened with `O_APPEND`.
+//! - MODE: `drain` runs jobs until none is due and none is in flight, then exits; `serve` runs them
+//!   until no job is pending or claimed anywhere (so a worker stays to rescue a claim lost with a
 //!   connection), then shuts down gracefully; `hang` writes RUN_LOG on the first job and hangs.
 //! - CONCURRENCY: jobs run at once (default 8).
 //!
@@ -19,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_core::{JobContext, JobError, Worker};
-use outbox_tests::{Race, sqlite_url};
+use outbox_tests::{Limited, Race, Step, monotonic_ns, sqlite_url};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
 const USAGE: &str = "usage: outbox-test-worker DATABASE RUN_LOG drain|serve|hang LEASE_MS [CONCURRENCY]";
@@ -46,6 +48,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let log = Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(run_log)?));
     let hang = mode == "hang";
     let pid = std::process::id();
+    let step_log = Arc::clone(&log);
+    let limited_log = Arc::clone(&log);
     let worker = Worker::builder(&db)
         .concurrency(concurrency)
         .lease(lease)
@@ -67,20 +71,46 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, JobError>(())
             }
         })
+        .register(move |job: Step, ctx: JobContext| {
+            let log = Arc::clone(&step_log);
+            async move {
+                mark(&log, 'B', ctx.id(), job.key.into(), job.seq, pid)?;
+                tokio::time::sleep(Duration::from_millis(job.sleep_ms)).await;
+                mark(&log, 'E', ctx.id(), job.key.into(), job.seq, pid)?;
+                Ok::<_, JobError>(())
+            }
+        })
+        .register(move |job: Limited, ctx: JobContext| {
+            let log = Arc::clone(&limited_log);
+            async move {
+                mark(&log, 'B', ctx.id(), job.n, 0, pid)?;
+                tokio::time::sleep(Duration::from_millis(job.sleep_ms)).await;
+                mark(&log, 'E', ctx.id(), job.n, 0, pid)?;
+                Ok::<_, JobError>(())
+            }
+        })
         .build()
         .await?;
     std::fs::write(format!("{run_log}.ready"), worker.id())?;
     if mode == "serve" {
-        worker.run_until(until_no_race_job_is_left(&db)).await?;
+        worker.run_until(until_no_job_is_left(&db)).await?;
     } else {
         worker.drain().await?;
     }
     Ok(())
 }
 
-/// Resolves once no `race` job is pending or claimed. A failed look (a killed connection) just looks again.
-async fn until_no_race_job_is_left(db: &DatabaseConnection) {
-    let sql = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'race' AND status IN ('pending', 'claimed')";
+/// Appends one begin (`B`) or end (`E`) line in a single `write`, so lines of concurrent processes never mix.
+fn mark(log: &Mutex<std::fs::File>, what: char, id: &str, key: u64, seq: u32, pid: u32) -> Result<(), JobError> {
+    let line = format!("{what} {id} {key} {seq} {pid} {}\n", monotonic_ns());
+    let mut f = log.lock().map_err(|_| JobError::permanent("run log lock poisoned"))?;
+    f.write_all(line.as_bytes())?;
+    Ok(())
+}
+
+/// Resolves once no job is pending or claimed. A failed look (a killed connection) just looks again.
+async fn until_no_job_is_left(db: &DatabaseConnection) {
+    let sql = "SELECT COUNT(*) FROM outbox_jobs WHERE status IN ('pending', 'claimed')";
     let statement = Statement::from_string(db.get_database_backend(), sql);
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;

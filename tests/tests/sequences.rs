@@ -1,0 +1,193 @@
+//! Sequences and fleet-wide limits under real worker processes: 500 sequences of 20 steps drained by a fleet
+//! whose members are SIGKILLed and restarted every 300 ms, and a kind limited to two running jobs across
+//! eight processes. Every check reads the handlers' own begin and end lines (monotonic clock, `O_APPEND`).
+
+// The race-log reader of the shared module is not used here: these tests read begin and end marks.
+#[allow(dead_code)]
+mod fleet;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::Child;
+use std::time::Duration;
+
+use fleet::Spawn;
+use outbox_core::EnqueueOpts;
+use outbox_tests::{Backend, Limited, Step, TestDb, conformance, monotonic_ns, scalar};
+
+const KEYS: u32 = 500;
+const STEPS: u32 = 20;
+
+/// One handler run: when it began, and when it ended unless its process was killed first.
+#[derive(Debug, Clone)]
+struct Run {
+    job: String,
+    key: u64,
+    seq: u32,
+    pid: u32,
+    begin: u64,
+    end: Option<u64>,
+}
+
+/// The runs in a log of `B`/`E` lines, in order of their beginning.
+fn runs(log: &Path) -> Vec<Run> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut open: HashMap<(String, u32), usize> = HashMap::new();
+    let mut runs: Vec<Run> = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [what, job, key, seq, pid, at] = f.as_slice() else { panic!("malformed run line {line:?}") };
+        let (pid, at): (u32, u64) = (pid.parse().expect("pid"), at.parse().expect("time"));
+        match *what {
+            "B" => {
+                open.insert(((*job).to_owned(), pid), runs.len());
+                runs.push(Run {
+                    job: (*job).to_owned(),
+                    key: key.parse().expect("key"),
+                    seq: seq.parse().expect("seq"),
+                    pid,
+                    begin: at,
+                    end: None,
+                });
+            }
+            "E" => {
+                let i =
+                    open.remove(&((*job).to_owned(), pid)).unwrap_or_else(|| panic!("an end without a begin: {line}"));
+                runs[i].end = Some(at);
+            }
+            other => panic!("unknown mark {other:?} in {line:?}"),
+        }
+    }
+    runs.sort_by_key(|r| r.begin);
+    runs
+}
+
+/// Starts `n` serving workers.
+fn fleet(t: &TestDb, log: &Path, n: usize, lease_ms: u64) -> Vec<Child> {
+    (0..n).map(|_| Spawn { url: &t.url, log, mode: "serve", lease_ms, concurrency: 8, stderr: None }.start()).collect()
+}
+
+conformance!(sequences_hold_their_order_while_workers_are_killed_every_300_ms);
+async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: TestDb) {
+    let processes = if t.backend == Backend::Postgres { 8 } else { 4 };
+    // Enqueued step by step across keys, as interleaved commits would be; handlers take 0-20 ms.
+    let jobs: Vec<Step> = (0..STEPS)
+        .flat_map(|seq| (0..KEYS).map(move |key| Step { key, seq, sleep_ms: u64::from((key * 7 + seq * 13) % 21) }))
+        .collect();
+    for chunk in jobs.chunks(1_000) {
+        outbox_core::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    let log = t.dir.path().join("steps.log");
+    let mut children = fleet(&t, &log, processes, 1_000);
+    // (pid, when) of every SIGKILL.
+    let mut kills: Vec<(u32, u64)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let total = i64::from(KEYS * STEPS);
+    let mut victim = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let done = scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await;
+        if done == total {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "only {done} of {total} jobs completed in time");
+        let child = &mut children[victim];
+        let pid = child.id();
+        child.kill().expect("SIGKILL");
+        kills.push((pid, monotonic_ns()));
+        child.wait().expect("reap");
+        *child = Spawn { url: &t.url, log: &log, mode: "serve", lease_ms: 1_000, concurrency: 8, stderr: None }.start();
+        victim = (victim + 1) % processes;
+    }
+    for status in fleet::wait_all(&mut children, Duration::from_secs(120)).await {
+        assert!(status.success(), "a worker process failed: {status}");
+    }
+
+    // 0 lost: every job completed.
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, total);
+    let runs = runs(&log);
+    let killed_at: HashMap<u32, u64> = kills.iter().copied().collect();
+    let mut by_key: BTreeMap<u64, Vec<&Run>> = BTreeMap::new();
+    for run in &runs {
+        by_key.entry(run.key).or_default().push(run);
+    }
+    assert_eq!(by_key.len(), KEYS as usize);
+    let mut reruns = 0;
+    for (key, key_runs) in &by_key {
+        for pair in key_runs.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            // Starts follow enqueue order: a step only ever begins after the steps before it (a step may begin
+            // again after a kill, never an earlier one after a later one).
+            assert!(a.seq <= b.seq, "key {key}: step {} began after step {}: {a:?} then {b:?}", b.seq, a.seq);
+            if a.seq == b.seq {
+                reruns += 1;
+            }
+            // No overlap, unless the earlier run's process was killed before the later run began.
+            match a.end {
+                Some(end) => assert!(end <= b.begin, "key {key}: runs overlap: {a:?} and {b:?}"),
+                None => {
+                    let killed = killed_at.get(&a.pid).copied();
+                    assert!(
+                        killed.is_some_and(|k| k <= b.begin),
+                        "key {key}: a run that never ended overlaps the next, and its process was not killed \
+                         before: {a:?} then {b:?} (killed at {killed:?})"
+                    );
+                }
+            }
+        }
+        let steps: Vec<u32> = key_runs.iter().map(|r| r.seq).collect();
+        let mut distinct = steps.clone();
+        distinct.dedup();
+        assert_eq!(distinct, (0..STEPS).collect::<Vec<_>>(), "key {key}: steps ran as {steps:?}");
+    }
+    // 0 completed twice: a job whose handler ran to its end more than once lost its first outcome with a
+    // killed process, and its history says it was rescued.
+    let mut ended: HashMap<&str, u32> = HashMap::new();
+    for run in runs.iter().filter(|r| r.end.is_some()) {
+        *ended.entry(run.job.as_str()).or_default() += 1;
+    }
+    let twice: Vec<&str> = ended.iter().filter(|(_, n)| **n > 1).map(|(id, _)| *id).collect();
+    for id in &twice {
+        let history = outbox_core::ops::history(&t.db, id).await.expect("history");
+        assert!(
+            history.iter().any(|e| e.event == outbox_core::JobEventKind::Rescued),
+            "job {id} ended twice without a rescue between: {history:?}"
+        );
+    }
+    eprintln!(
+        "{processes} processes, {} kills, {} runs for {total} jobs ({reruns} re-runs after a kill, {} jobs ended \
+         twice after a kill)",
+        kills.len(),
+        runs.len(),
+        twice.len()
+    );
+}
+
+conformance!(a_fleet_wide_limit_of_two_holds_across_eight_processes);
+async fn a_fleet_wide_limit_of_two_holds_across_eight_processes(t: TestDb) {
+    let jobs: Vec<Limited> = (0..200).map(|n| Limited { n, sleep_ms: 20 }).collect();
+    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    let log = t.dir.path().join("limited.log");
+    let mut children = fleet(&t, &log, 8, 30_000);
+    for status in fleet::wait_all(&mut children, Duration::from_secs(180)).await {
+        assert!(status.success(), "a worker process failed: {status}");
+    }
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 200);
+    let runs = runs(&log);
+    assert_eq!(runs.len(), 200, "one run per job");
+    // Sweep begins and ends in time order; an end at the same instant as a begin comes first.
+    let mut marks: Vec<(u64, i32)> = Vec::new();
+    for run in &runs {
+        marks.push((run.begin, 1));
+        marks.push((run.end.expect("no process was killed"), -1));
+    }
+    marks.sort();
+    let (mut running, mut most) = (0, 0);
+    for (_, delta) in marks {
+        running += delta;
+        most = most.max(running);
+    }
+    let pids: std::collections::HashSet<u32> = runs.iter().map(|r| r.pid).collect();
+    assert_eq!(most, 2, "at most two may run at once across the fleet, and two did");
+    eprintln!("200 limited jobs over {} processes: at most {most} running at once", pids.len());
+}
