@@ -13,7 +13,10 @@
 //! child process (this binary again, `--drain-child`) so its RSS figures hold the worker alone (on
 //! PostgreSQL, without the server's processes). `reconcile` runs outbox-fs's reconciler over 5×N completed
 //! `create_file` jobs whose files are on disk (default 100,000), also in a child process
-//! (`--reconcile-child`); it has no baseline.
+//! (`--reconcile-child`); it has no baseline. `process_sequenced` drains N jobs on N distinct sequences and
+//! `process_sequenced_100` N jobs on 100 sequences (at most 100 run at once), each against the unsequenced
+//! `process` of as many jobs in the same run; `claim_sequenced` times one claim of 100 over 5×N pending jobs
+//! in sequences of 100 (rolled back, 21 times) against the same claim over as many unsequenced jobs.
 
 mod memory;
 mod outbox;
@@ -121,11 +124,30 @@ enum Case {
     EnqueueBatch,
     Process,
     ProcessMemory,
+    ProcessSequenced,
+    ProcessSequenced100,
+    ClaimSequenced,
     Reconcile,
 }
 
-const CASES: [Case; 6] =
-    [Case::Enqueue, Case::EnqueueOrmCeiling, Case::EnqueueBatch, Case::Process, Case::ProcessMemory, Case::Reconcile];
+const CASES: [Case; 9] = [
+    Case::Enqueue,
+    Case::EnqueueOrmCeiling,
+    Case::EnqueueBatch,
+    Case::Process,
+    Case::ProcessMemory,
+    Case::ProcessSequenced,
+    Case::ProcessSequenced100,
+    Case::ClaimSequenced,
+    Case::Reconcile,
+];
+
+/// Sequences in `process_sequenced_100`.
+const FEW_KEYS: u64 = 100;
+/// Pending jobs per sequence in `claim_sequenced`.
+const PER_SEQUENCE: u64 = 100;
+/// Claims timed per run of `claim_sequenced`.
+const CLAIM_REPS: usize = 21;
 
 impl Case {
     fn name(self) -> &'static str {
@@ -135,6 +157,9 @@ impl Case {
             Case::EnqueueBatch => "enqueue_batch",
             Case::Process => "process",
             Case::ProcessMemory => "process_memory",
+            Case::ProcessSequenced => "process_sequenced",
+            Case::ProcessSequenced100 => "process_sequenced_100",
+            Case::ClaimSequenced => "claim_sequenced",
             Case::Reconcile => "reconcile",
         }
     }
@@ -142,7 +167,7 @@ impl Case {
     fn syncs(self) -> &'static [SyncMode] {
         match self {
             Case::EnqueueOrmCeiling => &[SyncMode::Normal],
-            Case::ProcessMemory | Case::Reconcile => &[SyncMode::Full],
+            Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced => &[SyncMode::Full],
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -152,8 +177,8 @@ impl Case {
         let n = match (self, sync) {
             (Case::Enqueue | Case::EnqueueOrmCeiling, SyncMode::Full) => base / 10,
             (Case::Enqueue | Case::EnqueueOrmCeiling, SyncMode::Normal) => base / 4,
-            (Case::EnqueueBatch | Case::Process, _) => base,
-            (Case::ProcessMemory | Case::Reconcile, _) => base * 5,
+            (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
+            (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced, _) => base * 5,
         };
         n.max(1)
     }
@@ -181,6 +206,10 @@ impl Case {
                 Some("sqlx-postgres: one transaction per 1000 jobs, multi-row INSERT ... RETURNING id")
             }
             (Backend::Postgres, Case::Process) => Some(raw_pg::PROCESS),
+            (_, Case::ProcessSequenced | Case::ProcessSequenced100) => {
+                Some("outbox process: as many unsequenced jobs, same worker, same run")
+            }
+            (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
             (_, Case::ProcessMemory | Case::Reconcile) => None,
         }
     }
@@ -199,7 +228,8 @@ struct Args {
 
 const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
                     [--pg-url URL] [--backend sqlite|postgres]
-cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, reconcile
+cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, process_sequenced,
+       process_sequenced_100, claim_sequenced, reconcile
 PostgreSQL rows run when --pg-url, OUTBOX_BENCH_PG_URL or OUTBOX_TEST_PG_URL names a server";
 
 fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
@@ -313,6 +343,10 @@ impl Runner {
 
     fn baseline_run(&self, case: Case, target: &Target, n: u64) -> Result<Measure, BoxError> {
         let prepared = match case {
+            Case::ProcessSequenced | Case::ProcessSequenced100 => {
+                return self.rt.block_on(outbox::process(target, n, CONCURRENCY));
+            }
+            Case::ClaimSequenced => return self.claim_run(target, n, false),
             Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch => self.rt.block_on(outbox::empty(target))?,
             Case::Process | Case::ProcessMemory => self.rt.block_on(outbox::backlog(target, n))?,
             Case::Reconcile => return Err("the reconcile case has no baseline".into()),
@@ -336,6 +370,24 @@ impl Runner {
         };
         self.rt.block_on(prepared.remove())?;
         measure
+    }
+
+    /// One claim of [`CONCURRENCY`] jobs over `n` pending ones (in sequences of [`PER_SEQUENCE`] when
+    /// `sequenced`), timed on the raw connection as the worker issues it.
+    fn claim_run(&self, target: &Target, n: u64, sequenced: bool) -> Result<Measure, BoxError> {
+        let prepared = if sequenced {
+            self.rt.block_on(outbox::sequenced_backlog(target, n, (n / PER_SEQUENCE).max(1)))?
+        } else {
+            self.rt.block_on(outbox::backlog(target, n))?
+        };
+        let kinds: &[&str] = if sequenced { &["step"] } else { &["noop"] };
+        let batch = CONCURRENCY as u64;
+        let secs = match &prepared.location {
+            Location::File(path) => raw::claim_cost(path, target.sync(), kinds, batch, CLAIM_REPS),
+            Location::Url(url) => self.rt.block_on(raw_pg::claim_cost(url, kinds, batch, CLAIM_REPS)),
+        };
+        self.rt.block_on(prepared.remove())?;
+        Ok(Measure { jobs: batch, secs: secs? })
     }
 
     /// Preloads a database here, then drains it in a fresh child process whose RSS holds the worker alone.
@@ -390,6 +442,11 @@ impl Runner {
                 Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?,
                 Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(&target, n, BATCH))?,
                 Case::Process => self.rt.block_on(outbox::process(&target, n, CONCURRENCY))?,
+                Case::ProcessSequenced => self.rt.block_on(outbox::process_sequenced(&target, n, n, CONCURRENCY))?,
+                Case::ProcessSequenced100 => {
+                    self.rt.block_on(outbox::process_sequenced(&target, n, FEW_KEYS, CONCURRENCY))?
+                }
+                Case::ClaimSequenced => self.claim_run(&target, n, true)?,
                 Case::ProcessMemory => {
                     let (measure, mem) = self.process_memory_run(&target, n)?;
                     memory.push(mem);
@@ -417,7 +474,14 @@ impl Runner {
         let mem = |f: fn(&Memory) -> f64| {
             (!memory.is_empty()).then(|| round(median(&memory.iter().map(f).collect::<Vec<_>>()), 1))
         };
-        let process = matches!(case, Case::Process | Case::ProcessMemory);
+        let process = matches!(
+            case,
+            Case::Process
+                | Case::ProcessMemory
+                | Case::ProcessSequenced
+                | Case::ProcessSequenced100
+                | Case::ClaimSequenced
+        );
         Ok(Row {
             case: case.name(),
             backend: backend.name(),
@@ -432,7 +496,7 @@ impl Runner {
             jobs_per_txn: match case {
                 Case::Enqueue | Case::EnqueueOrmCeiling => Some(1),
                 Case::EnqueueBatch => Some(BATCH),
-                Case::Process | Case::ProcessMemory | Case::Reconcile => None,
+                _ => None,
             },
             concurrency: process.then_some(CONCURRENCY),
             baseline,

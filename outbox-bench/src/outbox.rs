@@ -37,6 +37,18 @@ impl Job for Noop {
     const OPTS: KindOpts = KindOpts { unique: false, ..KindOpts::DEFAULT };
 }
 
+/// The sequenced process cases' kind: jobs sharing `key` run one at a time, in enqueue order.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Step {
+    key: u64,
+    n: u64,
+}
+
+impl Job for Step {
+    const KIND: &'static str = "step";
+    const OPTS: KindOpts = KindOpts { unique: false, sequence: Some("k:{key}"), ..KindOpts::DEFAULT };
+}
+
 fn kind_info<J: Job>(field: &'static str) -> Result<KindInfo, BoxError> {
     let kind = outbox_core::Kind::of::<J>()?;
     Ok(KindInfo { name: J::KIND, field, schema_hash: kind.schema_hash().to_owned(), unique: J::OPTS.unique })
@@ -62,6 +74,46 @@ pub(crate) async fn backlog(target: &Target, n: u64) -> Result<Prepared, BoxErro
     let scratch = Scratch::new(target).await?;
     preload(&scratch.db, n).await?;
     scratch.into_prepared().await
+}
+
+/// A migrated database holding `n` pending `Step` jobs spread over `keys` sequences, enqueued round-robin
+/// (job `i` in sequence `i % keys`), as interleaved commits would leave them.
+pub(crate) async fn sequenced_backlog(target: &Target, n: u64, keys: u64) -> Result<Prepared, BoxError> {
+    let scratch = Scratch::new(target).await?;
+    preload_sequenced(&scratch.db, n, keys).await?;
+    scratch.into_prepared().await
+}
+
+async fn preload_sequenced(db: &DatabaseConnection, n: u64, keys: u64) -> Result<(), BoxError> {
+    let jobs: Arc<Vec<Step>> = Arc::new((0..n).map(|n| Step { key: n % keys, n }).collect());
+    outbox_core::transaction(db, async |txn| outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await).await?;
+    if db.get_database_backend() == DbBackend::Postgres {
+        db.execute_unprepared("ANALYZE outbox_jobs").await?;
+    }
+    Ok(())
+}
+
+/// Case `process_sequenced`: `n` pending `Step` jobs in `keys` sequences drained by a no-op worker.
+pub(crate) async fn process_sequenced(
+    target: &Target,
+    n: u64,
+    keys: u64,
+    concurrency: usize,
+) -> Result<Measure, BoxError> {
+    let scratch = Scratch::new(target).await?;
+    preload_sequenced(&scratch.db, n, keys).await?;
+    let start = Instant::now();
+    Worker::builder(&scratch.db)
+        .register(|_: Step, _ctx: JobContext| async { Ok::<_, JobError>(()) })
+        .concurrency(concurrency)
+        .build()
+        .await?
+        .drain()
+        .await?;
+    let secs = start.elapsed().as_secs_f64();
+    scratch.expect_count(COMPLETED, n, "process_sequenced").await?;
+    scratch.remove().await?;
+    Ok(Measure { jobs: n, secs })
 }
 
 /// Enqueues `n` `Noop` jobs with `enqueue_batch` in one transaction.

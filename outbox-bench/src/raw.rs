@@ -44,7 +44,7 @@ fn insert_jobs_sql(rows: usize) -> String {
 /// The worker's claim (`claim` in `storage/sqlite/worker.rs`, no queue filter).
 const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
      locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
-     WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= ?2 \
+     WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
      AND kind IN (SELECT value FROM json_each(?4)) AND ?6 IS NULL \
      ORDER BY priority DESC, run_at, id LIMIT ?5) \
      RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs";
@@ -286,4 +286,38 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
     let secs = start.elapsed().as_secs_f64();
     expect_count(&conn, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'", n, "process")?;
     Ok(Measure { jobs: n, secs })
+}
+
+/// Case `claim_sequenced`: the worker's claim of `batch` jobs of `kinds`, each in a transaction rolled back
+/// so the backlog stays as it was; returns the median seconds of one claim over `reps`.
+pub(crate) fn claim_cost(
+    path: &Path,
+    sync: SyncMode,
+    kinds: &[&str],
+    batch: u64,
+    reps: usize,
+) -> Result<f64, BoxError> {
+    let mut conn = open(path, sync)?;
+    let kinds_json = serde_json::to_string(kinds)?;
+    let limit = i64::try_from(batch)?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let now = now_ms();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let start = Instant::now();
+        let claimed = {
+            let mut stmt = tx.prepare_cached(CLAIM_SQL)?;
+            let rows = stmt
+                .query_map(params!["bench-claim", now, now + LEASE_MS, kinds_json, limit, None::<String>], |row| {
+                    row.get::<_, String>(0)
+                })?;
+            rows.collect::<rusqlite::Result<Vec<String>>>()?
+        };
+        times.push(start.elapsed().as_secs_f64());
+        tx.rollback()?;
+        if claimed.len() as u64 != batch {
+            return Err(format!("claim cost: claimed {} of {batch}", claimed.len()).into());
+        }
+    }
+    Ok(crate::median(&times))
 }

@@ -81,7 +81,7 @@ fn insert_jobs_sql(rows: usize) -> String {
 /// The worker's claim: due pending jobs of the given kinds, locked past other claimers, in claim order.
 fn claim_sql() -> String {
     format!(
-        "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND run_at <= {now} \
+        "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND run_at <= {now} \
          AND kind = ANY($4) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) \
          UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
          locked_by = $1, locked_at = {now}, claimed_at = {now}, lease_expires_at = {lease}, updated_at = {now} \
@@ -265,4 +265,33 @@ pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> R
     expect_count(&mut conn, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'", n, "process").await?;
     conn.close().await?;
     Ok(Measure { jobs: n, secs })
+}
+
+/// Case `claim_sequenced`: the worker's claim of `batch` jobs of `kinds`, each in a transaction rolled back
+/// so the backlog stays as it was; returns the median seconds of one claim over `reps`.
+pub(crate) async fn claim_cost(url: &str, kinds: &[&str], batch: u64, reps: usize) -> Result<f64, BoxError> {
+    let mut conn = connect(url).await?;
+    let kinds: Vec<String> = kinds.iter().map(|k| (*k).to_owned()).collect();
+    let limit = i64::try_from(batch)?;
+    let claim: Arc<str> = claim_sql().into();
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let now = now_ms();
+        let mut tx = conn.begin().await?;
+        let start = Instant::now();
+        let rows = query(&claim)
+            .bind("bench-claim")
+            .bind(now)
+            .bind(now + LEASE_MS)
+            .bind(&kinds)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        times.push(start.elapsed().as_secs_f64());
+        tx.rollback().await?;
+        if rows.len() as u64 != batch {
+            return Err(format!("claim cost: claimed {} of {batch}", rows.len()).into());
+        }
+    }
+    Ok(crate::median(&times))
 }

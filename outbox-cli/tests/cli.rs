@@ -166,8 +166,14 @@ async fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
     let twice = env.run(&["retry", &taken]);
     assert_eq!(twice.code, 4, "{}", twice.stderr);
     twice.error_naming(&taken);
-    env.ok(&["cancel", &taken]);
+    // A cancelled file job holds its path's sequence; cancelling it again lets the sequence go on, and a
+    // third cancel has nothing left to do.
+    let held = env.ok(&["cancel", &taken]).stdout;
+    assert!(held.contains("holds sequence fs:taken.txt") && held.contains("cancel it again"), "{held}");
     assert_eq!(status_of(&env, &taken), "cancelled");
+    let kept = env.ok(&["purge", "--status", "cancelled", "--older-than", "0s", "--format", "json"]).json();
+    assert_eq!(kept["purged"], 0, "a purge keeps a job that holds its sequence");
+    assert!(env.ok(&["cancel", &taken]).stdout.contains("may run"));
     assert_eq!(env.run(&["cancel", &taken]).code, 4);
     let purged = env.ok(&["purge", "--status", "cancelled", "--older-than", "0s", "--format", "json"]).json();
     assert_eq!(purged["purged"], 1);
@@ -265,7 +271,7 @@ fn bad_input_exits_2_naming_the_field_or_value() {
     std::fs::write(env.dir.path().join("empty.db"), "").expect("empty file");
     let bare = env.run(&["--database-url", "empty.db", "stats"]);
     assert_eq!(bare.code, 1);
-    assert!(bare.error_naming("lacks 3 outbox migration(s)").contains("outbox migrate"));
+    assert!(bare.error_naming("lacks 4 outbox migration(s)").contains("outbox migrate"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -561,6 +567,7 @@ async fn postgres_urls_work_end_to_end() {
     assert_eq!(stats["failed"][0]["id"], taken.as_str());
     assert!(env.ok(&["get", &taken]).stdout.contains("overwrite is false"));
     assert!(env.ok(&["retry", &taken]).stdout.contains("pending again"));
+    env.ok(&["cancel", &taken]);
     env.ok(&["cancel", &taken]);
     assert_eq!(
         env.ok(&["purge", "--status", "cancelled", "--older-than", "0s", "--format", "json"]).json()["purged"],

@@ -153,7 +153,10 @@ async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outsi
     let mut ids = Vec::new();
     for i in 0..1000u32 {
         let k = i % 10;
-        let opts = EnqueueOpts::new().max_attempts(20).idempotency_key(format!("swap-{i}"));
+        // A sequence of its own per job: jobs of one path run side by side, racing the swapper, and an escape
+        // that fails a job for good holds nothing behind it.
+        let opts =
+            EnqueueOpts::new().max_attempts(20).idempotency_key(format!("swap-{i}")).sequence(format!("swap-{i}"));
         let enqueued = match i % 3 {
             0 => {
                 outbox_core::enqueue(

@@ -187,13 +187,13 @@ impl Kind {
             }
         }
         let sequence = sequence.map(|text| Template::parse(&text)).transpose().map_err(invalid)?;
-        if let Some(template) = &sequence {
-            if let Some(field) = template.fields().find(|f| !is_property(f)) {
-                return Err(invalid(format!(
-                    "the sequence template `{}` reads `{field}`, which is not a property of the payload schema",
-                    template.as_str()
-                )));
-            }
+        if let Some(template) = &sequence
+            && let Some(field) = template.fields().find(|f| !is_property(f))
+        {
+            return Err(invalid(format!(
+                "the sequence template `{}` reads `{field}`, which is not a property of the payload schema",
+                template.as_str()
+            )));
         }
         let schema_hash = sha256_hex(canonical_json(&schema).as_bytes());
         Ok(Kind {

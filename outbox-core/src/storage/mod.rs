@@ -429,6 +429,8 @@ pub(crate) struct ClaimedJob {
     pub(crate) schema_hash: String,
     /// How many times the job has been claimed, this claim included; never given back.
     pub(crate) run: i32,
+    /// Whether it runs in a sequence.
+    pub(crate) sequenced: bool,
 }
 
 /// How a claimed job ends its attempt.

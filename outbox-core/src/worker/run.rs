@@ -29,6 +29,8 @@ struct Loop {
     in_flight: HashMap<Id, InFlight>,
     next_heartbeat: Instant,
     next_rescue: Instant,
+    /// A sequenced job ended since the last claim: the next job of its sequence may be free now.
+    sequence_moved: bool,
 }
 
 pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool) -> Result<()> {
@@ -39,6 +41,7 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
         worker,
         tasks: JoinSet::new(),
         in_flight: HashMap::new(),
+        sequence_moved: false,
     };
     tracing::info!(worker = %lp.worker.id, concurrency = lp.worker.config.concurrency, "worker started");
     let result = lp.work(&shutdown, drain).await;
@@ -62,8 +65,9 @@ impl Loop {
             while let Some(done) = self.tasks.try_join_next_with_id() {
                 self.settle(done, false)?;
             }
-            // Draining ends on an empty claim with nothing in flight, so an idle drain asks once more.
-            if drain && self.tasks.is_empty() {
+            // Draining ends on an empty claim with nothing in flight, so an idle drain asks once more. A job
+            // that ended in a sequence may have freed the next one: its outcome goes out before the claim.
+            if (drain && self.tasks.is_empty()) || std::mem::take(&mut self.sequence_moved) {
                 claim_now = true;
             }
             if shutdown.is_cancelled() {
@@ -167,6 +171,7 @@ impl Loop {
             Err(_) if asked_to_stop => Outcome::Released,
             Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
         };
+        self.sequence_moved |= job.sequenced;
         self.worker.store.finish(finished(&job, outcome))
     }
 

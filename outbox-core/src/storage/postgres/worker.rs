@@ -54,7 +54,7 @@ macro_rules! claim_sql {
             ", updated_at = ",
             ts!("$2"),
             " FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, \
-             j.max_attempts, j.schema_hash, j.runs"
+             j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL"
         )
     };
 }
@@ -329,6 +329,7 @@ fn claimed_jobs(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<ClaimedJob>> {
                 max_attempts: row.try_get(5)?,
                 schema_hash: row.try_get(6)?,
                 run: row.try_get(7)?,
+                sequenced: row.try_get(8)?,
             })
         })
         .collect::<std::result::Result<_, sqlx::Error>>()

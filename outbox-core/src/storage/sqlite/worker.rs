@@ -324,7 +324,8 @@ fn claim_of(
          WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
          AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
          ORDER BY priority DESC, run_at, id LIMIT ?5) \
-         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs"
+         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
+         sequence_key IS NOT NULL"
     );
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let ctx = || Error::db("claiming jobs");
@@ -340,6 +341,7 @@ fn claim_of(
                 max_attempts: row.get(5)?,
                 schema_hash: row.get(6)?,
                 run: row.get(7)?,
+                sequenced: row.get(8)?,
             })
         })
         .map_err(ctx())?;
