@@ -58,7 +58,8 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 10)]
         limit: u64,
     },
-    /// Jobs of every queue: available, scheduled, claimed, stuck, completed, failed, cancelled.
+    /// Jobs of every queue: available, scheduled, waiting (in a sequence), claimed, stuck, completed, failed,
+    /// cancelled.
     Queues,
     /// Retry a failed or cancelled job (attempts start over), or every failed job.
     Retry(RetryArgs),

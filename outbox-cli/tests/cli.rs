@@ -383,10 +383,31 @@ async fn kinds_recorded_by_an_application_worker_validate_cli_enqueues() {
     let db = outbox_core::connect(&env.url()).await.expect("connect");
     let worker = Worker::builder(&db)
         .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: outbox_tests::Step, _| async { Ok::<_, outbox_core::JobError>(()) })
         .build()
         .await
         .expect("worker");
     drop(worker);
+
+    // A recorded kind's sequence template applies to enqueues from the command line.
+    let step = |seq: u32| format!(r#"{{"key": 5, "seq": {seq}, "sleep_ms": 0}}"#);
+    let first = env.ok(&["enqueue", "step", "--payload", &step(0), "--format", "json"]).json();
+    let second = env.ok(&["enqueue", "step", "--payload", &step(1), "--format", "json"]).json();
+    assert_eq!(second["job"]["sequence_key"], "key:5");
+    assert_eq!(second["job"]["waiting_for"], first["id"], "{second}");
+    let other =
+        env.ok(&["enqueue", "step", "--payload", &step(2), "--sequence", "elsewhere", "--format", "json"]).json();
+    assert_eq!(
+        (other["job"]["sequence_key"].clone(), other["job"]["waiting_for"].clone()),
+        (json!("elsewhere"), Value::Null)
+    );
+    let listed = env.ok(&["list", "--sequence", "key:5", "--format", "json"]).json();
+    let ids: Vec<&Value> = listed.as_array().expect("list").iter().map(|j| &j["id"]).collect();
+    assert_eq!(ids, [&first["id"], &second["id"]], "a sequence lists in its order");
+    let shown = env.ok(&["get", second["id"].as_str().expect("id")]).stdout;
+    assert!(shown.contains(&format!("waiting for job {}", first["id"].as_str().expect("id"))), "{shown}");
+    let queues = env.ok(&["queues", "--format", "json"]).json();
+    assert_eq!(queues[0]["waiting"], 1, "{queues}");
 
     let listed = env.ok(&["schema"]).stdout;
     assert!(listed.lines().any(|l| l.starts_with("probe") && l.contains("recorded")), "{listed}");

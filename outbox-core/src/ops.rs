@@ -15,7 +15,8 @@ use crate::record::{JobRecord, JobStatus};
 use crate::storage::{self, dispatch, now_ms};
 use crate::wake;
 
-/// Job counts of every queue: available, scheduled, claimed, stuck, completed, failed, cancelled.
+/// Job counts of every queue: available, scheduled, waiting behind their sequence, claimed, stuck, completed,
+/// failed, cancelled.
 pub async fn queues<C: ConnectionTrait>(conn: &C) -> Result<Vec<QueueCounts>> {
     dispatch!(conn, queues(conn, now_ms()))
 }

@@ -79,6 +79,8 @@ pub struct QueueCounts {
     pub available: u64,
     /// Pending, due later (delayed, or waiting for a retry).
     pub scheduled: u64,
+    /// Pending behind an earlier job of their sequence.
+    pub waiting: u64,
     /// Claimed by a worker (stuck ones included).
     pub claimed: u64,
     /// Claimed, with an expired lease.

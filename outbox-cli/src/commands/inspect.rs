@@ -126,6 +126,7 @@ pub(super) async fn queues(db: &DatabaseConnection, format: Format) -> Result<u8
                         q.queue.clone(),
                         q.available.to_string(),
                         q.scheduled.to_string(),
+                        q.waiting.to_string(),
                         q.claimed.to_string(),
                         q.stuck.to_string(),
                         q.completed.to_string(),
@@ -139,6 +140,7 @@ pub(super) async fn queues(db: &DatabaseConnection, format: Format) -> Result<u8
                 "QUEUE",
                 "AVAILABLE",
                 "SCHEDULED",
+                "WAITING",
                 "CLAIMED",
                 "STUCK",
                 "COMPLETED",
@@ -162,6 +164,9 @@ pub(super) async fn schema(db: &DatabaseConnection, kind: Option<&str>, format: 
                 "schemaHash": known.kind.schema_hash(),
                 "queue": known.kind.queue(),
                 "maxAttempts": known.kind.max_attempts(),
+                "sequence": known.kind.sequence(),
+                "onSequenceFailure": known.kind.on_sequence_failure(),
+                "concurrency": known.kind.concurrency(),
                 "schema": known.kind.schema(),
             }))?,
             Format::Table => render::json(known.kind.schema())?,
@@ -185,6 +190,8 @@ pub(super) async fn schema(db: &DatabaseConnection, kind: Option<&str>, format: 
                         name.clone(),
                         k.kind.queue().to_owned(),
                         k.kind.max_attempts().to_string(),
+                        k.kind.sequence().unwrap_or("-").to_owned(),
+                        k.kind.concurrency().map_or_else(|| "-".to_owned(), |n| n.to_string()),
                         match k.source {
                             Source::BuiltIn => "built in".to_owned(),
                             Source::Recorded => "recorded".to_owned(),
@@ -194,7 +201,10 @@ pub(super) async fn schema(db: &DatabaseConnection, kind: Option<&str>, format: 
                     ]
                 })
                 .collect();
-            print!("{}", table(&["KIND", "QUEUE", "MAX ATTEMPTS", "SOURCE", "RECORDED", "SCHEMA"], &rows));
+            print!(
+                "{}",
+                table(&["KIND", "QUEUE", "MAX ATTEMPTS", "SEQUENCE", "LIMIT", "SOURCE", "RECORDED", "SCHEMA"], &rows)
+            );
         }
     }
     Ok(code::OK)

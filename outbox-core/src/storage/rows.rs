@@ -187,6 +187,7 @@ pub(super) fn queues(rows: &[QueryResult]) -> Result<Vec<QueueCounts>> {
                 failed: n(6)?,
                 cancelled: n(7)?,
                 oldest_available: row.try_get_by_index::<Option<i64>>(8).map_err(ctx())?.map(from_ms),
+                waiting: n(9)?,
             })
         })
         .collect()

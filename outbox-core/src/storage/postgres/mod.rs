@@ -596,16 +596,16 @@ impl Driver for Postgres {
         .query_all_raw(stmt(
             format!(
                 "SELECT queue, \
-                     COUNT(*) FILTER (WHERE status = 'pending' AND run_at <= {now}), \
-                     COUNT(*) FILTER (WHERE status = 'pending' AND run_at > {now}), \
+                     COUNT(*) FILTER (WHERE status = 'pending' AND NOT waiting AND run_at <= {now}), \
+                     COUNT(*) FILTER (WHERE status = 'pending' AND NOT waiting AND run_at > {now}), \
                      COUNT(*) FILTER (WHERE status = 'claimed'), \
                      COUNT(*) FILTER (WHERE status = 'claimed' AND lease_expires_at < {now}), \
                      COUNT(*) FILTER (WHERE status = 'completed'), COUNT(*) FILTER (WHERE status = 'failed'), \
                      COUNT(*) FILTER (WHERE status = 'cancelled'), \
-                     {oldest} \
+                     {oldest}, COUNT(*) FILTER (WHERE status = 'pending' AND waiting) \
                  FROM outbox_jobs GROUP BY queue ORDER BY queue",
                 now = ts!("$1"),
-                oldest = ms!("MIN(run_at) FILTER (WHERE status = 'pending' AND run_at <= (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond'))"),
+                oldest = ms!("MIN(run_at) FILTER (WHERE status = 'pending' AND NOT waiting AND run_at <= (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond'))"),
             ),
             vec![now.into()],
         ))

@@ -542,10 +542,12 @@ impl Driver for Sqlite {
         let rows = conn
             .query_all_raw(stmt(
                 "SELECT queue, \
-                 SUM(status = 'pending' AND run_at <= ?), SUM(status = 'pending' AND run_at > ?), \
+                 SUM(status = 'pending' AND waiting = 0 AND run_at <= ?), \
+                 SUM(status = 'pending' AND waiting = 0 AND run_at > ?), \
                  SUM(status = 'claimed'), SUM(status = 'claimed' AND lease_expires_at < ?), \
                  SUM(status = 'completed'), SUM(status = 'failed'), SUM(status = 'cancelled'), \
-                 MIN(CASE WHEN status = 'pending' AND run_at <= ? THEN run_at END) \
+                 MIN(CASE WHEN status = 'pending' AND waiting = 0 AND run_at <= ? THEN run_at END), \
+                 SUM(status = 'pending' AND waiting = 1) \
              FROM outbox_jobs GROUP BY queue ORDER BY queue",
                 vec![now.into(), now.into(), now.into(), now.into()],
             ))

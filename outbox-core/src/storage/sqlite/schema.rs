@@ -71,8 +71,6 @@ const SCHEMA_V4_SEQUENCES: &[&str] = &[
          WHERE sequence_key IS NOT NULL AND ",
         blocking!("outbox_jobs")
     ),
-    // Fleet-wide limits count the running jobs of a kind.
-    "CREATE INDEX IF NOT EXISTS outbox_jobs_running ON outbox_jobs (kind) WHERE status = 'claimed'",
     concat!(
         "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_next AFTER UPDATE OF status, sequence_hold ON outbox_jobs \
          WHEN NEW.sequence_key IS NOT NULL AND ",
@@ -109,7 +107,6 @@ const SCHEMA_V4_DOWN: &[&str] = &[
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next",
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_purged",
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_rejoin",
-    "DROP INDEX IF EXISTS outbox_jobs_running",
     "DROP INDEX IF EXISTS outbox_jobs_sequence_blocking",
     "DROP INDEX IF EXISTS outbox_jobs_sequence",
     "DROP INDEX IF EXISTS outbox_jobs_ready",

@@ -275,8 +275,9 @@ impl Actor {
 }
 
 /// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
-/// leaves (the count and the claim share the write transaction, so no other claimer can slip in between),
-/// then the others.
+/// leaves (the count and the claim share the write transaction, so no other claimer can slip in between;
+/// the count reads claimed rows through the lease index, at most the fleet's concurrency of them), then the
+/// others.
 fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
     let mut claimed = Vec::new();
     for (kinds_json, cap) in &config.limited {
