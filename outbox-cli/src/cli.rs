@@ -187,6 +187,19 @@ pub(crate) struct WorkArgs {
     /// Run `sync_aws` jobs (AWS configuration from the standard environment).
     #[arg(long)]
     pub(crate) aws: bool,
+    /// At most N jobs of KIND running at once across every worker sharing the database (repeat for several):
+    /// `--limit claude_extraction=2`.
+    #[arg(long = "limit", value_name = "KIND=N", value_parser = limit_arg)]
+    pub(crate) limits: Vec<(String, u32)>,
+}
+
+fn limit_arg(text: &str) -> Result<(String, u32), String> {
+    let (kind, n) = text.split_once('=').ok_or_else(|| format!("`{text}` is not KIND=N (e.g. claude_extraction=2)"))?;
+    let n: u32 = n.parse().map_err(|_| format!("`{n}` in `{text}` is not a whole number of jobs"))?;
+    if kind.is_empty() || n == 0 {
+        return Err(format!("`{text}` needs a kind and a limit of at least 1"));
+    }
+    Ok((kind.to_owned(), n))
 }
 
 fn status_arg(text: &str) -> Result<JobStatus, String> {

@@ -136,3 +136,25 @@ async fn a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets_it_
     let err = ops::cancel(&e.db, second.id()).await.expect_err("completed");
     assert!(err.to_string().contains("completed"), "{err}");
 }
+
+conformance!(the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not_completion_time);
+async fn the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not_completion_time(t: TestDb) {
+    let e = env(t);
+    let first = CreateFile { path: "late.txt".into(), content: "first".into(), overwrite: true };
+    let first = outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
+    let second = CreateFile { path: "late.txt".into(), content: "second".into(), overwrite: true };
+    outbox_core::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue");
+    worker(&e).build().await.expect("build").drain().await.expect("drain");
+    assert_eq!(std::fs::read_to_string(e.root_dir.join("late.txt")).expect("late"), "second");
+    // The earlier job's completion recorded as the later one (a clock step, a slow writer): sequence order
+    // still decides which job the file must match.
+    let later = e.backend.time(chrono::Utc::now().timestamp_millis() + 60_000);
+    common::exec(
+        &e.db,
+        &format!("UPDATE outbox_jobs SET completed_at = {later} WHERE id = ?"),
+        vec![first.id().into()],
+    )
+    .await;
+    let report = outbox_fs::reconcile(&e.db, &e.root, ReconcileOpts::new()).await.expect("reconcile");
+    assert!(report.discrepancies.is_empty(), "{:?}", report.discrepancies);
+}

@@ -191,3 +191,51 @@ async fn a_fleet_wide_limit_of_two_holds_across_eight_processes(t: TestDb) {
     assert_eq!(most, 2, "at most two may run at once across the fleet, and two did");
     eprintln!("200 limited jobs over {} processes: at most {most} running at once", pids.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_on_the_builder_names_what_is_wrong_with_it() {
+    let t = outbox_tests::fresh_db().await;
+    let noop = |_: Limited, _: outbox_core::JobContext| async { Ok::<_, outbox_core::JobError>(()) };
+    let err = outbox_core::Worker::builder(&t.db)
+        .register(noop)
+        .concurrency_limit("claude_extraction", 2)
+        .build()
+        .await
+        .expect_err("no handler for the kind");
+    let text = err.to_string();
+    assert!(text.contains("`claude_extraction`") && text.contains("limited"), "{text}");
+    let err = outbox_core::Worker::builder(&t.db)
+        .register(noop)
+        .concurrency_limit("limited", 0)
+        .build()
+        .await
+        .expect_err("0");
+    assert!(err.to_string().contains("is 0"), "{err}");
+    // A builder limit replaces the kind's own: one at a time here.
+    let jobs: Vec<Limited> = (0..20).map(|n| Limited { n, sleep_ms: 5 }).collect();
+    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (r, m) = (running.clone(), most.clone());
+    outbox_core::Worker::builder(&t.db)
+        .concurrency(8)
+        .concurrency_limit("limited", 1)
+        .register(move |job: Limited, _: outbox_core::JobContext| {
+            let (r, m) = (r.clone(), m.clone());
+            async move {
+                let now = r.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                m.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(job.sleep_ms)).await;
+                r.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, outbox_core::JobError>(())
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .drain()
+        .await
+        .expect("drain");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 20);
+    assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -41,6 +41,9 @@ pub(super) async fn work(db: &DatabaseConnection, args: WorkArgs) -> Result<u8> 
         builder = outbox_aws::register_handlers(builder, &aws);
         handled.push("sync_aws");
     }
+    for (kind, n) in &args.limits {
+        builder = builder.concurrency_limit(kind.clone(), *n);
+    }
     let worker = builder.build().await?;
     let id = worker.id().to_owned();
     let queues = if args.queues.is_empty() { "all".to_owned() } else { args.queues.join(", ") };

@@ -51,6 +51,8 @@ pub struct WorkerBuilder {
     retry: RetryPolicy,
     config: WorkerConfig,
     id: Option<String>,
+    /// Fleet-wide limits set on the builder, overriding the kinds' own.
+    limits: HashMap<String, u32>,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -69,6 +71,8 @@ pub struct Worker {
     pub(crate) handlers: Arc<HashMap<String, Registered>>,
     pub(crate) config: WorkerConfig,
     pub(crate) id: String,
+    /// Kinds with a fleet-wide limit: one ending frees a slot the next claim may take at once.
+    pub(crate) limited: std::collections::HashSet<String>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -97,6 +101,7 @@ impl Worker {
                 max_db_backoff: Duration::from_secs(30),
             },
             id: None,
+            limits: HashMap::new(),
         }
     }
 
@@ -236,6 +241,21 @@ impl WorkerBuilder {
         self
     }
 
+    /// At most `n` jobs of `kind` run at once across every worker and process sharing the database, in place
+    /// of what the kind declares (`#[job(concurrency = 2)]`): for kinds defined elsewhere, such as the
+    /// built-in `claude_extraction`. The database enforces it at claim time; every worker serving the kind
+    /// should say the same.
+    pub fn concurrency_limit(mut self, kind: impl Into<String>, n: u32) -> Self {
+        let kind = kind.into();
+        if n == 0 {
+            self.errors.push(Error::Invalid(format!(
+                "the concurrency limit of kind `{kind}` is 0: no job of it could ever run; leave it out for no limit"
+            )));
+        }
+        self.limits.insert(kind, n);
+        self
+    }
+
     /// Sets the worker's identity (default: host, process id and a random suffix). Must be unique.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
@@ -255,14 +275,26 @@ impl WorkerBuilder {
         crate::kind::registry::record(&self.db, &registered, &id).await?;
         let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
         kinds.sort();
-        let limits: Vec<(String, u32)> =
-            kinds.iter().filter_map(|k| Some((k.clone(), self.handlers.get(k)?.kind.concurrency()?))).collect();
+        if let Some(kind) = self.limits.keys().find(|k| !self.handlers.contains_key(*k)) {
+            return Err(Error::Invalid(format!(
+                "a concurrency limit names kind `{kind}`, which this worker has no handler for (it has: {})",
+                kinds.join(", ")
+            )));
+        }
+        let limits: Vec<(String, u32)> = kinds
+            .iter()
+            .filter_map(|k| {
+                let declared = self.handlers.get(k)?.kind.concurrency();
+                Some((k.clone(), self.limits.get(k).copied().or(declared)?))
+            })
+            .collect();
+        let limited = limits.iter().map(|(kind, _)| kind.clone()).collect();
         let store = storage::open_worker_store(
             &self.db,
             WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues },
         )
         .await?;
-        Ok(Worker { store, handlers: Arc::new(self.handlers), config: self.config, id })
+        Ok(Worker { store, handlers: Arc::new(self.handlers), config: self.config, id, limited })
     }
 }
 

@@ -29,8 +29,9 @@ struct Loop {
     in_flight: HashMap<Id, InFlight>,
     next_heartbeat: Instant,
     next_rescue: Instant,
-    /// A sequenced job ended since the last claim: the next job of its sequence may be free now.
-    sequence_moved: bool,
+    /// A job of a sequence or of a limited kind ended since the last claim: the next job of its sequence, or
+    /// a slot under its kind's limit, may be free now.
+    freed: bool,
 }
 
 pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool) -> Result<()> {
@@ -41,7 +42,7 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
         worker,
         tasks: JoinSet::new(),
         in_flight: HashMap::new(),
-        sequence_moved: false,
+        freed: false,
     };
     tracing::info!(worker = %lp.worker.id, concurrency = lp.worker.config.concurrency, "worker started");
     let result = lp.work(&shutdown, drain).await;
@@ -66,8 +67,9 @@ impl Loop {
                 self.settle(done, false)?;
             }
             // Draining ends on an empty claim with nothing in flight, so an idle drain asks once more. A job
-            // that ended in a sequence may have freed the next one: its outcome goes out before the claim.
-            if (drain && self.tasks.is_empty()) || std::mem::take(&mut self.sequence_moved) {
+            // that ended in a sequence or under a limit may have freed the next one: its outcome goes out
+            // before the claim.
+            if (drain && self.tasks.is_empty()) || std::mem::take(&mut self.freed) {
                 claim_now = true;
             }
             if shutdown.is_cancelled() {
@@ -171,7 +173,7 @@ impl Loop {
             Err(_) if asked_to_stop => Outcome::Released,
             Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
         };
-        self.sequence_moved |= job.sequenced;
+        self.freed |= job.sequenced || self.worker.limited.contains(&job.kind);
         self.worker.store.finish(finished(&job, outcome))
     }
 
