@@ -173,7 +173,7 @@ async fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
     assert_eq!(status_of(&env, &taken), "cancelled");
     let kept = env.ok(&["purge", "--status", "cancelled", "--older-than", "0s", "--format", "json"]).json();
     assert_eq!(kept["purged"], 0, "a purge keeps a job that holds its sequence");
-    assert!(env.ok(&["cancel", &taken]).stdout.contains("may run"));
+    assert!(env.ok(&["cancel", &taken]).stdout.contains("no longer wait for it"));
     assert_eq!(env.run(&["cancel", &taken]).code, 4);
     let purged = env.ok(&["purge", "--status", "cancelled", "--older-than", "0s", "--format", "json"]).json();
     assert_eq!(purged["purged"], 1);

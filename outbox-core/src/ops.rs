@@ -30,9 +30,14 @@ pub async fn counts<C: ConnectionTrait>(conn: &C) -> Result<Vec<StatusCount>> {
     dispatch!(conn, counts(conn))
 }
 
-/// Jobs matching `filter`, newest first.
+/// Jobs matching `filter`, newest first; with [`JobFilter::sequence`], the latest `limit` jobs of the
+/// sequence in sequence order.
 pub async fn list<C: ConnectionTrait>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
-    dispatch!(conn, list(conn, filter))
+    let mut jobs = dispatch!(conn, list(conn, filter))?;
+    if filter.sequence.is_some() {
+        jobs.reverse();
+    }
+    Ok(jobs)
 }
 
 /// One job by id.

@@ -145,7 +145,7 @@ pub struct JobFilter {
     pub queue: Option<String>,
     /// Only jobs changed at or after this time.
     pub since: Option<DateTime<Utc>>,
-    /// Only jobs of this sequence, listed in sequence order rather than newest first.
+    /// Only jobs of this sequence: the latest `limit` of them, listed in sequence order.
     pub sequence: Option<String>,
     /// At most this many (default 100).
     pub limit: u64,

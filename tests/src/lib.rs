@@ -58,6 +58,16 @@ pub struct Step {
     pub sleep_ms: u64,
 }
 
+/// A sequenced job whose failures let its sequence go on (`on_sequence_failure = "continue"`).
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "onward", unique = false, max_attempts = 1, sequence = "onward:{key}", on_sequence_failure = "continue")]
+pub struct Onward {
+    /// The sequence.
+    pub key: u32,
+    /// Distinguishes jobs.
+    pub n: u32,
+}
+
 /// A job of a kind of which at most two run at once across every worker process.
 #[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[job(kind = "limited", unique = false, concurrency = 2)]

@@ -239,3 +239,90 @@ async fn a_limit_on_the_builder_names_what_is_wrong_with_it() {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 20);
     assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+conformance!(a_job_retried_after_its_sequence_went_on_waits_for_the_running_one);
+async fn a_job_retried_after_its_sequence_went_on_waits_for_the_running_one(t: TestDb) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use outbox_tests::Onward;
+
+    let first = outbox_core::enqueue(&t.db, &Onward { key: 1, n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let second = outbox_core::enqueue(&t.db, &Onward { key: 1, n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (running, most, attempts) =
+        (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let handler = {
+        let (gate, running, most, attempts) = (gate.clone(), running.clone(), most.clone(), attempts.clone());
+        move |job: Onward, _: outbox_core::JobContext| {
+            let (gate, running, most, attempts) = (gate.clone(), running.clone(), most.clone(), attempts.clone());
+            async move {
+                most.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                let first_run_of_first = job.n == 1 && attempts.fetch_add(1, Ordering::SeqCst) == 0;
+                let result = if first_run_of_first {
+                    Err(outbox_core::JobError::permanent("the first run of job 1 fails"))
+                } else {
+                    // Job 2 holds until the test opens the gate.
+                    if job.n == 2 {
+                        gate.acquire().await.expect("gate").forget();
+                    }
+                    Ok(())
+                };
+                running.fetch_sub(1, Ordering::SeqCst);
+                result
+            }
+        }
+    };
+    let worker = outbox_core::Worker::builder(&t.db)
+        .poll_interval(Duration::from_millis(20))
+        .register(handler)
+        .build()
+        .await
+        .expect("build")
+        .start();
+    // Job 1 fails; under the continue policy job 2 starts and holds.
+    assert!(
+        outbox_tests::wait_status(&t.db, first.id(), outbox_core::JobStatus::Failed, Duration::from_secs(10)).await
+    );
+    assert!(
+        outbox_tests::wait_status(&t.db, second.id(), outbox_core::JobStatus::Claimed, Duration::from_secs(10)).await
+    );
+    outbox_core::ops::retry(&t.db, first.id()).await.expect("retry");
+    let retried = outbox_core::ops::get(&t.db, first.id()).await.expect("get");
+    assert_eq!(retried.waiting_for.as_deref(), Some(second.id()), "the retried job waits for the running one");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(outbox_core::ops::get(&t.db, first.id()).await.expect("get").status, outbox_core::JobStatus::Pending);
+    gate.add_permits(1);
+    assert!(
+        outbox_tests::wait_status(&t.db, first.id(), outbox_core::JobStatus::Completed, Duration::from_secs(10)).await
+    );
+    worker.shutdown().await.expect("shutdown");
+    assert_eq!(outbox_core::ops::get(&t.db, second.id()).await.expect("get").status, outbox_core::JobStatus::Completed);
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two jobs of one sequence ran at once");
+}
+
+conformance!(a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep);
+async fn a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep(t: TestDb) {
+    // What a lost race (or a hand-written row) leaves behind: a waiting job whose sequence has nothing ahead.
+    let job =
+        outbox_core::enqueue(&t.db, &Step { key: 9, seq: 0, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
+    let waiting = if t.backend == Backend::Postgres { "true" } else { "1" };
+    outbox_tests::exec(
+        &t.db,
+        &format!("UPDATE outbox_jobs SET waiting = {waiting} WHERE id = ?"),
+        vec![job.id().into()],
+    )
+    .await;
+    let worker = outbox_core::Worker::builder(&t.db)
+        .poll_interval(Duration::from_millis(20))
+        .rescue_interval(Duration::from_millis(100))
+        .register(|_: Step, _: outbox_core::JobContext| async { Ok::<_, outbox_core::JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let done =
+        outbox_tests::wait_status(&t.db, job.id(), outbox_core::JobStatus::Completed, Duration::from_secs(10)).await;
+    worker.shutdown().await.expect("shutdown");
+    assert!(done, "the sweep let the job go");
+}

@@ -146,8 +146,9 @@ const RECORD_COLUMNS: &str = concat!(
     ms!("completed_at"),
     ", ",
     ms!("updated_at"),
-    ", runs, sequence_key, sequence_no, CASE WHEN waiting THEN (SELECT h.id FROM outbox_jobs h \
-     WHERE h.sequence_key = outbox_jobs.sequence_key AND ",
+    ", runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN \
+     (SELECT h.id FROM outbox_jobs h \
+     WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND ",
     schema::blocking!("h"),
     " ORDER BY h.sequence_no LIMIT 1) END, \
      (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)"
@@ -308,7 +309,7 @@ impl Driver for Postgres {
             Some(key) => {
                 let p = param(&mut values, key.clone().into());
                 sql.push_str(&format!(" AND sequence_key = {p}"));
-                "sequence_no"
+                "sequence_no DESC"
             }
             None => "id DESC",
         };

@@ -52,22 +52,30 @@ macro_rules! lock_sequence {
     };
 }
 
-/// The body of the release triggers: for the sequences in `$keys` (a query of `k`), under their locks, lets
-/// the first job of each go when it is waiting, and wakes the workers when any went. Statement-level, over
+/// The body of the release triggers: for the sequences in `$keys` (a query of `k`) whose lock is free, lets
+/// the first job of each go when it is waiting, and wakes the workers when any went. A sequence whose lock an
+/// enqueuing transaction holds is not waited for (a slow application transaction would stall the worker's
+/// completions, and could deadlock with an insert waiting on the completed job's idempotency key): the
+/// workers' sweep (`SWEEP` in `worker.rs`) lets its next job go once that transaction has ended. Statement-level, over
 /// the statement's transition tables: one call per statement, not per row (per row, the call and its lookups
-/// cost a third of the unsequenced rate on the worker's completions, measured).
+/// cost a third of the unsequenced rate on the worker's completions, measured). A statement that touched no
+/// sequenced row (`$rows` holds none) returns at once, and the queries are planned once per connection
+/// (the worker's connections otherwise plan every statement afresh, `force_custom_plan`).
 macro_rules! release_next {
-    ($keys:expr) => {
+    ($rows:literal, $keys:expr) => {
         concat!(
-            "RETURNS trigger LANGUAGE plpgsql AS $$ DECLARE released bigint; BEGIN \
-             PERFORM pg_advisory_xact_lock(hashtextextended(TG_TABLE_SCHEMA || ' outbox sequence ' || s.k, 0)) \
-             FROM (",
+            "RETURNS trigger LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$ \
+             DECLARE released bigint; locked text[]; BEGIN \
+             IF NOT EXISTS (SELECT 1 FROM ",
+            $rows,
+            " WHERE sequence_key IS NOT NULL) THEN RETURN NULL; END IF; \
+             SELECT array_agg(s.k) INTO locked FROM (",
             $keys,
-            " ORDER BY 1) s; \
-             IF NOT FOUND THEN RETURN NULL; END IF; \
-             UPDATE outbox_jobs w SET waiting = false FROM (",
-            $keys,
-            ") s WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND ",
+            " ORDER BY 1) s \
+             WHERE pg_try_advisory_xact_lock(hashtextextended(TG_TABLE_SCHEMA || ' outbox sequence ' || s.k, 0)); \
+             IF locked IS NULL THEN RETURN NULL; END IF; \
+             UPDATE outbox_jobs w SET waiting = false FROM unnest(locked) AS s(k) \
+             WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND ",
             blocking!("h"),
             " ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting; \
              GET DIAGNOSTICS released = ROW_COUNT; \
@@ -114,13 +122,16 @@ const SCHEMA_V4_SEQUENCES: &[&str] = &[
         FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL) EXECUTE FUNCTION outbox_jobs_sequence_insert()",
     concat!(
         "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_next() ",
-        release_next!(concat!(
-            "SELECT DISTINCT n.sequence_key AS k FROM outbox_new n JOIN outbox_old o ON o.id = n.id \
+        release_next!(
+            "outbox_new",
+            concat!(
+                "SELECT DISTINCT n.sequence_key AS k FROM outbox_new n JOIN outbox_old o ON o.id = n.id \
              WHERE n.sequence_key IS NOT NULL AND ",
-            blocking!("o"),
-            " AND NOT ",
-            blocking!("n")
-        ))
+                blocking!("o"),
+                " AND NOT ",
+                blocking!("n")
+            )
+        )
     ),
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next ON outbox_jobs",
     "CREATE TRIGGER outbox_jobs_sequence_next AFTER UPDATE ON outbox_jobs
@@ -128,10 +139,13 @@ const SCHEMA_V4_SEQUENCES: &[&str] = &[
         FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_sequence_next()",
     concat!(
         "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_purged() ",
-        release_next!(concat!(
-            "SELECT DISTINCT o.sequence_key AS k FROM outbox_old o WHERE o.sequence_key IS NOT NULL AND ",
-            blocking!("o")
-        ))
+        release_next!(
+            "outbox_old",
+            concat!(
+                "SELECT DISTINCT o.sequence_key AS k FROM outbox_old o WHERE o.sequence_key IS NOT NULL AND ",
+                blocking!("o")
+            )
+        )
     ),
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_purged ON outbox_jobs",
     "CREATE TRIGGER outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs
@@ -141,9 +155,9 @@ const SCHEMA_V4_SEQUENCES: &[&str] = &[
         "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_rejoin() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ",
         lock_sequence!("NEW.sequence_key"),
         " NEW.waiting := EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = NEW.sequence_key \
-         AND b.sequence_no < NEW.sequence_no AND ",
+         AND b.id <> NEW.id AND ((b.sequence_no < NEW.sequence_no AND ",
         blocking!("b"),
-        "); RETURN NEW; END $$"
+        ") OR b.status = 'claimed' OR (b.status = 'pending' AND NOT b.waiting))); RETURN NEW; END $$"
     ),
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_rejoin ON outbox_jobs",
     "CREATE TRIGGER outbox_jobs_sequence_rejoin BEFORE UPDATE OF status ON outbox_jobs

@@ -101,6 +101,23 @@ const RESCUE: &str = concat!(
     " FROM r WHERE j.id = r.id RETURNING j.id, j.kind, j.queue, j.attempts, j.status, j.locked_by"
 );
 
+/// The sequences with a waiting job whose lock is free (taken for the transaction), as an array: the first
+/// half of the sweep.
+const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT sequence_key AS k FROM outbox_jobs \
+     WHERE status = 'pending' AND waiting ORDER BY 1) s \
+     WHERE pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0))";
+
+/// The second half, in the same transaction and so with a snapshot taken under those locks: lets go the first
+/// job of each sequence when it waits with nothing ahead of it holding it. The release triggers skip a
+/// sequence an enqueuing transaction holds, and a transaction that enqueued under an older snapshot
+/// (`REPEATABLE READ`) may have seen a job ahead that has finished since; the sweep catches both.
+const SWEEP: &str = concat!(
+    "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
+     WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND ",
+    super::schema::blocking!("h"),
+    " ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting"
+);
+
 /// The worker's own connections: claims, the completion writer, renewals and rescues.
 const POOL: u32 = 4;
 /// Attempts at one claim, renewal or rescue: a dropped connection fails one statement; after a server restart
@@ -192,18 +209,23 @@ impl PgStore {
             if left == 0 {
                 return Ok(claimed);
             }
-            claimed.extend(self.claim_limited(kind, *cap, left, now, lease_until).await?);
+            match self.claim_limited(kind, *cap, left, now, lease_until).await {
+                Ok(jobs) => claimed.extend(jobs),
+                Err(e) => return keep_claimed(claimed, e),
+            }
         }
         let left = limit - claimed.len();
         if left > 0 && !c.kinds.is_empty() {
             let kinds = &c.kinds;
-            claimed.extend(
-                retrying("claiming jobs", || async {
-                    claim_query(c, kinds, left, now, lease_until).fetch_all(&self.inner.pool).await
-                })
-                .await
-                .and_then(claimed_jobs)?,
-            );
+            let rows = retrying("claiming jobs", || async {
+                claim_query(c, kinds, left, now, lease_until).fetch_all(&self.inner.pool).await
+            })
+            .await
+            .and_then(claimed_jobs);
+            match rows {
+                Ok(jobs) => claimed.extend(jobs),
+                Err(e) => return keep_claimed(claimed, e),
+            }
         }
         Ok(claimed)
     }
@@ -274,6 +296,28 @@ impl PgStore {
 
     pub(crate) async fn rescue(&self, now: i64) -> Result<Vec<Rescued>> {
         let pool = &self.inner.pool;
+        let schema = &self.inner.config.schema;
+        let released = retrying("letting waiting sequences go", || async {
+            let mut tx = pool.begin().await?;
+            let keys: Option<Vec<String>> = sqlx::query_scalar(SWEEP_LOCK).bind(schema).fetch_one(&mut *tx).await?;
+            let released = match keys {
+                Some(keys) => {
+                    let n = sqlx::query(SWEEP).bind(&keys).execute(&mut *tx).await?.rows_affected();
+                    if n > 0 {
+                        sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
+                    }
+                    n
+                }
+                None => 0,
+            };
+            tx.commit().await?;
+            Ok(released)
+        })
+        .await?;
+        if released > 0 {
+            tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
+            wake::wake();
+        }
         retrying("rescuing expired claims", || async {
             let rows = sqlx::query(RESCUE).bind(now).fetch_all(pool).await?;
             rows.iter()
@@ -298,6 +342,16 @@ impl PgStore {
         self.inner.tx.send(Msg::Flush(reply)).map_err(|_| Error::WorkerStopped)?;
         rx.await.map_err(|_| Error::WorkerStopped)
     }
+}
+
+/// Jobs already claimed (and committed) by an earlier step of a claim are run even when a later step fails:
+/// dropping them would leave them claimed until their leases ran out, each with an attempt used.
+fn keep_claimed(claimed: Vec<ClaimedJob>, e: Error) -> Result<Vec<ClaimedJob>> {
+    if claimed.is_empty() {
+        return Err(e);
+    }
+    tracing::warn!(error = %e, jobs = claimed.len(), "claiming failed after some jobs were claimed; running those");
+    Ok(claimed)
 }
 
 /// The claim of up to `limit` due jobs of `kinds`.

@@ -126,8 +126,9 @@ fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
 const RECORD_COLUMNS: &str = concat!(
     "id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
      locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, \
-     claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting THEN \
-     (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND ",
+     claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, \
+     CASE WHEN waiting AND status = 'pending' THEN \
+     (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND ",
     schema::blocking!("h"),
     " ORDER BY h.sequence_no LIMIT 1) END, \
      (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)"
@@ -295,7 +296,7 @@ impl Driver for Sqlite {
         }
         match &filter.sequence {
             Some(key) => {
-                sql.push_str(" AND sequence_key = ? ORDER BY sequence_no LIMIT ?");
+                sql.push_str(" AND sequence_key = ? ORDER BY sequence_no DESC LIMIT ?");
                 values.push(key.clone().into());
             }
             None => sql.push_str(" ORDER BY id DESC LIMIT ?"),

@@ -52,7 +52,8 @@ macro_rules! release_next {
 /// left out of the claim indexes, so a claim never reads them. Triggers keep `waiting` right for every
 /// writer: when a job stops blocking its sequence (completed, failed or cancelled under the continue policy,
 /// released by an operator, deleted), the next one is let go; a finished job put back to pending rejoins its
-/// sequence behind whatever blocks it.
+/// sequence behind whatever blocks it, and behind a later job that is running or free to run (a job retried
+/// after the sequence went on without it never runs beside another of its sequence).
 const SCHEMA_V4_SEQUENCES: &[&str] = &[
     "ALTER TABLE outbox_jobs ADD COLUMN sequence_key TEXT",
     "ALTER TABLE outbox_jobs ADD COLUMN sequence_no INTEGER",
@@ -94,9 +95,9 @@ const SCHEMA_V4_SEQUENCES: &[&str] = &[
          WHEN NEW.sequence_key IS NOT NULL AND NEW.status = 'pending' \
          AND OLD.status IN ('completed', 'failed', 'cancelled') BEGIN \
          UPDATE outbox_jobs SET waiting = EXISTS (SELECT 1 FROM outbox_jobs b \
-         WHERE b.sequence_key = NEW.sequence_key AND b.sequence_no < NEW.sequence_no AND ",
+         WHERE b.sequence_key = NEW.sequence_key AND b.id <> NEW.id AND ((b.sequence_no < NEW.sequence_no AND ",
         blocking!("b"),
-        ") WHERE id = NEW.id; END"
+        ") OR b.status = 'claimed' OR (b.status = 'pending' AND b.waiting = 0))) WHERE id = NEW.id; END"
     ),
     "ALTER TABLE outbox_kinds ADD COLUMN sequence TEXT",
     "ALTER TABLE outbox_kinds ADD COLUMN on_sequence_failure TEXT NOT NULL DEFAULT 'hold'",
