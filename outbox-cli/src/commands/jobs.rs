@@ -216,7 +216,7 @@ pub(super) async fn cancel(db: &DatabaseConnection, id: &str, format: Format) ->
         Format::Json => render::json(&json!({ "cancelled": 1, "id": id, "released": released, "holds": held }))?,
         Format::Table if released => {
             println!(
-                "cancelled {id}; the jobs behind it in sequence {} may run",
+                "cancelled {id}; the jobs behind it in sequence {} no longer wait for it",
                 after.sequence_key.unwrap_or_default()
             )
         }
