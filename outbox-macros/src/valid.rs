@@ -128,9 +128,24 @@ pub(crate) fn check_sequence(template: &str, fields: &[&str]) -> Result<(), Stri
             }
             '}' => return Err(format!("sequence template {template:?} has a `}}` that closes nothing")),
             '{' => {
-                let inner: String = chars.by_ref().take_while(|c| *c != '}').collect();
-                let (name, filter) = inner.split_once(':').unwrap_or((inner.as_str(), ""));
-                if !matches!(filter, "" | "path") {
+                let mut inner = String::new();
+                let mut closed = false;
+                for c in chars.by_ref() {
+                    if c == '}' {
+                        closed = true;
+                        break;
+                    }
+                    inner.push(c);
+                }
+                if !closed {
+                    return Err(format!("sequence template {template:?} has an unclosed `{{`"));
+                }
+                let (name, filter) = match inner.split_once(':') {
+                    Some((name, filter)) => (name, Some(filter)),
+                    None => (inner.as_str(), None),
+                };
+                let filter = filter.unwrap_or("path");
+                if filter != "path" {
                     return Err(format!("unknown sequence filter `{filter}` on `{name}`: the only one is `path`"));
                 }
                 if !fields.contains(&name) {
@@ -164,7 +179,7 @@ pub(crate) fn check_kind(kind: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_kind;
+    use super::{check_kind, check_sequence};
 
     #[test]
     fn kind_names() {
@@ -184,5 +199,24 @@ mod tests {
             Err("job kind \"send!\" contains '!': use only ASCII letters, digits and `_` `.` `:` `/` `-`".to_owned())
         );
         assert!(check_kind("café").is_err());
+    }
+
+    #[test]
+    fn sequence_templates() {
+        let fields = ["path", "agentId"];
+        for good in ["fs:{path:path}", "agent:{agentId}", "{{literal}}:{agentId}", "constant"] {
+            assert_eq!(check_sequence(good, &fields), Ok(()), "{good}");
+        }
+        for (bad, needle) in [
+            ("", "empty"),
+            ("a{path", "unclosed"),
+            ("a}b", "closes nothing"),
+            ("{path:}", "unknown sequence filter ``"),
+            ("{path:upper}", "unknown sequence filter `upper`"),
+            ("{agent_id}", "reads `agent_id`"),
+        ] {
+            let err = check_sequence(bad, &fields).expect_err(bad);
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
     }
 }

@@ -24,6 +24,13 @@ impl WorkerStoreOpts {
     }
 }
 
+/// The slots of a claim a kind with a fleet-wide limit may take: all that are left, or half of them when the
+/// worker serves kinds without a limit too, so that a limit above the worker's concurrency cannot starve
+/// them (the limited kinds are claimed first).
+pub(crate) fn limited_share(left: usize, others: bool) -> usize {
+    if others { left.div_ceil(2) } else { left }
+}
+
 /// The worker's claim/complete path: claims, completions, renewals, rescues.
 #[derive(Clone)]
 pub(crate) enum WorkerStore {

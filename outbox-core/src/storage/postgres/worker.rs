@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::listener::listen;
 use super::ts;
 use crate::error::{Error, Result};
+use crate::storage::worker_store::limited_share;
 use crate::storage::{ClaimedJob, Finished, Outcome, Rescued};
 use crate::wake;
 
@@ -209,7 +210,8 @@ impl PgStore {
             if left == 0 {
                 return Ok(claimed);
             }
-            match self.claim_limited(kind, *cap, left, now, lease_until).await {
+            let share = limited_share(left, !c.kinds.is_empty());
+            match self.claim_limited(kind, *cap, share, now, lease_until).await {
                 Ok(jobs) => claimed.extend(jobs),
                 Err(e) => return keep_claimed(claimed, e),
             }

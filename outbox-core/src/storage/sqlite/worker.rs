@@ -11,6 +11,7 @@ use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
+use crate::storage::worker_store::limited_share;
 use crate::storage::{ClaimedJob, Finished, Outcome, Rescued};
 
 /// How the worker's connection is opened and what it may claim.
@@ -309,7 +310,8 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
             )
             .and_then(|mut s| s.query_row(params![kinds_json], |row| row.get(0)))
             .map_err(Error::db("counting running jobs of a limited kind"))?;
-        let room = usize::try_from(i64::from(*cap) - running).unwrap_or(0).min(left);
+        let room =
+            usize::try_from(i64::from(*cap) - running).unwrap_or(0).min(limited_share(left, config.kinds_json != "[]"));
         if room > 0 {
             claimed.extend(claim_of(conn, config, kinds_json, room, now, lease_until)?);
         }
