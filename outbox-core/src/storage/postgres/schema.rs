@@ -52,38 +52,36 @@ macro_rules! lock_sequence {
     };
 }
 
-/// The body of the release triggers: for the sequences in `$keys` (a query of `k`) whose lock is free, lets
-/// the first job of each go when it is waiting, and wakes the workers when any went. A sequence whose lock an
-/// enqueuing transaction holds is not waited for (a slow application transaction would stall the worker's
-/// completions, and could deadlock with an insert waiting on the completed job's idempotency key): the
-/// workers' sweep (`SWEEP` in `worker.rs`) lets its next job go once that transaction has ended. Statement-level, over
-/// the statement's transition tables: one call per statement, not per row (per row, the call and its lookups
-/// cost a third of the unsequenced rate on the worker's completions, measured). A statement that touched no
-/// sequenced row (`$rows` holds none) returns at once, and the queries are planned once per connection
-/// (the worker's connections otherwise plan every statement afresh, `force_custom_plan`).
-macro_rules! release_next {
-    ($rows:literal, $keys:expr) => {
-        concat!(
-            "RETURNS trigger LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$ \
-             DECLARE released bigint; locked text[]; BEGIN \
-             IF NOT EXISTS (SELECT 1 FROM ",
-            $rows,
-            " WHERE sequence_key IS NOT NULL) THEN RETURN NULL; END IF; \
-             SELECT array_agg(s.k) INTO locked FROM (",
-            $keys,
-            " ORDER BY 1) s \
-             WHERE pg_try_advisory_xact_lock(hashtextextended(TG_TABLE_SCHEMA || ' outbox sequence ' || s.k, 0)); \
-             IF locked IS NULL THEN RETURN NULL; END IF; \
-             UPDATE outbox_jobs w SET waiting = false FROM unnest(locked) AS s(k) \
-             WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND ",
-            blocking!("h"),
-            " ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting; \
-             GET DIAGNOSTICS released = ROW_COUNT; \
-             IF released > 0 THEN PERFORM pg_notify('outbox_jobs', TG_TABLE_SCHEMA); END IF; \
-             RETURN NULL; END $$"
-        )
-    };
-}
+/// The statement-level release: for every sequence a row of the statement let go (noted by
+/// `outbox_jobs_sequence_note` in the transaction's `outbox.sequences` setting) whose lock is free, lets the
+/// first job go when it is waiting, and wakes the workers when any went. A sequence whose lock an enqueuing
+/// transaction holds is not waited for (a slow application transaction would stall the worker's completions,
+/// and could deadlock with an insert waiting on the completed job's idempotency key): the workers' sweep
+/// (`SWEEP` in `worker.rs`) lets its next job go once that transaction has ended. Once per statement rather
+/// than per row, and the per-row part only notes a key: per row, the release cost a third of the unsequenced
+/// rate of the worker's completions, and a statement-level trigger over transition tables a tenth of every
+/// unsequenced claim and completion (measured). The lookups are planned once per transaction where the
+/// session would plan them afresh each time (the worker's connections, `force_custom_plan`).
+const RELEASE_NEXT: &str = concat!(
+    "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_next() RETURNS trigger LANGUAGE plpgsql AS $$ \
+     DECLARE noted text; released bigint; locked text[]; BEGIN \
+     noted := current_setting('outbox.sequences', true); \
+     IF noted IS NULL OR noted = '' THEN RETURN NULL; END IF; \
+     PERFORM set_config('outbox.sequences', '', true); \
+     IF current_setting('plan_cache_mode') = 'force_custom_plan' THEN \
+         PERFORM set_config('plan_cache_mode', 'force_generic_plan', true); END IF; \
+     SELECT array_agg(s.k) INTO locked FROM (SELECT DISTINCT k FROM unnest(string_to_array(noted, chr(30))) AS u(k) \
+         WHERE k <> '' ORDER BY 1) s \
+     WHERE pg_try_advisory_xact_lock(hashtextextended(TG_TABLE_SCHEMA || ' outbox sequence ' || s.k, 0)); \
+     IF locked IS NULL THEN RETURN NULL; END IF; \
+     UPDATE outbox_jobs w SET waiting = false FROM unnest(locked) AS s(k) \
+     WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND ",
+    blocking!("h"),
+    " ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting; \
+     GET DIAGNOSTICS released = ROW_COUNT; \
+     IF released > 0 THEN PERFORM pg_notify('outbox_jobs', TG_TABLE_SCHEMA); END IF; \
+     RETURN NULL; END $$"
+);
 
 /// Sequences and fleet-wide limits, as on SQLite (see `sqlite/schema.rs`), with the places taken from one
 /// database sequence and each sequence's writers serialized by an advisory lock. A job let go wakes the
@@ -120,37 +118,33 @@ const SCHEMA_V4_SEQUENCES: &[&str] = &[
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_insert ON outbox_jobs",
     "CREATE TRIGGER outbox_jobs_sequence_insert BEFORE INSERT ON outbox_jobs
         FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL) EXECUTE FUNCTION outbox_jobs_sequence_insert()",
+    // A job that stops holding its sequence back notes the sequence (separated by the record separator; a
+    // key holding one is split, and its next job is left to the sweep).
+    "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+        PERFORM set_config('outbox.sequences',
+            COALESCE(current_setting('outbox.sequences', true), '') || OLD.sequence_key || chr(30), true);
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_moved ON outbox_jobs",
     concat!(
-        "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_next() ",
-        release_next!(
-            "outbox_new",
-            concat!(
-                "SELECT DISTINCT n.sequence_key AS k FROM outbox_new n JOIN outbox_old o ON o.id = n.id \
-             WHERE n.sequence_key IS NOT NULL AND ",
-                blocking!("o"),
-                " AND NOT ",
-                blocking!("n")
-            )
-        )
-    ),
-    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next ON outbox_jobs",
-    "CREATE TRIGGER outbox_jobs_sequence_next AFTER UPDATE ON outbox_jobs
-        REFERENCING OLD TABLE AS outbox_old NEW TABLE AS outbox_new
-        FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_sequence_next()",
-    concat!(
-        "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_purged() ",
-        release_next!(
-            "outbox_old",
-            concat!(
-                "SELECT DISTINCT o.sequence_key AS k FROM outbox_old o WHERE o.sequence_key IS NOT NULL AND ",
-                blocking!("o")
-            )
-        )
+        "CREATE TRIGGER outbox_jobs_sequence_moved AFTER UPDATE OF status, sequence_hold ON outbox_jobs \
+         FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL AND ",
+        blocking!("OLD"),
+        " AND NOT ",
+        blocking!("NEW"),
+        ") EXECUTE FUNCTION outbox_jobs_sequence_note()"
     ),
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_purged ON outbox_jobs",
-    "CREATE TRIGGER outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs
-        REFERENCING OLD TABLE AS outbox_old
-        FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_sequence_purged()",
+    concat!(
+        "CREATE TRIGGER outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs \
+         FOR EACH ROW WHEN (OLD.sequence_key IS NOT NULL AND ",
+        blocking!("OLD"),
+        ") EXECUTE FUNCTION outbox_jobs_sequence_note()"
+    ),
+    RELEASE_NEXT,
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_sequence_next AFTER UPDATE OR DELETE ON outbox_jobs
+        FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_sequence_next()",
     concat!(
         "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_rejoin() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ",
         lock_sequence!("NEW.sequence_key"),
@@ -173,11 +167,12 @@ const SCHEMA_V4_SEQUENCES: &[&str] = &[
 const SCHEMA_V4_DOWN: &[&str] = &[
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_insert ON outbox_jobs",
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next ON outbox_jobs",
+    "DROP TRIGGER IF EXISTS outbox_jobs_sequence_moved ON outbox_jobs",
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_purged ON outbox_jobs",
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_rejoin ON outbox_jobs",
     "DROP FUNCTION IF EXISTS outbox_jobs_sequence_insert()",
     "DROP FUNCTION IF EXISTS outbox_jobs_sequence_next()",
-    "DROP FUNCTION IF EXISTS outbox_jobs_sequence_purged()",
+    "DROP FUNCTION IF EXISTS outbox_jobs_sequence_note()",
     "DROP FUNCTION IF EXISTS outbox_jobs_sequence_rejoin()",
     "DROP INDEX IF EXISTS outbox_jobs_sequence_blocking",
     "DROP INDEX IF EXISTS outbox_jobs_sequence",
