@@ -40,8 +40,9 @@ macro_rules! blocking {
 pub(super) use blocking;
 
 /// The transaction-scoped advisory lock of one sequence in this schema, taken by every writer that inserts
-/// into a sequence or lets its next job go: two transactions enqueuing onto one sequence commit in the order
-/// of their places in it, and a job let go can never miss a job enqueued concurrently.
+/// into a sequence or puts a finished job back into one: two transactions enqueuing onto one sequence commit
+/// in the order of their places in it. The release (`RELEASE_NEXT`) and the workers' sweep take it only when
+/// it is free, so letting a job go never misses one enqueued concurrently and never waits for the enqueuer.
 macro_rules! lock_sequence {
     ($key:literal) => {
         concat!(
