@@ -72,25 +72,26 @@ pub(crate) async fn empty(target: &Target) -> Result<Prepared, BoxError> {
 /// A migrated database holding `n` pending `Noop` jobs.
 pub(crate) async fn backlog(target: &Target, n: u64) -> Result<Prepared, BoxError> {
     let scratch = Scratch::new(target).await?;
-    preload(&scratch.db, n).await?;
+    preload(&scratch.db, noops(n)).await?;
     scratch.into_prepared().await
 }
 
-/// A migrated database holding `n` pending `Step` jobs spread over `keys` sequences, enqueued round-robin
-/// (job `i` in sequence `i % keys`), as interleaved commits would leave them.
+/// `n` `Noop` jobs.
+fn noops(n: u64) -> Vec<Noop> {
+    (0..n).map(|n| Noop { n }).collect()
+}
+
+/// `n` `Step` jobs spread over `keys` sequences, enqueued round-robin (job `i` in sequence `i % keys`), as
+/// interleaved commits would leave them.
+fn steps(n: u64, keys: u64) -> Vec<Step> {
+    (0..n).map(|n| Step { key: n % keys, n }).collect()
+}
+
+/// A migrated database holding `n` pending `Step` jobs in `keys` sequences ([`steps`]).
 pub(crate) async fn sequenced_backlog(target: &Target, n: u64, keys: u64) -> Result<Prepared, BoxError> {
     let scratch = Scratch::new(target).await?;
-    preload_sequenced(&scratch.db, n, keys).await?;
+    preload(&scratch.db, steps(n, keys)).await?;
     scratch.into_prepared().await
-}
-
-async fn preload_sequenced(db: &DatabaseConnection, n: u64, keys: u64) -> Result<(), BoxError> {
-    let jobs: Arc<Vec<Step>> = Arc::new((0..n).map(|n| Step { key: n % keys, n }).collect());
-    outbox_core::transaction(db, async |txn| outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await).await?;
-    if db.get_database_backend() == DbBackend::Postgres {
-        db.execute_unprepared("ANALYZE outbox_jobs").await?;
-    }
-    Ok(())
 }
 
 /// Case `process_sequenced`: `n` pending `Step` jobs in `keys` sequences drained by a no-op worker.
@@ -101,28 +102,20 @@ pub(crate) async fn process_sequenced(
     concurrency: usize,
 ) -> Result<Measure, BoxError> {
     let scratch = Scratch::new(target).await?;
-    preload_sequenced(&scratch.db, n, keys).await?;
-    let start = Instant::now();
-    Worker::builder(&scratch.db)
-        .register(|_: Step, _ctx: JobContext| async { Ok::<_, JobError>(()) })
-        .concurrency(concurrency)
-        .build()
-        .await?
-        .drain()
-        .await?;
-    let secs = start.elapsed().as_secs_f64();
+    preload(&scratch.db, steps(n, keys)).await?;
+    let secs = drain::<Step>(&scratch.db, concurrency).await?;
     scratch.expect_count(COMPLETED, n, "process_sequenced").await?;
     scratch.remove().await?;
     Ok(Measure { jobs: n, secs })
 }
 
-/// Enqueues `n` `Noop` jobs with `enqueue_batch` in one transaction.
+/// Enqueues `jobs` with `enqueue_batch` in one transaction.
 ///
 /// On PostgreSQL the table is then analyzed, as autovacuum does within its naptime (a minute) of a bulk
 /// load: without statistics the planner takes the backlog for one row and every claim sorts all of it
 /// (15 ms instead of 1 ms per claim of 100 with 20,000 pending), which is not the steady state measured here.
-async fn preload(db: &DatabaseConnection, n: u64) -> Result<(), BoxError> {
-    let jobs: Arc<Vec<Noop>> = Arc::new((0..n).map(|n| Noop { n }).collect());
+async fn preload<J: Job>(db: &DatabaseConnection, jobs: Vec<J>) -> Result<(), BoxError> {
+    let jobs = Arc::new(jobs);
     outbox_core::transaction(db, async |txn| outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await).await?;
     if db.get_database_backend() == DbBackend::Postgres {
         db.execute_unprepared("ANALYZE outbox_jobs").await?;
@@ -241,11 +234,12 @@ pub(crate) async fn enqueue_batch(target: &Target, n: u64, per_txn: u64) -> Resu
     Ok(Measure { jobs: n, secs })
 }
 
-/// Builds the no-op worker and drains the queue; returns the seconds it took (build included).
-async fn drain(db: &DatabaseConnection, concurrency: usize) -> Result<f64, BoxError> {
+/// Builds a worker with a no-op handler for `J` and drains the queue; returns the seconds it took (build
+/// included).
+async fn drain<J: Job>(db: &DatabaseConnection, concurrency: usize) -> Result<f64, BoxError> {
     let start = Instant::now();
     Worker::builder(db)
-        .register(|_: Noop, _ctx: JobContext| async { Ok::<_, JobError>(()) })
+        .register(|_: J, _ctx: JobContext| async { Ok::<_, JobError>(()) })
         .concurrency(concurrency)
         .build()
         .await?
@@ -259,8 +253,8 @@ const COMPLETED: &str = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'comple
 /// Case `process`: `n` pending `Noop` jobs drained by a worker with a no-op handler.
 pub(crate) async fn process(target: &Target, n: u64, concurrency: usize) -> Result<Measure, BoxError> {
     let scratch = Scratch::new(target).await?;
-    preload(&scratch.db, n).await?;
-    let secs = drain(&scratch.db, concurrency).await?;
+    preload(&scratch.db, noops(n)).await?;
+    let secs = drain::<Noop>(&scratch.db, concurrency).await?;
     scratch.expect_count(COMPLETED, n, "process").await?;
     scratch.remove().await?;
     Ok(Measure { jobs: n, secs })
@@ -275,7 +269,7 @@ pub(crate) async fn drain_watched(
     concurrency: usize,
 ) -> Result<WatchedDrain, BoxError> {
     let db = scratch::connect(location, sync).await?;
-    let (secs, memory) = watch(drain(&db, concurrency)).await?;
+    let (secs, memory) = watch(drain::<Noop>(&db, concurrency)).await?;
     scratch::expect_count(&db, COMPLETED, n, "process_memory").await?;
     db.close().await?;
     Ok(WatchedDrain { secs, memory })

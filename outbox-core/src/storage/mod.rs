@@ -125,20 +125,73 @@ pub(crate) trait Driver {
     async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)>;
 }
 
-/// The condition of a held head of a sequence, for [`Driver::blocked`]: failed or cancelled under the hold
-/// policy, with nothing earlier in its sequence holding it.
-macro_rules! held_head {
-    ($blocking_e:expr) => {
+/// Whether the row `$r` (`NEW`, `OLD`, a table alias) holds back the later jobs of its sequence: it has not
+/// run yet, is running, or failed for good or was cancelled under the hold policy (`sequence_hold = 1`;
+/// 0 is the continue policy, 2 a hold an operator released). The same SQL on every backend.
+macro_rules! blocking {
+    ($r:literal) => {
         concat!(
-            "sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1 \
-             AND NOT EXISTS (SELECT 1 FROM outbox_jobs e WHERE e.sequence_key = outbox_jobs.sequence_key \
-             AND e.sequence_no < outbox_jobs.sequence_no AND ",
-            $blocking_e,
-            ")"
+            "(",
+            $r,
+            ".status IN ('pending', 'claimed') OR (",
+            $r,
+            ".status IN ('failed', 'cancelled') AND ",
+            $r,
+            ".sequence_hold = 1))"
         )
     };
 }
-pub(crate) use held_head;
+pub(crate) use blocking;
+
+/// The condition of a held head of a sequence, for [`Driver::blocked`]: failed or cancelled under the hold
+/// policy, with nothing earlier in its sequence holding it.
+const HELD_HEAD: &str = concat!(
+    "sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1 \
+     AND NOT EXISTS (SELECT 1 FROM outbox_jobs e WHERE e.sequence_key = outbox_jobs.sequence_key \
+     AND e.sequence_no < outbox_jobs.sequence_no AND ",
+    blocking!("e"),
+    ")"
+);
+
+/// [`Driver::blocked`] on the shared statements: `record_columns` are the backend's job record columns and
+/// `limit_mark` its placeholder for the one bound value.
+async fn blocked<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    backend: DbBackend,
+    record_columns: &str,
+    limit_mark: &str,
+    limit: u64,
+) -> Result<(u64, Vec<BlockedSequence>)> {
+    let ctx = || Error::db("listing blocked sequences");
+    let count_sql = format!("SELECT COUNT(*) FROM outbox_jobs WHERE {HELD_HEAD}");
+    let count = conn
+        .query_one_raw(sea_orm::Statement::from_string(backend, count_sql))
+        .await
+        .map_err(ctx())?
+        .map(|r| r.try_get_by_index::<i64>(0))
+        .transpose()
+        .map_err(ctx())?
+        .unwrap_or(0);
+    // `w.waiting` is a boolean on one backend and 0 or 1 on the other; both read it as a condition.
+    let sql = format!(
+        "SELECT {record_columns}, (SELECT COUNT(*) FROM outbox_jobs w \
+         WHERE w.sequence_key = outbox_jobs.sequence_key AND w.status = 'pending' AND w.waiting) \
+         FROM outbox_jobs WHERE {HELD_HEAD} ORDER BY updated_at LIMIT {limit_mark}"
+    );
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = conn
+        .query_all_raw(sea_orm::Statement::from_sql_and_values(backend, sql, [Value::from(limit)]))
+        .await
+        .map_err(ctx())?;
+    let mut heads = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let head = rows::record(row)?;
+        let waiting = row.try_get_by_index::<i64>(25).map_err(ctx())?.max(0).unsigned_abs();
+        let Some(sequence_key) = head.sequence_key.clone() else { continue };
+        heads.push(BlockedSequence { sequence_key, head, waiting });
+    }
+    Ok((count.max(0).unsigned_abs(), heads))
+}
 
 /// The database engines the framework runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -149,7 +149,7 @@ const RECORD_COLUMNS: &str = concat!(
     ", runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN \
      (SELECT h.id FROM outbox_jobs h \
      WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND ",
-    schema::blocking!("h"),
+    crate::storage::blocking!("h"),
     " ORDER BY h.sequence_no LIMIT 1) END, \
      (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)"
 );
@@ -617,31 +617,6 @@ impl Driver for Postgres {
 
     /// Sequences held by a failed or cancelled head, and the first `limit` heads, longest held first.
     async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
-        let ctx = || Error::db("listing blocked sequences");
-        let count = conn
-            .query_one_raw(stmt(
-                concat!("SELECT COUNT(*) FROM outbox_jobs WHERE ", super::held_head!(schema::blocking!("e"))),
-                vec![],
-            ))
-            .await
-            .map_err(ctx())?
-            .map(|r| r.try_get_by_index::<i64>(0))
-            .transpose()
-            .map_err(ctx())?
-            .unwrap_or(0);
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS}, (SELECT COUNT(*) FROM outbox_jobs w WHERE w.sequence_key = outbox_jobs.sequence_key \
-             AND w.status = 'pending' AND w.waiting) FROM outbox_jobs WHERE {} ORDER BY updated_at LIMIT $1",
-            super::held_head!(schema::blocking!("e"))
-        );
-        let rows = conn.query_all_raw(stmt(sql, vec![limit_value(limit)])).await.map_err(ctx())?;
-        let mut heads = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let head = rows::record(row)?;
-            let waiting = row.try_get_by_index::<i64>(25).map_err(ctx())?.max(0).unsigned_abs();
-            let Some(sequence_key) = head.sequence_key.clone() else { continue };
-            heads.push(BlockedSequence { sequence_key, head, waiting });
-        }
-        Ok((count.max(0).unsigned_abs(), heads))
+        super::blocked(conn, DbBackend::Postgres, RECORD_COLUMNS, "$1", limit).await
     }
 }

@@ -1,7 +1,7 @@
 //! The PostgreSQL schema: each migration's statements, and how to undo them. A trigger is named with its
 //! table here, and its function outlives it, so undoing drops both.
 
-use crate::storage::Migration;
+use crate::storage::{Migration, blocking};
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
 pub(super) const MIGRATIONS: [Migration; 4] = [
@@ -22,22 +22,6 @@ pub(super) const MIGRATIONS: [Migration; 4] = [
     Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
     Migration { up: SCHEMA_V4_SEQUENCES, down: SCHEMA_V4_DOWN },
 ];
-
-/// Whether the row `$r` holds back the later jobs of its sequence (see `sqlite/schema.rs`).
-macro_rules! blocking {
-    ($r:literal) => {
-        concat!(
-            "(",
-            $r,
-            ".status IN ('pending', 'claimed') OR (",
-            $r,
-            ".status IN ('failed', 'cancelled') AND ",
-            $r,
-            ".sequence_hold = 1))"
-        )
-    };
-}
-pub(super) use blocking;
 
 /// The transaction-scoped advisory lock of one sequence in this schema, taken by every writer that inserts
 /// into a sequence or puts a finished job back into one: two transactions enqueuing onto one sequence commit

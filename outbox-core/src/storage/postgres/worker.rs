@@ -104,19 +104,26 @@ const RESCUE: &str = concat!(
 
 /// The sequences with a waiting job whose lock is free (taken for the transaction), as an array: the first
 /// half of the sweep.
-const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT sequence_key AS k FROM outbox_jobs \
-     WHERE status = 'pending' AND waiting ORDER BY 1) s \
+/// Only a sequence none of whose jobs is running or free to run is a candidate: a sequence moving on its own
+/// is never locked here, so the sweep does not contend with the release of its next job.
+const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT w.sequence_key AS k FROM outbox_jobs w \
+     WHERE w.status = 'pending' AND w.waiting AND NOT EXISTS (SELECT 1 FROM outbox_jobs c \
+     WHERE c.sequence_key = w.sequence_key AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
+     ORDER BY 1) s \
      WHERE pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0))";
 
 /// The second half, in the same transaction and so with a snapshot taken under those locks: lets go the first
-/// job of each sequence when it waits with nothing ahead of it holding it. The release triggers skip a
+/// job of each sequence when it waits with nothing ahead of it holding it and no job of the sequence running
+/// or free to run (a job retried after its sequence went on waits for the later one that runs). The release triggers skip a
 /// sequence an enqueuing transaction holds, and a transaction that enqueued under an older snapshot
 /// (`REPEATABLE READ`) may have seen a job ahead that has finished since; the sweep catches both.
 const SWEEP: &str = concat!(
     "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
      WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND ",
-    super::schema::blocking!("h"),
-    " ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting"
+    crate::storage::blocking!("h"),
+    " ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
+     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k \
+     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))"
 );
 
 /// The worker's own connections: claims, the completion writer, renewals and rescues.

@@ -108,7 +108,7 @@ fn push_row(sql: &mut String, values: &mut Vec<Value>, job: &NewJob) {
             sql.push_str(concat!(
                 "(SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), \
                  EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND ",
-                schema::blocking!("b"),
+                crate::storage::blocking!("b"),
                 "))"
             ));
             values.extend([Value::from(key.clone()), Value::from(key.clone())]);
@@ -129,7 +129,7 @@ const RECORD_COLUMNS: &str = concat!(
      claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, \
      CASE WHEN waiting AND status = 'pending' THEN \
      (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND ",
-    schema::blocking!("h"),
+    crate::storage::blocking!("h"),
     " ORDER BY h.sequence_no LIMIT 1) END, \
      (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)"
 );
@@ -559,32 +559,6 @@ impl Driver for Sqlite {
 
     /// Sequences held by a failed or cancelled head, and the first `limit` heads, longest held first.
     async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
-        let ctx = || Error::db("listing blocked sequences");
-        let count = conn
-            .query_one_raw(stmt(
-                concat!("SELECT COUNT(*) FROM outbox_jobs WHERE ", super::held_head!(schema::blocking!("e"))),
-                vec![],
-            ))
-            .await
-            .map_err(ctx())?
-            .map(|r| r.try_get_by_index::<i64>(0))
-            .transpose()
-            .map_err(ctx())?
-            .unwrap_or(0);
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS}, (SELECT COUNT(*) FROM outbox_jobs w WHERE w.sequence_key = outbox_jobs.sequence_key \
-             AND w.status = 'pending' AND w.waiting = 1) FROM outbox_jobs WHERE {} ORDER BY updated_at LIMIT ?",
-            super::held_head!(schema::blocking!("e"))
-        );
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = conn.query_all_raw(stmt(sql, vec![limit.into()])).await.map_err(ctx())?;
-        let mut heads = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let head = rows::record(row)?;
-            let waiting = row.try_get_by_index::<i64>(25).map_err(ctx())?.max(0).unsigned_abs();
-            let Some(sequence_key) = head.sequence_key.clone() else { continue };
-            heads.push(BlockedSequence { sequence_key, head, waiting });
-        }
-        Ok((count.max(0).unsigned_abs(), heads))
+        super::blocked(conn, DbBackend::Sqlite, RECORD_COLUMNS, "?", limit).await
     }
 }

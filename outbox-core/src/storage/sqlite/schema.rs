@@ -1,6 +1,6 @@
 //! The SQLite schema: each migration's statements, and how to undo them.
 
-use crate::storage::Migration;
+use crate::storage::{Migration, blocking};
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
 pub(super) const MIGRATIONS: [Migration; 4] = [
@@ -16,24 +16,6 @@ pub(super) const MIGRATIONS: [Migration; 4] = [
     Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
     Migration { up: SCHEMA_V4_SEQUENCES, down: SCHEMA_V4_DOWN },
 ];
-
-/// Whether the row `$r` (`NEW`, `OLD`, a table alias) holds back the later jobs of its sequence: it has not
-/// run yet, is running, or failed for good or was cancelled under the hold policy (`sequence_hold = 1`;
-/// 0 is the continue policy, 2 a hold an operator released).
-macro_rules! blocking {
-    ($r:literal) => {
-        concat!(
-            "(",
-            $r,
-            ".status IN ('pending', 'claimed') OR (",
-            $r,
-            ".status IN ('failed', 'cancelled') AND ",
-            $r,
-            ".sequence_hold = 1))"
-        )
-    };
-}
-pub(super) use blocking;
 
 /// Lets the first job of `OLD`'s sequence that is still waiting run, if nothing earlier holds it back.
 macro_rules! release_next {

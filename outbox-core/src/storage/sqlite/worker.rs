@@ -247,15 +247,19 @@ impl Actor {
 
     fn rescue(&mut self, now: i64) -> Result<Vec<Rescued>> {
         // Writers take turns here, so the triggers never miss a job to let go; rows written or changed by hand
-        // can still leave one waiting with nothing ahead of it.
+        // can still leave one waiting with nothing ahead of it. A sequence with a job running or free to run is
+        // moving and left alone (its first waiting job may be one retried behind the running one).
         let released = self
             .conn
             .prepare_cached(concat!(
                 "UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h \
                  WHERE h.sequence_key = k.sequence_key AND ",
-                super::schema::blocking!("h"),
-                " ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT sequence_key FROM outbox_jobs \
-                 WHERE status = 'pending' AND waiting = 1) k) AND status = 'pending' AND waiting = 1"
+                crate::storage::blocking!("h"),
+                " ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT w.sequence_key FROM outbox_jobs w \
+                 WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS (SELECT 1 FROM outbox_jobs c \
+                 WHERE c.sequence_key = w.sequence_key \
+                 AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) \
+                 AND status = 'pending' AND waiting = 1"
             ))
             .and_then(|mut s| s.execute([]))
             .map_err(Error::db("letting waiting sequences go"))?;
