@@ -145,6 +145,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether trying again later can succeed without anyone changing anything: the database server
+    /// restarting or refusing connections, a full disk, a read-only database file, a lock held too long.
+    /// Configuration errors (a bad URL, missing tables, a schema newer than this binary) and invalid input
+    /// are not. Workers retry transient errors with backoff and never stop for them.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Database { source, .. } => crate::storage::transient::any(source.as_ref()),
+            _ => false,
+        }
+    }
+
     /// Wraps a driver error with what the framework was doing.
     pub(crate) fn db<E>(context: impl Into<String>) -> impl FnOnce(E) -> Error
     where

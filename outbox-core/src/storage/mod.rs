@@ -8,6 +8,7 @@
 mod postgres;
 mod rows;
 mod sqlite;
+pub(crate) mod transient;
 mod worker_store;
 
 use std::time::Duration;
@@ -27,7 +28,7 @@ use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, St
 /// coming out; every function maps its database errors to [`Error`] with what it was doing.
 pub(crate) trait Driver {
     /// The schema: one entry per [`MIGRATION_NAMES`], each with its undo.
-    const MIGRATIONS: [Migration; 4];
+    const MIGRATIONS: [Migration; 5];
 
     /// Applies the backend's connection settings (journal mode, durability, busy timeout) to a pool's options.
     fn tune(options: &mut ConnectOptions, settings: &Tuning);
@@ -273,11 +274,12 @@ pub(crate) struct Migration {
 }
 
 /// The migrations' names, shared by every backend (each backend's [`Driver::MIGRATIONS`] in this order).
-pub(crate) const MIGRATION_NAMES: [&str; 4] = [
+pub(crate) const MIGRATION_NAMES: [&str; 5] = [
     "m20261122_000001_create_outbox_jobs",
     "m20261122_000002_create_outbox_job_events",
     "m20261122_000003_create_outbox_kinds",
     "m20261123_000004_sequences_and_limits",
+    "m20261123_000005_enforced_types",
 ];
 
 /// Migration `index` of `backend`, when the framework supports the backend.
@@ -484,6 +486,37 @@ pub(crate) struct ClaimedJob {
     pub(crate) run: i32,
     /// Whether it runs in a sequence.
     pub(crate) sequenced: bool,
+}
+
+/// A claimed row the worker cannot read (a value of the wrong SQL type or text that is not UTF-8, written
+/// behind the framework's back): it is failed by itself, without running, and the rest of the claim goes on.
+#[derive(Debug, Clone)]
+pub(crate) struct Unreadable {
+    /// The job's id, or what could be read of it.
+    pub(crate) id: String,
+    /// The job's kind, or what could be read of it.
+    pub(crate) kind: String,
+    /// The first column that could not be read.
+    pub(crate) column: &'static str,
+    /// What it holds instead of what belongs there: `a BLOB of 12 bytes`, `text that is not UTF-8`, ...
+    pub(crate) found: String,
+}
+
+impl Unreadable {
+    /// The error recorded on the job.
+    pub(crate) fn error(&self) -> String {
+        format!(
+            "job `{}` cannot be read: its `{}` column holds {}; failed without running",
+            self.id, self.column, self.found
+        )
+    }
+
+    pub(crate) fn log(&self, worker: &str) {
+        tracing::error!(
+            job_id = %self.id, kind = %self.kind, column = self.column, found = %self.found, worker,
+            "claimed a job that cannot be read; failed it without running"
+        );
+    }
 }
 
 /// How a claimed job ends its attempt.

@@ -16,6 +16,19 @@ fn json(text: String) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
 }
 
+/// A JSON column, read whatever it holds: text that is not UTF-8 (which no write path of ours produces, and
+/// which a strict table cannot refuse) is shown with its bad bytes replaced rather than hiding the job from
+/// every listing.
+fn json_at(row: &QueryResult, i: usize) -> std::result::Result<Option<serde_json::Value>, sea_orm::DbErr> {
+    match row.try_get_by_index::<Option<String>>(i) {
+        Ok(text) => Ok(text.map(json)),
+        Err(e) => match row.try_get_by_index::<Option<Vec<u8>>>(i) {
+            Ok(bytes) => Ok(bytes.map(|b| serde_json::Value::String(String::from_utf8_lossy(&b).into_owned()))),
+            Err(_) => Err(e),
+        },
+    }
+}
+
 pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
     let get_err = Error::db("reading a job row");
     let r = (|| -> std::result::Result<JobRecord, sea_orm::DbErr> {
@@ -27,7 +40,7 @@ pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
         Ok(JobRecord {
             kind: row.try_get_by_index(1)?,
             queue: row.try_get_by_index(2)?,
-            payload: json(row.try_get_by_index(3)?),
+            payload: json_at(row, 3)?.unwrap_or_default(),
             status,
             priority: row.try_get_by_index(5)?,
             attempts: row.try_get_by_index(6)?,
@@ -39,7 +52,7 @@ pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
             last_error: row.try_get_by_index(12)?,
             idempotency_key: row.try_get_by_index(13)?,
             schema_hash: row.try_get_by_index(14)?,
-            output: row.try_get_by_index::<Option<String>>(15)?.map(json),
+            output: json_at(row, 15)?,
             created_at: from_ms(row.try_get_by_index(16)?),
             claimed_at: opt_ms(17)?,
             completed_at: opt_ms(18)?,

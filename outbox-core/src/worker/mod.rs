@@ -272,7 +272,8 @@ impl WorkerBuilder {
         let id = self.id.unwrap_or_else(default_worker_id);
         // Operators' tools (the `outbox` command) validate and show kinds defined in any application.
         let registered: Vec<&Kind> = self.handlers.values().map(|r| r.kind.as_ref()).collect();
-        crate::kind::registry::record(&self.db, &registered, &id).await?;
+        let (db, config) = (&self.db, &self.config);
+        until_ok("recording its kinds", &id, config, || crate::kind::registry::record(db, &registered, &id)).await?;
         let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
         kinds.sort();
         if let Some(kind) = self.limits.keys().find(|k| !self.handlers.contains_key(*k)) {
@@ -289,12 +290,32 @@ impl WorkerBuilder {
             })
             .collect();
         let limited = limits.iter().map(|(kind, _)| kind.clone()).collect();
-        let store = storage::open_worker_store(
-            &self.db,
-            WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues },
-        )
-        .await?;
+        let opts = WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues };
+        let store =
+            until_ok("opening its connection", &id, config, || storage::open_worker_store(db, opts.clone())).await?;
         Ok(Worker { store, handlers: Arc::new(self.handlers), config: self.config, id, limited })
+    }
+}
+
+/// Runs a start-up step that touches the database until it succeeds or fails for a reason that waiting
+/// cannot fix, backing off as the worker loop does: a worker started while the disk is full or the server
+/// is restarting comes up when the database does.
+async fn until_ok<T, F, Fut>(step: &str, worker: &str, config: &WorkerConfig, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut delay = config.poll_interval.min(config.max_db_backoff);
+    loop {
+        match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(worker, step, error = %e, retry_in = ?delay, "worker cannot start yet; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(config.max_db_backoff);
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

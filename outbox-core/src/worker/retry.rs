@@ -4,6 +4,11 @@ use std::time::Duration;
 
 /// Exponential backoff with jitter: `base * 2^(attempt-1)`, capped at `max`, then spread by `jitter` (a
 /// fraction: 0.2 means ±20%) so jobs that failed together do not retry together.
+///
+/// The default (`base` 30 s, `max` 1 h, `jitter` 0.2) waits about 30 s, 1 min, 2 min, 4 min, 8 min, 16 min,
+/// 32 min, then an hour between attempts: with the default three attempts a job outlasts an outage of over a
+/// minute (the last attempt starts 72 s to 108 s after the first), and every added attempt doubles that.
+/// A disk that fills up or a service that restarts then costs a delay, not a permanent failure.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
     /// Delay after the first failed attempt.
@@ -16,7 +21,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { base: Duration::from_secs(1), max: Duration::from_secs(3600), jitter: 0.2 }
+        RetryPolicy { base: Duration::from_secs(30), max: Duration::from_secs(3600), jitter: 0.2 }
     }
 }
 
@@ -43,6 +48,16 @@ mod tests {
         assert_eq!(p.backoff(4), Duration::from_millis(800));
         assert_eq!(p.backoff(5), Duration::from_secs(1));
         assert_eq!(p.backoff(500), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_default_outlasts_a_minute_long_outage() {
+        let p = RetryPolicy::default();
+        for _ in 0..200 {
+            let span = p.backoff(1) + p.backoff(2);
+            assert!(span >= Duration::from_secs(72) && span <= Duration::from_secs(108), "{span:?}");
+        }
+        assert_eq!(RetryPolicy { jitter: 0.0, ..p }.backoff(8), Duration::from_secs(3600));
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The worker loop.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use serde_json::Value;
 use tokio::task::{Id, JoinError, JoinSet};
@@ -269,7 +268,9 @@ fn failure(job: &ClaimedJob, error: String, registered: Option<&Registered>) -> 
     if job.attempt >= job.max_attempts {
         return Outcome::Failed { error: format!("{error} (attempt {} of {})", job.attempt, job.max_attempts) };
     }
-    let backoff = registered.map(|r| r.retry.backoff(job.attempt)).unwrap_or(Duration::from_secs(1));
+    let backoff = registered
+        .map(|r| r.retry.backoff(job.attempt))
+        .unwrap_or_else(|| super::RetryPolicy::default().backoff(job.attempt));
     Outcome::Retry { run_at: ms_after(now_ms(), backoff), error }
 }
 

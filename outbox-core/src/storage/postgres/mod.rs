@@ -217,7 +217,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Postgres {
-    const MIGRATIONS: [Migration; 4] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 5] = schema::MIGRATIONS;
 
     /// The server's own durability settings apply.
     fn tune(_options: &mut ConnectOptions, _settings: &Tuning) {}

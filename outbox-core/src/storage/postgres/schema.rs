@@ -4,7 +4,7 @@
 use crate::storage::{Migration, blocking};
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
-pub(super) const MIGRATIONS: [Migration; 4] = [
+pub(super) const MIGRATIONS: [Migration; 5] = [
     Migration {
         up: SCHEMA_V1,
         down: &["DROP TABLE IF EXISTS outbox_jobs", "DROP FUNCTION IF EXISTS outbox_jobs_notify()"],
@@ -21,6 +21,9 @@ pub(super) const MIGRATIONS: [Migration; 4] = [
     },
     Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
     Migration { up: SCHEMA_V4_SEQUENCES, down: SCHEMA_V4_DOWN },
+    // Enforced types: the column types here already refuse what SQLite's strict table now refuses (a jsonb
+    // payload cannot hold bytes, an integer column cannot hold text), so there is nothing to change.
+    Migration { up: &[], down: &[] },
 ];
 
 /// The transaction-scoped advisory lock of one sequence in this schema, taken by every writer that inserts

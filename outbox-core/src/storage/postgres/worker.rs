@@ -18,8 +18,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::listener::listen;
 use super::ts;
 use crate::error::{Error, Result};
+use crate::storage::transient;
 use crate::storage::worker_store::limited_share;
-use crate::storage::{ClaimedJob, Finished, Outcome, Rescued};
+use crate::storage::{ClaimedJob, Finished, Outcome, Rescued, Unreadable};
 use crate::wake;
 
 /// What the worker claims and who it is.
@@ -230,7 +231,7 @@ impl PgStore {
                 claim_query(c, kinds, left, now, lease_until).fetch_all(&self.inner.pool).await
             })
             .await
-            .and_then(claimed_jobs);
+            .map(|rows| claimed_jobs(self, rows));
             match rows {
                 Ok(jobs) => claimed.extend(jobs),
                 Err(e) => return keep_claimed(claimed, e),
@@ -274,7 +275,7 @@ impl PgStore {
             Ok(rows)
         })
         .await?;
-        claimed_jobs(rows)
+        Ok(claimed_jobs(self, rows))
     }
 
     /// Queues a finished attempt; it is written with whatever else finished meanwhile, in one statement.
@@ -380,46 +381,56 @@ fn claim_query<'q>(
     q
 }
 
-fn claimed_jobs(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<ClaimedJob>> {
-    rows.iter()
-        .map(|row| {
-            Ok(ClaimedJob {
-                id: row.try_get(0)?,
-                kind: row.try_get(1)?,
-                queue: row.try_get(2)?,
-                payload: row.try_get(3)?,
-                attempt: row.try_get(4)?,
-                max_attempts: row.try_get(5)?,
-                schema_hash: row.try_get(6)?,
-                run: row.try_get(7)?,
-                sequenced: row.try_get(8)?,
-            })
-        })
-        .collect::<std::result::Result<_, sqlx::Error>>()
-        .map_err(Error::db("reading claimed jobs"))
+/// The claimed rows; one that cannot be read is failed by itself through the fenced writer (the column
+/// types make that all but impossible here, but one bad row must never stop a claim).
+fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) -> Vec<ClaimedJob> {
+    let mut jobs = Vec::with_capacity(rows.len());
+    for row in &rows {
+        match claimed_job(row) {
+            Ok(job) => jobs.push(job),
+            Err((u, attempt)) => {
+                u.log(&store.inner.config.worker_id);
+                let error = u.error();
+                let (id, kind) = (u.id, u.kind);
+                let finished = Finished {
+                    id,
+                    kind,
+                    queue: row.try_get(2).unwrap_or_default(),
+                    attempt,
+                    outcome: Outcome::Failed { error },
+                };
+                if let Err(e) = store.finish(finished) {
+                    tracing::warn!(error = %e, "cannot fail an unreadable job; its lease will run out");
+                }
+            }
+        }
+    }
+    jobs
 }
 
-/// Whether an error is about the connection rather than the statement: retrying on a fresh connection may
-/// succeed.
-fn is_transient(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(db) => {
-            // 08: connection exception; 40: serialization failure or deadlock; 53: insufficient resources;
-            // 57P: operator intervention (admin shutdown, terminated backend); 55P03: lock not available.
-            let code = db.code().unwrap_or_default();
-            code.starts_with("08")
-                || code.starts_with("40")
-                || code.starts_with("53")
-                || code.starts_with("57P")
-                || code == "55P03"
+fn claimed_job(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimedJob, (Unreadable, i32)> {
+    let at = |column: &'static str| {
+        move |e: sqlx::Error| {
+            let unreadable = Unreadable {
+                id: row.try_get(0).unwrap_or_else(|_| "?".to_owned()),
+                kind: row.try_get(1).unwrap_or_else(|_| "?".to_owned()),
+                column,
+                found: format!("a value that cannot be decoded ({e})"),
+            };
+            (unreadable, row.try_get(4).unwrap_or(0))
         }
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::WorkerCrashed => true,
-        _ => false,
-    }
+    };
+    Ok(ClaimedJob {
+        id: row.try_get(0).map_err(at("id"))?,
+        kind: row.try_get(1).map_err(at("kind"))?,
+        queue: row.try_get(2).map_err(at("queue"))?,
+        payload: row.try_get(3).map_err(at("payload"))?,
+        attempt: row.try_get(4).map_err(at("attempts"))?,
+        max_attempts: row.try_get(5).map_err(at("max_attempts"))?,
+        schema_hash: row.try_get(6).map_err(at("schema_hash"))?,
+        run: row.try_get(7).map_err(at("runs"))?,
+        sequenced: row.try_get(8).map_err(at("sequence_key"))?,
+    })
 }
 
 async fn retrying<T, F, Fut>(what: &str, mut call: F) -> Result<T>
@@ -432,7 +443,7 @@ where
         tries += 1;
         match call().await {
             Ok(v) => return Ok(v),
-            Err(e) if tries < CALL_TRIES && is_transient(&e) => {
+            Err(e) if tries < CALL_TRIES && transient::sqlx(&e) => {
                 tracing::debug!(error = %e, tries, "{what} failed on a dropped connection; retrying");
                 tokio::time::sleep(Duration::from_millis(20 * u64::from(tries - 1))).await;
             }
@@ -548,12 +559,12 @@ async fn write_with_retries(pool: &PgPool, owner: &str, batch: Vec<Finished>) {
                 crate::wake::outcome_written();
                 return;
             }
-            Err(e) if is_transient(&e) && started.elapsed() < FINISH_GIVE_UP => {
+            Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => {
                 tracing::warn!(error = %e, jobs = batch.len(), "writing finished jobs failed; retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
-            Err(e) if is_transient(&e) => {
+            Err(e) if transient::sqlx(&e) => {
                 tracing::error!(
                     error = %e, jobs = batch.len(),
                     "giving up writing finished jobs; their leases will expire and they will run again"
@@ -583,11 +594,11 @@ async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
                 crate::wake::outcome_written();
                 return;
             }
-            Err(e) if is_transient(&e) && started.elapsed() < FINISH_GIVE_UP => {
+            Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
-            Err(e) if matches!(item.outcome, Outcome::Completed { .. }) && !is_transient(&e) => {
+            Err(e) if matches!(item.outcome, Outcome::Completed { .. }) && !transient::sqlx(&e) => {
                 // The handler succeeded but its output cannot be stored: the job fails for good with the
                 // reason instead of running again.
                 item.outcome =

@@ -3,7 +3,7 @@
 use crate::storage::{Migration, blocking};
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
-pub(super) const MIGRATIONS: [Migration; 4] = [
+pub(super) const MIGRATIONS: [Migration; 5] = [
     Migration { up: SCHEMA_V1, down: &["DROP TABLE IF EXISTS outbox_jobs"] },
     Migration {
         up: SCHEMA_V2_EVENTS,
@@ -15,7 +15,159 @@ pub(super) const MIGRATIONS: [Migration; 4] = [
     },
     Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
     Migration { up: SCHEMA_V4_SEQUENCES, down: SCHEMA_V4_DOWN },
+    Migration { up: SCHEMA_V5_STRICT, down: SCHEMA_V5_DOWN },
 ];
+
+/// The jobs table, as `$name`, with JSON columns of `$json` type and `$options` after it (`STRICT`).
+macro_rules! jobs_table {
+    ($name:literal, $json:literal, $options:literal) => {
+        concat!(
+            "CREATE TABLE ",
+            $name,
+            " (
+            id TEXT PRIMARY KEY NOT NULL,
+            kind TEXT NOT NULL,
+            queue TEXT NOT NULL DEFAULT 'default',
+            payload ",
+            $json,
+            " NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending'
+                CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
+            priority INTEGER NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            runs INTEGER NOT NULL DEFAULT 0,
+            max_attempts INTEGER NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+            run_at INTEGER NOT NULL,
+            locked_by TEXT,
+            locked_at INTEGER,
+            lease_expires_at INTEGER,
+            last_error TEXT,
+            idempotency_key TEXT,
+            schema_hash TEXT NOT NULL,
+            output ",
+            $json,
+            ",
+            created_at INTEGER NOT NULL,
+            claimed_at INTEGER,
+            completed_at INTEGER,
+            updated_at INTEGER NOT NULL,
+            sequence_key TEXT,
+            sequence_no INTEGER,
+            waiting INTEGER NOT NULL DEFAULT 0,
+            sequence_hold INTEGER NOT NULL DEFAULT 1",
+            $options
+        )
+    };
+}
+
+/// The statements that replace the jobs table with `$create` filled by `$copy` (as `outbox_jobs_rebuild`):
+/// the old table's triggers go first (dropping the table must not run its delete triggers), then the table;
+/// the new one takes its name and gets the indexes and triggers back.
+macro_rules! rebuild {
+    ($create:expr, $copy:expr) => {
+        &[
+            "DROP TABLE IF EXISTS outbox_jobs_rebuild",
+            $create,
+            $copy,
+            "DROP TRIGGER IF EXISTS outbox_jobs_transition",
+            "DROP TRIGGER IF EXISTS outbox_jobs_purged",
+            "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next",
+            "DROP TRIGGER IF EXISTS outbox_jobs_sequence_purged",
+            "DROP TRIGGER IF EXISTS outbox_jobs_sequence_rejoin",
+            "DROP TABLE outbox_jobs",
+            "ALTER TABLE outbox_jobs_rebuild RENAME TO outbox_jobs",
+            ACTIVE_KEY_INDEX,
+            LEASE_INDEX,
+            FINISHED_INDEX,
+            READY_INDEX,
+            READY_QUEUE_INDEX,
+            SEQUENCE_INDEX,
+            SEQUENCE_BLOCKING_INDEX,
+            TRANSITION_TRIGGER,
+            PURGED_TRIGGER,
+            SEQUENCE_NEXT_TRIGGER,
+            SEQUENCE_PURGED_TRIGGER,
+            SEQUENCE_REJOIN_TRIGGER,
+        ]
+    };
+}
+
+/// A text column copied into a STRICT table: a BLOB (which a TEXT column of a STRICT table refuses) becomes
+/// its hex literal, so nothing is lost.
+macro_rules! text_of {
+    ($c:literal) => {
+        concat!("CASE WHEN typeof(", $c, ") = 'blob' THEN 'x''' || hex(", $c, ") || '''' ELSE ", $c, " END")
+    };
+}
+
+/// A JSON column copied into a STRICT table: a BLOB becomes a JSON string of its hex literal.
+macro_rules! json_of {
+    ($c:literal) => {
+        concat!("CASE WHEN typeof(", $c, ") = 'blob' THEN json_quote('x''' || hex(", $c, ") || '''') ELSE ", $c, " END")
+    };
+}
+
+/// A job of the old table that was waiting to run with a payload it cannot be run with.
+macro_rules! unrunnable {
+    () => {
+        "typeof(payload) = 'blob' AND status IN ('pending', 'claimed')"
+    };
+}
+
+/// Types that the database enforces. An ordinary SQLite table stores whatever a writer hands it (a BLOB in
+/// `payload`, text in `attempts`), and one such row written by another tool used to stop every claim; a
+/// STRICT table refuses wrong types, and its JSON columns (`ANY`, which keeps values as written, where a TEXT
+/// column would turn a number into text) must hold text: BLOB, INTEGER and REAL payloads are refused at the
+/// write. Existing rows are copied over; a job whose payload was a BLOB keeps the bytes as a hex string and,
+/// if it was waiting to run, is failed with an error naming the column.
+const SCHEMA_V5_STRICT: &[&str] = rebuild!(
+    jobs_table!(
+        "outbox_jobs_rebuild",
+        "ANY",
+        ",
+            CHECK (typeof(payload) = 'text'),
+            CHECK (output IS NULL OR typeof(output) = 'text')
+        ) STRICT"
+    ),
+    concat!(
+        "INSERT INTO outbox_jobs_rebuild SELECT ",
+        text_of!("id"),
+        ", ",
+        text_of!("kind"),
+        ", ",
+        text_of!("queue"),
+        ", ",
+        json_of!("payload"),
+        ", CASE WHEN ",
+        unrunnable!(),
+        " THEN 'failed' ELSE status END, CAST(priority AS INTEGER), CAST(attempts AS INTEGER), \
+         CAST(runs AS INTEGER), CAST(max_attempts AS INTEGER), CAST(run_at AS INTEGER), ",
+        text_of!("locked_by"),
+        ", CAST(locked_at AS INTEGER), CASE WHEN ",
+        unrunnable!(),
+        " THEN NULL ELSE CAST(lease_expires_at AS INTEGER) END, CASE WHEN ",
+        unrunnable!(),
+        " THEN 'job `' || id || '` cannot be read: its `payload` column holds a BLOB of ' || length(payload) \
+         || ' bytes; failed by the upgrade to a strict schema (the bytes are kept in the payload as hex)' ELSE ",
+        text_of!("last_error"),
+        " END, ",
+        text_of!("idempotency_key"),
+        ", ",
+        text_of!("schema_hash"),
+        ", ",
+        json_of!("output"),
+        ", CAST(created_at AS INTEGER), CAST(claimed_at AS INTEGER), CAST(completed_at AS INTEGER), \
+         CAST(updated_at AS INTEGER), ",
+        text_of!("sequence_key"),
+        ", CAST(sequence_no AS INTEGER), CAST(waiting AS INTEGER), CAST(sequence_hold AS INTEGER) \
+         FROM outbox_jobs"
+    )
+);
+
+const SCHEMA_V5_DOWN: &[&str] = rebuild!(
+    jobs_table!("outbox_jobs_rebuild", "TEXT", ")"),
+    "INSERT INTO outbox_jobs_rebuild SELECT * FROM outbox_jobs"
+);
 
 /// Lets the first job of `OLD`'s sequence that is still waiting run, if nothing earlier holds it back.
 macro_rules! release_next {
@@ -43,48 +195,56 @@ const SCHEMA_V4_SEQUENCES: &[&str] = &[
     "ALTER TABLE outbox_jobs ADD COLUMN sequence_hold INTEGER NOT NULL DEFAULT 1",
     "DROP INDEX IF EXISTS outbox_jobs_claim",
     "DROP INDEX IF EXISTS outbox_jobs_claim_queue",
-    "CREATE INDEX IF NOT EXISTS outbox_jobs_ready
-        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending' AND waiting = 0",
-    "CREATE INDEX IF NOT EXISTS outbox_jobs_ready_queue
-        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending' AND waiting = 0",
-    "CREATE INDEX IF NOT EXISTS outbox_jobs_sequence
-        ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL",
-    concat!(
-        "CREATE INDEX IF NOT EXISTS outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) \
-         WHERE sequence_key IS NOT NULL AND ",
-        blocking!("outbox_jobs")
-    ),
-    concat!(
-        "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_next AFTER UPDATE OF status, sequence_hold ON outbox_jobs \
-         WHEN NEW.sequence_key IS NOT NULL AND ",
-        blocking!("OLD"),
-        " AND NOT ",
-        blocking!("NEW"),
-        " BEGIN ",
-        release_next!(),
-        " END"
-    ),
-    concat!(
-        "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs \
-         WHEN OLD.sequence_key IS NOT NULL AND ",
-        blocking!("OLD"),
-        " BEGIN ",
-        release_next!(),
-        " END"
-    ),
-    concat!(
-        "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_rejoin AFTER UPDATE OF status ON outbox_jobs \
-         WHEN NEW.sequence_key IS NOT NULL AND NEW.status = 'pending' \
-         AND OLD.status IN ('completed', 'failed', 'cancelled') BEGIN \
-         UPDATE outbox_jobs SET waiting = EXISTS (SELECT 1 FROM outbox_jobs b \
-         WHERE b.sequence_key = NEW.sequence_key AND b.id <> NEW.id AND ((b.sequence_no < NEW.sequence_no AND ",
-        blocking!("b"),
-        ") OR b.status = 'claimed' OR (b.status = 'pending' AND b.waiting = 0))) WHERE id = NEW.id; END"
-    ),
+    READY_INDEX,
+    READY_QUEUE_INDEX,
+    SEQUENCE_INDEX,
+    SEQUENCE_BLOCKING_INDEX,
+    SEQUENCE_NEXT_TRIGGER,
+    SEQUENCE_PURGED_TRIGGER,
+    SEQUENCE_REJOIN_TRIGGER,
     "ALTER TABLE outbox_kinds ADD COLUMN sequence TEXT",
     "ALTER TABLE outbox_kinds ADD COLUMN on_sequence_failure TEXT NOT NULL DEFAULT 'hold'",
     "ALTER TABLE outbox_kinds ADD COLUMN concurrency INTEGER",
 ];
+
+const READY_INDEX: &str = "CREATE INDEX IF NOT EXISTS outbox_jobs_ready
+        ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending' AND waiting = 0";
+const READY_QUEUE_INDEX: &str = "CREATE INDEX IF NOT EXISTS outbox_jobs_ready_queue
+        ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending' AND waiting = 0";
+const SEQUENCE_INDEX: &str = "CREATE INDEX IF NOT EXISTS outbox_jobs_sequence
+        ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL";
+const SEQUENCE_BLOCKING_INDEX: &str = concat!(
+    "CREATE INDEX IF NOT EXISTS outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) \
+         WHERE sequence_key IS NOT NULL AND ",
+    blocking!("outbox_jobs")
+);
+const SEQUENCE_NEXT_TRIGGER: &str = concat!(
+    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_next AFTER UPDATE OF status, sequence_hold ON outbox_jobs \
+         WHEN NEW.sequence_key IS NOT NULL AND ",
+    blocking!("OLD"),
+    " AND NOT ",
+    blocking!("NEW"),
+    " BEGIN ",
+    release_next!(),
+    " END"
+);
+const SEQUENCE_PURGED_TRIGGER: &str = concat!(
+    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs \
+         WHEN OLD.sequence_key IS NOT NULL AND ",
+    blocking!("OLD"),
+    " BEGIN ",
+    release_next!(),
+    " END"
+);
+const SEQUENCE_REJOIN_TRIGGER: &str = concat!(
+    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_sequence_rejoin AFTER UPDATE OF status ON outbox_jobs \
+         WHEN NEW.sequence_key IS NOT NULL AND NEW.status = 'pending' \
+         AND OLD.status IN ('completed', 'failed', 'cancelled') BEGIN \
+         UPDATE outbox_jobs SET waiting = EXISTS (SELECT 1 FROM outbox_jobs b \
+         WHERE b.sequence_key = NEW.sequence_key AND b.id <> NEW.id AND ((b.sequence_no < NEW.sequence_no AND ",
+    blocking!("b"),
+    ") OR b.status = 'claimed' OR (b.status = 'pending' AND b.waiting = 0))) WHERE id = NEW.id; END"
+);
 
 const SCHEMA_V4_DOWN: &[&str] = &[
     "DROP TRIGGER IF EXISTS outbox_jobs_sequence_next",
@@ -140,14 +300,18 @@ const SCHEMA_V1: &[&str] = &[
     // Workers restricted to queues seek each queue's due jobs here.
     "CREATE INDEX IF NOT EXISTS outbox_jobs_claim_queue
         ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
-    "CREATE UNIQUE INDEX IF NOT EXISTS outbox_jobs_active_key
-        ON outbox_jobs (kind, idempotency_key)
-        WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS outbox_jobs_lease
-        ON outbox_jobs (lease_expires_at) WHERE status = 'claimed'",
-    "CREATE INDEX IF NOT EXISTS outbox_jobs_finished
-        ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')",
+    ACTIVE_KEY_INDEX,
+    LEASE_INDEX,
+    FINISHED_INDEX,
 ];
+
+const ACTIVE_KEY_INDEX: &str = "CREATE UNIQUE INDEX IF NOT EXISTS outbox_jobs_active_key
+        ON outbox_jobs (kind, idempotency_key)
+        WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL";
+const LEASE_INDEX: &str = "CREATE INDEX IF NOT EXISTS outbox_jobs_lease
+        ON outbox_jobs (lease_expires_at) WHERE status = 'claimed'";
+const FINISHED_INDEX: &str = "CREATE INDEX IF NOT EXISTS outbox_jobs_finished
+        ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')";
 
 /// The job history, written by a trigger so every writer (workers, operators, hand-written SQL) is recorded
 /// without an extra round trip. Only the transitions the job row cannot tell are stored: retries with their
@@ -164,7 +328,11 @@ const SCHEMA_V2_EVENTS: &[&str] = &[
         error TEXT
     )",
     "CREATE INDEX IF NOT EXISTS outbox_job_events_job ON outbox_job_events (job_id, id)",
-    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
+    TRANSITION_TRIGGER,
+    PURGED_TRIGGER,
+];
+
+const TRANSITION_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
     WHEN (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts)
         AND NEW.status NOT IN ('claimed', 'completed') BEGIN
         INSERT INTO outbox_job_events (job_id, at, event, attempt, worker, error)
@@ -186,11 +354,10 @@ const SCHEMA_V2_EVENTS: &[&str] = &[
             CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed' AND NEW.attempts >= OLD.attempts
                 THEN NEW.last_error END
         );
-    END",
-    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_purged AFTER DELETE ON outbox_jobs BEGIN
+    END";
+const PURGED_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS outbox_jobs_purged AFTER DELETE ON outbox_jobs BEGIN
         DELETE FROM outbox_job_events WHERE job_id = OLD.id;
-    END",
-];
+    END";
 
 /// The kinds workers have registered, with their JSON Schemas, so tools without the Rust types can validate
 /// and show them.

@@ -7,12 +7,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::storage::worker_store::limited_share;
-use crate::storage::{ClaimedJob, Finished, Outcome, Rescued};
+use crate::storage::{ClaimedJob, Finished, Outcome, Rescued, Unreadable};
 
 /// How the worker's connection is opened and what it may claim.
 #[derive(Debug, Clone)]
@@ -161,18 +162,22 @@ impl Actor {
             .and_then(|tx| {
                 let applied = write_finished(&tx, &config.worker_id, &finished)?;
                 let mut claimed = Vec::with_capacity(claims.len());
+                let mut unreadable = Vec::new();
                 for c in &claims {
-                    claimed.push(claim(&tx, config, c.limit, c.now, c.lease_until)?);
+                    claimed.push(claim(&tx, config, c.limit, c.now, c.lease_until, &mut unreadable)?);
                 }
                 tx.commit().map_err(Error::db("committing a worker transaction"))?;
-                Ok((applied, claimed))
+                Ok((applied, claimed, unreadable))
             });
         match attempt {
-            Ok((applied, claimed)) => {
+            Ok((applied, claimed, unreadable)) => {
                 for (f, ok) in finished.iter().zip(applied) {
                     crate::storage::log_finished(f, ok, &config.worker_id);
                 }
-                if !finished.is_empty() {
+                for u in &unreadable {
+                    u.log(&config.worker_id);
+                }
+                if !finished.is_empty() || !unreadable.is_empty() {
                     crate::wake::outcome_written();
                 }
                 for (c, jobs) in claims.into_iter().zip(claimed) {
@@ -300,7 +305,14 @@ impl Actor {
 /// leaves (the count and the claim share the write transaction, so no other claimer can slip in between;
 /// the count reads claimed rows through the lease index, at most the fleet's concurrency of them), then the
 /// others.
-fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
+fn claim(
+    conn: &Connection,
+    config: &StoreConfig,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<ClaimedJob>> {
     let mut claimed = Vec::new();
     for (kinds_json, cap) in &config.limited {
         let left = limit - claimed.len();
@@ -317,17 +329,19 @@ fn claim(conn: &Connection, config: &StoreConfig, limit: usize, now: i64, lease_
         let room =
             usize::try_from(i64::from(*cap) - running).unwrap_or(0).min(limited_share(left, config.kinds_json != "[]"));
         if room > 0 {
-            claimed.extend(claim_of(conn, config, kinds_json, room, now, lease_until)?);
+            claimed.extend(claim_of(conn, config, kinds_json, room, now, lease_until, unreadable)?);
         }
     }
     let left = limit - claimed.len();
     if left > 0 && config.kinds_json != "[]" {
-        claimed.extend(claim_of(conn, config, &config.kinds_json, left, now, lease_until)?);
+        claimed.extend(claim_of(conn, config, &config.kinds_json, left, now, lease_until, unreadable)?);
     }
     Ok(claimed)
 }
 
-/// Claims up to `limit` due jobs of `kinds_json` that nothing in their sequence holds back.
+/// Claims up to `limit` due jobs of `kinds_json` that nothing in their sequence holds back. A claimed row
+/// that cannot be read is failed by itself in the same transaction (by rowid: even its id may be unreadable)
+/// and the rest are returned.
 fn claim_of(
     conn: &Connection,
     config: &StoreConfig,
@@ -335,6 +349,7 @@ fn claim_of(
     limit: usize,
     now: i64,
     lease_until: i64,
+    unreadable: &mut Vec<Unreadable>,
 ) -> Result<Vec<ClaimedJob>> {
     let queue_filter = if config.queues_json.is_some() {
         " AND queue IN (SELECT value FROM json_each(?6))"
@@ -349,27 +364,89 @@ fn claim_of(
          AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
          ORDER BY priority DESC, run_at, id LIMIT ?5) \
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
-         sequence_key IS NOT NULL"
+         sequence_key IS NOT NULL, rowid"
     );
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let ctx = || Error::db("claiming jobs");
-    let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
-    let rows = stmt
-        .query_map(params![config.worker_id, now, lease_until, kinds_json, limit, config.queues_json], |row| {
-            Ok(ClaimedJob {
-                id: row.get(0)?,
-                kind: row.get(1)?,
-                queue: row.get(2)?,
-                payload: row.get(3)?,
-                attempt: row.get(4)?,
-                max_attempts: row.get(5)?,
-                schema_hash: row.get(6)?,
-                run: row.get(7)?,
-                sequenced: row.get(8)?,
-            })
-        })
-        .map_err(ctx())?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(ctx())
+    let mut claimed = Vec::new();
+    let mut bad = Vec::new();
+    {
+        let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
+        let mut rows = stmt
+            .query(params![config.worker_id, now, lease_until, kinds_json, limit, config.queues_json])
+            .map_err(ctx())?;
+        while let Some(row) = rows.next().map_err(ctx())? {
+            match claimed_row(row) {
+                Ok(job) => claimed.push(job),
+                Err(u) => bad.push((row.get::<_, i64>(9).map_err(ctx())?, u)),
+            }
+        }
+    }
+    for (rowid, u) in bad {
+        conn.prepare_cached(
+            "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, updated_at = ?2 \
+             WHERE rowid = ?3",
+        )
+        .and_then(|mut s| s.execute(params![u.error(), now, rowid]))
+        .map_err(Error::db(format!("failing unreadable job `{}`", u.id)))?;
+        unreadable.push(u);
+    }
+    Ok(claimed)
+}
+
+/// One row of the claim, each column checked for the type that belongs there.
+fn claimed_row(row: &rusqlite::Row<'_>) -> std::result::Result<ClaimedJob, Unreadable> {
+    let at = |column: &'static str| move |found| Unreadable { id: shown(row, 0), kind: shown(row, 1), column, found };
+    Ok(ClaimedJob {
+        id: text(row, 0).map_err(at("id"))?,
+        kind: text(row, 1).map_err(at("kind"))?,
+        queue: text(row, 2).map_err(at("queue"))?,
+        payload: text(row, 3).map_err(at("payload"))?,
+        attempt: int(row, 4).map_err(at("attempts"))?,
+        max_attempts: int(row, 5).map_err(at("max_attempts"))?,
+        schema_hash: text(row, 6).map_err(at("schema_hash"))?,
+        run: int(row, 7).map_err(at("runs"))?,
+        sequenced: int(row, 8).map_err(at("sequence_key"))? != 0,
+    })
+}
+
+fn text(row: &rusqlite::Row<'_>, i: usize) -> std::result::Result<String, String> {
+    match row.get_ref(i) {
+        Ok(ValueRef::Text(bytes)) => {
+            std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| "text that is not UTF-8".to_owned())
+        }
+        Ok(other) => Err(found(other)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn int(row: &rusqlite::Row<'_>, i: usize) -> std::result::Result<i32, String> {
+    match row.get_ref(i) {
+        Ok(ValueRef::Integer(n)) => i32::try_from(n).map_err(|_| format!("{n}, out of range")),
+        Ok(other) => Err(found(other)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What a value is, for an error: never its content, which may be anything.
+fn found(value: ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Null => "NULL".into(),
+        ValueRef::Integer(n) => format!("the INTEGER {n}"),
+        ValueRef::Real(x) => format!("the REAL {x}"),
+        ValueRef::Text(t) => format!("TEXT of {} bytes", t.len()),
+        ValueRef::Blob(b) => format!("a BLOB of {} bytes", b.len()),
+    }
+}
+
+/// A column as well as it can be shown, for naming an unreadable job.
+fn shown(row: &rusqlite::Row<'_>, i: usize) -> String {
+    match row.get_ref(i) {
+        Ok(ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
+        Ok(ValueRef::Integer(n)) => n.to_string(),
+        Ok(ValueRef::Blob(b)) => format!("x'{}'", b.iter().map(|b| format!("{b:02X}")).collect::<String>()),
+        _ => "?".into(),
+    }
 }
 
 /// The fence of every write after the claim: this job, still claimed, by this owner, in this attempt.
