@@ -118,8 +118,9 @@ impl Aws {
     /// Loads the configuration (see [`AwsOpts`]) and builds the clients. Fails with [`Error::Config`]
     /// when no region is configured, or, with credential checking on, when no credentials are found.
     pub async fn connect(opts: AwsOpts) -> Result<Aws> {
-        let http =
-            aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(CryptoMode::Ring)).build_https();
+        let http = crate::redact::redacting(
+            aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(CryptoMode::Ring)).build_https(),
+        );
         let timeouts = TimeoutConfig::builder()
             .connect_timeout(Duration::from_secs(10))
             .operation_timeout(opts.operation_timeout.unwrap_or(Duration::from_secs(60)))

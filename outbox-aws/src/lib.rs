@@ -16,8 +16,9 @@
 //! network failures retry with backoff; validation and access errors fail the job at once.
 //!
 //! Credentials come from the standard AWS chain (or [`AwsOpts::static_credentials`]) and never enter
-//! payloads, job rows or logs. `AWS_ENDPOINT_URL` or [`AwsOpts::endpoint_url`] points the clients at an
-//! S3/SQS-compatible server (path-style addressing is then on). TLS is rustls on ring.
+//! payloads, job rows or logs; an error answer that echoes the session token has it cut out before the SDK
+//! traces the answer or an error quotes it. `AWS_ENDPOINT_URL` or [`AwsOpts::endpoint_url`] points the
+//! clients at an S3/SQS-compatible server (path-style addressing is then on). TLS is rustls on ring.
 //!
 //! ```no_run
 //! use outbox_aws::{Aws, AwsOpts, SyncAws};
@@ -41,6 +42,7 @@ mod config;
 mod error;
 mod provider;
 mod reconcile;
+mod redact;
 mod registry;
 mod s3_bucket;
 mod s3_object;

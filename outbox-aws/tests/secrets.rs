@@ -1,14 +1,18 @@
-//! A canary secret access key never appears in captured logs (every level, the SDK's own included),
-//! errors, or job rows, on success and failure paths alike.
+//! Canary secrets never appear in captured logs (every level, the SDK's own included), errors, or job rows,
+//! on success and failure paths alike: given as static credentials against moto, and read by the standard
+//! chain from the environment against a server that answers like AWS to bad credentials, echoing what it was
+//! sent, as S3 does in a `SignatureDoesNotMatch` or `ExpiredToken` answer.
 
 mod common;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use outbox_aws::{Aws, AwsOpts, SyncAws};
 use outbox_core::{EnqueueOpts, JobStatus};
 use outbox_tests::fresh_db;
+use outbox_tests::http::{Reply, Server, reply};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde_json::json;
 
@@ -36,18 +40,22 @@ impl Captured {
 
 /// Every column of every job and event row, as text.
 async fn rows(db: &sea_orm::DatabaseConnection) -> String {
+    let query = |sql: String| db.query_all_raw(Statement::from_string(DbBackend::Sqlite, sql));
     let mut out = String::new();
     for table in ["outbox_jobs", "outbox_job_events"] {
-        let sql = format!("SELECT * FROM {table}");
-        for row in db.query_all_raw(Statement::from_string(DbBackend::Sqlite, sql)).await.expect("rows") {
-            for i in 0.. {
-                match row.try_get_by_index::<Option<String>>(i) {
-                    Ok(v) => out.push_str(&format!("{v:?}|")),
-                    Err(_) => match row.try_get_by_index::<Option<i64>>(i) {
-                        Ok(v) => out.push_str(&format!("{v:?}|")),
-                        Err(_) => break,
-                    },
-                }
+        let columns: Vec<String> = query(format!("SELECT name FROM pragma_table_info('{table}')"))
+            .await
+            .expect("columns")
+            .iter()
+            .map(|r| r.try_get_by_index::<String>(0).expect("column name"))
+            .collect();
+        assert!(columns.len() > 3, "{table}: {columns:?}");
+        let list = columns.iter().map(|c| format!("CAST(\"{c}\" AS TEXT)")).collect::<Vec<_>>().join(", ");
+        for row in query(format!("SELECT {list} FROM {table}")).await.expect("rows") {
+            for i in 0..columns.len() {
+                let value = row.try_get_by_index::<Option<String>>(i).expect("a column as text");
+                out.push_str(value.as_deref().unwrap_or("NULL"));
+                out.push('|');
             }
             out.push('\n');
         }
@@ -123,4 +131,185 @@ async fn a_canary_secret_never_leaves_the_credentials() {
         assert!(!text.contains(CANARY), "the secret access key leaked into {what}");
         assert!(!text.contains("canary-session-token"), "the session token leaked into {what}");
     }
+}
+
+/// `(variable, canary)` in the environment of [`environment_canaries_never_leak_on_bad_credentials_or_error_answers`]:
+/// the secret key, the session token (the bearer of a temporary identity, sent as `x-amz-security-token`), and
+/// an API key of another service. Random enough that any 12 characters of one are a leak.
+const ENV_CANARIES: &[(&str, &str)] = &[
+    ("AWS_SECRET_ACCESS_KEY", "cnryAwsSecret/R3tY6uI1oP5aS0gJ+Kq"),
+    ("AWS_SESSION_TOKEN", "cnryBearer.H8jK2lZ4xC7vB1nM5wQ/Fq=="),
+    ("ANTHROPIC_API_KEY", "sk-ant-cnry-Q7xK2mZ9vW4pL8dF"),
+];
+const FRAGMENT: usize = 12;
+const CHILD: &str = "OUTBOX_TEST_AWS_SECRETS_CHILD";
+
+/// Where `text` holds a canary or a piece of one, described without repeating it.
+fn leaks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (var, secret) in ENV_CANARIES {
+        let hit = (0..=secret.len() - FRAGMENT).find_map(|i| text.find(&secret[i..i + FRAGMENT]).map(|at| (i, at)));
+        if let Some((piece, at)) = hit {
+            let start = text.floor_char_boundary(at.saturating_sub(80));
+            let end = text.ceil_char_boundary((at + 80).min(text.len()));
+            let context = ENV_CANARIES.iter().fold(text[start..end].to_owned(), |t, (_, s)| {
+                (0..=s.len() - FRAGMENT).fold(t, |t, i| t.replace(&s[i..i + FRAGMENT], "<CANARY>"))
+            });
+            out.push(format!("{var} (from byte {piece} of it) at byte {at}: ...{context}..."));
+        }
+    }
+    out
+}
+
+/// The canaries go in through the environment, which a test can only set for a process of its own; the
+/// global log capture wants one too.
+#[test]
+fn environment_canaries_never_leak_on_bad_credentials_or_error_answers() {
+    let name = "environment_canaries_never_leak_on_bad_credentials_or_error_answers_child";
+    let home = tempfile::tempdir().expect("home");
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args(["--exact", name, "--ignored", "--nocapture"]).env_clear();
+    // An empty home, so no shared config or credentials file joins in, and no instance metadata lookup.
+    cmd.env("HOME", home.path()).env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    cmd.env("AWS_EC2_METADATA_DISABLED", "true").env("AWS_REGION", "us-east-1");
+    cmd.env("AWS_ACCESS_KEY_ID", "AKIDCANARYENVOUTBOX").env(CHILD, "1").envs(ENV_CANARIES.iter().copied());
+    let out = cmd.output().expect("run the child test");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    for (what, text) in [("the child's stdout", &stdout), ("the child's stderr", &stderr)] {
+        assert_eq!(leaks(text), Vec::<String>::new(), "in {what}");
+    }
+    assert!(out.status.success() && stdout.contains("1 passed"), "the child failed:\n{stdout}\n{stderr}");
+}
+
+fn xml(status: u16, body: String) -> Reply {
+    Reply { headers: vec![("content-type", "application/xml")], ..reply(status, body) }
+}
+
+fn s3_error(status: u16, code: &str, message: &str, extra: &str) -> Reply {
+    xml(
+        status,
+        format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message>{extra}<RequestId>R1</RequestId></Error>"#
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "half of environment_canaries_never_leak_on_bad_credentials_or_error_answers, which runs it with the canaries set"]
+async fn environment_canaries_never_leak_on_bad_credentials_or_error_answers_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+    let t = fresh_db().await;
+    let token = ENV_CANARIES[1].1;
+    // What S3 says to a request it cannot verify: the canonical request it computed, headers and all.
+    let canonical = format!(
+        "<AWSAccessKeyId>AKIDCANARYENVOUTBOX</AWSAccessKeyId><StringToSign>AWS4-HMAC-SHA256</StringToSign>\
+         <CanonicalRequest>DELETE /b-sig\nhost:127.0.0.1\nx-amz-security-token:{token}\n</CanonicalRequest>"
+    );
+    let delete = |bucket: &str| SyncAws::delete("s3_bucket", bucket);
+    let cases: Vec<(&str, SyncAws, Vec<Reply>)> = vec![
+        (
+            "signature",
+            delete("b-sig"),
+            vec![s3_error(
+                403,
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match",
+                &canonical,
+            )],
+        ),
+        (
+            "unknown-key",
+            delete("b-key"),
+            vec![s3_error(403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist", "")],
+        ),
+        (
+            "expired",
+            delete("b-exp"),
+            vec![Reply {
+                // Echoed in a header too, which the SDK traces with the answer.
+                headers: vec![("content-type", "application/xml"), ("x-amz-id-2", ENV_CANARIES[1].1)],
+                ..s3_error(
+                    400,
+                    "ExpiredToken",
+                    "The provided token has expired.",
+                    &format!("<Token-0>{token}</Token-0>"),
+                )
+            }],
+        ),
+        ("echoed", delete("b-echo"), vec![s3_error(403, "AccessDenied", &format!("denied for token {token}"), "")]),
+        ("server", delete("b-500"), vec![s3_error(500, "InternalError", &format!("failed on {token}"), "")]),
+        ("malformed", delete("b-bad"), vec![xml(400, format!("<html>bad gateway for {token}"))]),
+        (
+            "sqs",
+            SyncAws::upsert("sqs_queue", "q-token", json!({})),
+            vec![Reply {
+                headers: vec![
+                    ("content-type", "application/x-amz-json-1.0"),
+                    ("x-amzn-query-error", "InvalidClientTokenId;Sender"),
+                ],
+                ..reply(
+                    403,
+                    format!(
+                        r#"{{"__type":"com.amazon.coral.service#InvalidClientTokenId","message":"The security token {token} is invalid"}}"#
+                    ),
+                )
+            }],
+        ),
+    ];
+    let mut shown = String::new();
+    for (case, job, replies) in cases {
+        let server = Server::start(replies).await;
+        let aws = Aws::connect(AwsOpts::new().endpoint_url(&server.base).sdk_max_attempts(1)).await.expect("connect");
+        shown.push_str(&format!("{aws:?}\n"));
+        let row = failed(&t.db, &aws, &job).await;
+        shown.push_str(&format!("{row:?}\n"));
+        let seen = server.seen();
+        assert!(!seen.is_empty() && seen.iter().all(|s| s.header("x-amz-security-token") == Some(token)), "{case}");
+    }
+    // A server that takes the request and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", silent.local_addr().expect("addr"));
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let opts = AwsOpts::new().endpoint_url(&base).sdk_max_attempts(1).operation_timeout(Duration::from_millis(500));
+    let aws = Aws::connect(opts).await.expect("connect");
+    shown.push_str(&format!("{:?}\n", failed(&t.db, &aws, &delete("b-silent")).await));
+    held.abort();
+
+    let logs = logs.text();
+    let rows = rows(&t.db).await;
+    // The capture is real: our events, the SDK's traces of the answers, the errors in the rows.
+    for needle in ["aws sync failed", "aws_smithy_runtime", "read HTTP response body", "TRACE"] {
+        assert!(logs.contains(needle), "the logs hold `{needle}`");
+    }
+    for needle in ["SignatureDoesNotMatch", "InvalidAccessKeyId", "ExpiredToken", "InvalidClientTokenId", "timed out"] {
+        assert!(rows.contains(needle), "the rows hold `{needle}`");
+    }
+    let mut found = Vec::new();
+    for (what, text) in [("logs", &logs), ("job rows", &rows), ("errors and debug output", &shown)] {
+        found.extend(leaks(text).into_iter().map(|l| format!("{what}: {l}")));
+    }
+    assert!(found.is_empty(), "{} leak(s):\n{}", found.len(), found.join("\n"));
+}
+
+/// Runs `job` once; it must fail.
+async fn failed(db: &sea_orm::DatabaseConnection, aws: &Aws, job: &SyncAws) -> outbox_core::JobRecord {
+    let id = outbox_core::enqueue(db, job, EnqueueOpts::new().max_attempts(1)).await.expect("enqueue").id().to_owned();
+    common::drain(db, aws).await;
+    let row = outbox_core::ops::get(db, &id).await.expect("get");
+    assert_eq!(row.status, JobStatus::Failed, "{}", job.resource_id);
+    row
 }

@@ -108,6 +108,26 @@ async fn a_malformed_config_is_refused_naming_the_field() {
 }
 
 #[tokio::test]
+async fn a_misspelt_top_level_field_is_refused_naming_it() {
+    let t = fresh_db().await;
+    let cases = [
+        (
+            json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": {}, "region": "eu-west-1" }),
+            "region",
+        ),
+        (
+            json!({ "resourceType": "s3_bucket", "resourceId": "ok-bucket", "config": null, "resourceID": "x" }),
+            "resourceID",
+        ),
+    ];
+    for (payload, field) in cases {
+        let v = refused(&t.db, payload.clone()).await;
+        assert!(v.iter().any(|(p, m)| p.is_empty() && m.contains(&format!("'{field}'"))), "{payload}: {v:?}");
+    }
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
+}
+
+#[tokio::test]
 async fn good_payloads_are_accepted_and_identical_intents_collapse() {
     let t = fresh_db().await;
     let job = SyncAws::upsert("s3_bucket", "ok-bucket", json!({ "versioning": true }));
@@ -159,6 +179,9 @@ async fn a_provider_registered_by_the_application_is_known_at_enqueue() {
     outbox_core::enqueue(&t.db, &SyncAws::upsert("test_topic", "topic-a", json!({})), EnqueueOpts::new())
         .await
         .expect("known now");
+    // The config's shape is the provider's: `sync_aws` refuses unknown fields beside it, never inside it.
+    let free_form = SyncAws::upsert("test_topic", "topic-b", json!({ "anyField": { "deep": [1, "two"] } }));
+    outbox_core::enqueue(&t.db, &free_form, EnqueueOpts::new()).await.expect("a free-form config");
     let v = refused(&t.db, json!({ "resourceType": "test_topic", "resourceId": "b", "config": {} })).await;
     assert_eq!(v, [("/resourceId".to_owned(), "topics are named topic-*".to_owned())]);
 }

@@ -27,6 +27,8 @@ const SIDECAR_MAX_BYTES: u64 = 64 * 1024;
 /// the file's sha256, the job succeeds without calling the model. The job output records `path`, `sha256`,
 /// `size`, `prompt_hash`, `requirement_id`, `model`, `usage`, `cost_usd` and `reused`; a reused answer
 /// costs this job nothing, so its `usage` is zero and `cost_usd` 0.
+///
+/// A field the kind does not know is refused at enqueue, naming it.
 #[derive(Job, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[job(
     kind = "claude_extraction",
@@ -34,7 +36,7 @@ const SIDECAR_MAX_BYTES: u64 = 64 * 1024;
     sequence = "fs:{targetPath:path}",
     validate = Self::check
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClaudeExtraction {
     /// The frozen prompt, sent verbatim.
     pub prompt: String,
@@ -71,11 +73,17 @@ impl ClaudeExtraction {
     /// Rules beyond the schema, checked at enqueue and before the handler runs.
     fn check(&self) -> Result<(), Vec<Violation>> {
         let mut violations: Vec<Violation> = path_rule("/targetPath", &self.target_path).into_iter().collect();
+        // The sidecar is written after the answer is paid for: a name it cannot have must fail here.
         let last = self.target_path.rsplit('/').next().unwrap_or_default();
-        if violations.is_empty() && last.len() + SIDECAR_SUFFIX.len() > 255 {
+        if violations.is_empty() && last.len() + SIDECAR_SUFFIX.len() > root::NAME_MAX {
             violations.push(Violation {
                 path: "/targetPath".into(),
                 message: format!("the file name leaves no room for the `{SIDECAR_SUFFIX}` sidecar (255 bytes)"),
+            });
+        } else if violations.is_empty() && self.target_path.len() + SIDECAR_SUFFIX.len() > root::PATH_MAX {
+            violations.push(Violation {
+                path: "/targetPath".into(),
+                message: format!("the path leaves no room for the `{SIDECAR_SUFFIX}` sidecar (4096 bytes)"),
             });
         }
         let expected = atomic::sha256_hex(self.prompt.as_bytes());

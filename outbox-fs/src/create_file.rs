@@ -15,9 +15,12 @@ use crate::root::{self, Root, checked, classify};
 /// Running it again is harmless: a target that already holds exactly `content` counts as done. A target
 /// holding other content fails the job permanently unless `overwrite` is set. The job output records
 /// `path`, `sha256` (lowercase hex), `size` and `written` (false when the content was already there).
+///
+/// A field the kind does not know (a misspelt `overwrite`) is refused at enqueue, naming it, rather than
+/// ignored.
 #[derive(Job, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[job(kind = "create_file", sequence = "fs:{path:path}", validate = Self::check)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateFile {
     /// Relative to the root, `/`-separated, normalized; never leaving the root.
     pub path: String,
@@ -39,7 +42,7 @@ impl CreateFile {
 pub(crate) fn path_rule(pointer: &str, path: &str) -> Option<Violation> {
     root::check(path).err().map(|rule| Violation {
         path: pointer.to_owned(),
-        message: format!("path `{}` is refused: {rule}", root::shown(path)),
+        message: format!("path `{}` is refused: {rule}", root::shown_refused(path)),
     })
 }
 

@@ -18,9 +18,11 @@ use crate::root::{self, Root, checked, classify};
 /// A missing file is an error only when `requireExists` holds and no earlier run of this job could have
 /// deleted it (the first run): a retry after a crash that followed the deletion succeeds. The job
 /// output records `path` and `deleted` (whether this attempt removed something).
+///
+/// A field the kind does not know (a misspelt `requireExists`) is refused at enqueue, naming it.
 #[derive(Job, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[job(kind = "delete_file", sequence = "fs:{path:path}", validate = Self::check)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeleteFile {
     /// Relative to the root, `/`-separated, normalized; never leaving the root.
     pub path: String,

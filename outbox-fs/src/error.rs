@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use outbox_core::JobError;
 
+use crate::errno;
 use crate::extract::ExtractError;
 
 /// Result alias with [`Error`] as the default error.
@@ -15,7 +16,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The configured root cannot be opened.
-    #[error("cannot open root directory `{}`: {source}", .path.display())]
+    #[error("cannot open root directory `{}`: {}", .path.display(), errno::describe(.source))]
     Root {
         /// The root as configured.
         path: PathBuf,
@@ -52,7 +53,7 @@ pub enum Error {
         path: String,
     },
     /// A filesystem operation failed.
-    #[error("{op} `{path}`: {source}")]
+    #[error("{op} `{path}`: {}", errno::describe(.source))]
     Io {
         /// What was being done (`writing`, `renaming into place`, ...).
         op: &'static str,
@@ -85,10 +86,9 @@ impl Error {
         match self {
             Error::Escape { .. } | Error::IsDirectory { .. } | Error::Conflict { .. } | Error::NotFound { .. } => true,
             Error::Extract { source, .. } => matches!(source, ExtractError::Permanent(_)),
-            // A file where a directory must be (`a` in `a/b`) stays until someone moves it.
-            Error::Io { source, .. } => {
-                matches!(source.kind(), io::ErrorKind::NotADirectory | io::ErrorKind::InvalidFilename)
-            }
+            // A full disk, a read-only remount or a failing device is the machine's condition, not the job's:
+            // the job waits for it to clear (`errno` lists which errnos are which).
+            Error::Io { source, .. } => errno::is_permanent(source),
             Error::Root { .. } | Error::Outbox(_) | Error::Internal(_) => false,
         }
     }
@@ -97,5 +97,34 @@ impl Error {
     /// on `?`, and escapes must never be retried into success by accident.
     pub(crate) fn into_job_error(self) -> JobError {
         if self.is_permanent() { JobError::permanent(self) } else { JobError::retry(self) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(op: &'static str, code: i32) -> Error {
+        Error::Io { op, path: "a.txt".into(), source: io::Error::from_raw_os_error(code) }
+    }
+
+    #[test]
+    fn a_full_disk_retries_and_names_its_errno() {
+        for (code, text) in [
+            (libc::ENOSPC, "writing `a.txt`: No space left on device (ENOSPC)"),
+            (libc::EDQUOT, "writing `a.txt`: Disk quota exceeded (EDQUOT)"),
+            (libc::EROFS, "writing `a.txt`: Read-only file system (EROFS)"),
+            (libc::EIO, "writing `a.txt`: Input/output error (EIO)"),
+        ] {
+            let fate = io("writing", code).into_job_error();
+            assert!(matches!(&fate, JobError::Retry(m) if m == text), "{fate:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_in_the_way_of_a_directory_is_permanent() {
+        let expected = "creating the parent directories of `a.txt`: Not a directory (ENOTDIR)";
+        let fate = io("creating the parent directories of", libc::ENOTDIR).into_job_error();
+        assert!(matches!(&fate, JobError::Permanent(m) if m == expected), "{fate:?}");
     }
 }

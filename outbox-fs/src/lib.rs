@@ -44,6 +44,7 @@ mod atomic;
 mod claude_extraction;
 mod create_file;
 mod delete_file;
+mod errno;
 mod error;
 pub mod extract;
 mod reconcile;

@@ -14,8 +14,11 @@ use crate::error::{Error, Result};
 /// The rule broken by a path that resolves outside the root.
 pub(crate) const RULE_SYMLINK: &str = "it resolves outside the root (through a symlink)";
 
-/// Longest file name most filesystems accept, in bytes.
-const NAME_MAX: usize = 255;
+/// Longest file name most filesystems accept, in bytes (Linux `NAME_MAX`).
+pub(crate) const NAME_MAX: usize = 255;
+/// Longest payload path, in bytes (Linux `PATH_MAX`). The kernel counts a terminating NUL in its limit, but
+/// no call here hands it a whole payload path: the parent directory and the name are resolved apart.
+pub(crate) const PATH_MAX: usize = 4096;
 
 /// A directory that bounds every path of the filesystem jobs: payload paths are relative to it and can never
 /// reach outside it.
@@ -111,11 +114,18 @@ pub(crate) fn check(path: &str) -> std::result::Result<RelPath<'_>, &'static str
     if path.starts_with('/') {
         return Err("it is absolute (paths are relative to the root)");
     }
+    // Lengths are bytes of UTF-8, as the filesystem counts them; checked here, a path that can never be
+    // created fails at enqueue instead of on every attempt.
+    if path.len() > PATH_MAX {
+        return Err("it is longer than 4096 bytes (the filesystem's limit for a path)");
+    }
     for component in path.split('/') {
         match component {
             ".." => return Err("it has a `..` component"),
             "." | "" => return Err("it is not normalized (an empty or `.` component)"),
-            c if c.len() > NAME_MAX => return Err("it has a component longer than 255 bytes"),
+            c if c.len() > NAME_MAX => {
+                return Err("it has a component longer than 255 bytes (the filesystem's limit for a file name)");
+            }
             _ => {}
         }
     }
@@ -127,7 +137,18 @@ pub(crate) fn check(path: &str) -> std::result::Result<RelPath<'_>, &'static str
 
 /// [`check`] as the crate's error.
 pub(crate) fn checked(path: &str) -> Result<RelPath<'_>> {
-    check(path).map_err(|rule| Error::Escape { path: shown(path), rule })
+    check(path).map_err(|rule| Error::Escape { path: shown_refused(path), rule })
+}
+
+/// A refused path as its refusal shows it: [`shown`], with the middle of a path too long to read cut out.
+pub(crate) fn shown_refused(path: &str) -> String {
+    const KEPT: usize = 60;
+    if path.chars().count() <= 3 * KEPT {
+        return shown(path);
+    }
+    let head: String = path.chars().take(KEPT).collect();
+    let tail: String = path.chars().skip(path.chars().count() - KEPT).collect();
+    format!("{}...{} ({} bytes)", shown(&head), shown(&tail), path.len())
 }
 
 /// The path as it may appear in messages and logs: control characters (NUL included) escaped.
@@ -180,6 +201,33 @@ mod tests {
         assert_eq!(check("a/b/c.txt"), Ok(RelPath { full: "a/b/c.txt", parent: Some("a/b"), name: "c.txt" }));
         assert_eq!(check("c"), Ok(RelPath { full: "c", parent: None, name: "c" }));
         assert!(check("..hidden/...").is_ok(), "dots inside names are names");
+    }
+
+    #[test]
+    fn lengths_are_counted_in_bytes() {
+        // 'é' is two bytes and '€' three: counted in chars, the refused ones would pass.
+        let name_255 = format!("{}a", "é".repeat(127));
+        let name_256 = "é".repeat(128);
+        assert_eq!((name_255.len(), name_256.len(), name_256.chars().count()), (255, 256, 128));
+        assert!(check(&name_255).is_ok());
+        assert!(check(&format!("dir/{name_256}/x")).expect_err("256").contains("255 bytes"));
+
+        // 17 components of 240 bytes and 16 slashes.
+        let path_4096 = vec!["€".repeat(80); 17].join("/");
+        assert_eq!(path_4096.len(), 4096);
+        assert!(check(&path_4096).is_ok());
+        let path_4097 = format!("{path_4096}x");
+        assert!(check(&path_4097).expect_err("4097").contains("longer than 4096 bytes"));
+        assert!(path_4097.chars().count() < PATH_MAX);
+    }
+
+    #[test]
+    fn refusals_of_long_paths_show_both_ends_and_the_length() {
+        let long = format!("start/{}/end.txt", "x".repeat(5000));
+        let shown = shown_refused(&long);
+        assert!(shown.starts_with("start/xxx") && shown.ends_with("xx/end.txt (5014 bytes)"), "{shown}");
+        assert!(shown.len() < 200, "{shown}");
+        assert_eq!(shown_refused("a/\0b"), "a/\\u{0}b");
     }
 
     #[test]

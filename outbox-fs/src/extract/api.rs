@@ -212,7 +212,7 @@ impl AnthropicApi {
             }
         };
         let status = response.status();
-        let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(|v| self.redact(v));
         let bytes = match response.bytes().await {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -220,12 +220,22 @@ impl AnthropicApi {
                 return (status.as_u16(), Outcome::Done(Err(error)));
             }
         };
-        (status.as_u16(), judge(status, retry_after.as_deref(), &bytes))
+        if status.is_success() {
+            return (status.as_u16(), judge(status, retry_after.as_deref(), &bytes));
+        }
+        // An error body may echo the key. Scrubbing the message afterwards is too late: the message keeps only
+        // the start of a body, which can end inside the key and leave a piece of it.
+        let body = self.redact(&String::from_utf8_lossy(&bytes));
+        (status.as_u16(), judge(status, retry_after.as_deref(), body.as_bytes()))
     }
 
     /// The key may come back in an echoed body; it never goes further.
     fn scrub(&self, error: ExtractError) -> ExtractError {
-        error.map_message(|m| m.replace(self.key.0.as_str(), "[redacted]"))
+        error.map_message(|m| self.redact(&m))
+    }
+
+    fn redact(&self, text: &str) -> String {
+        text.replace(self.key.0.as_str(), "[redacted]")
     }
 }
 

@@ -157,7 +157,7 @@ impl ClaudeCli {
         let (status, stdout, stderr) =
             talked.map_err(|e| ExtractError::Retryable(format!("talking to claude failed: {e}")))?;
         let stderr = scrub(&String::from_utf8_lossy(&stderr), &secrets);
-        interpret(status, &stdout, &stderr, self.opts.model.as_deref())
+        interpret(status, &stdout, &stderr, self.opts.model.as_deref(), &secrets)
             .map_err(|e| e.map_message(|m| scrub(&m, &secrets)))
     }
 }
@@ -290,6 +290,7 @@ fn interpret(
     stdout: &[u8],
     stderr: &str,
     configured_model: Option<&str>,
+    secrets: &[String],
 ) -> Result<Extraction, ExtractError> {
     let parsed = serde_json::from_slice::<CliResult>(stdout).ok().filter(|r| r.kind == "result");
     let Some(res) = parsed else {
@@ -302,7 +303,7 @@ fn interpret(
         });
     };
     if res.is_error || res.subtype != "success" {
-        return Err(classify(&res));
+        return Err(classify(&res, secrets));
     }
     let Some(text) = res.result else {
         return Err(ExtractError::Permanent("claude reported success without a result text".into()));
@@ -315,10 +316,12 @@ fn interpret(
         .map(|(name, _)| name.split('[').next().unwrap_or(name).to_owned())
         .or_else(|| configured_model.map(str::to_owned))
         .unwrap_or_else(|| "unknown".to_owned());
+    // The answer is the job's product and is written as it came; the model's name goes to logs and rows.
+    let model = scrub(&model, secrets);
     Ok(Extraction { text, model, usage: res.usage.into(), cost_usd: res.total_cost_usd })
 }
 
-fn classify(res: &CliResult) -> ExtractError {
+fn classify(res: &CliResult, secrets: &[String]) -> ExtractError {
     let detail = match &res.result {
         Some(text) if !text.trim().is_empty() => text.trim().to_owned(),
         _ => res
@@ -328,6 +331,8 @@ fn classify(res: &CliResult) -> ExtractError {
             .collect::<Vec<_>>()
             .join("; "),
     };
+    // Before the tail is cut: a secret the cut runs through would leave a piece no scrub can recognise.
+    let detail = scrub(&detail, secrets);
     let subtype = if res.subtype.is_empty() { "an error" } else { res.subtype.as_str() };
     let message = format!("claude reported {subtype}: {}", truncate_tail(&detail, STDERR_SHOWN));
     let lower = detail.to_lowercase();

@@ -1,6 +1,6 @@
 //! Shared pieces of the outbox-fs tests: a test database (on the backend the conformance macro picks), a root
-//! and an outside directory in its temp dir, a quick worker, raw job rows, and tree snapshots to prove nothing
-//! changed.
+//! and an outside directory in its temp dir, a quick worker, raw job rows, tree snapshots to prove nothing
+//! changed, and a small real filesystem to fill up.
 
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
@@ -149,4 +149,69 @@ pub fn assert_same_tree(before: &BTreeMap<String, String>, after: &BTreeMap<Stri
 pub fn fixture(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/extract").join(name);
     std::fs::read_to_string(path).expect("fixture")
+}
+
+/// A `tmpfs` mounted on a temp dir of its own, unmounted (then removed) when dropped: a real filesystem small
+/// enough to fill.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a `tmpfs` of `size` (`mount -o size=`, such as `256k`). Mounting needs root: where it is not
+    /// permitted, `test` prints a `SKIPPED` line and gets `None`, except under `CI`, where it fails.
+    pub fn mount(test: &str, size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        let why = match out {
+            Ok(out) if out.status.success() => return Some(Tmpfs { dir }),
+            Ok(out) => format!("mounting a tmpfs is not permitted: {}", String::from_utf8_lossy(&out.stderr).trim()),
+            Err(e) => format!("cannot run mount: {e}"),
+        };
+        assert!(std::env::var_os("CI").is_none(), "{test} cannot run in CI: {why}");
+        // The harness captures what a passing test prints, and a skip must be seen.
+        use std::io::Write;
+        let line = format!("SKIPPED {test}: {why} (run as root)");
+        match std::fs::OpenOptions::new().append(true).open("/dev/stderr") {
+            Ok(mut stderr) => {
+                let _ = writeln!(stderr, "{line}");
+            }
+            Err(_) => eprintln!("{line}"),
+        }
+        None
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `name` until the filesystem has no byte left for it; the error that stopped it must be ENOSPC.
+    pub fn fill(&self, name: &str) -> PathBuf {
+        use std::io::Write;
+        let path = self.dir.path().join(name);
+        let mut file = std::fs::File::create(&path).expect("create the filler");
+        // Big blocks first, then single bytes for the rest of the last page.
+        for block in [vec![0u8; 4096], vec![0u8; 1]] {
+            loop {
+                match file.write(&block) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => panic!("filling {}: {e}", path.display()),
+                }
+            }
+        }
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazy, so a handle a failed test left open cannot keep the mount; TempDir then removes the directory.
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
 }
