@@ -4,25 +4,29 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use outbox_core::JobStatus;
 
 use crate::duration;
-use crate::fail::code;
+use crate::fail::{code, quoted};
 use crate::render::Format;
 
-const EXIT_CODES: &str = "\
+const AFTER_HELP: &str = "\
+Logs go to stderr: warnings, and progress for `work`. OUTBOX_LOG takes a filter (`debug`,
+`outbox_core=debug`), or RUST_LOG when OUTBOX_LOG is unset; colours only on a terminal, never with NO_COLOR set.
+
 Exit codes:
   0  success (reconcile: no discrepancy)
   1  the database, the filesystem or a worker failed
-  2  bad input: invalid JSON, a payload violating its schema, an unknown kind, a bad option or duration
+  2  bad input: invalid JSON or UTF-8, a payload violating its schema, an unknown kind, a bad option or duration
   3  no job with the given id
   4  the action does not apply to the job's status (retry a pending job, cancel a completed one)
   5  reconcile found discrepancies";
 
 /// Operate an outbox job queue: see what is outstanding, failed, stuck or slow, act on it, run a worker.
 #[derive(Debug, Parser)]
-#[command(name = "outbox", version, after_help = EXIT_CODES)]
+#[command(name = "outbox", version, after_help = AFTER_HELP)]
 pub(crate) struct Cli {
     /// The database: a sea-orm URL (`sqlite://app.db`, `postgres://user@host/db`) or the path of an SQLite file.
     #[arg(long, global = true, env = "OUTBOX_DATABASE_URL", default_value = "sqlite://outbox.db", value_name = "URL")]
@@ -52,7 +56,7 @@ pub(crate) enum Command {
     /// Answer all six questions at once: outstanding, failed, stuck, durations, duplicates, recent.
     Stats {
         /// The window of "durations" and "recent" (e.g. 1h, 30m, 7d).
-        #[arg(long, default_value = "1h", value_parser = duration::arg, value_name = "DURATION")]
+        #[arg(long, default_value = "1h", value_parser = duration::back_arg, value_name = "DURATION")]
         window: Duration,
         /// Failed jobs and duplicate keys listed at most.
         #[arg(long, default_value_t = 10)]
@@ -74,7 +78,7 @@ pub(crate) enum Command {
         #[arg(long, value_delimiter = ',', required = true, value_parser = status_arg)]
         status: Vec<JobStatus>,
         /// Only jobs that finished longer ago than this (e.g. 7d, 12h).
-        #[arg(long, value_parser = duration::arg, value_name = "DURATION")]
+        #[arg(long, value_parser = duration::back_arg, value_name = "DURATION")]
         older_than: Duration,
     },
     /// Print kinds and their JSON Schemas (built in, or recorded by any application's workers).
@@ -102,7 +106,7 @@ pub(crate) struct EnqueueArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub(crate) priority: Option<i32>,
     /// Run no earlier than this from now (e.g. 10m).
-    #[arg(long, value_parser = duration::arg, value_name = "DURATION")]
+    #[arg(long, value_parser = duration::ahead_arg, value_name = "DURATION")]
     pub(crate) delay: Option<Duration>,
     /// Attempts before the job fails for good (default: the kind's).
     #[arg(long)]
@@ -127,8 +131,8 @@ pub(crate) struct ListArgs {
     #[arg(long)]
     pub(crate) queue: Option<String>,
     /// Only jobs changed since: a duration ago (1h) or a time (2026-11-22T10:00:00Z).
-    #[arg(long, value_name = "WHEN")]
-    pub(crate) since: Option<String>,
+    #[arg(long, value_name = "WHEN", value_parser = duration::since_arg)]
+    pub(crate) since: Option<DateTime<Utc>>,
     /// Only the jobs of one sequence (`fs:notes/a.txt`), in sequence order.
     #[arg(long, value_name = "KEY")]
     pub(crate) sequence: Option<String>,
@@ -209,17 +213,24 @@ fn status_arg(text: &str) -> Result<JobStatus, String> {
 /// Prints a usage error on one line with a hint, and returns its exit code (help and version print as
 /// usual and succeed).
 pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
-    use clap::error::ErrorKind;
+    let Some(message) = usage_message(&e) else {
+        let _ = e.print();
+        let missing = e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
+        return ExitCode::from(if missing { code::INVALID } else { code::OK });
+    };
+    eprintln!("error: {message} (hint: `outbox --help` or `outbox <command> --help` lists the options)");
+    ExitCode::from(code::INVALID)
+}
+
+/// A usage error's message on one line, without clap's usage and help lines; `None` for help and version
+/// (and help shown for a missing command), which print as clap renders them.
+pub(crate) fn usage_message(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
     if matches!(
         e.kind(),
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
-        let _ = e.print();
-        return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-            code::INVALID
-        } else {
-            code::OK
-        });
+        return None;
     }
     let rendered = e.render().to_string();
     let message: Vec<&str> = rendered
@@ -228,8 +239,16 @@ pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
         .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
         .filter(|l| !l.is_empty())
         .collect();
-    let message = message.join(" ");
-    let message = message.strip_prefix("error: ").unwrap_or(&message);
-    eprintln!("error: {message} (hint: `outbox --help` or `outbox <command> --help` lists the options)");
-    ExitCode::from(code::INVALID)
+    let message = quoted(&message.join(" "));
+    let mut message = message.strip_prefix("error: ").unwrap_or(&message).to_owned();
+    // clap drops most control characters from the values it quotes (`unexpected argument '' found` for a
+    // NUL), so such a value is named again, escaped.
+    for kind in [ContextKind::InvalidArg, ContextKind::InvalidValue] {
+        if let Some(ContextValue::String(value)) = e.get(kind)
+            && value.contains(char::is_control)
+        {
+            message.push_str(&format!(" (`{}` with its control characters escaped)", quoted(value)));
+        }
+    }
+    Some(message)
 }

@@ -1,27 +1,34 @@
-//! Durations as operators type them: `500ms`, `45s`, `30m`, `12h`, `7d`, `2w`, and sums like `1h30m`.
+//! Durations as operators type them: `500ms`, `45s`, `30m`, `12h`, `7d`, `2w`, and sums like `1h30m`; and
+//! the times they reach from now, which must fall in the years 1 to 9999 like every time the queue stores.
 
 use std::time::Duration;
 
-/// Parses a duration; the error says what is wrong with `text` and what is accepted.
+use chrono::{DateTime, Datelike, TimeDelta, Utc};
+
+use crate::fail::quoted;
+
+const USAGE: &str = "use a whole number with a unit (ms, s, m, h, d, w), e.g. 45s, 7d or 1h30m";
+
+/// Parses a duration; the error says, on one line, what is wrong with `text` and what is accepted.
 pub(crate) fn parse(text: &str) -> Result<Duration, String> {
-    let usage = "use a whole number with a unit (ms, s, m, h, d, w), e.g. 45s, 7d or 1h30m";
     let s = text.trim();
     if s.is_empty() {
-        return Err(format!("an empty duration: {usage}"));
+        return Err(format!("an empty duration: {USAGE}"));
     }
+    let too_large = || format!("`{}` is too large", quoted(text));
     let mut total = Duration::ZERO;
     let mut rest = s;
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!("`{text}` is not a duration: {usage}"));
+            return Err(format!("`{}` is not a duration: {USAGE}", quoted(text)));
         }
-        let n: u64 = rest[..digits].parse().map_err(|_| format!("`{text}` is too large"))?;
+        let n: u64 = rest[..digits].parse().map_err(|_| too_large())?;
         rest = &rest[digits..];
         let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
-        let secs = |k: u64| n.checked_mul(k).map(Duration::from_secs).ok_or_else(|| format!("`{text}` is too large"));
+        let secs = |k: u64| n.checked_mul(k).map(Duration::from_secs).ok_or_else(too_large);
         let part = match unit {
             "ms" => Duration::from_millis(n),
             "s" => secs(1)?,
@@ -29,17 +36,50 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
             "h" => secs(3_600)?,
             "d" => secs(86_400)?,
             "w" => secs(604_800)?,
-            "" => return Err(format!("`{text}` has no unit: {usage}")),
-            other => return Err(format!("`{text}` has an unknown unit `{other}`: {usage}")),
+            "" => return Err(format!("`{}` has no unit: {USAGE}", quoted(text))),
+            other => return Err(format!("`{}` has an unknown unit `{}`: {USAGE}", quoted(text), quoted(other))),
         };
-        total = total.checked_add(part).ok_or_else(|| format!("`{text}` is too large"))?;
+        total = total.checked_add(part).ok_or_else(too_large)?;
     }
     Ok(total)
 }
 
-/// A clap value parser for durations.
-pub(crate) fn arg(text: &str) -> Result<Duration, String> {
-    parse(text)
+/// The time `d` before now; `None` before the year 1, where the queue's times begin (no job is older, and
+/// far enough back the subtraction itself would overflow).
+pub(crate) fn ago(d: Duration) -> Option<DateTime<Utc>> {
+    let t = Utc::now().checked_sub_signed(TimeDelta::from_std(d).ok()?)?;
+    (t.year() >= 1).then_some(t)
+}
+
+/// The time `d` after now; `None` past the year 9999, where the queue's times end (enqueue refuses a later
+/// run time).
+pub(crate) fn ahead(d: Duration) -> Option<DateTime<Utc>> {
+    let t = Utc::now().checked_add_signed(TimeDelta::from_std(d).ok()?)?;
+    (t.year() <= 9_999).then_some(t)
+}
+
+/// A clap value parser for a duration counted back from now (`--window`, `--older-than`).
+pub(crate) fn back_arg(text: &str) -> Result<Duration, String> {
+    let d = parse(text)?;
+    ago(d)
+        .map(|_| d)
+        .ok_or_else(|| format!("`{}` reaches back before the year 1: give a shorter duration", quoted(text)))
+}
+
+/// A clap value parser for a duration counted forward from now (`--delay`).
+pub(crate) fn ahead_arg(text: &str) -> Result<Duration, String> {
+    let d = parse(text)?;
+    ahead(d).map(|_| d).ok_or_else(|| format!("`{}` reaches past the year 9999: give a shorter duration", quoted(text)))
+}
+
+/// A clap value parser for `--since`: a duration ago (`1h`) or an RFC 3339 time (`2026-11-22T10:00:00Z`).
+pub(crate) fn since_arg(text: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let d = parse(text).map_err(|e| format!("{e}; or give a time like 2026-11-22T10:00:00Z"))?;
+    let shorter = "give a shorter duration, or a time like 2026-11-22T10:00:00Z";
+    ago(d).ok_or_else(|| format!("`{}` reaches back before the year 1: {shorter}", quoted(text)))
 }
 
 /// A short human form: `950ms`, `12.3s`, `4m10s`, `3h05m`, `2d04h`.
@@ -75,6 +115,39 @@ mod tests {
             assert!(err.contains(bad.trim()) || bad.is_empty(), "{bad}: {err}");
         }
         assert!(parse("7x").expect_err("unit").contains("unknown unit `x`"));
+        assert_eq!(parse("1h\n").map(|d| d.as_secs()), Ok(3_600), "surrounding whitespace is trimmed");
+        let err = parse("1h\n2x").expect_err("unit");
+        assert!(!err.contains('\n') && err.contains(r"`1h\n2x`"), "{err}");
+    }
+
+    #[test]
+    fn times_out_of_the_queue_s_years_are_refused() {
+        // 100,000,000 days is about 274,000 years: once a panic in `--since`.
+        assert!(
+            back_arg("100000000d").expect_err("too far back").contains("`100000000d` reaches back before the year 1")
+        );
+        assert!(
+            ahead_arg("100000000d").expect_err("too far ahead").contains("`100000000d` reaches past the year 9999")
+        );
+        assert!(back_arg("9999999999999999w").is_err() && ahead_arg("18446744073709551615s").is_err());
+        assert_eq!(back_arg("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(ahead_arg("10m"), Ok(Duration::from_secs(600)));
+        // A thousand years either way is still inside them.
+        assert!(back_arg("52000w").is_ok() && ahead_arg("52000w").is_ok());
+    }
+
+    #[test]
+    fn since_takes_a_duration_or_a_time() {
+        let t = since_arg("2026-11-22T10:00:00+01:00").expect("a time");
+        assert_eq!(t.to_rfc3339(), "2026-11-22T09:00:00+00:00");
+        let hour_ago = since_arg("1h").expect("a duration");
+        let lag = Utc::now() - hour_ago - TimeDelta::hours(1);
+        assert!(lag >= TimeDelta::zero() && lag < TimeDelta::minutes(1), "{lag}");
+        // Once a panic: 100,000,000 days back overflowed the subtraction.
+        for (bad, says) in [("100000000d", "reaches back before the year 1"), ("yesterday", "is not a duration")] {
+            let err = since_arg(bad).expect_err(bad);
+            assert!(err.contains(&format!("`{bad}` {says}")) && err.contains("2026-11-22T10:00:00Z"), "{err}");
+        }
     }
 
     #[test]
@@ -84,5 +157,100 @@ mod tests {
         assert_eq!(human(Duration::from_secs(250)), "4m10s");
         assert_eq!(human(Duration::from_secs(11_100)), "3h05m");
         assert_eq!(human(Duration::from_secs(187_200)), "2d04h");
+    }
+
+    mod generated {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn config() -> ProptestConfig {
+            ProptestConfig { cases: 10_000, failure_persistence: None, ..ProptestConfig::default() }
+        }
+
+        /// Units, and text a unit could be mistaken for, comma-separated (one is empty).
+        const NEAR_UNITS: &str = "ms,s,m,h,d,w,,x,ns,µs,S,H,min,sec,d7,秒,🕐,\0,\u{1b}[31m";
+
+        const UNITS: [(&str, u64); 5] = [("s", 1), ("m", 60), ("h", 3_600), ("d", 86_400), ("w", 604_800)];
+
+        /// Text near the grammar: digit runs of any length, units real and not, sums, signs, decimals,
+        /// unicode digits and letters, and whitespace of every kind around and between the parts.
+        fn near_miss() -> impl Strategy<Value = String> {
+            let space = prop::sample::select(&["", "", " ", "\t", "\n", "\u{3000}", "\u{85}", "\u{2028}"][..]);
+            let number = prop_oneof![
+                "[0-9]{1,3}",
+                "[0-9]{15,25}",
+                Just("18446744073709551615".to_owned()),
+                Just("30500568904943".to_owned()),
+                "[-+.٣０-９]{0,2}[0-9]{0,3}",
+            ];
+            let unit = prop::sample::select(NEAR_UNITS.split(',').collect::<Vec<_>>());
+            (space.clone(), prop::collection::vec((number, unit, space.clone()), 1..5), space).prop_map(
+                |(lead, parts, trail)| {
+                    let body: String = parts.into_iter().map(|(n, u, s)| format!("{n}{u}{s}")).collect();
+                    format!("{lead}{body}{trail}")
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn any_text_parses_or_is_refused_on_one_line_naming_it(
+                text in prop_oneof![any::<String>(), "\\PC{0,12}", near_miss()],
+            ) {
+                match parse(&text) {
+                    Ok(d) => {
+                        prop_assert!(!text.trim().is_empty());
+                        prop_assert!(!human(d).is_empty());
+                        // What parsed reads back the same through its whole-millisecond form when it fits.
+                        if let Ok(ms) = u64::try_from(d.as_millis()) {
+                            prop_assert_eq!(parse(&format!("{ms}ms")), Ok(d));
+                        }
+                        for (arg, limit) in [(back_arg(&text), ago(d)), (ahead_arg(&text), ahead(d))] {
+                            prop_assert_eq!(arg.is_ok(), limit.is_some(), "{:?}", text);
+                        }
+                    }
+                    Err(e) => {
+                        prop_assert!(!e.is_empty() && !e.contains(['\n', '\r']), "{:?}: {:?}", text, e);
+                        if !text.trim().is_empty() {
+                            let named = format!("`{}`", quoted(&text));
+                            prop_assert!(e.contains(&named), "{:?} does not name {}", e, named);
+                        }
+                        prop_assert!(back_arg(&text).is_err() && ahead_arg(&text).is_err());
+                    }
+                }
+            }
+
+            #[test]
+            fn whole_numbers_of_each_unit_round_trip(n in any::<u64>(), unit in 0..6usize, small in 0..100_000u64) {
+                for n in [n, small] {
+                    let (text, expected) = match UNITS.get(unit) {
+                        Some((name, k)) => (format!("{n}{name}"), n.checked_mul(*k).map(Duration::from_secs)),
+                        None => (format!("{n}ms"), Some(Duration::from_millis(n))),
+                    };
+                    match expected {
+                        Some(d) => prop_assert_eq!(parse(&text), Ok(d)),
+                        None => prop_assert_eq!(parse(&text), Err(format!("`{text}` is too large"))),
+                    }
+                }
+            }
+
+            #[test]
+            fn sums_add_up(parts in prop::collection::vec((0..1_000_000u64, 0..6usize), 1..6)) {
+                let mut text = String::new();
+                let mut total = Duration::ZERO;
+                for (n, unit) in parts {
+                    let (name, d) = match UNITS.get(unit) {
+                        Some((name, k)) => (*name, Duration::from_secs(n * k)),
+                        None => ("ms", Duration::from_millis(n)),
+                    };
+                    text.push_str(&format!("{n}{name}"));
+                    total += d;
+                }
+                prop_assert_eq!(parse(&text), Ok(total));
+            }
+        }
     }
 }

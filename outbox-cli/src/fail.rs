@@ -61,6 +61,20 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// `text` as quoted in a one-line message: control characters escaped (`\n`, `\u{1b}`), so a value pasted
+/// with a newline or a terminal escape cannot split the message or colour the terminal.
+pub(crate) fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl From<outbox_core::Error> for Failure {
     fn from(e: outbox_core::Error) -> Self {
         use outbox_core::Error as E;
@@ -117,6 +131,13 @@ mod tests {
         let f = Failure::invalid("bad\nthing  here").hint("do\nthis");
         assert_eq!(f.to_string(), "error: bad thing here (hint: do this)");
         assert_eq!(f.code, code::INVALID);
+    }
+
+    #[test]
+    fn quoted_values_stay_on_one_line() {
+        assert_eq!(quoted("7d"), "7d");
+        assert_eq!(quoted("1h\n30m\u{1b}[31m"), "1h\\n30m\\u{1b}[31m");
+        assert_eq!(quoted("dé jà"), "dé jà");
     }
 
     #[test]

@@ -11,7 +11,12 @@ mod db;
 mod duration;
 mod fail;
 mod kinds;
+mod logs;
+mod payload;
 mod render;
+
+#[cfg(test)]
+mod fuzz_tests;
 
 use std::process::ExitCode;
 

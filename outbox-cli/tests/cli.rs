@@ -58,7 +58,11 @@ impl Env {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
-        cmd.current_dir(self.dir.path()).env_remove("OUTBOX_DATABASE_URL").env_remove("OUTBOX_LOG");
+        cmd.current_dir(self.dir.path())
+            .env_remove("OUTBOX_DATABASE_URL")
+            .env_remove("OUTBOX_LOG")
+            .env_remove("RUST_LOG")
+            .env_remove("NO_COLOR");
         if !args.contains(&"--database-url") {
             match &self.url {
                 Some(url) => cmd.arg("--database-url").arg(url),
@@ -137,7 +141,9 @@ async fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
     .await;
     assert!(drained, "the worker drained the queue; its log: {}", out.stderr);
     assert_eq!(out.code, 0, "graceful stop: {}", out.stderr);
-    assert!(out.stderr.contains("worker running") && out.stderr.contains("worker stopped"), "{}", out.stderr);
+    assert!(out.stderr.contains("worker running"), "{}", out.stderr);
+    assert_eq!(out.stderr.matches("worker stopped").count(), 1, "logged once: {}", out.stderr);
+    assert!(!out.stderr.contains("\x1b["), "no colours in logs written to a pipe: {:?}", out.stderr);
     assert_eq!(std::fs::read_to_string(env.root.join("notes/a.txt")).expect("written"), "one\n");
 
     // list, as JSON and as a table.
@@ -245,10 +251,30 @@ fn bad_input_exits_2_naming_the_field_or_value() {
         (vec!["enqueue", "create_file", "--payload", "{}", "--delay", "5"], "5"),
         (vec!["list", "--since", "yesterday"], "yesterday"),
         (vec!["list", "--status", "done"], "done"),
+        // Out of the years 1 to 9999 the queue's times fall in (the first once panicked).
+        (vec!["list", "--since", "100000000d"], "100000000d"),
+        (vec!["stats", "--window", "100000000d"], "100000000d"),
+        (vec!["purge", "--status", "failed", "--older-than", "100000000d"], "100000000d"),
+        (vec!["enqueue", "create_file", "--payload", "{}", "--delay", "100000000d"], "100000000d"),
     ] {
         let run = env.run(&args);
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
         run.error_naming(&format!("`{value}`"));
+    }
+    for (flag, says) in [
+        ("--since", "reaches back before the year 1"),
+        ("--window", "reaches back before the year 1"),
+        ("--older-than", "reaches back before the year 1"),
+        ("--delay", "reaches past the year 9999"),
+    ] {
+        let args: Vec<&str> = match flag {
+            "--since" => vec!["list", flag, "100000000d"],
+            "--window" => vec!["stats", flag, "100000000d"],
+            "--older-than" => vec!["purge", "--status", "failed", flag, "100000000d"],
+            _ => vec!["enqueue", "create_file", "--payload", "{}", flag, "100000000d"],
+        };
+        let line = env.run(&args).error_naming(says).to_owned();
+        assert!(line.contains(flag) && !line.contains("panicked"), "{line}");
     }
     let run = env.run(&["purge", "--status", "pending", "--older-than", "1d"]);
     assert_eq!(run.code, 2);
@@ -271,7 +297,8 @@ fn bad_input_exits_2_naming_the_field_or_value() {
     std::fs::write(env.dir.path().join("empty.db"), "").expect("empty file");
     let bare = env.run(&["--database-url", "empty.db", "stats"]);
     assert_eq!(bare.code, 1);
-    assert!(bare.error_naming("lacks 4 outbox migration(s)").contains("outbox migrate"));
+    let line = bare.error_naming("outbox migration(s)");
+    assert!(line.contains("lacks") && line.contains("outbox migrate"), "{line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -601,4 +628,49 @@ async fn postgres_urls_work_end_to_end() {
     let drift = env.run(&["reconcile", "--root", &env.root_arg(), "--format", "json"]);
     assert_eq!(drift.code, 5, "{}{}", drift.stdout, drift.stderr);
     assert_eq!(drift.json()["discrepancies"][0]["path"], "pg/a.txt");
+}
+
+#[test]
+fn payloads_that_are_not_utf8_exit_2_naming_their_source() {
+    use std::io::Write;
+
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let mut child = env
+        .command(&["enqueue", "create_file", "--payload", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().expect("stdin").write_all(b"{\"path\": \"a.txt\", \"content\": \"\xff\"}").expect("write");
+    let run = output(child.wait_with_output().expect("exit"));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    run.error_naming("stdin is not UTF-8");
+
+    let file = env.dir.path().join("latin1.json");
+    std::fs::write(&file, b"{\"path\": \"caf\xe9.txt\", \"content\": \"x\"}").expect("payload file");
+    let run = env.run(&["enqueue", "create_file", "--payload", &format!("@{}", file.display())]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    run.error_naming(&format!("the payload file `{}` is not UTF-8", file.display()));
+    assert_eq!(env.ok(&["list", "--format", "json"]).json(), json!([]), "nothing was enqueued");
+}
+
+#[test]
+fn rust_log_is_honoured_unless_outbox_log_is_set() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let enqueue = |n: u32, vars: &[(&str, &str)]| {
+        let payload = json!({ "path": format!("{n}.txt"), "content": "x" }).to_string();
+        let out = env.command(&["enqueue", "create_file", "--payload", &payload]).envs(vars.iter().copied()).output();
+        let run = output(out.expect("run outbox"));
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.stderr
+    };
+    assert!(!enqueue(1, &[]).contains("job enqueued"), "warnings only by default");
+    let debug = enqueue(2, &[("RUST_LOG", "debug")]);
+    assert!(debug.contains("job enqueued"), "RUST_LOG=debug: {debug}");
+    assert!(!debug.contains("\x1b["), "no colours in logs written to a pipe: {debug:?}");
+    assert!(!enqueue(3, &[("RUST_LOG", "debug"), ("OUTBOX_LOG", "warn")]).contains("job enqueued"), "OUTBOX_LOG wins");
+    assert!(enqueue(4, &[("OUTBOX_LOG", "debug"), ("NO_COLOR", "1")]).contains("job enqueued"));
 }

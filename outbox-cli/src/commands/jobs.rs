@@ -1,8 +1,5 @@
 //! Commands on jobs: enqueue, list, get, retry, cancel, purge.
 
-use std::io::Read;
-
-use chrono::{DateTime, Utc};
 use outbox_core::ops::{self, JobFilter};
 use outbox_core::{EnqueueOpts, JobRecord, JobStatus};
 use sea_orm::DatabaseConnection;
@@ -12,31 +9,11 @@ use crate::cli::{EnqueueArgs, ListArgs, RetryArgs};
 use crate::duration;
 use crate::fail::{Failure, Result, code};
 use crate::kinds::{self};
+use crate::payload;
 use crate::render::{self, Format, opt_time, short, table, time};
 
-/// The payload argument: JSON text, `@file`, or `-` for stdin.
-pub(super) fn payload(arg: &str) -> Result<Value> {
-    let (text, from) = if arg == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| Failure::error(format!("reading the payload from stdin: {e}")))?;
-        (text, "stdin".to_owned())
-    } else if let Some(path) = arg.strip_prefix('@') {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Failure::invalid(format!("cannot read the payload file `{path}`: {e}")))?;
-        (text, format!("`{path}`"))
-    } else {
-        (arg.to_owned(), "--payload".to_owned())
-    };
-    serde_json::from_str(&text).map_err(|e| {
-        Failure::invalid(format!("{from} is not valid JSON: {e}"))
-            .hint("quote the payload for your shell, e.g. --payload '{\"path\": \"a.txt\"}'")
-    })
-}
-
 pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: Format) -> Result<u8> {
-    let payload = payload(&args.payload)?;
+    let payload = payload::read(&args.payload)?;
     let known = kinds::resolve(db, &args.kind).await?;
     let mut opts = EnqueueOpts::new();
     if let Some(q) = args.queue {
@@ -71,20 +48,6 @@ pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: 
     Ok(code::OK)
 }
 
-/// `--since`: a duration ago or an RFC 3339 time.
-pub(super) fn since(arg: &str) -> Result<DateTime<Utc>> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(arg) {
-        return Ok(t.with_timezone(&Utc));
-    }
-    let ago = duration::parse(arg).map_err(|e| {
-        Failure::invalid(format!("invalid value `{arg}` for --since: {e}"))
-            .hint("or give a time like 2026-11-22T10:00:00Z")
-    })?;
-    let ago =
-        chrono::Duration::from_std(ago).map_err(|_| Failure::invalid(format!("--since `{arg}` is too far back")))?;
-    Ok(Utc::now() - ago)
-}
-
 pub(super) fn job_rows(jobs: &[JobRecord]) -> Vec<Vec<String>> {
     jobs.iter()
         .map(|j| {
@@ -108,7 +71,7 @@ pub(super) async fn list(db: &DatabaseConnection, args: ListArgs, format: Format
         status: args.status,
         kind: args.kind,
         queue: args.queue,
-        since: args.since.as_deref().map(since).transpose()?,
+        since: args.since,
         sequence: args.sequence,
         limit: args.limit,
     };

@@ -16,7 +16,7 @@ use crate::render::{self, Format};
 /// Runs the command; the exit code on success (reconcile may return one for discrepancies).
 pub(crate) async fn run(cli: Cli) -> Result<u8> {
     let Cli { database_url, format, command } = cli;
-    init_logs(matches!(command, Command::Work(_)));
+    crate::logs::init(matches!(command, Command::Work(_)));
     let create = matches!(command, Command::Migrate);
     let db = db::open(&database_url, create).await?;
     match command {
@@ -33,17 +33,6 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
         Command::Reconcile(args) => reconcile::reconcile(&db, args, format).await,
         Command::Work(args) => work::work(&db, args).await,
     }
-}
-
-/// Logs go to stderr: warnings by default, progress too for `work`; `OUTBOX_LOG` (an env-filter
-/// directive such as `info` or `outbox_core=debug`) overrides.
-fn init_logs(work: bool) {
-    let default = if work { "info" } else { "warn" };
-    let filter = std::env::var("OUTBOX_LOG").unwrap_or_else(|_| default.to_owned());
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
 }
 
 async fn migrate(db: &DatabaseConnection, url: &str, format: Format) -> Result<u8> {

@@ -55,7 +55,7 @@ pub(super) async fn work(db: &DatabaseConnection, args: WorkArgs) -> Result<u8> 
             _ = int.recv() => tracing::info!("interrupted: finishing running jobs"),
         }
     };
+    // The worker logs `worker stopped` itself.
     worker.run_until(stop).await?;
-    tracing::info!(worker = %id, "worker stopped");
     Ok(code::OK)
 }
