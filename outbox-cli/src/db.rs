@@ -1,6 +1,7 @@
 //! Opening the database the command operates on.
 
 use std::path::Path;
+use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
 use sea_orm_migration::MigratorTrait;
@@ -32,8 +33,25 @@ fn sqlite_file(url: &str) -> Option<&str> {
 }
 
 /// Connects. Only `create` (migrate) may create a missing SQLite file; every other command needs the
-/// outbox tables to be up to date.
-pub(crate) async fn open(arg: &str, create: bool) -> Result<DatabaseConnection> {
+/// outbox tables to be up to date. With `wait` (what `work` does), a database that is unavailable for a
+/// reason that passes by itself (a server restarting or refusing connections, a full disk) is waited for,
+/// with a log line per try, instead of failing.
+pub(crate) async fn open(arg: &str, create: bool, wait: bool) -> Result<DatabaseConnection> {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match try_open(arg, create).await {
+            Err((failure, true)) if wait => {
+                tracing::warn!(error = %failure.message, retry_in = ?delay, "database unavailable; waiting for it");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            result => return result.map_err(|(failure, _)| failure),
+        }
+    }
+}
+
+/// One try at [`open`]; a failure says whether it may pass by itself.
+async fn try_open(arg: &str, create: bool) -> std::result::Result<DatabaseConnection, (Failure, bool)> {
     let mut url = url(arg);
     if let Some(file) = sqlite_file(&url) {
         if create {
@@ -41,28 +59,37 @@ pub(crate) async fn open(arg: &str, create: bool) -> Result<DatabaseConnection> 
                 url.push_str(if url.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
             }
         } else if !Path::new(file).exists() {
-            return Err(Failure::error(format!("database file `{file}` does not exist")).hint(
+            let failure = Failure::error(format!("database file `{file}` does not exist")).hint(
                 "run `outbox migrate` to create it, or point --database-url (OUTBOX_DATABASE_URL) at your database",
-            ));
+            );
+            return Err((failure, false));
         }
     }
     let db = outbox_core::connect(&url).await.map_err(|e| {
-        Failure::error(format!("cannot open database `{}`: {e}", shown(&url)))
-            .hint("check --database-url (OUTBOX_DATABASE_URL)")
+        let transient = e.is_transient();
+        let failure = Failure::error(format!("cannot open database `{}`: {e}", shown(&url)))
+            .hint("check --database-url (OUTBOX_DATABASE_URL)");
+        (failure, transient)
     })?;
     if !create {
-        let pending = outbox_core::Migrator::get_pending_migrations(&db)
-            .await
-            .map_err(|e| Failure::error(format!("reading the migrations of `{}`: {e}", shown(&url))))?;
+        let pending = outbox_core::Migrator::get_pending_migrations(&db).await.map_err(|e| {
+            let message = e.to_string();
+            let mut failure = Failure::error(format!("reading the migrations of `{}`: {message}", shown(&url)));
+            if message.contains("is missing") {
+                failure = failure.hint("a newer outbox migrated this database: run a binary at least as new as it");
+            }
+            (failure, outbox_core::Error::from(e).is_transient())
+        })?;
         if !pending.is_empty() {
             let names: Vec<String> = pending.iter().map(|m| m.name().to_owned()).collect();
-            return Err(Failure::error(format!(
+            let failure = Failure::error(format!(
                 "database `{}` lacks {} outbox migration(s): {}",
                 shown(&url),
                 names.len(),
                 names.join(", ")
             ))
-            .hint("run `outbox migrate` first"));
+            .hint("run `outbox migrate` first");
+            return Err((failure, false));
         }
     }
     Ok(db)

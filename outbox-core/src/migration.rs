@@ -70,4 +70,11 @@ impl MigrationTrait for Step {
     async fn down(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
         run_all(manager, self.statements(manager)?.down).await
     }
+
+    /// Every backend, SQLite included, applies a migration and records it in one transaction on one
+    /// connection: a migration that rebuilds a table must never be seen half done, nor its statements spread
+    /// over the pool's connections.
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
 }

@@ -210,18 +210,6 @@ fn locates(payload: &Value, path: &str) -> bool {
     path.rsplit_once('/').is_some_and(|(parent, _)| payload.pointer(parent).is_some_and(Value::is_object))
 }
 
-/// FINDING (outbox-core/src/kind/mod.rs, `typed_rules`): a number the JSON Schema lets through but the field's
-/// Rust type cannot hold (`1e300` or `1.0` for an integer field, which JSON Schema counts as integers; an
-/// integer past `i64` for an `i64` field, whose `int64` format the validator does not check) is refused by the
-/// deserialization of the typed kind with its serde message at `/`, naming neither the field nor its path:
-/// `at /: invalid type: floating point `1e+300`, expected u64`. Tolerated here so the rest of the property
-/// keeps running; `known_finding_a_type_mismatch_is_placed_at_its_field` below fails until it is fixed.
-fn known_unplaced_type_mismatch(payload: &Value, v: &Violation) -> bool {
-    v.path.is_empty()
-        && payload.is_object()
-        && ["invalid type: floating point", "invalid value: integer"].iter().any(|m| v.message.starts_with(m))
-}
-
 /// A refusal of `payload` says, on one line, which kind refused it and where in the payload each fault is.
 fn clear_refusal(kind: &str, payload: &Value, violations: &[Violation]) -> Result<(), TestCaseError> {
     prop_assert!(!violations.is_empty(), "a refusal without a violation");
@@ -230,9 +218,7 @@ fn clear_refusal(kind: &str, payload: &Value, violations: &[Violation]) -> Resul
         prop_assert!(locates(payload, &v.path), "{:?} is nowhere in the payload ({})", v.path, v);
         prop_assert!(!v.message.trim().is_empty() && !v.message.contains('\n'), "{:?}", v.message);
         // A fault of one field is placed at that field, not at the payload as a whole.
-        if !known_unplaced_type_mismatch(payload, v) {
-            prop_assert!(!v.path.is_empty() || !payload.is_object(), "a fault inside an object placed at `/`: {}", v);
-        }
+        prop_assert!(!v.path.is_empty() || !payload.is_object(), "a fault inside an object placed at `/`: {}", v);
     }
     let text = Error::InvalidPayload { kind: kind.to_owned(), violations: violations.to_vec() }.to_string();
     prop_assert!(text.contains(&format!("kind `{kind}`")) && !text.contains('\n'), "{}", text);
@@ -332,20 +318,6 @@ fn intents() -> impl Strategy<Value = Intents> {
     ]
 }
 
-/// FINDING (outbox-core/src/kind/mod.rs, `canonical_json` as used by `derive_key`): numbers are keyed by
-/// their text, so `0.0` and `-0.0`, equal as JSON values and as `f64`, give two keys and two jobs for one
-/// intent. Tolerated here (the only values equal under `==` whose text differs) so the rest of the property
-/// keeps running; `known_finding_zero_and_negative_zero_collapse` below fails until it is fixed.
-fn known_signed_zero(case: &Intents) -> bool {
-    let (a, b) = match case {
-        Intents::Fields { key, other_key, .. } => (key, other_key),
-        Intents::Hash { data, other } => (data, other),
-    };
-    // Compared as text on purpose: `==` on the values is what calls the two zeros equal.
-    let text = |v: &Value| v.to_string();
-    text(a) != text(b)
-}
-
 /// The payloads of a case, its kind, and whether the third payload carries the same intent as the first.
 fn payloads(case: &Intents) -> Result<(std::sync::Arc<Kind>, [Value; 3], bool), Error> {
     Ok(match case {
@@ -403,8 +375,7 @@ async fn check_keys(db: &DatabaseConnection, case: &Intents) -> Result<(), TestC
         let id = out[0].id().to_owned();
         prop_assert!(out[0].is_new());
         prop_assert_eq!(&out[1], &Enqueued::Existing(id.clone()), "the same intent spelled otherwise got its own job");
-        // A signed zero is the documented finding of `known_signed_zero`.
-        if same && !known_signed_zero(case) {
+        if same {
             prop_assert_eq!(&out[2], &Enqueued::Existing(id.clone()), "equal key values got their own job");
         } else if !same {
             prop_assert!(out[2].is_new() && out[2].id() != id, "different key values collapsed: {:?}", out);
@@ -444,8 +415,7 @@ async fn fresh_db(dir: &std::path::Path) -> DatabaseConnection {
 }
 
 #[test]
-#[ignore = "finding: typed_rules refuses a type mismatch at `/` without naming the field"]
-fn known_finding_a_type_mismatch_is_placed_at_its_field() {
+fn a_type_mismatch_the_schema_lets_through_is_placed_at_its_field() {
     // Shrunk by proptest from `payloads_are_accepted_as_their_type_or_refused_at_a_path`.
     let payload = json!({ "points": [{ "at": 1e300, "value": 0 }], "labels": {} });
     let err = Kind::of::<Series>().expect("kind").validate(&payload).expect_err("1e300 is no u64");
@@ -461,8 +431,7 @@ fn known_finding_a_type_mismatch_is_placed_at_its_field() {
 }
 
 #[tokio::test]
-#[ignore = "finding: derive_key keys 0.0 and -0.0 apart"]
-async fn known_finding_zero_and_negative_zero_collapse() {
+async fn zero_and_negative_zero_collapse() {
     // Shrunk by proptest from `same_intents_collapse_onto_one_key_and_different_ones_do_not`.
     let dir = tempfile::tempdir().expect("temp dir");
     let db = fresh_db(dir.path()).await;

@@ -16,7 +16,7 @@ const ENOSPC: &str = "No space left on device (ENOSPC)";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_delays_create_file_until_space_returns_under_the_default_retry_policy() {
     let test = "enospc::a_full_disk_delays_create_file_until_space_returns_under_the_default_retry_policy";
-    let Some(fs) = common::Tmpfs::mount(test, "256k") else { return };
+    let Some(fs) = outbox_tests::Tmpfs::mount(test, "256k") else { return };
     let t = outbox_tests::fresh_db().await;
     let root = Root::open(fs.path()).expect("root");
     let filler = fs.fill("filler");

@@ -2,8 +2,10 @@
 //! macro that runs a test on all of them, and the worker binary the crash and race tests run as child
 //! processes.
 
+mod cluster;
 mod database;
 pub mod http;
+mod tmpfs;
 
 use std::time::Duration;
 
@@ -12,7 +14,9 @@ use schemars::JsonSchema;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde::{Deserialize, Serialize};
 
+pub use cluster::PgCluster;
 pub use database::{Backend, TestDb, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec};
+pub use tmpfs::Tmpfs;
 
 /// A job that carries a number; tests attach whatever handler they need.
 #[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -158,17 +162,24 @@ fn required_server(var: &str, what: &str, hint: &str, test: &str) -> Option<Stri
         Ok(url) if !url.is_empty() => Some(url),
         _ if std::env::var_os("CI").is_some() => panic!("{var} must point at {what} in CI"),
         _ => {
-            // The test harness captures what a passing test prints, and a skip must be seen: write past the
-            // capture to the process's stderr where the platform offers `/dev/stderr`.
-            use std::io::Write;
-            let line = format!("SKIPPED {test}: {var} is unset ({hint})");
-            match std::fs::OpenOptions::new().append(true).open("/dev/stderr") {
-                Ok(mut stderr) => {
-                    let _ = writeln!(stderr, "{line}");
-                }
-                Err(_) => eprintln!("{line}"),
-            }
+            unavailable(test, &format!("{var} is unset ({hint})"));
             None
         }
+    }
+}
+
+/// Says that `test` cannot run here and why: a visible `SKIPPED` line, or under `CI` (which installs
+/// everything the tests need) a failure.
+pub fn unavailable(test: &str, why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "{test} cannot run in CI: {why}");
+    // The test harness captures what a passing test prints, and a skip must be seen: write past the capture
+    // to the process's stderr where the platform offers `/dev/stderr`.
+    use std::io::Write;
+    let line = format!("SKIPPED {test}: {why}");
+    match std::fs::OpenOptions::new().append(true).open("/dev/stderr") {
+        Ok(mut stderr) => {
+            let _ = writeln!(stderr, "{line}");
+        }
+        Err(_) => eprintln!("{line}"),
     }
 }

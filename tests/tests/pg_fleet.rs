@@ -1,5 +1,6 @@
 //! Eight worker processes drain 20,000 jobs from one PostgreSQL schema: every job runs exactly once and none
-//! is left behind, also while the workers' database connections are killed every 500 ms.
+//! is left behind, also while the workers' database connections are killed every 500 ms, and through a
+//! restart of the server.
 //!
 //! Executions are counted from the run logs the children append to before each handler goes on, not taken
 //! from the job table.
@@ -80,6 +81,43 @@ async fn chaos(t: TestDb) {
     // The worker's own connections (claims, completions, LISTEN), not only the pool the process opened.
     assert!(kills.by_app.keys().any(|app| app != "outbox-fleet"), "no worker connection was killed: {kills:?}");
     admin.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_drain_through_a_server_restart_without_help_on_postgres() {
+    let test = "workers_drain_through_a_server_restart_without_help_on_postgres";
+    let Some(cluster) = outbox_tests::PgCluster::start(test) else { return };
+    let db = outbox_core::connect(&cluster.url).await.expect("connect to the test's own server");
+    outbox_core::migrate(&db).await.expect("migrate");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("unused.db");
+    let t = TestDb { db, backend: Backend::Postgres, url: cluster.url.clone(), path, schema: None, dir };
+    enqueue(&t, |n| n % 10).await;
+    let fleet = Fleet::start(&t, &t.url, "serve");
+    fleet.wait_ready().await;
+    let started = Instant::now();
+    // Restart once a quarter of the jobs ran, while every worker is busy claiming and completing.
+    let quarter = outbox_tests::eventually(TIMEOUT, || async {
+        scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await >= JOBS as i64 / 4
+    })
+    .await;
+    assert!(quarter, "a quarter of the jobs never completed: {}", fleet.stderr_tails());
+    let before = scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await;
+    cluster.restart_fast();
+    fleet.wait().await;
+    let elapsed = started.elapsed();
+    // The test's own pool lost its connections with the restart.
+    let db = outbox_core::connect(&cluster.url).await.expect("reconnect");
+    let t = TestDb { db, ..t };
+    let warnings = fleet.warnings();
+    let runs = check_every_job_ran_once(&t, &fleet.logs).await;
+    eprintln!(
+        "{JOBS} jobs by {WORKERS} processes in {elapsed:.1?}, restarted after {before} completed; warnings and \
+         errors the workers logged: {warnings:?}; runs per process: {:?}",
+        runs.per_log
+    );
+    assert!(before < JOBS as i64, "every job completed before the restart: it tested nothing");
+    assert!(!warnings.is_empty(), "no worker noticed the restart");
 }
 
 /// Enqueues the `Race` jobs, `sleep_ms(n)` each, in batches of 1,000.

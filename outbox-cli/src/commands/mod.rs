@@ -18,7 +18,7 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
     let Cli { database_url, format, command } = cli;
     crate::logs::init(matches!(command, Command::Work(_)));
     let create = matches!(command, Command::Migrate);
-    let db = db::open(&database_url, create).await?;
+    let db = db::open(&database_url, create, matches!(command, Command::Work(_))).await?;
     match command {
         Command::Migrate => migrate(&db, &database_url, format).await,
         Command::Enqueue(args) => jobs::enqueue(&db, args, format).await,

@@ -73,10 +73,26 @@ struct Spec {
 
 /// [`Job::validate`] of `J` on a JSON payload.
 fn typed_rules<J: Job>(payload: &Value) -> Vec<Violation> {
-    match J::deserialize(payload) {
+    match serde_path_to_error::deserialize::<_, J>(payload) {
         Ok(job) => job.validate().err().unwrap_or_default(),
-        Err(e) => vec![Violation { path: String::new(), message: e.to_string() }],
+        // What the schema lets through and the type refuses (`1.0` or `1e300` for an integer) is placed at
+        // the field, like a schema violation.
+        Err(e) => vec![Violation { path: pointer(e.path()), message: e.inner().to_string() }],
     }
+}
+
+/// A deserializer's path as a JSON pointer.
+fn pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|segment| match segment {
+            Segment::Seq { index } => Some(index.to_string()),
+            Segment::Map { key } => Some(crate::error::pointer_token(key)),
+            Segment::Enum { variant } => Some(crate::error::pointer_token(variant)),
+            Segment::Unknown => None,
+        })
+        .map(|token| format!("/{token}"))
+        .collect()
 }
 
 impl std::fmt::Debug for Kind {
@@ -362,8 +378,14 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
+        Value::Number(n) => out.push_str(&canonical_number(n)),
         scalar => out.push_str(&scalar.to_string()),
     }
+}
+
+/// `-0.0` is written as `0.0`: the two are equal JSON values (and `f64`s), so one intent has one key.
+fn canonical_number(n: &serde_json::Number) -> String {
+    if n.is_f64() && n.as_f64() == Some(0.0) { "0.0".to_owned() } else { n.to_string() }
 }
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
@@ -396,6 +418,12 @@ mod tests {
     fn canonical_json_sorts_keys_at_every_level() {
         let v = json!({"b": 1, "a": {"y": [2, {"d": 1, "c": 2}], "x": null}});
         assert_eq!(canonical_json(&v), r#"{"a":{"x":null,"y":[2,{"c":2,"d":1}]},"b":1}"#);
+    }
+
+    #[test]
+    fn canonical_json_writes_both_zeros_alike() {
+        assert_eq!(canonical_json(&json!([0.0, -0.0])), "[0.0,0.0]");
+        assert_eq!(canonical_json(&json!([0, 1.5, -2.5])), "[0,1.5,-2.5]");
     }
 
     #[test]
