@@ -74,8 +74,16 @@ impl HttpConnector for Redacting {
 /// reads them whole anyway.
 async fn redact(mut response: HttpResponse, secret: &[u8]) -> Result<HttpResponse, ConnectorError> {
     let body = ByteStream::new(response.take_body()).collect().await.map_err(|e| ConnectorError::io(e.into()))?;
-    *response.body_mut() = SdkBody::from(replace(&body.into_bytes(), secret));
+    // S3 also echoes the signed request as hex bytes (`<CanonicalRequestBytes>74 6f 6b ...`).
+    let body = spelled(secret).iter().fold(body.into_bytes().to_vec(), |body, form| replace(&body, form));
+    let length = body.len();
+    *response.body_mut() = SdkBody::from(body);
     let headers = response.headers_mut();
+    // The SDK holds a body to its announced length: announce the new one.
+    if headers.get("content-length").is_some() {
+        headers.remove("content-length");
+        let _ = headers.try_insert("content-length", length.to_string());
+    }
     let tainted: Vec<(String, Vec<u8>)> = headers
         .iter_bytes()
         .filter(|(_, value)| find(value, secret).is_some())
@@ -89,6 +97,16 @@ async fn redact(mut response: HttpResponse, secret: &[u8]) -> Result<HttpRespons
         }
     }
     Ok(response)
+}
+
+/// `secret` as itself and as the hex bytes an error answer may spell it in.
+fn spelled(secret: &[u8]) -> Vec<Vec<u8>> {
+    let hex = |sep: &str, upper: bool| {
+        let digits: Vec<String> =
+            secret.iter().map(|b| if upper { format!("{b:02X}") } else { format!("{b:02x}") }).collect();
+        digits.join(sep).into_bytes()
+    };
+    vec![secret.to_vec(), hex(" ", false), hex(" ", true), hex("", false), hex("", true)]
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -117,5 +135,11 @@ mod tests {
         assert_eq!(replace(b"a TOKEN b TOKENTOKEN", b"TOKEN"), b"a [redacted] b [redacted][redacted]");
         assert_eq!(replace(b"nothing here", b"TOKEN"), b"nothing here");
         assert_eq!(replace(b"", b"TOKEN"), b"");
+    }
+
+    #[test]
+    fn hex_spellings_are_covered() {
+        let forms = spelled(b"Tok");
+        assert!(forms.contains(&b"54 6f 6b".to_vec()) && forms.contains(&b"546F6B".to_vec()), "{forms:?}");
     }
 }

@@ -18,55 +18,10 @@ use serde_json::json;
 
 const CANARY: &str = "CanarySecretKey/9f8e7d6c5b4a+outbox";
 
-/// Everything logged, at every level, from every crate.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("lock")).into_owned()
-    }
-}
-
-/// Every column of every job and event row, as text.
-async fn rows(db: &sea_orm::DatabaseConnection) -> String {
-    let query = |sql: String| db.query_all_raw(Statement::from_string(DbBackend::Sqlite, sql));
-    let mut out = String::new();
-    for table in ["outbox_jobs", "outbox_job_events"] {
-        let columns: Vec<String> = query(format!("SELECT name FROM pragma_table_info('{table}')"))
-            .await
-            .expect("columns")
-            .iter()
-            .map(|r| r.try_get_by_index::<String>(0).expect("column name"))
-            .collect();
-        assert!(columns.len() > 3, "{table}: {columns:?}");
-        let list = columns.iter().map(|c| format!("CAST(\"{c}\" AS TEXT)")).collect::<Vec<_>>().join(", ");
-        for row in query(format!("SELECT {list} FROM {table}")).await.expect("rows") {
-            for i in 0..columns.len() {
-                let value = row.try_get_by_index::<Option<String>>(i).expect("a column as text");
-                out.push_str(value.as_deref().unwrap_or("NULL"));
-                out.push('|');
-            }
-            out.push('\n');
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_secret_never_leaves_the_credentials() {
     let Some(endpoint) = common::endpoint("a_canary_secret_never_leaves_the_credentials") else { return };
-    let logs = Captured::default();
+    let logs = outbox_tests::Captured::default();
     let writer = logs.clone();
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -122,7 +77,7 @@ async fn a_canary_secret_never_leaves_the_credentials() {
     }
 
     let logs = logs.text();
-    let rows = rows(&t.db).await;
+    let rows = outbox_tests::job_rows(&t.db).await;
     // The capture is real: it holds our events and the SDK's request traces, and the rows hold the errors.
     assert!(logs.contains("aws resource in sync") && logs.contains("aws sync failed"), "{logs}");
     assert!(logs.contains("aws_smithy_runtime"), "the SDK's own traces are captured");
@@ -146,19 +101,7 @@ const CHILD: &str = "OUTBOX_TEST_AWS_SECRETS_CHILD";
 
 /// Where `text` holds a canary or a piece of one, described without repeating it.
 fn leaks(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for (var, secret) in ENV_CANARIES {
-        let hit = (0..=secret.len() - FRAGMENT).find_map(|i| text.find(&secret[i..i + FRAGMENT]).map(|at| (i, at)));
-        if let Some((piece, at)) = hit {
-            let start = text.floor_char_boundary(at.saturating_sub(80));
-            let end = text.ceil_char_boundary((at + 80).min(text.len()));
-            let context = ENV_CANARIES.iter().fold(text[start..end].to_owned(), |t, (_, s)| {
-                (0..=s.len() - FRAGMENT).fold(t, |t, i| t.replace(&s[i..i + FRAGMENT], "<CANARY>"))
-            });
-            out.push(format!("{var} (from byte {piece} of it) at byte {at}: ...{context}..."));
-        }
-    }
-    out
+    outbox_tests::leaks(text, ENV_CANARIES, FRAGMENT)
 }
 
 /// The canaries go in through the environment, which a test can only set for a process of its own; the
@@ -200,7 +143,7 @@ async fn environment_canaries_never_leak_on_bad_credentials_or_error_answers_chi
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let logs = Captured::default();
+    let logs = outbox_tests::Captured::default();
     let writer = logs.clone();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
@@ -290,7 +233,7 @@ async fn environment_canaries_never_leak_on_bad_credentials_or_error_answers_chi
     held.abort();
 
     let logs = logs.text();
-    let rows = rows(&t.db).await;
+    let rows = outbox_tests::job_rows(&t.db).await;
     // The capture is real: our events, the SDK's traces of the answers, the errors in the rows.
     for needle in ["aws sync failed", "aws_smithy_runtime", "read HTTP response body", "TRACE"] {
         assert!(logs.contains(needle), "the logs hold `{needle}`");

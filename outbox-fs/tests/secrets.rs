@@ -56,7 +56,7 @@ async fn canaries_in_the_environment_never_leak_from_failing_extractions_child()
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let logs = Captured::default();
+    let logs = outbox_tests::Captured::default();
     let writer = logs.clone();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
@@ -157,7 +157,7 @@ printf '{"type":"result","subtype":"success","is_error":false,"result":"answer\\
     assert_eq!(std::fs::read_to_string(e.root_dir.join("answers/cli-success.md")).expect("answer"), "answer\n");
 
     let logs = logs.text();
-    let rows = rows(&e.db).await;
+    let rows = outbox_tests::job_rows(&e.db).await;
     let errors = errors.lock().expect("lock").join("\n");
     let files = files(e.tmp.path());
     // The capture is real: our events, the HTTP stack's traces, the errors in rows and files.
@@ -185,19 +185,7 @@ fn canary(var: &str) -> &'static str {
 
 /// Where `text` holds a canary or a piece of one, described without repeating it.
 fn leaks(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for (var, secret) in CANARIES {
-        let hit = (0..=secret.len() - FRAGMENT).find_map(|i| text.find(&secret[i..i + FRAGMENT]).map(|at| (i, at)));
-        if let Some((piece, at)) = hit {
-            let start = text.floor_char_boundary(at.saturating_sub(80));
-            let end = text.ceil_char_boundary((at + 80).min(text.len()));
-            let context = CANARIES.iter().fold(text[start..end].to_owned(), |t, (_, s)| {
-                (0..=s.len() - FRAGMENT).fold(t, |t, i| t.replace(&s[i..i + FRAGMENT], "<CANARY>"))
-            });
-            out.push(format!("{var} (from byte {piece} of it) at byte {at}: ...{context}..."));
-        }
-    }
-    out
+    outbox_tests::leaks(text, CANARIES, FRAGMENT)
 }
 
 fn api(base: &str, timeout: Duration) -> AnthropicApi {
@@ -267,53 +255,6 @@ impl Extractor for Recording {
             result
         })
     }
-}
-
-/// Everything logged.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("lock")).into_owned()
-    }
-}
-
-/// Every column of every row of the job and event tables, as text.
-async fn rows(db: &sea_orm::DatabaseConnection) -> String {
-    let query = |sql: String| db.query_all_raw(Statement::from_string(DbBackend::Sqlite, sql));
-    let mut out = String::new();
-    for table in ["outbox_jobs", "outbox_job_events"] {
-        let columns: Vec<String> = query(format!("SELECT name FROM pragma_table_info('{table}')"))
-            .await
-            .expect("columns")
-            .iter()
-            .map(|r| r.try_get_by_index::<String>(0).expect("column name"))
-            .collect();
-        assert!(columns.len() > 3, "{table}: {columns:?}");
-        let list = columns.iter().map(|c| format!("CAST(\"{c}\" AS TEXT)")).collect::<Vec<_>>().join(", ");
-        let rows = query(format!("SELECT {list} FROM {table}")).await.expect("rows");
-        assert!(!rows.is_empty(), "{table} has rows");
-        for row in rows {
-            for i in 0..columns.len() {
-                let value = row.try_get_by_index::<Option<String>>(i).expect("a column as text");
-                out.push_str(value.as_deref().unwrap_or("NULL"));
-                out.push('|');
-            }
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// Every file under `dir`, with its bytes.

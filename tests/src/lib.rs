@@ -5,6 +5,7 @@
 mod cluster;
 mod database;
 pub mod http;
+mod secrets;
 mod tmpfs;
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cluster::PgCluster;
 pub use database::{Backend, TestDb, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec};
+pub use secrets::{Captured, job_rows, leaks};
 pub use tmpfs::Tmpfs;
 
 /// A job that carries a number; tests attach whatever handler they need.

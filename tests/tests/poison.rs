@@ -59,6 +59,12 @@ async fn unreadable_rows_fail_alone_while_every_good_job_completes() {
     for (id, payload, _) in bad {
         exec(&db, &insert(Backend::Sqlite, id, payload), vec![]).await;
     }
+    // More unreadable rows at the head of the queue than a claim takes: a claim made only of them must not
+    // look like an empty queue.
+    const MORE: usize = 20;
+    for n in 0..MORE {
+        exec(&db, &insert(Backend::Sqlite, &format!("bad-more-{n:02}"), "x'00'"), vec![]).await;
+    }
     // Before, the first claim read the BLOB and failed as a whole, and so did every claim after it.
     drain(&db).await;
 
@@ -74,7 +80,7 @@ async fn unreadable_rows_fail_alone_while_every_good_job_completes() {
     let failed = ops::list(&db, &outbox_core::JobFilter { status: Some(JobStatus::Failed), ..Default::default() })
         .await
         .expect("the failed jobs are listed");
-    assert_eq!(failed.len(), bad.len());
+    assert_eq!(failed.len(), bad.len() + MORE);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,11 +91,14 @@ async fn the_upgrade_to_enforced_types_keeps_every_row_and_fails_jobs_it_cannot_
     exec(&db, &insert(Backend::Sqlite, "blob-pending", "x'00ff'"), vec![]).await;
     exec(&db, &insert(Backend::Sqlite, "blob-done", "x'01'"), vec![]).await;
     exec(&db, "UPDATE outbox_jobs SET status = 'completed', output = x'02' WHERE id = 'blob-done'", vec![]).await;
+    // Text where a number belongs passed the old table's checks (text sorts above every number).
+    exec(&db, &insert(Backend::Sqlite, "text-attempts", r#"'{"n": 7}'"#), vec![]).await;
+    exec(&db, "UPDATE outbox_jobs SET max_attempts = 'many' WHERE id = 'text-attempts'", vec![]).await;
     let events_before = scalar(&db, "SELECT COUNT(*) FROM outbox_job_events").await;
 
     outbox_core::migrate(&db).await.expect("upgrade");
 
-    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM outbox_jobs").await, GOOD as i64 + 2, "no row lost");
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM outbox_jobs").await, GOOD as i64 + 3, "no row lost");
     assert_eq!(scalar(&db, "SELECT COUNT(*) FROM outbox_job_events").await, events_before, "history kept");
     let pending = ops::get(&db, "blob-pending").await.expect("read");
     assert_eq!(pending.status, JobStatus::Failed);
@@ -106,7 +115,7 @@ async fn the_upgrade_to_enforced_types_keeps_every_row_and_fails_jobs_it_cannot_
     .await;
     assert_eq!(objects, 12, "the rebuilt table has its 7 indexes and 5 triggers back");
     drain(&db).await;
-    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, GOOD as i64 + 1);
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, GOOD as i64 + 2);
 }
 
 conformance!(the_database_refuses_payloads_that_are_not_json_text);

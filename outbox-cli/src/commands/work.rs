@@ -44,7 +44,13 @@ pub(super) async fn work(db: &DatabaseConnection, args: WorkArgs) -> Result<u8> 
     for (kind, n) in &args.limits {
         builder = builder.concurrency_limit(kind.clone(), *n);
     }
-    let worker = builder.build().await?;
+    // Building waits out a database that is unavailable for now (a full disk, a restarting server); a signal
+    // meanwhile stops the process rather than waiting behind it.
+    let worker = tokio::select! {
+        worker = builder.build() => worker?,
+        _ = term.recv() => return Ok(stopped_before_start("SIGTERM")),
+        _ = int.recv() => return Ok(stopped_before_start("interrupted")),
+    };
     let id = worker.id().to_owned();
     let queues = if args.queues.is_empty() { "all".to_owned() } else { args.queues.join(", ") };
     tracing::info!(worker = %id, kinds = %handled.join(","), queues = %queues, concurrency = args.concurrency,
@@ -58,4 +64,9 @@ pub(super) async fn work(db: &DatabaseConnection, args: WorkArgs) -> Result<u8> 
     // The worker logs `worker stopped` itself.
     worker.run_until(stop).await?;
     Ok(code::OK)
+}
+
+fn stopped_before_start(why: &str) -> u8 {
+    tracing::info!("{why} before the worker started: nothing was claimed");
+    code::OK
 }

@@ -23,7 +23,8 @@ pub(crate) fn any(e: &(dyn StdError + 'static)) -> bool {
                 DbErr::Conn(RuntimeErr::SqlxError(e))
                 | DbErr::Exec(RuntimeErr::SqlxError(e))
                 | DbErr::Query(RuntimeErr::SqlxError(e)) => sqlx(e),
-                DbErr::ConnectionAcquire(ConnAcquireErr::Timeout | ConnAcquireErr::ConnectionClosed) => true,
+                // A closed pool (`ConnectionClosed`) never opens again.
+                DbErr::ConnectionAcquire(ConnAcquireErr::Timeout) => true,
                 _ => false,
             };
         }
@@ -56,12 +57,12 @@ pub(crate) fn sqlx(e: &sqlx::Error) -> bool {
             }
             // 08: connection exception; 40: serialization failure or deadlock; 53: insufficient resources
             // (disk full, out of connections); 57P: operator intervention (admin shutdown, terminated
-            // backend, the server starting up); 58: system error (I/O); 55P03: lock not available; 25006: a
-            // read-only transaction (a standby during failover).
+            // backend, the server starting up; not 57P04, a dropped database); 58: system error (I/O); 55P03:
+            // lock not available; 25006: a read-only transaction (a standby during failover).
             code.starts_with("08")
                 || code.starts_with("40")
                 || code.starts_with("53")
-                || code.starts_with("57P")
+                || (code.starts_with("57P") && code != "57P04")
                 || code.starts_with("58")
                 || code == "55P03"
                 || code == "25006"

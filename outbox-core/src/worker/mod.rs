@@ -305,7 +305,8 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let mut delay = config.poll_interval.min(config.max_db_backoff);
+    let mut delay =
+        config.poll_interval.clamp(Duration::from_millis(100), config.max_db_backoff.max(Duration::from_millis(100)));
     loop {
         match attempt().await {
             Ok(v) => return Ok(v),

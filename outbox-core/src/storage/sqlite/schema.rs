@@ -61,12 +61,12 @@ macro_rules! jobs_table {
 }
 
 /// The statements that replace the jobs table with `$create` filled by `$copy` (as `outbox_jobs_rebuild`):
-/// the old table's triggers go first (dropping the table must not run its delete triggers), then the table;
-/// the new one takes its name and gets the indexes and triggers back.
+/// the old table's triggers go first, then the table; the new one takes its name and gets the indexes and
+/// triggers back. The migration runs in one transaction whose first statement writes, so it takes the write
+/// lock at once, waiting out other writers (a transaction that read first could not wait for it).
 macro_rules! rebuild {
     ($create:expr, $copy:expr) => {
         &[
-            "DROP TABLE IF EXISTS outbox_jobs_rebuild",
             $create,
             $copy,
             "DROP TRIGGER IF EXISTS outbox_jobs_transition",
@@ -114,7 +114,8 @@ macro_rules! unrunnable {
     };
 }
 
-/// Types that the database enforces. An ordinary SQLite table stores whatever a writer hands it (a BLOB in
+/// Types that the database enforces (and attempt counts that cannot overflow a claim's `attempts + 1`). An
+/// ordinary SQLite table stores whatever a writer hands it (a BLOB in
 /// `payload`, text in `attempts`), and one such row written by another tool used to stop every claim; a
 /// STRICT table refuses wrong types, and its JSON columns (`ANY`, which keeps values as written, where a TEXT
 /// column would turn a number into text) must hold text: BLOB, INTEGER and REAL payloads are refused at the
@@ -126,7 +127,8 @@ const SCHEMA_V5_STRICT: &[&str] = rebuild!(
         "ANY",
         ",
             CHECK (typeof(payload) = 'text'),
-            CHECK (output IS NULL OR typeof(output) = 'text')
+            CHECK (output IS NULL OR typeof(output) = 'text'),
+            CHECK (attempts BETWEEN 0 AND 1000000000 AND runs BETWEEN 0 AND 1000000000)
         ) STRICT"
     ),
     concat!(
@@ -140,14 +142,17 @@ const SCHEMA_V5_STRICT: &[&str] = rebuild!(
         json_of!("payload"),
         ", CASE WHEN ",
         unrunnable!(),
-        " THEN 'failed' ELSE status END, CAST(priority AS INTEGER), CAST(attempts AS INTEGER), \
-         CAST(runs AS INTEGER), CAST(max_attempts AS INTEGER), CAST(run_at AS INTEGER), ",
+        " THEN 'failed' ELSE status END, CAST(priority AS INTEGER), \
+         MIN(MAX(CAST(attempts AS INTEGER), 0), 1000000000), MIN(MAX(CAST(runs AS INTEGER), 0), 1000000000), \
+         MAX(CAST(max_attempts AS INTEGER), 1), CAST(run_at AS INTEGER), ",
         text_of!("locked_by"),
         ", CAST(locked_at AS INTEGER), CASE WHEN ",
         unrunnable!(),
         " THEN NULL ELSE CAST(lease_expires_at AS INTEGER) END, CASE WHEN ",
         unrunnable!(),
-        " THEN 'job `' || id || '` cannot be read: its `payload` column holds a BLOB of ' || length(payload) \
+        " THEN 'job `' || ",
+        text_of!("id"),
+        " || '` cannot be read: its `payload` column holds a BLOB of ' || length(payload) \
          || ' bytes; failed by the upgrade to a strict schema (the bytes are kept in the payload as hex)' ELSE ",
         text_of!("last_error"),
         " END, ",

@@ -366,32 +366,41 @@ fn claim_of(
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
          sequence_key IS NOT NULL, rowid"
     );
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let ctx = || Error::db("claiming jobs");
     let mut claimed = Vec::new();
-    let mut bad = Vec::new();
-    {
-        let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
-        let mut rows = stmt
-            .query(params![config.worker_id, now, lease_until, kinds_json, limit, config.queues_json])
-            .map_err(ctx())?;
-        while let Some(row) = rows.next().map_err(ctx())? {
-            match claimed_row(row) {
-                Ok(job) => claimed.push(job),
-                Err(u) => bad.push((row.get::<_, i64>(9).map_err(ctx())?, u)),
+    // Rows that could not be read take no slot: claim again past them, so a head of the queue made of
+    // them never looks like an empty queue.
+    loop {
+        let want = i64::try_from(limit - claimed.len()).unwrap_or(i64::MAX);
+        let mut bad = Vec::new();
+        {
+            let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
+            let mut rows = stmt
+                .query(params![config.worker_id, now, lease_until, kinds_json, want, config.queues_json])
+                .map_err(ctx())?;
+            while let Some(row) = rows.next().map_err(ctx())? {
+                match claimed_row(row) {
+                    Ok(job) => claimed.push(job),
+                    Err(u) => bad.push((row.get::<_, i64>(9).map_err(ctx())?, u)),
+                }
             }
         }
+        if bad.is_empty() {
+            return Ok(claimed);
+        }
+        for (rowid, u) in bad {
+            conn.prepare_cached(
+                "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, \
+                 updated_at = ?2 WHERE rowid = ?3",
+            )
+            .and_then(|mut s| s.execute(params![u.error(), now, rowid]))
+            .map_err(Error::db(format!("failing unreadable job `{}`", u.id)))?;
+            unreadable.push(u);
+        }
+        if claimed.len() == limit {
+            return Ok(claimed);
+        }
     }
-    for (rowid, u) in bad {
-        conn.prepare_cached(
-            "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, updated_at = ?2 \
-             WHERE rowid = ?3",
-        )
-        .and_then(|mut s| s.execute(params![u.error(), now, rowid]))
-        .map_err(Error::db(format!("failing unreadable job `{}`", u.id)))?;
-        unreadable.push(u);
-    }
-    Ok(claimed)
 }
 
 /// One row of the claim, each column checked for the type that belongs there.
