@@ -5,15 +5,12 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_aws::{Aws, AwsOpts, SyncAws};
 use outbox_core::{EnqueueOpts, JobStatus};
 use outbox_tests::fresh_db;
 use outbox_tests::http::{Reply, Server, reply};
-use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde_json::json;
 
 const CANARY: &str = "CanarySecretKey/9f8e7d6c5b4a+outbox";

@@ -20,7 +20,6 @@ use outbox_fs::ClaudeExtraction;
 use outbox_fs::extract::{
     AnthropicApi, ApiOpts, ClaudeCli, CliOpts, ExtractError, ExtractRequest, Extraction, Extractor,
 };
-use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
 /// `(variable, canary)`: random enough that any 12 characters of one found anywhere are a leak.
 const CANARIES: &[(&str, &str)] = &[
