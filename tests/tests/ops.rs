@@ -229,7 +229,8 @@ async fn migrations_undo_and_redo_cleanly(t: TestDb) {
     outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     outbox_core::Migrator::down(&t.db, None).await.expect("undo every migration");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_migrations").await, 0);
-    assert_eq!(outbox_core::Migrator::get_pending_migrations(&t.db).await.expect("pending").len(), 4);
+    let every = outbox_core::Migrator::migrations().len();
+    assert_eq!(outbox_core::Migrator::get_pending_migrations(&t.db).await.expect("pending").len(), every);
     if t.backend == Backend::Postgres {
         // Triggers go with their table; their functions must not be left behind in the schema.
         let left = scalar(

@@ -389,6 +389,9 @@ fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) -> Vec<Claime
         match claimed_job(row) {
             Ok(job) => jobs.push(job),
             Err((u, attempt)) => {
+                // An id that cannot be read (possible only on a database whose encoding does not check text)
+                // fences nothing: that job keeps its claim until the lease runs out, and the rescuer fails it
+                // once its attempts are spent.
                 u.log(&store.inner.config.worker_id);
                 let error = u.error();
                 let (id, kind) = (u.id, u.kind);
