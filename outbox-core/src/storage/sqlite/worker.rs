@@ -160,11 +160,17 @@ impl Actor {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(Error::db("beginning a worker transaction"))
             .and_then(|tx| {
-                let applied = write_finished(&tx, &config.worker_id, &finished)?;
+                // One clock reading for the cycle, taken once it holds the write lock: a job claimed after
+                // another completed in it (the next of a sequence) is never recorded as claimed before that
+                // completion, however long the claim waited for its turn.
+                let now = crate::storage::now_ms();
+                let applied = write_finished(&tx, &config.worker_id, &finished, now)?;
                 let mut claimed = Vec::with_capacity(claims.len());
                 let mut unreadable = Vec::new();
                 for c in &claims {
-                    claimed.push(claim(&tx, config, c.limit, c.now, c.lease_until, &mut unreadable)?);
+                    let late = (now - c.now).max(0);
+                    let (at, lease) = (c.now + late, c.lease_until.saturating_add(late));
+                    claimed.push(claim(&tx, config, c.limit, at, lease, &mut unreadable)?);
                 }
                 tx.commit().map_err(Error::db("committing a worker transaction"))?;
                 Ok((applied, claimed, unreadable))
@@ -207,7 +213,7 @@ impl Actor {
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(Error::db("beginning a worker transaction"))
                 .and_then(|tx| {
-                    let applied = write_finished(&tx, worker_id, batch)?;
+                    let applied = write_finished(&tx, worker_id, batch, crate::storage::now_ms())?;
                     tx.commit().map_err(Error::db("committing finished jobs"))?;
                     Ok(applied)
                 });
@@ -466,9 +472,8 @@ macro_rules! fence {
 }
 
 /// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
-fn write_finished(tx: &Connection, owner: &str, batch: &[Finished]) -> Result<Vec<bool>> {
+fn write_finished(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
     let ctx = || Error::db("writing finished jobs");
-    let now = crate::storage::now_ms();
     let mut applied = Vec::with_capacity(batch.len());
     {
         for f in batch {
