@@ -107,18 +107,17 @@ fn leaks(text: &str) -> Vec<String> {
 fn environment_canaries_never_leak_on_bad_credentials_or_error_answers() {
     let name = "environment_canaries_never_leak_on_bad_credentials_or_error_answers_child";
     let home = tempfile::tempdir().expect("home");
-    let mut cmd = std::process::Command::new(std::env::current_exe().expect("test binary"));
-    cmd.args(["--exact", name, "--ignored", "--nocapture"]).env_clear();
-    // An empty home, so no shared config or credentials file joins in, and no instance metadata lookup.
-    cmd.env("HOME", home.path()).env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    cmd.env("AWS_EC2_METADATA_DISABLED", "true").env("AWS_REGION", "us-east-1");
-    cmd.env("AWS_ACCESS_KEY_ID", "AKIDCANARYENVOUTBOX").env(CHILD, "1").envs(ENV_CANARIES.iter().copied());
-    let out = cmd.output().expect("run the child test");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    for (what, text) in [("the child's stdout", &stdout), ("the child's stderr", &stderr)] {
+    let run = outbox_tests::run_child(name, CHILD, |cmd| {
+        cmd.env_clear();
+        // An empty home, so no shared config or credentials file joins in, and no instance metadata lookup.
+        cmd.env("HOME", home.path()).env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        cmd.env("AWS_EC2_METADATA_DISABLED", "true").env("AWS_REGION", "us-east-1");
+        cmd.env("AWS_ACCESS_KEY_ID", "AKIDCANARYENVOUTBOX").envs(ENV_CANARIES.iter().copied());
+    });
+    for (what, text) in [("the child's stdout", &run.stdout), ("the child's stderr", &run.stderr)] {
         assert_eq!(leaks(text), Vec::<String>::new(), "in {what}");
     }
-    assert!(out.status.success() && stdout.contains("1 passed"), "the child failed:\n{stdout}\n{stderr}");
+    run.assert_passed();
 }
 
 fn xml(status: u16, body: String) -> Reply {
@@ -140,13 +139,7 @@ async fn environment_canaries_never_leak_on_bad_credentials_or_error_answers_chi
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let logs = outbox_tests::Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let logs = outbox_tests::Captured::everything();
     let t = fresh_db().await;
     let token = ENV_CANARIES[1].1;
     // What S3 says to a request it cannot verify: the canonical request it computed, headers and all.

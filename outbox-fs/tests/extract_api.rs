@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::fixture;
@@ -154,29 +153,10 @@ const CHILD: &str = "OUTBOX_TEST_EXTRACT_API_CHILD";
 
 /// Runs the ignored test `name` alone in a child process of this test binary, with `env` set.
 fn run_child(name: &str, env: &[(&str, &str)]) {
-    let exe = std::env::current_exe().expect("test binary");
-    let out = std::process::Command::new(exe)
-        .args(["--exact", name, "--ignored", "--nocapture"])
-        .env(CHILD, "1")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run child test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{name} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("1 passed"), "{name} did not run:\n{stdout}");
-}
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    outbox_tests::run_child(name, CHILD, |c| {
+        c.envs(env.iter().copied());
+    })
+    .assert_passed();
 }
 
 /// Another test's first event can cache "nobody listens" for a callsite while this test installs its
@@ -195,7 +175,7 @@ async fn key_never_leaks_into_debug_errors_or_logs_child() {
     let echoed =
         format!(r#"{{"type":"error","error":{{"type":"permission_error","message":"key {KEY} is revoked"}}}}"#);
     let server = Server::start(vec![reply(403, echoed), reply(200, fixture("api_message.json"))]).await;
-    let logs = Captured::default();
+    let logs = outbox_tests::Captured::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -209,7 +189,7 @@ async fn key_never_leaks_into_debug_errors_or_logs_child() {
     let err = api.extract(&request()).await.expect_err("revoked");
     api.extract(&request()).await.expect("extraction");
 
-    let logs = String::from_utf8(logs.0.lock().expect("lock").clone()).expect("utf-8 logs");
+    let logs = String::from_utf8(logs.bytes()).expect("utf-8 logs");
     assert!(logs.contains("anthropic api failed") && logs.contains("anthropic api answered"), "{logs}");
     assert!(logs.contains("requirement_id=R-7") && logs.contains("prompt_hash=ab12cd"), "{logs}");
     assert!(!logs.contains("Extract requirement"), "the prompt is not logged: {logs}");

@@ -163,20 +163,6 @@ async fn fifos_symlinks_out_of_the_root_and_caps_are_handled_without_blocking(t:
     assert_same_tree(&outside_before, &snapshot(&e.outside), "outside the root");
 }
 
-/// Captures formatted log lines.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 conformance!(each_discrepancy_is_logged_as_a_warning_with_fields, flavor = "current_thread");
 async fn each_discrepancy_is_logged_as_a_warning_with_fields(t: TestDb) {
     let e = env(t);
@@ -201,7 +187,7 @@ async fn each_discrepancy_is_logged_as_a_warning_with_fields(t: TestDb) {
         1,
     )
     .await;
-    let captured = Captured::default();
+    let captured = outbox_tests::Captured::default();
     let sink = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || sink.clone())
@@ -211,7 +197,7 @@ async fn each_discrepancy_is_logged_as_a_warning_with_fields(t: TestDb) {
     let _guard = tracing::subscriber::set_default(subscriber);
     let report = outbox_fs::reconcile(&e.db, &e.root, ReconcileOpts::new()).await.expect("reconcile");
     assert_eq!((report.missing, report.content_changed), (1, 1));
-    let logs = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
+    let logs = String::from_utf8(captured.bytes()).expect("utf-8");
     let lines: Vec<&str> = logs.lines().filter(|l| l.contains("WARN")).collect();
     assert_eq!(lines.len(), 2, "{logs}");
     assert!(

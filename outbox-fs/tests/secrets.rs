@@ -31,22 +31,17 @@ const CANARIES: &[(&str, &str)] = &[
 const FRAGMENT: usize = 12;
 const CHILD: &str = "OUTBOX_TEST_FS_SECRETS_CHILD";
 
-/// Setting variables in this process needs `unsafe`, and a global log capture wants a process of its own:
-/// the search runs in a child process of this test binary, started with the canaries in its environment.
+/// The search runs in a child process of this test binary, started with the canaries in its environment.
 #[test]
 fn canaries_in_the_environment_never_leak_from_failing_extractions() {
     let name = "canaries_in_the_environment_never_leak_from_failing_extractions_child";
-    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", name, "--ignored", "--nocapture"])
-        .env(CHILD, "1")
-        .envs(CANARIES.iter().copied())
-        .output()
-        .expect("run the child test");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    for (what, text) in [("the child's stdout", &stdout), ("the child's stderr", &stderr)] {
+    let run = outbox_tests::run_child(name, CHILD, |c| {
+        c.envs(CANARIES.iter().copied());
+    });
+    for (what, text) in [("the child's stdout", &run.stdout), ("the child's stderr", &run.stderr)] {
         assert_eq!(leaks(text), Vec::<String>::new(), "in {what}");
     }
-    assert!(out.status.success() && stdout.contains("1 passed"), "the child failed:\n{stdout}\n{stderr}");
+    run.assert_passed();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,13 +50,7 @@ async fn canaries_in_the_environment_never_leak_from_failing_extractions_child()
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let logs = outbox_tests::Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let logs = outbox_tests::Captured::everything();
     let e = common::env(outbox_tests::fresh_db().await);
     let errors = Arc::new(Mutex::new(Vec::new()));
     let mut shown = Vec::new();

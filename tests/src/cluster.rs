@@ -57,15 +57,7 @@ impl PgCluster {
     }
 
     fn run(&self, program: &str, args: &[&str]) -> Output {
-        let path = self.bin.join(program);
-        let mut command = if is_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&path);
-            c
-        } else {
-            Command::new(&path)
-        };
-        let out = command.args(args).output().unwrap_or_else(|e| panic!("run {}: {e}", path.display()));
+        let out = self.command(program).args(args).output().unwrap_or_else(|e| panic!("run {program}: {e}"));
         assert!(
             out.status.success(),
             "{program} {args:?} failed: {}{}",
@@ -74,20 +66,23 @@ impl PgCluster {
         );
         out
     }
+
+    /// One of the server's programs, run as `postgres` when this process is root.
+    fn command(&self, program: &str) -> Command {
+        let path = self.bin.join(program);
+        if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        }
+    }
 }
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
-        let data = self.data();
-        let path = self.bin.join("pg_ctl");
-        let mut command = if is_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&path);
-            c
-        } else {
-            Command::new(&path)
-        };
-        let _ = command.args(["-D", &data, "-m", "immediate", "stop"]).output();
+        let _ = self.command("pg_ctl").args(["-D", &self.data(), "-m", "immediate", "stop"]).output();
     }
 }
 

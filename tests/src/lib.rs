@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cluster::PgCluster;
 pub use database::{Backend, TestDb, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec};
-pub use secrets::{Captured, job_rows, leaks};
+pub use secrets::{Captured, ChildRun, job_rows, leaks, run_child};
 pub use tmpfs::Tmpfs;
 
 /// A job that carries a number; tests attach whatever handler they need.

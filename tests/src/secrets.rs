@@ -1,4 +1,5 @@
-//! Pieces of the tests that set secrets to canary strings and look for them wherever the framework writes.
+//! Pieces of the tests that capture what is logged, run a test alone in a child process (with canary
+//! secrets in its environment), and look for the canaries wherever the framework writes.
 
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +23,64 @@ impl Captured {
     /// What was written so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().expect("lock")).into_owned()
+    }
+
+    /// What was written so far, byte for byte.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0.lock().expect("lock").clone()
+    }
+
+    /// Installs the process's global subscriber at trace level for every crate, writing here.
+    pub fn everything() -> Captured {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        logs
+    }
+}
+
+/// What a child test process printed, and whether its one test passed.
+#[derive(Debug)]
+pub struct ChildRun {
+    /// The name of the test it ran.
+    pub name: String,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+    success: bool,
+}
+
+impl ChildRun {
+    /// Panics unless the child exited successfully having run its one test.
+    pub fn assert_passed(&self) {
+        assert!(
+            self.success && self.stdout.contains("1 passed"),
+            "{} failed or did not run:\n{}\n{}",
+            self.name,
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
+/// Runs the ignored test `name` of this test binary alone in a child process, with `child_var` set (the
+/// `_child` tests do nothing without it) and whatever else `setup` gives the command: setting variables in
+/// this process needs `unsafe`, and a global log capture wants a process of its own.
+pub fn run_child(name: &str, child_var: &str, setup: impl FnOnce(&mut std::process::Command)) -> ChildRun {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command.args(["--exact", name, "--ignored", "--nocapture"]);
+    setup(&mut command);
+    let out = command.env(child_var, "1").output().expect("run the child test");
+    ChildRun {
+        name: name.to_owned(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        success: out.status.success(),
     }
 }
 
