@@ -3,60 +3,60 @@
 
 use std::io;
 
-/// Conditions of the machine rather than of the job: a full disk or quota, a filesystem remounted read-only,
-/// a failing device, exhausted descriptors or memory. An operator (or time) clears them, and the job must
-/// still be there when that happens, so they are retried.
-const RETRYABLE: &[libc::c_int] = &[
-    libc::ENOSPC,
-    libc::EDQUOT,
-    libc::EROFS,
-    libc::EIO,
-    libc::EAGAIN,
-    libc::EBUSY,
-    libc::EINTR,
-    libc::ENOMEM,
-    libc::EMFILE,
-    libc::ENFILE,
-    libc::ESTALE,
+/// What waiting does for an errno.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// A condition of the machine rather than of the job: a full disk or quota, a filesystem remounted
+    /// read-only, a failing device, exhausted descriptors or memory. An operator (or time) clears it, and
+    /// the job must still be there when that happens, so it is retried.
+    Retry,
+    /// The payload asks for what the tree cannot hold until someone changes the tree: a file where a
+    /// directory must be (`a` in `a/b`), a name the filesystem refuses.
+    Permanent,
+    /// Decided by the error's kind, like an error without an errno.
+    ByKind,
+}
+
+/// The errnos a filesystem job meets, as `errno(3)` names them, and what waiting does for each.
+const ERRNOS: &[(libc::c_int, &str, Fate)] = &[
+    (libc::ENOSPC, "ENOSPC", Fate::Retry),
+    (libc::EDQUOT, "EDQUOT", Fate::Retry),
+    (libc::EROFS, "EROFS", Fate::Retry),
+    (libc::EIO, "EIO", Fate::Retry),
+    (libc::EAGAIN, "EAGAIN", Fate::Retry),
+    (libc::EBUSY, "EBUSY", Fate::Retry),
+    (libc::EINTR, "EINTR", Fate::Retry),
+    (libc::ENOMEM, "ENOMEM", Fate::Retry),
+    (libc::EMFILE, "EMFILE", Fate::Retry),
+    (libc::ENFILE, "ENFILE", Fate::Retry),
+    (libc::ESTALE, "ESTALE", Fate::Retry),
+    (libc::ENOTDIR, "ENOTDIR", Fate::Permanent),
+    (libc::ENAMETOOLONG, "ENAMETOOLONG", Fate::Permanent),
+    (libc::EACCES, "EACCES", Fate::ByKind),
+    (libc::EPERM, "EPERM", Fate::ByKind),
+    (libc::ENOENT, "ENOENT", Fate::ByKind),
+    (libc::EEXIST, "EEXIST", Fate::ByKind),
+    (libc::EISDIR, "EISDIR", Fate::ByKind),
+    (libc::ELOOP, "ELOOP", Fate::ByKind),
+    (libc::EXDEV, "EXDEV", Fate::ByKind),
+    (libc::EFBIG, "EFBIG", Fate::ByKind),
+    (libc::EMLINK, "EMLINK", Fate::ByKind),
+    (libc::ETXTBSY, "ETXTBSY", Fate::ByKind),
 ];
 
-/// The payload asks for what the tree cannot hold until someone changes the tree: a file where a directory
-/// must be (`a` in `a/b`), a name the filesystem refuses.
-const PERMANENT: &[libc::c_int] = &[libc::ENOTDIR, libc::ENAMETOOLONG];
-
-/// Names of the errnos a filesystem job meets, as `errno(3)` spells them.
-const NAMES: &[(libc::c_int, &str)] = &[
-    (libc::ENOSPC, "ENOSPC"),
-    (libc::EDQUOT, "EDQUOT"),
-    (libc::EROFS, "EROFS"),
-    (libc::EIO, "EIO"),
-    (libc::EAGAIN, "EAGAIN"),
-    (libc::EBUSY, "EBUSY"),
-    (libc::EINTR, "EINTR"),
-    (libc::ENOMEM, "ENOMEM"),
-    (libc::EMFILE, "EMFILE"),
-    (libc::ENFILE, "ENFILE"),
-    (libc::ESTALE, "ESTALE"),
-    (libc::ENOTDIR, "ENOTDIR"),
-    (libc::ENAMETOOLONG, "ENAMETOOLONG"),
-    (libc::EACCES, "EACCES"),
-    (libc::EPERM, "EPERM"),
-    (libc::ENOENT, "ENOENT"),
-    (libc::EEXIST, "EEXIST"),
-    (libc::EISDIR, "EISDIR"),
-    (libc::ELOOP, "ELOOP"),
-    (libc::EXDEV, "EXDEV"),
-    (libc::EFBIG, "EFBIG"),
-    (libc::EMLINK, "EMLINK"),
-    (libc::ETXTBSY, "ETXTBSY"),
-];
+fn known(err: &io::Error) -> Option<&'static (libc::c_int, &'static str, Fate)> {
+    let code = err.raw_os_error()?;
+    ERRNOS.iter().find(|(c, _, _)| *c == code)
+}
 
 /// Whether retrying can never help. Errors without an errno fall back on their kind.
 pub(crate) fn is_permanent(err: &io::Error) -> bool {
-    match err.raw_os_error() {
-        Some(code) if RETRYABLE.contains(&code) => false,
-        Some(code) if PERMANENT.contains(&code) => true,
-        _ => matches!(err.kind(), io::ErrorKind::NotADirectory | io::ErrorKind::InvalidFilename),
+    match known(err).map(|(_, _, fate)| *fate) {
+        Some(Fate::Retry) => false,
+        Some(Fate::Permanent) => true,
+        Some(Fate::ByKind) | None => {
+            matches!(err.kind(), io::ErrorKind::NotADirectory | io::ErrorKind::InvalidFilename)
+        }
     }
 }
 
@@ -66,8 +66,8 @@ pub(crate) fn describe(err: &io::Error) -> String {
     let Some(code) = err.raw_os_error() else { return err.to_string() };
     let text = err.to_string();
     let text = text.strip_suffix(&format!(" (os error {code})")).unwrap_or(&text);
-    match NAMES.iter().find(|(c, _)| *c == code) {
-        Some((_, name)) => format!("{text} ({name})"),
+    match known(err) {
+        Some((_, name, _)) => format!("{text} ({name})"),
         None => format!("{text} (errno {code})"),
     }
 }
