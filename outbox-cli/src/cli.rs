@@ -136,6 +136,12 @@ pub(crate) struct ListArgs {
     /// Only the jobs of one sequence (`fs:notes/a.txt`), in sequence order.
     #[arg(long, value_name = "KEY")]
     pub(crate) sequence: Option<String>,
+    /// Only jobs carrying this idempotency key.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+    /// Only jobs older than this job id: the next page after a page that ended with it.
+    #[arg(long, value_name = "ID")]
+    pub(crate) before: Option<String>,
     /// At most this many.
     #[arg(long, default_value_t = 50)]
     pub(crate) limit: u64,

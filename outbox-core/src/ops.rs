@@ -176,6 +176,22 @@ pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
     .await)
 }
 
+/// Deletes one finished job (completed, failed or cancelled) and its history. Refused for an active job,
+/// and for a failed or cancelled one that holds its sequence: retry it, or cancel it to let the sequence go.
+pub async fn delete<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
+    if dispatch!(conn, delete(conn, id))? {
+        tracing::info!(job_id = id, "job deleted by operator");
+        return Ok(());
+    }
+    Err(transition_error(conn, id, "delete", |status| match status {
+        JobStatus::Failed | JobStatus::Cancelled => {
+            "it holds its sequence; retry it, or cancel it to let the sequence go, then delete it"
+        }
+        _ => "only completed, failed and cancelled jobs can be deleted",
+    })
+    .await)
+}
+
 /// Deletes jobs in the given terminal statuses last changed more than `older_than` ago; returns how many.
 pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_than: Duration) -> Result<u64> {
     storage::backend(conn)?;

@@ -147,13 +147,28 @@ pub struct JobFilter {
     pub since: Option<DateTime<Utc>>,
     /// Only jobs of this sequence: the latest `limit` of them, listed in sequence order.
     pub sequence: Option<String>,
+    /// Only jobs carrying this idempotency key.
+    pub key: Option<String>,
+    /// Only jobs with an id below this one: the next page after a page that ended with it. Ids grow with
+    /// enqueue time, so pages stay correct while jobs are inserted (new ones land before the first page).
+    /// Ignored with [`JobFilter::sequence`].
+    pub before: Option<String>,
     /// At most this many (default 100).
     pub limit: u64,
 }
 
 impl Default for JobFilter {
     fn default() -> Self {
-        JobFilter { status: None, kind: None, queue: None, since: None, sequence: None, limit: 100 }
+        JobFilter {
+            status: None,
+            kind: None,
+            queue: None,
+            since: None,
+            sequence: None,
+            key: None,
+            before: None,
+            limit: 100,
+        }
     }
 }
 

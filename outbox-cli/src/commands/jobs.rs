@@ -73,6 +73,8 @@ pub(super) async fn list(db: &DatabaseConnection, args: ListArgs, format: Format
         queue: args.queue,
         since: args.since,
         sequence: args.sequence,
+        key: args.key,
+        before: args.before,
         limit: args.limit,
     };
     let jobs = ops::list(db, &filter).await?;

@@ -90,6 +90,10 @@ pub(crate) trait Driver {
     /// Deletes terminal jobs of the given statuses last changed before `before`.
     async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64>;
 
+    /// Deletes one finished (completed, failed, cancelled) job that does not hold its sequence; `Ok(false)`
+    /// when there is no such job.
+    async fn delete<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool>;
+
     /// The stored history of one job, oldest first.
     async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>>;
 

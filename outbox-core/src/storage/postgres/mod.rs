@@ -305,13 +305,23 @@ impl Driver for Postgres {
             let p = param(&mut values, since.timestamp_millis().into());
             sql.push_str(&format!(" AND updated_at >= {}", ts_of(&p)));
         }
+        if let Some(key) = &filter.key {
+            let p = param(&mut values, key.clone().into());
+            sql.push_str(&format!(" AND idempotency_key = {p}"));
+        }
         let order = match &filter.sequence {
             Some(key) => {
                 let p = param(&mut values, key.clone().into());
                 sql.push_str(&format!(" AND sequence_key = {p}"));
                 "sequence_no DESC"
             }
-            None => "id DESC",
+            None => {
+                if let Some(before) = &filter.before {
+                    let p = param(&mut values, before.clone().into());
+                    sql.push_str(&format!(" AND id < {p}"));
+                }
+                "id DESC"
+            }
         };
         let p = param(&mut values, limit_value(filter.limit));
         sql.push_str(&format!(" ORDER BY {order} LIMIT {p}"));
@@ -472,6 +482,16 @@ impl Driver for Postgres {
             format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < {} {HELD_KEPT}", ts!("$1"));
         let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
         Ok(res.rows_affected())
+    }
+
+    /// Deletes one finished job unless it holds its sequence.
+    async fn delete<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool> {
+        let sql = format!(
+            "DELETE FROM outbox_jobs WHERE id = $1 AND status IN ('completed', 'failed', 'cancelled') {HELD_KEPT}"
+        );
+        let res =
+            conn.execute_raw(stmt(sql, vec![id.into()])).await.map_err(Error::db(format!("deleting job `{id}`")))?;
+        Ok(res.rows_affected() == 1)
     }
 
     /// The history of one job, oldest first.

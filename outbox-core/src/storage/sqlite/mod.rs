@@ -294,12 +294,22 @@ impl Driver for Sqlite {
             sql.push_str(" AND updated_at >= ?");
             values.push(since.timestamp_millis().into());
         }
+        if let Some(key) = &filter.key {
+            sql.push_str(" AND idempotency_key = ?");
+            values.push(key.clone().into());
+        }
         match &filter.sequence {
             Some(key) => {
                 sql.push_str(" AND sequence_key = ? ORDER BY sequence_no DESC LIMIT ?");
                 values.push(key.clone().into());
             }
-            None => sql.push_str(" ORDER BY id DESC LIMIT ?"),
+            None => {
+                if let Some(before) = &filter.before {
+                    sql.push_str(" AND id < ?");
+                    values.push(before.clone().into());
+                }
+                sql.push_str(" ORDER BY id DESC LIMIT ?");
+            }
         }
         values.push(i64::try_from(filter.limit).unwrap_or(i64::MAX).into());
         records(conn, "listing jobs", stmt(sql, values)).await
@@ -435,6 +445,16 @@ impl Driver for Sqlite {
         let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < ? {HELD_KEPT}");
         let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
         Ok(res.rows_affected())
+    }
+
+    /// Deletes one finished job unless it holds its sequence.
+    async fn delete<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool> {
+        let sql = format!(
+            "DELETE FROM outbox_jobs WHERE id = ? AND status IN ('completed', 'failed', 'cancelled') {HELD_KEPT}"
+        );
+        let res =
+            conn.execute_raw(stmt(sql, vec![id.into()])).await.map_err(Error::db(format!("deleting job `{id}`")))?;
+        Ok(res.rows_affected() == 1)
     }
 
     /// The history of one job, oldest first.
