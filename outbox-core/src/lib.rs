@@ -8,6 +8,7 @@ mod kind;
 mod migration;
 pub mod ops;
 mod record;
+pub mod remote;
 pub mod scan;
 mod stats;
 mod storage;
@@ -23,7 +24,7 @@ pub use kind::{
 };
 pub use migration::{Migrator, migrate};
 pub use outbox_macros::Job;
-pub use record::{JobEvent, JobEventKind, JobFilter, JobRecord, JobStatus, KindRecord};
+pub use record::{FeedEvent, JobEvent, JobEventKind, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
 pub use worker::{IntoOutput, JobContext, JobError, RetryPolicy, Worker, WorkerBuilder, WorkerHandle, shutdown_signal};
 
 /// The crates a job kind and its caller need, at the versions outbox uses: one `outbox-core` dependency (plus

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sea_orm::ConnectionTrait;
 
 pub use crate::kind::registry::{kind, kinds};
-pub use crate::record::{JobEvent, JobEventKind, JobFilter, KindRecord};
+pub use crate::record::{FeedEvent, JobEvent, JobEventKind, JobFilter, KindRecord, WorkerRecord};
 pub use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, Stats, StatusCount};
 
 use crate::error::{Error, Result};
@@ -50,6 +50,10 @@ pub async fn get<C: ConnectionTrait>(conn: &C, id: &str) -> Result<JobRecord> {
 pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
     let job = get(conn, id).await?;
     let stored = dispatch!(conn, history(conn, id))?;
+    if stored.first().is_some_and(|e| e.event == JobEventKind::Enqueued) {
+        return Ok(stored);
+    }
+    // A job enqueued before the history recorded every transition: its milestones come off the row.
     let mut events = Vec::with_capacity(stored.len() + 3);
     let milestone = |event, at, attempt, worker: Option<&String>| JobEvent {
         at,
@@ -59,7 +63,11 @@ pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEv
         error: None,
     };
     events.push(milestone(JobEventKind::Enqueued, job.created_at, 0, None));
+    let claims_stored = stored.iter().any(|e| e.event == JobEventKind::Claimed);
     events.extend(stored);
+    if claims_stored {
+        return Ok(events);
+    }
     // The latest claim is on the row while it holds or ended in completion.
     if let (Some(at), JobStatus::Claimed | JobStatus::Completed) = (job.claimed_at, job.status) {
         events.push(milestone(JobEventKind::Claimed, at, job.attempts, job.locked_by.as_ref()));
@@ -68,6 +76,26 @@ pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEv
         events.push(milestone(JobEventKind::Completed, at, job.attempts, job.locked_by.as_ref()));
     }
     Ok(events)
+}
+
+/// Up to `limit` events of the feed after position `after` (an event's id, or [`feed_head`]), oldest
+/// first: every lifecycle transition of every job, written by any process sharing the database, in the
+/// order the database committed them. Reading again after the last id returned gets exactly what came
+/// since, with nothing skipped and nothing twice. On PostgreSQL an event shows once every transaction
+/// that began before it has ended, so a transaction left open holds the feed back.
+pub async fn feed<C: ConnectionTrait>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
+    dispatch!(conn, feed(conn, after, limit))
+}
+
+/// The feed's current end: [`feed`] after it returns only events committed from now on.
+pub async fn feed_head<C: ConnectionTrait>(conn: &C) -> Result<String> {
+    dispatch!(conn, feed_head(conn))
+}
+
+/// The workers (in-process and remote) that announced themselves and are still heartbeating, oldest first.
+/// A worker that stops heartbeating drops out once its presence expires.
+pub async fn workers<C: ConnectionTrait>(conn: &C) -> Result<Vec<WorkerRecord>> {
+    dispatch!(conn, workers(conn, now_ms()))
 }
 
 /// Claimed jobs whose lease has expired: their worker died or hangs, and no rescuer has run since.

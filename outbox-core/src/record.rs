@@ -297,3 +297,55 @@ pub struct KindRecord {
     /// When a worker last recorded it.
     pub updated_at: DateTime<Utc>,
 }
+
+/// One entry of the event feed: a lifecycle transition of any job, written by whichever process made it, in
+/// the order the database committed them (see [`crate::ops::feed`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FeedEvent {
+    /// Its place in the feed: pass it back to [`crate::ops::feed`] to read what came after. Opaque; its form
+    /// depends on the backend.
+    pub id: String,
+    /// The job.
+    pub job_id: String,
+    /// The job's kind.
+    pub kind: String,
+    /// The job's queue.
+    pub queue: String,
+    /// What happened.
+    pub event: JobEventKind,
+    /// The attempt the transition belongs to (see [`JobEvent::attempt`]).
+    pub attempt: i32,
+    /// The worker that held (or last held) the claim.
+    pub worker: Option<String>,
+    /// The error of a failed attempt.
+    pub error: Option<String>,
+    /// When it happened.
+    pub at: DateTime<Utc>,
+}
+
+/// A worker process (or a remote worker over HTTP) that announced itself and is still heartbeating.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerRecord {
+    /// The worker's id, as recorded in `locked_by` of the jobs it claims.
+    pub id: String,
+    /// The host it runs on.
+    pub host: String,
+    /// Its process id, when it gave one.
+    pub pid: Option<i64>,
+    /// The queues it serves; `None` for all.
+    pub queues: Option<Vec<String>>,
+    /// The kinds it runs.
+    pub kinds: Vec<String>,
+    /// How many jobs it runs at once at most, when it said.
+    pub concurrency: Option<i64>,
+    /// How many it was running at its last heartbeat.
+    pub running: i64,
+    /// Whether it works over the HTTP API rather than in a process with its own database connection.
+    pub remote: bool,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat.
+    pub last_seen_at: DateTime<Utc>,
+    /// When it counts as gone unless it heartbeats again.
+    pub expires_at: DateTime<Utc>,
+}

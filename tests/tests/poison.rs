@@ -113,7 +113,7 @@ async fn the_upgrade_to_enforced_types_keeps_every_row_and_fails_jobs_it_cannot_
          AND name NOT LIKE 'sqlite_autoindex%'",
     )
     .await;
-    assert_eq!(objects, 12, "the rebuilt table has its 7 indexes and 5 triggers back");
+    assert_eq!(objects, 13, "the rebuilt table has its 7 indexes and 5 triggers back, and the feed's enqueued trigger");
     drain(&db).await;
     assert_eq!(scalar(&db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, GOOD as i64 + 2);
 }

@@ -56,6 +56,7 @@ async fn a_job_of_a_killed_worker_is_rescued_and_completed_by_another(t: TestDb)
         events,
         vec![
             ("enqueued".to_owned(), None),
+            ("claimed".to_owned(), Some(dead_owner.clone())),
             ("rescued".to_owned(), Some(dead_owner.clone())),
             ("claimed".to_owned(), Some("survivor".to_owned())),
             ("completed".to_owned(), Some("survivor".to_owned())),

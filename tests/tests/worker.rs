@@ -74,9 +74,20 @@ async fn retries_back_off_then_fail_after_max_attempts(t: TestDb) {
     assert_eq!(calls.iter().map(|c| c.0).collect::<Vec<_>>(), vec![1, 2, 3]);
     let history = ops::history(&t.db, id.id()).await.expect("history");
     let events: Vec<(&str, i32)> = history.iter().map(|e| (e.event.as_str(), e.attempt)).collect();
-    assert_eq!(events, vec![("enqueued", 0), ("retried", 1), ("retried", 2), ("failed", 3)]);
-    assert_eq!(history[1].error.as_deref(), Some("upstream unavailable"));
-    assert!(history[3].error.as_deref().is_some_and(|e| e.contains("attempt 3 of 3")));
+    assert_eq!(
+        events,
+        vec![
+            ("enqueued", 0),
+            ("claimed", 1),
+            ("retried", 1),
+            ("claimed", 2),
+            ("retried", 2),
+            ("claimed", 3),
+            ("failed", 3)
+        ]
+    );
+    assert_eq!(history[2].error.as_deref(), Some("upstream unavailable"));
+    assert!(history[6].error.as_deref().is_some_and(|e| e.contains("attempt 3 of 3")));
     // Backoff 50 ms, then 100 ms (no jitter).
     assert!(calls[1].1 - calls[0].1 >= Duration::from_millis(50), "{calls:?}");
     assert!(calls[2].1 - calls[1].1 >= Duration::from_millis(100), "{calls:?}");
@@ -121,7 +132,7 @@ async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry(t: TestDb) {
     assert_eq!((job.status, job.attempts), (JobStatus::Completed, 1));
     let events: Vec<String> =
         ops::history(&t.db, snoozer.id()).await.expect("history").into_iter().map(|e| e.event.to_string()).collect();
-    assert_eq!(events, ["enqueued", "snoozed", "claimed", "completed"]);
+    assert_eq!(events, ["enqueued", "claimed", "snoozed", "claimed", "completed"]);
     let job = ops::get(&t.db, doomed.id()).await.expect("get");
     assert_eq!((job.status, job.attempts), (JobStatus::Failed, 1));
     assert_eq!(job.last_error.as_deref(), Some("the account is closed"));

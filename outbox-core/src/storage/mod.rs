@@ -18,7 +18,7 @@ use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTrans
 pub(crate) use worker_store::{WorkerStore, WorkerStoreOpts};
 
 use crate::error::{Error, Result, Violation};
-use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
+use crate::record::{FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
 use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
 
 /// Every storage operation. Each backend implements it on a unit type (`sqlite::Sqlite`,
@@ -28,7 +28,7 @@ use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, St
 /// coming out; every function maps its database errors to [`Error`] with what it was doing.
 pub(crate) trait Driver {
     /// The schema: one entry per [`MIGRATION_NAMES`], each with its undo.
-    const MIGRATIONS: [Migration; 5];
+    const MIGRATIONS: [Migration; 6];
 
     /// Applies the backend's connection settings (journal mode, durability, busy timeout) to a pool's options.
     fn tune(options: &mut ConnectOptions, settings: &Tuning);
@@ -128,6 +128,57 @@ pub(crate) trait Driver {
     /// How many sequences a failed or cancelled job holds, and the first `limit` such heads (longest held
     /// first), each with the number of jobs waiting behind it.
     async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)>;
+
+    /// Up to `limit` events of the feed after the position `after` (an event id, or a head), in commit order;
+    /// only events that no transaction still running can come before.
+    async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>>;
+
+    /// The feed's current end: reading after it returns only events committed later.
+    async fn feed_head<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<String>;
+
+    /// Records a worker's presence (or refreshes it: `started_at` stays), and forgets workers whose presence
+    /// expired.
+    async fn upsert_worker<C: ConnectionTrait + ?Sized>(conn: &C, worker: &WorkerRow) -> Result<()>;
+
+    /// Forgets a worker that stopped.
+    async fn remove_worker<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<()>;
+
+    /// The workers whose presence has not expired at `now`.
+    async fn workers<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<WorkerRecord>>;
+
+    /// A claim for a worker that is not in this process (over HTTP): what an in-process worker of the same
+    /// kinds and queues would claim, with the same limits.
+    async fn remote_claim(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        limit: usize,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Vec<ClaimedJob>>;
+
+    /// Writes one outcome of such a worker, fenced like the in-process worker's; false when the fence held
+    /// (the claim is not this worker's attempt any more).
+    async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool>;
+
+    /// Extends one claim's lease to `until`, fenced the same way; false when the fence held.
+    async fn remote_extend(db: &DatabaseConnection, owner: &str, id: &str, attempt: i32, until: i64) -> Result<bool>;
+}
+
+/// A worker's presence, as [`Driver::upsert_worker`] writes it.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerRow {
+    pub(crate) id: String,
+    pub(crate) host: String,
+    pub(crate) pid: Option<i64>,
+    /// JSON array, or `None` for every queue.
+    pub(crate) queues: Option<String>,
+    /// JSON array.
+    pub(crate) kinds: String,
+    pub(crate) concurrency: Option<i64>,
+    pub(crate) running: i64,
+    pub(crate) remote: bool,
+    pub(crate) now: i64,
+    pub(crate) expires_at: i64,
 }
 
 /// Whether the row `$r` (`NEW`, `OLD`, a table alias) holds back the later jobs of its sequence: it has not
@@ -278,12 +329,13 @@ pub(crate) struct Migration {
 }
 
 /// The migrations' names, shared by every backend (each backend's [`Driver::MIGRATIONS`] in this order).
-pub(crate) const MIGRATION_NAMES: [&str; 5] = [
+pub(crate) const MIGRATION_NAMES: [&str; 6] = [
     "m20261122_000001_create_outbox_jobs",
     "m20261122_000002_create_outbox_job_events",
     "m20261122_000003_create_outbox_kinds",
     "m20261123_000004_sequences_and_limits",
     "m20261123_000005_enforced_types",
+    "m20261124_000006_event_feed_and_workers",
 ];
 
 /// Migration `index` of `backend`, when the framework supports the backend.

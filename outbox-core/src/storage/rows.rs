@@ -7,7 +7,7 @@ use sea_orm::QueryResult;
 use super::ScanRow;
 use crate::error::{Error, Result};
 use crate::job::SequenceFailure;
-use crate::record::{JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, from_ms};
+use crate::record::{FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, WorkerRecord, from_ms};
 use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
 
 /// A stored JSON document as a value. Text that is not JSON (written behind the framework's back) is kept
@@ -201,6 +201,62 @@ pub(super) fn queues(rows: &[QueryResult]) -> Result<Vec<QueueCounts>> {
                 cancelled: n(7)?,
                 oldest_available: row.try_get_by_index::<Option<i64>>(8).map_err(ctx())?.map(from_ms),
                 waiting: n(9)?,
+            })
+        })
+        .collect()
+}
+
+/// Feed rows: position, job id, kind, queue, event, attempt, worker, error, time (ms).
+pub(super) fn feed(rows: &[QueryResult]) -> Result<Vec<FeedEvent>> {
+    let ctx = || Error::db("reading the event feed");
+    rows.iter()
+        .map(|row| {
+            let job_id: String = row.try_get_by_index(1).map_err(ctx())?;
+            let event =
+                row.try_get_by_index::<String>(4).map_err(ctx())?.parse::<JobEventKind>().map_err(|reason| {
+                    Error::CorruptRow { id: job_id.clone(), reason: format!("its history: {reason}") }
+                })?;
+            Ok(FeedEvent {
+                id: row.try_get_by_index(0).map_err(ctx())?,
+                job_id,
+                kind: row.try_get_by_index(2).map_err(ctx())?,
+                queue: row.try_get_by_index(3).map_err(ctx())?,
+                event,
+                attempt: row.try_get_by_index(5).map_err(ctx())?,
+                worker: row.try_get_by_index(6).map_err(ctx())?,
+                error: row.try_get_by_index(7).map_err(ctx())?,
+                at: from_ms(row.try_get_by_index(8).map_err(ctx())?),
+            })
+        })
+        .collect()
+}
+
+/// Worker rows: id, host, pid, queues (JSON text), kinds (JSON text), concurrency, running, remote, started,
+/// last seen, expires (ms).
+pub(super) fn workers(rows: &[QueryResult]) -> Result<Vec<WorkerRecord>> {
+    let ctx = || Error::db("reading the worker registry");
+    rows.iter()
+        .map(|row| {
+            let id: String = row.try_get_by_index(0).map_err(ctx())?;
+            let list = |text: String| {
+                serde_json::from_str::<Vec<String>>(&text).map_err(|e| Error::CorruptRow {
+                    id: format!("worker {id}"),
+                    reason: format!("a name list is not a JSON array of strings: {e}"),
+                })
+            };
+            let queues: Option<String> = row.try_get_by_index(3).map_err(ctx())?;
+            Ok(WorkerRecord {
+                host: row.try_get_by_index(1).map_err(ctx())?,
+                pid: row.try_get_by_index(2).map_err(ctx())?,
+                queues: queues.map(list).transpose()?,
+                kinds: list(row.try_get_by_index(4).map_err(ctx())?)?,
+                concurrency: row.try_get_by_index(5).map_err(ctx())?,
+                running: row.try_get_by_index(6).map_err(ctx())?,
+                remote: row.try_get_by_index(7).map_err(ctx())?,
+                started_at: from_ms(row.try_get_by_index(8).map_err(ctx())?),
+                last_seen_at: from_ms(row.try_get_by_index(9).map_err(ctx())?),
+                expires_at: from_ms(row.try_get_by_index(10).map_err(ctx())?),
+                id,
             })
         })
         .collect()

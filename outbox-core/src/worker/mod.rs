@@ -2,6 +2,7 @@
 //! records outcomes fenced by the claim, rescues expired claims, and shuts down gracefully.
 
 mod handler;
+mod presence;
 mod retry;
 mod run;
 
@@ -40,6 +41,7 @@ pub(crate) struct WorkerConfig {
     pub(crate) shutdown_grace: Duration,
     pub(crate) cancel_grace: Duration,
     pub(crate) max_db_backoff: Duration,
+    pub(crate) presence_interval: Duration,
 }
 
 /// Configures and builds a [`Worker`].
@@ -68,6 +70,10 @@ impl std::fmt::Debug for WorkerBuilder {
 /// A configured worker; start it with [`Worker::start`], [`Worker::run_until`] or [`Worker::drain`].
 pub struct Worker {
     pub(crate) store: WorkerStore,
+    /// The caller's pool, for the worker's registry entry.
+    pub(crate) db: DatabaseConnection,
+    /// The queues it serves; `None` for all.
+    pub(crate) queues: Option<Vec<String>>,
     pub(crate) handlers: Arc<HashMap<String, Registered>>,
     pub(crate) config: WorkerConfig,
     pub(crate) id: String,
@@ -99,6 +105,7 @@ impl Worker {
                 shutdown_grace: Duration::from_secs(30),
                 cancel_grace: Duration::from_secs(5),
                 max_db_backoff: Duration::from_secs(30),
+                presence_interval: Duration::from_secs(10),
             },
             id: None,
             limits: HashMap::new(),
@@ -235,6 +242,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the worker refreshes its entry in the worker registry (default 10 s); it drops out of
+    /// [`crate::ops::workers`] three intervals after its last refresh.
+    pub fn presence_interval(mut self, d: Duration) -> Self {
+        self.config.presence_interval = d.max(Duration::from_millis(100));
+        self
+    }
+
     /// The default retry policy of kinds registered after this call.
     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
@@ -290,10 +304,11 @@ impl WorkerBuilder {
             })
             .collect();
         let limited = limits.iter().map(|(kind, _)| kind.clone()).collect();
+        let queues = self.queues.clone();
         let opts = WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues };
         let store =
             until_ok("opening its connection", &id, config, || storage::open_worker_store(db, opts.clone())).await?;
-        Ok(Worker { store, handlers: Arc::new(self.handlers), config: self.config, id, limited })
+        Ok(Worker { store, db: self.db, queues, handlers: Arc::new(self.handlers), config: self.config, id, limited })
     }
 }
 
@@ -321,12 +336,7 @@ where
 }
 
 fn default_worker_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into());
+    let host = presence::host();
     let suffix = uuid::Uuid::now_v7().simple().to_string();
     format!("{host}:{}:{}", std::process::id(), &suffix[suffix.len() - 8..])
 }

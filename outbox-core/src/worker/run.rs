@@ -1,6 +1,8 @@
 //! The worker loop.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 use tokio::task::{Id, JoinError, JoinSet};
@@ -8,6 +10,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{JobContext, JobError};
+use super::presence::Presence;
 use super::{Registered, Worker};
 use crate::error::Result;
 use crate::record::ms_after;
@@ -31,6 +34,8 @@ struct Loop {
     /// A job of a sequence or of a limited kind ended since the last claim: the next job of its sequence, or
     /// a slot under its kind's limit, may be free now.
     freed: bool,
+    /// Handlers running, for the registry entry.
+    running: Arc<AtomicUsize>,
 }
 
 pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool) -> Result<()> {
@@ -42,10 +47,13 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
         tasks: JoinSet::new(),
         in_flight: HashMap::new(),
         freed: false,
+        running: Arc::default(),
     };
     tracing::info!(worker = %lp.worker.id, concurrency = lp.worker.config.concurrency, "worker started");
+    let presence = Presence::start(&lp.worker, Arc::clone(&lp.running));
     let result = lp.work(&shutdown, drain).await;
     let stopped = lp.stop().await;
+    presence.stop().await;
     tracing::info!(worker = %lp.worker.id, "worker stopped");
     result.and(stopped)
 }
@@ -149,6 +157,7 @@ impl Loop {
         let fut = (registered.handler)(job.payload.clone(), job.schema_hash.clone(), ctx);
         let handle = self.tasks.spawn(fut);
         self.in_flight.insert(handle.id(), InFlight { job, cancel });
+        self.running.store(self.in_flight.len(), Ordering::Relaxed);
     }
 
     /// Records how a handler's task ended. `cancelling`: the worker asked it to stop.
@@ -158,6 +167,7 @@ impl Loop {
             Err(e) => (e.id(), Err(e)),
         };
         let Some(InFlight { job, cancel }) = self.in_flight.remove(&id) else { return Ok(()) };
+        self.running.store(self.in_flight.len(), Ordering::Relaxed);
         let retry = self.worker.handlers.get(&job.kind);
         // Once the worker has asked a handler to stop, an error may be the interruption itself, whatever the
         // handler called it: the job is given back without using its attempt rather than failed or retried.

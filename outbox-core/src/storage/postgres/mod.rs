@@ -6,6 +6,7 @@
 //! since the Unix epoch, JSON as text. Identifiers (`id`, `kind`, `queue`, keys) compare bytewise
 //! (`COLLATE "C"`), as they do on SQLite.
 
+mod feed;
 mod listener;
 mod schema;
 mod worker;
@@ -17,9 +18,12 @@ use sea_orm::{
 
 pub(super) use worker::PgStore;
 
-use super::{Driver, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerStore, WorkerStoreOpts, rows};
+use super::{
+    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerRow, WorkerStore,
+    WorkerStoreOpts, rows,
+};
 use crate::error::{Error, Result, Violation, pointer_token};
-use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
+use crate::record::{FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
 use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
 use worker::PgStoreConfig;
 
@@ -91,6 +95,7 @@ macro_rules! ms {
         concat!("(EXTRACT(EPOCH FROM ", $col, ") * 1000)::int8")
     };
 }
+use ms;
 
 fn ts_of(param: &str) -> String {
     format!("(TIMESTAMPTZ 'epoch' + ({param})::int8 * INTERVAL '1 millisecond')")
@@ -217,7 +222,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Postgres {
-    const MIGRATIONS: [Migration; 5] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 6] = schema::MIGRATIONS;
 
     /// The server's own durability settings apply.
     fn tune(_options: &mut ConnectOptions, _settings: &Tuning) {}
@@ -638,5 +643,43 @@ impl Driver for Postgres {
     /// Sequences held by a failed or cancelled head, and the first `limit` heads, longest held first.
     async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
         super::blocked(conn, DbBackend::Postgres, RECORD_COLUMNS, "$1", limit).await
+    }
+
+    async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
+        feed::feed(conn, after, limit).await
+    }
+
+    async fn feed_head<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<String> {
+        feed::head(conn).await
+    }
+
+    async fn upsert_worker<C: ConnectionTrait + ?Sized>(conn: &C, worker: &WorkerRow) -> Result<()> {
+        feed::upsert_worker(conn, worker).await
+    }
+
+    async fn remove_worker<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<()> {
+        feed::remove_worker(conn, id).await
+    }
+
+    async fn workers<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<WorkerRecord>> {
+        feed::workers(conn, now).await
+    }
+
+    async fn remote_claim(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        limit: usize,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        feed::remote_claim(db, opts, current_schema(db).await?, limit, now, lease_until).await
+    }
+
+    async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
+        feed::remote_finish(db, owner, finished).await
+    }
+
+    async fn remote_extend(db: &DatabaseConnection, owner: &str, id: &str, attempt: i32, until: i64) -> Result<bool> {
+        feed::remote_extend(db, owner, id, attempt, until).await
     }
 }

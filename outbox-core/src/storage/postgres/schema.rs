@@ -4,7 +4,7 @@
 use crate::storage::{Migration, blocking};
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
-pub(super) const MIGRATIONS: [Migration; 5] = [
+pub(super) const MIGRATIONS: [Migration; 6] = [
     Migration {
         up: SCHEMA_V1,
         down: &["DROP TABLE IF EXISTS outbox_jobs", "DROP FUNCTION IF EXISTS outbox_jobs_notify()"],
@@ -24,6 +24,7 @@ pub(super) const MIGRATIONS: [Migration; 5] = [
     // Enforced types: the column types here already refuse what SQLite's strict table now refuses (a jsonb
     // payload cannot hold bytes, an integer column cannot hold text), so there is nothing to change.
     Migration { up: &[], down: &[] },
+    Migration { up: SCHEMA_V6_FEED, down: SCHEMA_V6_DOWN },
 ];
 
 /// The transaction-scoped advisory lock of one sequence in this schema, taken by every writer that inserts
@@ -293,3 +294,84 @@ const SCHEMA_V3_KINDS: &[&str] = &[r#"CREATE TABLE IF NOT EXISTS outbox_kinds (
         first_seen_at timestamptz NOT NULL,
         updated_at timestamptz NOT NULL
     )"#];
+
+/// The event feed and the worker registry (see `sqlite/schema.rs`). Identity values are handed out before
+/// commit, so a reader cannot take "ids above the last one seen" as "everything since": each event also
+/// records its transaction id, and the feed reads in (transaction, id) order only events of transactions older
+/// than every transaction still running (`pg_snapshot_xmin`). An event that commits later always has a
+/// transaction id at or above that bound, so it is never skipped.
+const SCHEMA_V6_FEED: &[&str] = &[
+    "ALTER TABLE outbox_job_events ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT '', \
+     ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT '', \
+     ADD COLUMN IF NOT EXISTS txid xid8 NOT NULL DEFAULT pg_current_xact_id()",
+    "UPDATE outbox_job_events e SET kind = j.kind, queue = j.queue FROM outbox_jobs j WHERE j.id = e.job_id",
+    "CREATE INDEX IF NOT EXISTS outbox_job_events_feed ON outbox_job_events (txid, id)",
+    "CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+        SELECT id, kind, queue, created_at, 'enqueued', attempts FROM inserted ORDER BY id;
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_enqueued ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_enqueued AFTER INSERT ON outbox_jobs REFERENCING NEW TABLE AS inserted
+        FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_enqueued()",
+    "CREATE OR REPLACE FUNCTION outbox_jobs_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error)
+        VALUES (
+            NEW.id,
+            NEW.kind,
+            NEW.queue,
+            NEW.updated_at,
+            CASE
+                WHEN NEW.status = 'claimed' THEN 'claimed'
+                WHEN NEW.status = 'completed' THEN 'completed'
+                WHEN NEW.status = 'cancelled' THEN 'cancelled'
+                WHEN OLD.status IN ('failed', 'cancelled', 'completed') THEN 'retried_by_operator'
+                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts
+                    AND NEW.last_error LIKE 'lease expired%' THEN
+                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
+                WHEN NEW.status = 'failed' THEN 'failed'
+                WHEN NEW.attempts < OLD.attempts THEN
+                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
+                ELSE 'retried'
+            END,
+            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
+            NEW.locked_by,
+            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed'
+                AND NEW.attempts >= OLD.attempts THEN NEW.last_error END
+        );
+        RETURN NULL;
+    END $$",
+    "DROP TRIGGER IF EXISTS outbox_jobs_transition ON outbox_jobs",
+    "CREATE TRIGGER outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
+        FOR EACH ROW WHEN (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts)
+        EXECUTE FUNCTION outbox_jobs_transition()",
+    r#"CREATE TABLE IF NOT EXISTS outbox_workers (
+        id text COLLATE "C" PRIMARY KEY,
+        host text NOT NULL,
+        pid bigint,
+        queues jsonb,
+        kinds jsonb NOT NULL,
+        concurrency bigint,
+        running bigint NOT NULL DEFAULT 0,
+        remote boolean NOT NULL DEFAULT false,
+        started_at timestamptz NOT NULL,
+        last_seen_at timestamptz NOT NULL,
+        expires_at timestamptz NOT NULL
+    )"#,
+];
+
+const SCHEMA_V6_DOWN: &[&str] = &[
+    "DROP TABLE IF EXISTS outbox_workers",
+    "DROP TRIGGER IF EXISTS outbox_jobs_enqueued ON outbox_jobs",
+    "DROP FUNCTION IF EXISTS outbox_jobs_enqueued()",
+    "DELETE FROM outbox_job_events WHERE event IN ('enqueued', 'claimed', 'completed')",
+    "DROP INDEX IF EXISTS outbox_job_events_feed",
+    "ALTER TABLE outbox_job_events DROP COLUMN IF EXISTS kind, DROP COLUMN IF EXISTS queue, \
+     DROP COLUMN IF EXISTS txid",
+    // The transition trigger of migration 2.
+    SCHEMA_V2_EVENTS[2],
+    SCHEMA_V2_EVENTS[3],
+    SCHEMA_V2_EVENTS[4],
+];

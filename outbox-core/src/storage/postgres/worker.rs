@@ -240,8 +240,7 @@ impl PgStore {
         Ok(claimed)
     }
 
-    /// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts
-    /// the running jobs and claims what the limit leaves: claimers on every machine take turns.
+    /// Claims jobs of one limited kind (see [`claim_limited`]).
     async fn claim_limited(
         &self,
         kind: &str,
@@ -250,31 +249,7 @@ impl PgStore {
         now: i64,
         lease_until: i64,
     ) -> Result<Vec<ClaimedJob>> {
-        let c = &self.inner.config;
-        let kinds = [kind.to_owned()];
-        let rows = retrying("claiming jobs of a limited kind", || async {
-            let mut tx = self.inner.pool.begin().await?;
-            sqlx::query(
-                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || $1, 0))",
-            )
-            .bind(kind)
-            .execute(&mut *tx)
-            .await?;
-            let running: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM outbox_jobs WHERE status = 'claimed' AND kind = $1")
-                    .bind(kind)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
-            if room == 0 {
-                tx.commit().await?;
-                return Ok(Vec::new());
-            }
-            let rows = claim_query(c, &kinds, room, now, lease_until).fetch_all(&mut *tx).await?;
-            tx.commit().await?;
-            Ok(rows)
-        })
-        .await?;
+        let rows = claim_limited(&self.inner.pool, &self.inner.config, kind, cap, left, now, lease_until).await?;
         Ok(claimed_jobs(self, rows))
     }
 
@@ -354,9 +329,44 @@ impl PgStore {
     }
 }
 
+/// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts the
+/// running jobs and claims what the limit leaves: claimers on every machine take turns.
+pub(super) async fn claim_limited(
+    pool: &PgPool,
+    c: &PgStoreConfig,
+    kind: &str,
+    cap: u32,
+    left: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let kinds = [kind.to_owned()];
+    retrying("claiming jobs of a limited kind", || async {
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || $1, 0))")
+            .bind(kind)
+            .execute(&mut *tx)
+            .await?;
+        let running: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_jobs WHERE status = 'claimed' AND kind = $1")
+                .bind(kind)
+                .fetch_one(&mut *tx)
+                .await?;
+        let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
+        if room == 0 {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let rows = claim_query(c, &kinds, room, now, lease_until).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    })
+    .await
+}
+
 /// Jobs already claimed (and committed) by an earlier step of a claim are run even when a later step fails:
 /// dropping them would leave them claimed until their leases ran out, each with an attempt used.
-fn keep_claimed(claimed: Vec<ClaimedJob>, e: Error) -> Result<Vec<ClaimedJob>> {
+pub(super) fn keep_claimed(claimed: Vec<ClaimedJob>, e: Error) -> Result<Vec<ClaimedJob>> {
     if claimed.is_empty() {
         return Err(e);
     }
@@ -365,7 +375,7 @@ fn keep_claimed(claimed: Vec<ClaimedJob>, e: Error) -> Result<Vec<ClaimedJob>> {
 }
 
 /// The claim of up to `limit` due jobs of `kinds`.
-fn claim_query<'q>(
+pub(super) fn claim_query<'q>(
     c: &'q PgStoreConfig,
     kinds: &'q [String],
     limit: usize,
@@ -411,7 +421,7 @@ fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) -> Vec<Claime
     jobs
 }
 
-fn claimed_job(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimedJob, (Unreadable, i32)> {
+pub(super) fn claimed_job(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimedJob, (Unreadable, i32)> {
     let at = |column: &'static str| {
         move |e: sqlx::Error| {
             let unreadable = Unreadable {
@@ -436,7 +446,7 @@ fn claimed_job(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimedJob, (
     })
 }
 
-async fn retrying<T, F, Fut>(what: &str, mut call: F) -> Result<T>
+pub(super) async fn retrying<T, F, Fut>(what: &str, mut call: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
@@ -494,7 +504,7 @@ impl Columns {
 }
 
 /// Writes one batch; returns the ids the fence let through.
-async fn write_batch(
+pub(super) async fn write_batch(
     pool: &PgPool,
     owner: &str,
     batch: &[Finished],

@@ -2,6 +2,7 @@
 //! and the worker's own connection (`worker.rs`). Timestamps are stored as integer milliseconds since the
 //! Unix epoch, JSON as text.
 
+mod feed;
 mod schema;
 mod worker;
 
@@ -16,9 +17,12 @@ use sea_orm::{
 
 pub(super) use worker::SqliteStore;
 
-use super::{Driver, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerStore, WorkerStoreOpts, rows};
+use super::{
+    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerRow, WorkerStore,
+    WorkerStoreOpts, rows,
+};
 use crate::error::{Error, Result, Violation};
-use crate::record::{JobEvent, JobFilter, JobRecord, JobStatus, KindRecord};
+use crate::record::{FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
 use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
 use worker::StoreConfig;
 
@@ -90,6 +94,23 @@ async fn synchronous_mode(db: &DatabaseConnection) -> Result<String> {
         _ => "FULL",
     }
     .to_owned())
+}
+
+/// How a worker's own connection to the pool's database file is opened, and what it claims.
+async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<StoreConfig> {
+    Ok(StoreConfig {
+        path: database_file(db)?,
+        synchronous: synchronous_mode(db).await?,
+        busy_timeout: Duration::from_secs(10),
+        kinds_json: encode_names(&opts.unlimited_kinds())?,
+        limited: opts
+            .limits
+            .iter()
+            .map(|(kind, cap)| Ok((encode_names(std::slice::from_ref(kind))?, *cap)))
+            .collect::<Result<_>>()?,
+        queues_json: opts.queues.as_deref().map(encode_names).transpose()?,
+        worker_id: opts.worker_id,
+    })
 }
 
 fn encode_names(names: &[String]) -> Result<String> {
@@ -180,7 +201,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Sqlite {
-    const MIGRATIONS: [Migration; 5] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 6] = schema::MIGRATIONS;
 
     fn tune(options: &mut ConnectOptions, settings: &Tuning) {
         let synchronous = if settings.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };
@@ -227,20 +248,7 @@ impl Driver for Sqlite {
     }
 
     async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore> {
-        let config = StoreConfig {
-            path: database_file(db)?,
-            synchronous: synchronous_mode(db).await?,
-            busy_timeout: Duration::from_secs(10),
-            kinds_json: encode_names(&opts.unlimited_kinds())?,
-            limited: opts
-                .limits
-                .iter()
-                .map(|(kind, cap)| Ok((encode_names(std::slice::from_ref(kind))?, *cap)))
-                .collect::<Result<_>>()?,
-            queues_json: opts.queues.as_deref().map(encode_names).transpose()?,
-            worker_id: opts.worker_id,
-        };
-        Ok(WorkerStore::Sqlite(SqliteStore::open(config)?))
+        Ok(WorkerStore::Sqlite(SqliteStore::open(store_config(db, opts).await?)?))
     }
 
     /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
@@ -580,5 +588,55 @@ impl Driver for Sqlite {
     /// Sequences held by a failed or cancelled head, and the first `limit` heads, longest held first.
     async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
         super::blocked(conn, DbBackend::Sqlite, RECORD_COLUMNS, "?", limit).await
+    }
+
+    async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
+        feed::feed(conn, after, limit).await
+    }
+
+    async fn feed_head<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<String> {
+        feed::head(conn).await
+    }
+
+    async fn upsert_worker<C: ConnectionTrait + ?Sized>(conn: &C, worker: &WorkerRow) -> Result<()> {
+        feed::upsert_worker(conn, worker).await
+    }
+
+    async fn remove_worker<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<()> {
+        conn.execute_raw(stmt("DELETE FROM outbox_workers WHERE id = ?", vec![id.into()]))
+            .await
+            .map_err(Error::db(format!("removing worker `{id}` from the registry")))?;
+        Ok(())
+    }
+
+    async fn workers<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<WorkerRecord>> {
+        feed::workers(conn, now).await
+    }
+
+    async fn remote_claim(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        limit: usize,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        feed::remote_claim(store_config(db, opts).await?, limit, now, lease_until).await
+    }
+
+    async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
+        let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), limits: Vec::new(), queues: None };
+        feed::remote_finish(store_config(db, opts).await?, finished).await
+    }
+
+    async fn remote_extend(db: &DatabaseConnection, owner: &str, id: &str, attempt: i32, until: i64) -> Result<bool> {
+        let res = db
+            .execute_raw(stmt(
+                "UPDATE outbox_jobs SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?) \
+                 WHERE id = ? AND status = 'claimed' AND locked_by = ? AND attempts = ?",
+                vec![until.into(), id.into(), owner.into(), attempt.into()],
+            ))
+            .await
+            .map_err(|e| write_error(format!("renewing the lease of job `{id}`"), e))?;
+        Ok(res.rows_affected() == 1)
     }
 }

@@ -3,7 +3,7 @@
 use crate::storage::{Migration, blocking};
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
-pub(super) const MIGRATIONS: [Migration; 5] = [
+pub(super) const MIGRATIONS: [Migration; 6] = [
     Migration { up: SCHEMA_V1, down: &["DROP TABLE IF EXISTS outbox_jobs"] },
     Migration {
         up: SCHEMA_V2_EVENTS,
@@ -16,6 +16,7 @@ pub(super) const MIGRATIONS: [Migration; 5] = [
     Migration { up: SCHEMA_V3_KINDS, down: &["DROP TABLE IF EXISTS outbox_kinds"] },
     Migration { up: SCHEMA_V4_SEQUENCES, down: SCHEMA_V4_DOWN },
     Migration { up: SCHEMA_V5_STRICT, down: SCHEMA_V5_DOWN },
+    Migration { up: SCHEMA_V6_FEED, down: SCHEMA_V6_DOWN },
 ];
 
 /// The jobs table, as `$name`, with JSON columns of `$json` type and `$options` after it (`STRICT`).
@@ -379,3 +380,113 @@ const SCHEMA_V3_KINDS: &[&str] = &["CREATE TABLE IF NOT EXISTS outbox_kinds (
         first_seen_at INTEGER NOT NULL,
         updated_at INTEGER NOT NULL
     )"];
+
+/// The event feed and the worker registry. Every transition now leaves a history row, the happy path
+/// (enqueued, claimed, completed) included, with the job's kind and queue: the history is the feed that
+/// `/api/events` streams, resumable by id. Ids come from `AUTOINCREMENT` so that an id is never handed out
+/// twice, even after the newest events are purged (a reader resuming after it would skip the reused one);
+/// one writer at a time means ids grow in commit order.
+const SCHEMA_V6_FEED: &[&str] = &[
+    "CREATE TABLE outbox_job_events_v6 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id TEXT NOT NULL,
+        kind TEXT NOT NULL DEFAULT '',
+        queue TEXT NOT NULL DEFAULT '',
+        at INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        worker TEXT,
+        error TEXT
+    ) STRICT",
+    concat!(
+        "INSERT INTO outbox_job_events_v6 (id, job_id, kind, queue, at, event, attempt, worker, error) \
+         SELECT e.id, ",
+        text_of!("e.job_id"),
+        ", COALESCE(j.kind, ''), COALESCE(j.queue, ''), e.at, e.event, e.attempt, ",
+        text_of!("e.worker"),
+        ", ",
+        text_of!("e.error"),
+        " FROM outbox_job_events e LEFT JOIN outbox_jobs j ON j.id = e.job_id"
+    ),
+    "DROP TRIGGER IF EXISTS outbox_jobs_transition",
+    "DROP TRIGGER IF EXISTS outbox_jobs_purged",
+    "DROP TABLE outbox_job_events",
+    "ALTER TABLE outbox_job_events_v6 RENAME TO outbox_job_events",
+    "CREATE INDEX IF NOT EXISTS outbox_job_events_job ON outbox_job_events (job_id, id)",
+    ENQUEUED_TRIGGER,
+    FEED_TRANSITION_TRIGGER,
+    PURGED_TRIGGER,
+    "CREATE TABLE IF NOT EXISTS outbox_workers (
+        id TEXT PRIMARY KEY NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER,
+        queues TEXT,
+        kinds TEXT NOT NULL,
+        concurrency INTEGER,
+        running INTEGER NOT NULL DEFAULT 0,
+        remote INTEGER NOT NULL DEFAULT 0,
+        started_at INTEGER NOT NULL,
+        last_seen_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+    ) STRICT",
+];
+
+const SCHEMA_V6_DOWN: &[&str] = &[
+    "DROP TABLE IF EXISTS outbox_workers",
+    "DROP TRIGGER IF EXISTS outbox_jobs_enqueued",
+    "DROP TRIGGER IF EXISTS outbox_jobs_transition",
+    "DROP TRIGGER IF EXISTS outbox_jobs_purged",
+    "DELETE FROM outbox_job_events WHERE event IN ('enqueued', 'claimed', 'completed')",
+    "CREATE TABLE outbox_job_events_v2 (
+        id INTEGER PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        worker TEXT,
+        error TEXT
+    )",
+    "INSERT INTO outbox_job_events_v2 (id, job_id, at, event, attempt, worker, error) \
+     SELECT id, job_id, at, event, attempt, worker, error FROM outbox_job_events",
+    "DROP TABLE outbox_job_events",
+    "ALTER TABLE outbox_job_events_v2 RENAME TO outbox_job_events",
+    "CREATE INDEX IF NOT EXISTS outbox_job_events_job ON outbox_job_events (job_id, id)",
+    TRANSITION_TRIGGER,
+    PURGED_TRIGGER,
+];
+
+/// `enqueued`, for every row inserted by any writer.
+const ENQUEUED_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS outbox_jobs_enqueued AFTER INSERT ON outbox_jobs BEGIN
+        INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+        VALUES (NEW.id, NEW.kind, NEW.queue, NEW.created_at, 'enqueued', NEW.attempts);
+    END";
+
+/// Every change of status or attempt count, named as in [`TRANSITION_TRIGGER`] plus `claimed` and
+/// `completed`.
+const FEED_TRANSITION_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS outbox_jobs_transition
+    AFTER UPDATE OF status, attempts ON outbox_jobs
+    WHEN OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts BEGIN
+        INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error)
+        VALUES (
+            NEW.id,
+            NEW.kind,
+            NEW.queue,
+            NEW.updated_at,
+            CASE
+                WHEN NEW.status = 'claimed' THEN 'claimed'
+                WHEN NEW.status = 'completed' THEN 'completed'
+                WHEN NEW.status = 'cancelled' THEN 'cancelled'
+                WHEN OLD.status IN ('failed', 'cancelled', 'completed') THEN 'retried_by_operator'
+                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts AND NEW.last_error LIKE 'lease expired%' THEN
+                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
+                WHEN NEW.status = 'failed' THEN 'failed'
+                WHEN NEW.attempts < OLD.attempts THEN
+                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
+                ELSE 'retried'
+            END,
+            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
+            NEW.locked_by,
+            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed' AND NEW.attempts >= OLD.attempts
+                THEN NEW.last_error END
+        );
+    END";

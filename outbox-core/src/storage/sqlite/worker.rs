@@ -85,7 +85,7 @@ impl SqliteStore {
     }
 }
 
-fn open_connection(config: &StoreConfig) -> Result<Connection> {
+pub(super) fn open_connection(config: &StoreConfig) -> Result<Connection> {
     let ctx = || Error::db(format!("opening {}", config.path.display()));
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(&config.path, flags).map_err(ctx())?;
@@ -311,7 +311,7 @@ impl Actor {
 /// leaves (the count and the claim share the write transaction, so no other claimer can slip in between;
 /// the count reads claimed rows through the lease index, at most the fleet's concurrency of them), then the
 /// others.
-fn claim(
+pub(super) fn claim(
     conn: &Connection,
     config: &StoreConfig,
     limit: usize,
@@ -472,7 +472,7 @@ macro_rules! fence {
 }
 
 /// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
-fn write_finished(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
+pub(super) fn write_finished(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
     let ctx = || Error::db("writing finished jobs");
     let mut applied = Vec::with_capacity(batch.len());
     {

@@ -1,0 +1,263 @@
+//! Workers outside this process: a program in any language claims jobs through a server that holds the
+//! database connection (`outbox-server`), and reports each outcome. Every call after the claim is fenced
+//! exactly like the in-process worker's writes: by job id, the claiming worker and the attempt; a call for
+//! a claim that expired and was rescued, or that already ended, fails with [`Error::StaleClaim`] and changes
+//! nothing.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::DatabaseConnection;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::kind::{Kind, MAX_NAME_BYTES};
+use crate::record::{JobStatus, from_ms, ms_after};
+use crate::storage::{self, ClaimedJob, Finished, Outcome, WorkerRow, WorkerStoreOpts, dispatch, now_ms};
+use crate::worker::RetryPolicy;
+
+/// The most jobs one claim may take.
+pub const MAX_CLAIM: usize = 1_000;
+/// The shortest and longest lease a remote claim or heartbeat may ask for.
+pub const LEASE_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(24 * 3600));
+
+/// What a remote worker asks for.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The worker's id: recorded as the claim's owner, and every later call must give it.
+    pub worker: String,
+    /// The host it runs on, for the worker registry.
+    pub host: Option<String>,
+    /// Its process id, for the worker registry.
+    pub pid: Option<i64>,
+    /// The kinds it runs (at least one).
+    pub kinds: Vec<String>,
+    /// The queues it serves; `None` for all.
+    pub queues: Option<Vec<String>>,
+    /// At most this many jobs (1 to [`MAX_CLAIM`]).
+    pub limit: usize,
+    /// How long the claims hold unless renewed with [`heartbeat`].
+    pub lease: Duration,
+}
+
+/// A job handed to a remote worker.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RemoteJob {
+    /// The job id.
+    pub id: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its queue.
+    pub queue: String,
+    /// The payload, valid against the kind's recorded schema.
+    pub payload: Value,
+    /// This claim's attempt: every later call for the job gives it back.
+    pub attempt: i32,
+    /// Attempts allowed.
+    pub max_attempts: i32,
+    /// When the claim runs out unless renewed.
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.trim().is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(Error::Invalid(format!("the {what} must be 1 to {MAX_NAME_BYTES} bytes and not blank")));
+    }
+    Ok(())
+}
+
+fn check_lease(lease: Duration) -> Result<()> {
+    if lease < LEASE_RANGE.0 || lease > LEASE_RANGE.1 {
+        return Err(Error::Invalid(format!(
+            "the lease of {lease:?} is out of range: it must be from {:?} to {:?}",
+            LEASE_RANGE.0, LEASE_RANGE.1
+        )));
+    }
+    Ok(())
+}
+
+/// Claims up to `req.limit` due jobs of the given kinds and queues, with the fleet-wide limits and sequence
+/// order that in-process workers keep, and records the worker in the registry. A claimed job whose payload
+/// no longer matches its kind's recorded schema fails at once, permanently, and is not handed out.
+pub async fn claim(db: &DatabaseConnection, req: &ClaimRequest) -> Result<Vec<RemoteJob>> {
+    check_name("worker id", &req.worker)?;
+    if req.kinds.is_empty() {
+        return Err(Error::Invalid("a claim must name at least one kind".into()));
+    }
+    for kind in &req.kinds {
+        check_name("kind name", kind)?;
+    }
+    for queue in req.queues.iter().flatten() {
+        check_name("queue name", queue)?;
+    }
+    if req.limit == 0 || req.limit > MAX_CLAIM {
+        return Err(Error::Invalid(format!("the claim limit {} is out of range: 1 to {MAX_CLAIM}", req.limit)));
+    }
+    check_lease(req.lease)?;
+    let mut kinds = req.kinds.clone();
+    kinds.sort();
+    kinds.dedup();
+    let recorded: HashMap<String, Kind> = crate::kind::registry::kinds(db)
+        .await?
+        .into_iter()
+        .filter(|r| kinds.contains(&r.name))
+        .filter_map(|r| Some((r.name.clone(), Kind::from_record(&r).ok()?)))
+        .collect();
+    let limits = recorded.values().filter_map(|k| Some((k.name().to_owned(), k.concurrency()?))).collect();
+    let now = now_ms();
+    let presence = WorkerRow {
+        id: req.worker.clone(),
+        host: req.host.clone().unwrap_or_else(|| "remote".into()),
+        pid: req.pid,
+        queues: req.queues.as_ref().map(|q| encode(q)).transpose()?,
+        kinds: encode(&kinds)?,
+        concurrency: None,
+        running: 0,
+        remote: true,
+        now,
+        expires_at: ms_after(now, req.lease.max(Duration::from_secs(30))),
+    };
+    dispatch!(db, upsert_worker(db, &presence))?;
+    let opts = WorkerStoreOpts { worker_id: req.worker.clone(), kinds, limits, queues: req.queues.clone() };
+    let lease_until = ms_after(now, req.lease);
+    let claimed = dispatch!(db, remote_claim(db, opts, req.limit, now, lease_until))?;
+    let mut jobs = Vec::with_capacity(claimed.len());
+    for job in claimed {
+        match payload_of(&job, recorded.get(&job.kind)) {
+            Ok(payload) => {
+                tracing::debug!(job_id = %job.id, kind = %job.kind, queue = %job.queue, attempt = job.attempt, worker = %req.worker, "job claimed by a remote worker");
+                jobs.push(RemoteJob {
+                    id: job.id,
+                    kind: job.kind,
+                    queue: job.queue,
+                    payload,
+                    attempt: job.attempt,
+                    max_attempts: job.max_attempts,
+                    lease_expires_at: from_ms(lease_until),
+                });
+            }
+            Err(error) => {
+                let failed = finished(&job.id, &job.kind, &job.queue, job.attempt, Outcome::Failed { error });
+                dispatch!(db, remote_finish(db, &req.worker, failed))?;
+            }
+        }
+    }
+    Ok(jobs)
+}
+
+fn encode(names: &[String]) -> Result<String> {
+    serde_json::to_string(names).map_err(|e| Error::Internal(format!("encoding names: {e}")))
+}
+
+/// The payload of a claimed job, or why it cannot run.
+fn payload_of(job: &ClaimedJob, kind: Option<&Kind>) -> std::result::Result<Value, String> {
+    let payload: Value = serde_json::from_str(&job.payload)
+        .map_err(|e| format!("payload is not valid JSON: {e}; failed without running"))?;
+    if let Some(kind) = kind {
+        let violations = kind.violations(&payload);
+        if !violations.is_empty() {
+            return Err(format!(
+                "invalid payload: {}; failed without running",
+                crate::error::join_violations(&violations)
+            ));
+        }
+    }
+    Ok(payload)
+}
+
+fn finished(id: &str, kind: &str, queue: &str, attempt: i32, outcome: Outcome) -> Finished {
+    Finished { id: id.to_owned(), kind: kind.to_owned(), queue: queue.to_owned(), attempt, outcome }
+}
+
+fn stale(id: &str, worker: &str, attempt: i32) -> Error {
+    Error::StaleClaim { id: id.to_owned(), worker: worker.to_owned(), attempt }
+}
+
+/// Renews the lease of a claim for `lease` from now; returns when it now runs out. The worker's registry
+/// entry is refreshed with it.
+pub async fn heartbeat(
+    db: &DatabaseConnection,
+    worker: &str,
+    id: &str,
+    attempt: i32,
+    lease: Duration,
+) -> Result<DateTime<Utc>> {
+    check_lease(lease)?;
+    let until = ms_after(now_ms(), lease);
+    if !dispatch!(db, remote_extend(db, worker, id, attempt, until))? {
+        return Err(stale(id, worker, attempt));
+    }
+    Ok(from_ms(until))
+}
+
+/// The claim `(id, worker, attempt)` as it stands: its kind, queue and attempts allowed, or
+/// [`Error::StaleClaim`] when it is not that claim any more.
+async fn current(db: &DatabaseConnection, worker: &str, id: &str, attempt: i32) -> Result<crate::record::JobRecord> {
+    let job = match crate::ops::get(db, id).await {
+        Ok(job) => job,
+        Err(Error::NotFound { .. }) => return Err(stale(id, worker, attempt)),
+        Err(e) => return Err(e),
+    };
+    if job.status != JobStatus::Claimed || job.locked_by.as_deref() != Some(worker) || job.attempts != attempt {
+        return Err(stale(id, worker, attempt));
+    }
+    Ok(job)
+}
+
+async fn write(db: &DatabaseConnection, worker: &str, f: Finished) -> Result<()> {
+    let (id, attempt) = (f.id.clone(), f.attempt);
+    storage::backend(db)?;
+    if !dispatch!(db, remote_finish(db, worker, f))? {
+        return Err(stale(&id, worker, attempt));
+    }
+    crate::wake::outcome_written();
+    Ok(())
+}
+
+/// Completes a claimed job with the handler's output.
+pub async fn complete(
+    db: &DatabaseConnection,
+    worker: &str,
+    id: &str,
+    attempt: i32,
+    output: Option<Value>,
+) -> Result<()> {
+    let job = current(db, worker, id, attempt).await?;
+    let output = output
+        .map(|v| serde_json::to_string(&v))
+        .transpose()
+        .map_err(|e| Error::Internal(format!("encoding the output of job `{id}`: {e}")))?;
+    write(db, worker, finished(id, &job.kind, &job.queue, attempt, Outcome::Completed { output })).await
+}
+
+/// Ends a claimed attempt with `error`. A retryable failure with attempts left goes back to pending after
+/// `retry_in` (or the default backoff); otherwise the job fails for good. Returns the job's new status.
+pub async fn fail(
+    db: &DatabaseConnection,
+    worker: &str,
+    id: &str,
+    attempt: i32,
+    error: &str,
+    retryable: bool,
+    retry_in: Option<Duration>,
+) -> Result<JobStatus> {
+    let job = current(db, worker, id, attempt).await?;
+    let (outcome, status) = if retryable && attempt < job.max_attempts {
+        let delay = retry_in.unwrap_or_else(|| RetryPolicy::default().backoff(attempt));
+        (Outcome::Retry { run_at: ms_after(now_ms(), delay), error: error.to_owned() }, JobStatus::Pending)
+    } else {
+        let error =
+            if retryable { format!("{error} (attempt {attempt} of {})", job.max_attempts) } else { error.to_owned() };
+        (Outcome::Failed { error }, JobStatus::Failed)
+    };
+    write(db, worker, finished(id, &job.kind, &job.queue, attempt, outcome)).await?;
+    Ok(status)
+}
+
+/// Puts a claimed job back to pending for `delay`, giving its attempt back.
+pub async fn snooze(db: &DatabaseConnection, worker: &str, id: &str, attempt: i32, delay: Duration) -> Result<()> {
+    let job = current(db, worker, id, attempt).await?;
+    let run_at = ms_after(now_ms(), delay);
+    write(db, worker, finished(id, &job.kind, &job.queue, attempt, Outcome::Snoozed { run_at })).await
+}

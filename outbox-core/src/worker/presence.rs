@@ -1,0 +1,94 @@
+//! The worker's entry in the registry (`outbox_workers`): written when it starts, refreshed on an interval
+//! with how many jobs it is running, removed when it stops. A worker that dies stops refreshing it and
+//! drops out of [`crate::ops::workers`] once it expires (three intervals after its last refresh).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use tokio_util::sync::CancellationToken;
+
+use super::Worker;
+use crate::record::ms_after;
+use crate::storage::{WorkerRow, dispatch, now_ms};
+
+/// How many refreshes may be missed before the entry expires.
+const MISSED: u32 = 3;
+
+/// The running registry entry; [`Presence::stop`] removes it.
+pub(super) struct Presence {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    db: DatabaseConnection,
+    id: String,
+}
+
+impl Presence {
+    /// Writes the entry and keeps it fresh in the background; `running` is read at each refresh.
+    pub(super) fn start(worker: &Worker, running: Arc<AtomicUsize>) -> Presence {
+        let interval = worker.config.presence_interval;
+        let mut kinds: Vec<String> = worker.handlers.keys().cloned().collect();
+        kinds.sort();
+        let row = WorkerRow {
+            id: worker.id.clone(),
+            host: host(),
+            pid: Some(i64::from(std::process::id())),
+            queues: worker.queues.as_ref().and_then(|q| serde_json::to_string(q).ok()),
+            kinds: serde_json::to_string(&kinds).unwrap_or_else(|_| "[]".into()),
+            concurrency: i64::try_from(worker.config.concurrency).ok(),
+            running: 0,
+            remote: false,
+            now: 0,
+            expires_at: 0,
+        };
+        let stop = CancellationToken::new();
+        let db = worker.db.clone();
+        let task = tokio::spawn(refresh(db.clone(), row, interval, running, stop.clone()));
+        Presence { stop, task, db, id: worker.id.clone() }
+    }
+
+    /// Stops refreshing and removes the entry.
+    pub(super) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+        let db = &self.db;
+        let removed: crate::error::Result<()> = async { dispatch!(db, remove_worker(db, &self.id)) }.await;
+        if let Err(e) = removed {
+            tracing::warn!(worker = %self.id, error = %e, "removing the worker from the registry failed; it expires on its own");
+        }
+    }
+}
+
+async fn refresh(
+    db: DatabaseConnection,
+    mut row: WorkerRow,
+    interval: Duration,
+    running: Arc<AtomicUsize>,
+    stop: CancellationToken,
+) {
+    loop {
+        row.now = now_ms();
+        row.expires_at = ms_after(row.now, interval * MISSED);
+        row.running = i64::try_from(running.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        let conn = &db;
+        let written: crate::error::Result<()> = async { dispatch!(conn, upsert_worker(conn, &row)) }.await;
+        if let Err(e) = written {
+            tracing::warn!(worker = %row.id, error = %e, "refreshing the worker's registry entry failed");
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// This machine's name.
+pub(super) fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}

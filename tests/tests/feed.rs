@@ -1,0 +1,148 @@
+//! The event feed, the worker registry and remote workers' claims, on every backend.
+
+use std::time::Duration;
+
+use outbox_core::remote::{self, ClaimRequest};
+use outbox_core::{EnqueueOpts, Error, JobEventKind, JobStatus, Worker, ops};
+use outbox_tests::{Probe, TestDb, conformance, eventually, exec};
+
+fn claim_req(worker: &str, limit: usize) -> ClaimRequest {
+    ClaimRequest {
+        worker: worker.into(),
+        host: Some("test-host".into()),
+        pid: Some(42),
+        kinds: vec!["probe".into()],
+        queues: None,
+        limit,
+        lease: Duration::from_secs(60),
+    }
+}
+
+conformance!(the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_id);
+async fn the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_id(t: TestDb) {
+    let start = ops::feed_head(&t.db).await.expect("head");
+    let mut ids = Vec::new();
+    for n in 1..=5 {
+        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+    }
+    let worker = Worker::builder(&t.db)
+        .poll_interval(Duration::from_millis(20))
+        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .build()
+        .await
+        .expect("build");
+    worker.drain().await.expect("drain");
+    ops::cancel(
+        &t.db,
+        outbox_core::enqueue(&t.db, &Probe { n: 9 }, EnqueueOpts::new()).await.expect("enqueue").id(),
+    )
+    .await
+    .expect("cancel");
+
+    let all = ops::feed(&t.db, &start, 1_000).await.expect("feed");
+    assert_eq!(all.len(), 5 * 3 + 2, "{all:#?}");
+    for id in &ids {
+        let of_job: Vec<JobEventKind> = all.iter().filter(|e| &e.job_id == id).map(|e| e.event).collect();
+        assert_eq!(of_job, [JobEventKind::Enqueued, JobEventKind::Claimed, JobEventKind::Completed]);
+    }
+    assert!(all.iter().all(|e| e.kind == "probe" && e.queue == "default"));
+    assert_eq!(all.last().map(|e| e.event), Some(JobEventKind::Cancelled));
+    // Reading in small pages from any id gives the rest, nothing skipped and nothing twice.
+    for cut in 0..all.len() {
+        let mut after = all[cut].id.clone();
+        let mut rest = Vec::new();
+        loop {
+            let page = ops::feed(&t.db, &after, 4).await.expect("page");
+            let Some(last) = page.last() else { break };
+            after = last.id.clone();
+            rest.extend(page);
+        }
+        assert_eq!(rest, all[cut + 1..], "after event {cut}");
+    }
+    let head = ops::feed_head(&t.db).await.expect("head");
+    assert!(ops::feed(&t.db, &head, 10).await.expect("after head").is_empty());
+    let err = ops::feed(&t.db, "not-an-id", 10).await.expect_err("bad id");
+    assert!(matches!(err, Error::Invalid(_)) && err.to_string().contains("invalid event id `not-an-id`"), "{err}");
+}
+
+conformance!(a_worker_is_listed_while_it_runs_and_gone_after_it_stops);
+async fn a_worker_is_listed_while_it_runs_and_gone_after_it_stops(t: TestDb) {
+    let worker = Worker::builder(&t.db)
+        .id("listed")
+        .concurrency(3)
+        .queues(["default"])
+        .presence_interval(Duration::from_millis(100))
+        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .build()
+        .await
+        .expect("build");
+    let handle = worker.start();
+    let db = t.db.clone();
+    let listed = eventually(Duration::from_secs(10), || {
+        let db = db.clone();
+        async move { ops::workers(&db).await.expect("workers").iter().any(|w| w.id == "listed") }
+    })
+    .await;
+    assert!(listed, "the worker never appeared");
+    let w = ops::workers(&t.db).await.expect("workers").into_iter().find(|w| w.id == "listed").expect("listed");
+    assert_eq!(
+        (w.kinds.clone(), w.queues.clone(), w.concurrency, w.remote),
+        (vec!["probe".to_owned()], Some(vec!["default".to_owned()]), Some(3), false)
+    );
+    assert_eq!(w.pid, Some(i64::from(std::process::id())));
+    handle.shutdown().await.expect("shutdown");
+    assert!(ops::workers(&t.db).await.expect("workers").iter().all(|w| w.id != "listed"));
+
+    // An entry whose worker died (no refresh, no removal) drops out once it expires.
+    exec(
+        &t.db,
+        &format!(
+            "INSERT INTO outbox_workers (id, host, kinds, started_at, last_seen_at, expires_at) VALUES ('dead', 'h', '[]', {}, {}, {})",
+            t.backend.time(0),
+            t.backend.time(0),
+            t.backend.time(1_000)
+        ),
+        vec![],
+    )
+    .await;
+    assert!(ops::workers(&t.db).await.expect("workers").iter().all(|w| w.id != "dead"));
+}
+
+conformance!(remote_claims_are_fenced_like_in_process_ones);
+async fn remote_claims_are_fenced_like_in_process_ones(t: TestDb) {
+    for n in 1..=3 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    let jobs = remote::claim(&t.db, &claim_req("far-1", 2)).await.expect("claim");
+    assert_eq!(jobs.len(), 2);
+    assert!(jobs.iter().all(|j| j.attempt == 1 && j.kind == "probe" && j.payload["n"].is_u64()));
+    let (a, b) = (&jobs[0], &jobs[1]);
+    remote::complete(&t.db, "far-1", &a.id, 1, Some(serde_json::json!({"ok": true}))).await.expect("complete");
+    // Completing twice, or as another worker, or with another attempt, changes nothing.
+    for (worker, attempt) in [("far-1", 1), ("far-2", 1)] {
+        let err = remote::complete(&t.db, worker, &a.id, attempt, None).await.expect_err("stale");
+        assert!(matches!(err, Error::StaleClaim { .. }), "{err}");
+    }
+    let err = remote::complete(&t.db, "far-1", &b.id, 2, None).await.expect_err("wrong attempt");
+    assert!(matches!(err, Error::StaleClaim { .. }), "{err}");
+    let done = ops::get(&t.db, &a.id).await.expect("get");
+    assert_eq!((done.status, done.output), (JobStatus::Completed, Some(serde_json::json!({"ok": true}))));
+
+    let until = remote::heartbeat(&t.db, "far-1", &b.id, 1, Duration::from_secs(600)).await.expect("heartbeat");
+    assert!(until > chrono::Utc::now() + chrono::Duration::seconds(500));
+    let status =
+        remote::fail(&t.db, "far-1", &b.id, 1, "flaky upstream", true, Some(Duration::ZERO)).await.expect("fail");
+    assert_eq!(status, JobStatus::Pending);
+    let again = remote::claim(&t.db, &claim_req("far-1", 10)).await.expect("claim");
+    let b2 = again.iter().find(|j| j.id == b.id).expect("b again");
+    assert_eq!(b2.attempt, 2);
+    remote::snooze(&t.db, "far-1", &b.id, 2, Duration::from_secs(3600)).await.expect("snooze");
+    assert_eq!(ops::get(&t.db, &b.id).await.expect("get").attempts, 1, "a snooze gives the attempt back");
+    let c = again.iter().find(|j| j.id != b.id).expect("c");
+    let status = remote::fail(&t.db, "far-1", &c.id, 1, "bad input", false, None).await.expect("fail");
+    assert_eq!(status, JobStatus::Failed);
+    assert!(ops::workers(&t.db).await.expect("workers").iter().any(|w| w.id == "far-1" && w.remote));
+    let err =
+        remote::claim(&t.db, &ClaimRequest { kinds: vec![], ..claim_req("far-1", 1) }).await.expect_err("no kinds");
+    assert!(err.to_string().contains("at least one kind"), "{err}");
+}
