@@ -22,7 +22,7 @@ pub use job::{Job, KindOpts, SequenceFailure};
 pub use kind::{
     DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes, set_max_payload_bytes,
 };
-pub use migration::{Migrator, migrate};
+pub use migration::{Migrator, migrate, pending_migrations};
 pub use outbox_macros::Job;
 pub use record::{FeedEvent, JobEvent, JobEventKind, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
 pub use worker::{IntoOutput, JobContext, JobError, RetryPolicy, Worker, WorkerBuilder, WorkerHandle, shutdown_signal};

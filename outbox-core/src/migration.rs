@@ -33,6 +33,14 @@ pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
     Migrator::up(db, None).await.map_err(Error::db("running outbox migrations"))
 }
 
+/// The names of the migrations this build has that `db` has not applied yet: empty when its schema is
+/// current. A database without the outbox tables lists them all.
+pub async fn pending_migrations(db: &sea_orm::DatabaseConnection) -> Result<Vec<String>> {
+    let pending =
+        Migrator::get_pending_migrations(db).await.map_err(Error::db("reading the applied outbox migrations"))?;
+    Ok(pending.iter().map(|m| m.name().to_owned()).collect())
+}
+
 /// One migration, whose statements depend on the backend it runs on.
 struct Step {
     name: &'static str,

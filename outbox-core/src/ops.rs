@@ -87,6 +87,13 @@ pub async fn feed<C: ConnectionTrait>(conn: &C, after: &str, limit: u64) -> Resu
     dispatch!(conn, feed(conn, after, limit))
 }
 
+/// Resolves when this process next writes a change (an enqueue, an outcome, an operator action), so a
+/// reader of [`feed`] in the same process can look at once instead of at its next poll. Changes made by
+/// other processes do not wake it: poll for those. Create it before reading, then await it.
+pub fn changed() -> tokio::sync::futures::Notified<'static> {
+    wake::changes().notified()
+}
+
 /// The feed's current end: [`feed`] after it returns only events committed from now on.
 pub async fn feed_head<C: ConnectionTrait>(conn: &C) -> Result<String> {
     dispatch!(conn, feed_head(conn))

@@ -13,6 +13,13 @@ pub(crate) fn notifier() -> &'static Notify {
 /// Wakes every worker of this process that is waiting for work.
 pub(crate) fn wake() {
     notifier().notify_waiters();
+    changes().notify_waiters();
+}
+
+/// Notified whenever this process writes a change: an enqueue, an outcome, an operator action.
+pub(crate) fn changes() -> &'static Notify {
+    static CHANGES: OnceLock<Notify> = OnceLock::new();
+    CHANGES.get_or_init(Notify::new)
 }
 
 pub(crate) fn outcomes() -> &'static Notify {
@@ -23,4 +30,5 @@ pub(crate) fn outcomes() -> &'static Notify {
 /// Wakes every [`crate::ops::wait`] of this process: some job's outcome was written.
 pub(crate) fn outcome_written() {
     outcomes().notify_waiters();
+    changes().notify_waiters();
 }

@@ -145,7 +145,7 @@ async fn retryable_errors_retry_and_permanent_errors_fail(t: TestDb) {
         .into_iter()
         .map(|e| e.event.to_string())
         .collect();
-    assert_eq!(events, ["enqueued", "retried", "retried", "claimed", "completed"]);
+    assert_eq!(events, ["enqueued", "claimed", "retried", "claimed", "retried", "claimed", "completed"]);
 
     let refused = Counting::new(usize::MAX, ExtractError::Permanent("invalid x-api-key".into()));
     let id = outbox_core::enqueue(&e.db, &ClaudeExtraction::new("p2", "s.md", "REQ-3"), EnqueueOpts::new())
