@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use outbox_core::JobStatus;
 
-use crate::duration;
 use crate::fail::{code, quoted};
 use crate::render::Format;
+use outbox_server::duration;
 
 const AFTER_HELP: &str = "\
 Logs go to stderr: warnings, and progress for `work`. OUTBOX_LOG takes a filter (`debug`,
@@ -56,7 +56,7 @@ pub(crate) enum Command {
     /// Answer all six questions at once: outstanding, failed, stuck, durations, duplicates, recent.
     Stats {
         /// The window of "durations" and "recent" (e.g. 1h, 30m, 7d).
-        #[arg(long, default_value = "1h", value_parser = duration::back_arg, value_name = "DURATION")]
+        #[arg(long, default_value = "1h", value_parser = duration::back, value_name = "DURATION")]
         window: Duration,
         /// Failed jobs and duplicate keys listed at most.
         #[arg(long, default_value_t = 10)]
@@ -78,7 +78,7 @@ pub(crate) enum Command {
         #[arg(long, value_delimiter = ',', required = true, value_parser = status_arg)]
         status: Vec<JobStatus>,
         /// Only jobs that finished longer ago than this (e.g. 7d, 12h).
-        #[arg(long, value_parser = duration::back_arg, value_name = "DURATION")]
+        #[arg(long, value_parser = duration::back, value_name = "DURATION")]
         older_than: Duration,
     },
     /// Print kinds and their JSON Schemas (built in, or recorded by any application's workers).
@@ -106,7 +106,7 @@ pub(crate) struct EnqueueArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub(crate) priority: Option<i32>,
     /// Run no earlier than this from now (e.g. 10m).
-    #[arg(long, value_parser = duration::ahead_arg, value_name = "DURATION")]
+    #[arg(long, value_parser = duration::forward, value_name = "DURATION")]
     pub(crate) delay: Option<Duration>,
     /// Attempts before the job fails for good (default: the kind's).
     #[arg(long)]
@@ -131,7 +131,7 @@ pub(crate) struct ListArgs {
     #[arg(long)]
     pub(crate) queue: Option<String>,
     /// Only jobs changed since: a duration ago (1h) or a time (2026-11-22T10:00:00Z).
-    #[arg(long, value_name = "WHEN", value_parser = duration::since_arg)]
+    #[arg(long, value_name = "WHEN", value_parser = duration::since)]
     pub(crate) since: Option<DateTime<Utc>>,
     /// Only the jobs of one sequence (`fs:notes/a.txt`), in sequence order.
     #[arg(long, value_name = "KEY")]

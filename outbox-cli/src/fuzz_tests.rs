@@ -13,7 +13,8 @@ use proptest::test_runner::TestCaseError;
 
 use crate::cli::{Cli, Command, usage_message};
 use crate::fail::{Failure, code, quoted};
-use crate::{duration, payload};
+use crate::{payload, render};
+use outbox_server::duration;
 
 const COMMANDS: &[&str] = &[
     "migrate",
@@ -217,7 +218,7 @@ fn convert(cli: Cli) -> Result<(), TestCaseError> {
         }
         Command::Stats { window, .. } => {
             prop_assert!(duration::ago(window).is_some(), "--window {:?} was let before the year 1", window);
-            prop_assert!(!duration::human(window).is_empty());
+            prop_assert!(!render::human(window).is_empty());
         }
         Command::Purge { older_than, .. } => {
             prop_assert!(

@@ -8,7 +8,6 @@
 mod cli;
 mod commands;
 mod db;
-mod duration;
 mod fail;
 mod kinds;
 mod logs;
