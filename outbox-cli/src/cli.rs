@@ -1,5 +1,6 @@
 //! The command line.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use crate::render::Format;
 use outbox_server::duration;
 
 const AFTER_HELP: &str = "\
-Logs go to stderr: warnings, and progress for `work`. OUTBOX_LOG takes a filter (`debug`,
+Logs go to stderr: warnings, and progress for `work` and `serve`. OUTBOX_LOG takes a filter (`debug`,
 `outbox_core=debug`), or RUST_LOG when OUTBOX_LOG is unset; colours only on a terminal, never with NO_COLOR set.
 
 Exit codes:
@@ -90,7 +91,18 @@ pub(crate) enum Command {
     Reconcile(ReconcileArgs),
     /// Run a worker with the built-in handlers until Ctrl-C or SIGTERM.
     Work(WorkArgs),
+    /// Serve the HTTP API (JSON) until Ctrl-C or SIGTERM.
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
 }
+
+const SERVE_HELP: &str = "\
+Tokens: each is ROLE:SECRET, the role `read` (the GET routes), `operate` (those, and enqueue, retry, cancel,
+delete) or `work` (remote workers). Give them in OUTBOX_TOKENS, comma-separated
+(`OUTBOX_TOKENS=read:s3cret,operate:0ther`), rather than with --token: a command line is visible to every user
+of the machine, the environment of a process only to its owner. Both may be used; their tokens add up.
+Clients send `Authorization: Bearer SECRET`. Without any token every route is open, and only a loopback
+address (127.0.0.1, ::1) may be served.";
 
 #[derive(Debug, Args)]
 pub(crate) struct EnqueueArgs {
@@ -201,6 +213,24 @@ pub(crate) struct WorkArgs {
     /// `--limit claude_extraction=2`.
     #[arg(long = "limit", value_name = "KIND=N", value_parser = limit_arg)]
     pub(crate) limits: Vec<(String, u32)>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on, IP and port; any address but a loopback one needs tokens.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub(crate) listen: SocketAddr,
+    /// A token ROLE:SECRET (repeat for several); OUTBOX_TOKENS is safer, see below.
+    // Parsed by the command, not clap, whose errors would print the secret.
+    #[arg(long = "token", value_name = "ROLE:SECRET")]
+    pub(crate) tokens: Vec<String>,
+    /// An origin whose pages may call the API from a browser (`https://ops.example.com`); repeat for several.
+    /// None by default: no CORS headers.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub(crate) cors_origins: Vec<String>,
+    /// Answer 408 to a request not answered within this long (e.g. 30s).
+    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    pub(crate) request_timeout: Duration,
 }
 
 fn limit_arg(text: &str) -> Result<(String, u32), String> {
