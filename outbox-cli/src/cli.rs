@@ -1,5 +1,6 @@
 //! The command line.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,12 +9,12 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use outbox_core::JobStatus;
 
-use crate::duration;
 use crate::fail::{code, quoted};
 use crate::render::Format;
+use outbox_server::duration;
 
 const AFTER_HELP: &str = "\
-Logs go to stderr: warnings, and progress for `work`. OUTBOX_LOG takes a filter (`debug`,
+Logs go to stderr: warnings, and progress for `work` and `serve`. OUTBOX_LOG takes a filter (`debug`,
 `outbox_core=debug`), or RUST_LOG when OUTBOX_LOG is unset; colours only on a terminal, never with NO_COLOR set.
 
 Exit codes:
@@ -56,7 +57,7 @@ pub(crate) enum Command {
     /// Answer all six questions at once: outstanding, failed, stuck, durations, duplicates, recent.
     Stats {
         /// The window of "durations" and "recent" (e.g. 1h, 30m, 7d).
-        #[arg(long, default_value = "1h", value_parser = duration::back_arg, value_name = "DURATION")]
+        #[arg(long, default_value = "1h", value_parser = duration::back, value_name = "DURATION")]
         window: Duration,
         /// Failed jobs and duplicate keys listed at most.
         #[arg(long, default_value_t = 10)]
@@ -78,7 +79,7 @@ pub(crate) enum Command {
         #[arg(long, value_delimiter = ',', required = true, value_parser = status_arg)]
         status: Vec<JobStatus>,
         /// Only jobs that finished longer ago than this (e.g. 7d, 12h).
-        #[arg(long, value_parser = duration::back_arg, value_name = "DURATION")]
+        #[arg(long, value_parser = duration::back, value_name = "DURATION")]
         older_than: Duration,
     },
     /// Print kinds and their JSON Schemas (built in, or recorded by any application's workers).
@@ -90,7 +91,18 @@ pub(crate) enum Command {
     Reconcile(ReconcileArgs),
     /// Run a worker with the built-in handlers until Ctrl-C or SIGTERM.
     Work(WorkArgs),
+    /// Serve the HTTP API (JSON) until Ctrl-C or SIGTERM.
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
 }
+
+const SERVE_HELP: &str = "\
+Tokens: each is ROLE:SECRET, the role `read` (the GET routes), `operate` (those, and enqueue, retry, cancel,
+delete) or `work` (remote workers). Give them in OUTBOX_TOKENS, comma-separated
+(`OUTBOX_TOKENS=read:s3cret,operate:0ther`), rather than with --token: a command line is visible to every user
+of the machine, the environment of a process only to its owner. Both may be used; their tokens add up.
+Clients send `Authorization: Bearer SECRET`. Without any token every route is open, and only a loopback
+address (127.0.0.1, ::1) may be served.";
 
 #[derive(Debug, Args)]
 pub(crate) struct EnqueueArgs {
@@ -106,7 +118,7 @@ pub(crate) struct EnqueueArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub(crate) priority: Option<i32>,
     /// Run no earlier than this from now (e.g. 10m).
-    #[arg(long, value_parser = duration::ahead_arg, value_name = "DURATION")]
+    #[arg(long, value_parser = duration::forward, value_name = "DURATION")]
     pub(crate) delay: Option<Duration>,
     /// Attempts before the job fails for good (default: the kind's).
     #[arg(long)]
@@ -131,7 +143,7 @@ pub(crate) struct ListArgs {
     #[arg(long)]
     pub(crate) queue: Option<String>,
     /// Only jobs changed since: a duration ago (1h) or a time (2026-11-22T10:00:00Z).
-    #[arg(long, value_name = "WHEN", value_parser = duration::since_arg)]
+    #[arg(long, value_name = "WHEN", value_parser = duration::since)]
     pub(crate) since: Option<DateTime<Utc>>,
     /// Only the jobs of one sequence (`fs:notes/a.txt`), in sequence order.
     #[arg(long, value_name = "KEY")]
@@ -201,6 +213,24 @@ pub(crate) struct WorkArgs {
     /// `--limit claude_extraction=2`.
     #[arg(long = "limit", value_name = "KIND=N", value_parser = limit_arg)]
     pub(crate) limits: Vec<(String, u32)>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on, IP and port; any address but a loopback one needs tokens.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub(crate) listen: SocketAddr,
+    /// A token ROLE:SECRET (repeat for several); OUTBOX_TOKENS is safer, see below.
+    // Parsed by the command, not clap, whose errors would print the secret.
+    #[arg(long = "token", value_name = "ROLE:SECRET")]
+    pub(crate) tokens: Vec<String>,
+    /// An origin whose pages may call the API from a browser (`https://ops.example.com`); repeat for several.
+    /// None by default: no CORS headers.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub(crate) cors_origins: Vec<String>,
+    /// Answer 408 to a request not answered within this long (e.g. 30s).
+    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    pub(crate) request_timeout: Duration,
 }
 
 fn limit_arg(text: &str) -> Result<(String, u32), String> {

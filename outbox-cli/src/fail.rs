@@ -61,19 +61,9 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// `text` as quoted in a one-line message: control characters escaped (`\n`, `\u{1b}`), so a value pasted
-/// with a newline or a terminal escape cannot split the message or colour the terminal.
-pub(crate) fn quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+/// `text` as quoted in a one-line message: control characters escaped. One rule for every message, the
+/// server's and the durations' included.
+pub(crate) use outbox_server::duration::quoted;
 
 impl From<outbox_core::Error> for Failure {
     fn from(e: outbox_core::Error) -> Self {
@@ -95,6 +85,20 @@ impl From<outbox_core::Error> for Failure {
             _ if message.contains("no such table") => Failure::error(message)
                 .hint("the database has no outbox tables yet: run `outbox migrate` against it first"),
             _ => Failure::error(message),
+        }
+    }
+}
+
+impl From<outbox_server::Error> for Failure {
+    fn from(e: outbox_server::Error) -> Self {
+        match e {
+            outbox_server::Error::Core(e) => e.into(),
+            outbox_server::Error::UnknownKind { .. } => Failure::invalid(e.to_string())
+                .hint("kinds of your application are recorded when one of its workers starts against this database"),
+            outbox_server::Error::InvalidToken { .. }
+            | outbox_server::Error::InvalidOrigin { .. }
+            | outbox_server::Error::Unprotected { .. } => Failure::invalid(e.to_string()),
+            other => Failure::error(other.to_string()),
         }
     }
 }
@@ -131,13 +135,6 @@ mod tests {
         let f = Failure::invalid("bad\nthing  here").hint("do\nthis");
         assert_eq!(f.to_string(), "error: bad thing here (hint: do this)");
         assert_eq!(f.code, code::INVALID);
-    }
-
-    #[test]
-    fn quoted_values_stay_on_one_line() {
-        assert_eq!(quoted("7d"), "7d");
-        assert_eq!(quoted("1h\n30m\u{1b}[31m"), "1h\\n30m\\u{1b}[31m");
-        assert_eq!(quoted("dé jà"), "dé jà");
     }
 
     #[test]

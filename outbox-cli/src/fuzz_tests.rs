@@ -13,7 +13,8 @@ use proptest::test_runner::TestCaseError;
 
 use crate::cli::{Cli, Command, usage_message};
 use crate::fail::{Failure, code, quoted};
-use crate::{duration, payload};
+use crate::{payload, render};
+use outbox_server::duration;
 
 const COMMANDS: &[&str] = &[
     "migrate",
@@ -28,6 +29,7 @@ const COMMANDS: &[&str] = &[
     "schema",
     "reconcile",
     "work",
+    "serve",
     "help",
 ];
 
@@ -55,6 +57,10 @@ const FLAGS: &[&str] = &[
     "--concurrency",
     "--claude-cli",
     "--anthropic-model",
+    "--listen",
+    "--token",
+    "--cors-origin",
+    "--request-timeout",
     "--help",
     "-h",
     "--version",
@@ -102,6 +108,16 @@ const VALUES: &[&str] = &[
     "k=0",
     "k=4294967296",
     "sqlite::memory:",
+    "127.0.0.1:8080",
+    "0.0.0.0:0",
+    "[::1]:0",
+    "localhost:8080",
+    "read:s3cret",
+    "operate:",
+    "admin:s3cret",
+    "read:two words",
+    "https://ops.example.com",
+    "https://ops.example.com/path",
     "",
     " ",
 ];
@@ -152,6 +168,7 @@ const SHAPES: &[(&str, &[&str], &[&str])] = &[
     ("schema", &[], &["VALUE"]),
     ("reconcile", &["--root"], &["--aws", "--max-listed", "--progress"]),
     ("work", &["--root"], &["--concurrency", "--queue", "--claude-cli", "--anthropic-model", "--aws", "--limit"]),
+    ("serve", &[], &["--listen", "--token", "--cors-origin", "--request-timeout"]),
 ];
 
 /// Flags that take no value.
@@ -217,7 +234,7 @@ fn convert(cli: Cli) -> Result<(), TestCaseError> {
         }
         Command::Stats { window, .. } => {
             prop_assert!(duration::ago(window).is_some(), "--window {:?} was let before the year 1", window);
-            prop_assert!(!duration::human(window).is_empty());
+            prop_assert!(!render::human(window).is_empty());
         }
         Command::Purge { older_than, .. } => {
             prop_assert!(
@@ -229,6 +246,18 @@ fn convert(cli: Cli) -> Result<(), TestCaseError> {
         Command::Work(args) => {
             for (kind, n) in &args.limits {
                 prop_assert!(!kind.is_empty() && *n >= 1, "--limit {}={} was let through", kind, n);
+            }
+        }
+        Command::Serve(args) => {
+            if let Err(f) = crate::commands::serve_opts(&args, None) {
+                clear_failure(&f, "--")?;
+                // A refused token is named by its place, never by its secret.
+                if f.message.starts_with("--token") {
+                    for token in &args.tokens {
+                        let secret = token.split_once(':').map_or("", |(_, secret)| secret);
+                        prop_assert!(secret.len() < 6 || !f.message.contains(secret), "a secret echoed: {}", f);
+                    }
+                }
             }
         }
         _ => {}

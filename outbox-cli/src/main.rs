@@ -3,12 +3,12 @@
 //! Answers "what is outstanding, what failed and why, is anything stuck, how long do jobs take, are there
 //! duplicates, what ran lately" without SQL (`stats`, `list`, `get`, `queues`), acts on the answers
 //! (`retry`, `cancel`, `purge`, `enqueue`), and runs a worker with the built-in handlers (`work`) and the
-//! filesystem reconciler (`reconcile`). Run `outbox --help` for the exit codes.
+//! filesystem reconciler (`reconcile`), and serves all of it as a JSON API (`serve`). Run `outbox --help` for the
+//! exit codes.
 
 mod cli;
 mod commands;
 mod db;
-mod duration;
 mod fail;
 mod kinds;
 mod logs;

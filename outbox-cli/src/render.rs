@@ -61,6 +61,19 @@ pub(crate) fn opt_time(t: Option<DateTime<Utc>>) -> String {
     t.map_or_else(|| "-".to_owned(), time)
 }
 
+/// A duration in a short human form: `950ms`, `12.3s`, `4m10s`, `3h05m`, `2d04h`.
+pub(crate) fn human(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    let s = d.as_secs();
+    match s {
+        _ if ms < 1_000 => format!("{ms}ms"),
+        0..60 => format!("{:.1}s", d.as_secs_f64()),
+        60..3_600 => format!("{}m{:02}s", s / 60, s % 60),
+        3_600..86_400 => format!("{}h{:02}m", s / 3_600, (s % 3_600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3_600),
+    }
+}
+
 /// `text` cut to `max` characters (with `…`), on one line.
 pub(crate) fn short(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -81,6 +94,16 @@ mod tests {
         let t =
             table(&["ID", "STATUS"], &[vec!["a".into(), "pending".into()], vec!["long-id".into(), "failed".into()]]);
         assert_eq!(t, "ID       STATUS\na        pending\nlong-id  failed\n");
+    }
+
+    #[test]
+    fn human_forms_are_short() {
+        use std::time::Duration;
+        assert_eq!(human(Duration::from_millis(950)), "950ms");
+        assert_eq!(human(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(human(Duration::from_secs(250)), "4m10s");
+        assert_eq!(human(Duration::from_secs(11_100)), "3h05m");
+        assert_eq!(human(Duration::from_secs(187_200)), "2d04h");
     }
 
     #[test]

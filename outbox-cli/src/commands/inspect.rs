@@ -2,12 +2,12 @@
 
 use outbox_core::JobStatus;
 use outbox_core::ops::{self};
+use outbox_server::KindSource;
 use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};
 
-use crate::duration;
 use crate::fail::{Result, code};
-use crate::kinds::{self, Source};
+use crate::kinds;
 use crate::render::{self, Format, opt_time, short, table, time};
 
 pub(super) fn section(title: &str, headers: &[&str], rows: &[Vec<String>]) {
@@ -35,7 +35,7 @@ pub(super) async fn stats(
         render::json(&stats)?;
         return Ok(code::OK);
     }
-    let w = duration::human(window);
+    let w = render::human(window);
     let outstanding: Vec<Vec<String>> = stats
         .counts
         .iter()
@@ -86,7 +86,7 @@ pub(super) async fn stats(
         &["SEQUENCE", "HEAD", "STATUS", "WAITING", "ERROR"],
         &blocked,
     );
-    let ms = |v: f64| duration::human(std::time::Duration::from_millis(v.max(0.0) as u64));
+    let ms = |v: f64| render::human(std::time::Duration::from_millis(v.max(0.0) as u64));
     let durations: Vec<Vec<String>> = stats
         .durations
         .iter()
@@ -156,7 +156,7 @@ pub(super) async fn queues(db: &DatabaseConnection, format: Format) -> Result<u8
 
 pub(super) async fn schema(db: &DatabaseConnection, kind: Option<&str>, format: Format) -> Result<u8> {
     if let Some(name) = kind {
-        let known = kinds::resolve(db, name).await?;
+        let known = kinds::known()?.resolve(db, name).await?;
         match format {
             Format::Json => render::json(&json!({
                 "kind": name,
@@ -173,7 +173,7 @@ pub(super) async fn schema(db: &DatabaseConnection, kind: Option<&str>, format: 
         }
         return Ok(code::OK);
     }
-    let all = kinds::all(db).await?;
+    let all = kinds::known()?.all(db).await?;
     match format {
         Format::Json => {
             let docs: Vec<Value> = all
@@ -193,8 +193,8 @@ pub(super) async fn schema(db: &DatabaseConnection, kind: Option<&str>, format: 
                         k.kind.sequence().unwrap_or("-").to_owned(),
                         k.kind.concurrency().map_or_else(|| "-".to_owned(), |n| n.to_string()),
                         match k.source {
-                            Source::BuiltIn => "built in".to_owned(),
-                            Source::Recorded => "recorded".to_owned(),
+                            KindSource::Recorded => "recorded".to_owned(),
+                            _ => "built in".to_owned(),
                         },
                         k.recorded.as_ref().map_or_else(|| "-".to_owned(), |r| time(r.updated_at)),
                         k.kind.schema_hash().get(..12).unwrap_or_default().to_owned(),

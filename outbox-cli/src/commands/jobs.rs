@@ -6,15 +6,14 @@ use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};
 
 use crate::cli::{EnqueueArgs, ListArgs, RetryArgs};
-use crate::duration;
 use crate::fail::{Failure, Result, code};
-use crate::kinds::{self};
+use crate::kinds;
 use crate::payload;
 use crate::render::{self, Format, opt_time, short, table, time};
 
 pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: Format) -> Result<u8> {
     let payload = payload::read(&args.payload)?;
-    let known = kinds::resolve(db, &args.kind).await?;
+    let known = kinds::known()?.resolve(db, &args.kind).await?;
     let mut opts = EnqueueOpts::new();
     if let Some(q) = args.queue {
         opts = opts.queue(q);
@@ -208,7 +207,7 @@ pub(super) async fn purge(
     let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
     match format {
         Format::Json => render::json(&json!({ "purged": n }))?,
-        Format::Table => println!("purged {n} {} job(s) older than {}", names.join("/"), duration::human(older_than)),
+        Format::Table => println!("purged {n} {} job(s) older than {}", names.join("/"), render::human(older_than)),
     }
     Ok(code::OK)
 }

@@ -3,10 +3,14 @@
 mod inspect;
 mod jobs;
 mod reconcile;
+mod serve;
 mod work;
 
 use sea_orm::DatabaseConnection;
+
 use serde_json::json;
+#[cfg(test)]
+pub(crate) use serve::opts as serve_opts;
 
 use crate::cli::{Cli, Command};
 use crate::db;
@@ -16,7 +20,11 @@ use crate::render::{self, Format};
 /// Runs the command; the exit code on success (reconcile may return one for discrepancies).
 pub(crate) async fn run(cli: Cli) -> Result<u8> {
     let Cli { database_url, format, command } = cli;
-    crate::logs::init(matches!(command, Command::Work(_)));
+    crate::logs::init(matches!(command, Command::Work(_) | Command::Serve(_)));
+    // `serve` checks its options before it opens the database, and waits for the database like `work`.
+    if let Command::Serve(args) = command {
+        return serve::serve(&database_url, args).await;
+    }
     let create = matches!(command, Command::Migrate);
     let db = db::open(&database_url, create, matches!(command, Command::Work(_))).await?;
     match command {
@@ -32,6 +40,8 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
         Command::Schema { kind } => inspect::schema(&db, kind.as_deref(), format).await,
         Command::Reconcile(args) => reconcile::reconcile(&db, args, format).await,
         Command::Work(args) => work::work(&db, args).await,
+        // Run above, before the database is opened.
+        Command::Serve(_) => Ok(code::OK),
     }
 }
 

@@ -1,0 +1,150 @@
+//! The router: which route needs which role, and the layers every request passes (panic catching, JSON
+//! errors, logging, CORS, timeout, body limit).
+
+mod jobs;
+mod overview;
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use sea_orm::DatabaseConnection;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::CorsLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::api_error::ApiError;
+use crate::auth::Auth;
+use crate::kinds::KnownKinds;
+use crate::opts::{Role, ServerOpts};
+
+/// What every handler reaches.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) db: DatabaseConnection,
+    pub(crate) kinds: KnownKinds,
+}
+
+/// What a handler answers.
+pub(crate) type Reply = Result<Response, ApiError>;
+
+/// The outbox API as an axum [`Router`], to serve with [`crate::serve`] or mount in an application's router
+/// under any prefix with [`Router::nest`]. See the crate docs for its routes.
+///
+/// Routes are grouped by the role their tokens need; a route added to a group is guarded with the group.
+pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
+    let auth = Auth::new(&opts);
+    let state = AppState { db, kinds: KnownKinds::new(opts.kinds.clone()) };
+    let read = Router::new()
+        .route("/api/stats", get(overview::stats))
+        .route("/api/queues", get(overview::queues))
+        .route("/api/kinds", get(overview::kinds))
+        .route("/api/kinds/{kind}", get(overview::kind))
+        .route("/api/jobs", get(jobs::list))
+        .route("/api/jobs/{id}", get(jobs::get));
+    let operate = Router::new()
+        .route("/api/jobs", post(jobs::enqueue))
+        .route("/api/jobs/retry-failed", post(jobs::retry_failed))
+        .route("/api/jobs/{id}/retry", post(jobs::retry))
+        .route("/api/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/api/jobs/{id}", delete(jobs::delete));
+    let mut api = Router::new()
+        .merge(auth.require(Role::Read, read))
+        .merge(auth.require(Role::Operate, operate))
+        .fallback(unknown_route)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(opts.effective_body_limit()))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, opts.request_timeout));
+    if !opts.cors_origins.is_empty() {
+        api = api.layer(cors(&opts.cors_origins));
+    }
+    let timeout = opts.request_timeout;
+    api.layer(middleware::from_fn(log))
+        .layer(middleware::from_fn(move |req: Request, next: Next| json_errors(timeout, req, next)))
+        .layer(CatchPanicLayer::custom(panicked))
+}
+
+/// Browsers on the configured origins may call every route with a token.
+fn cors(origins: &[HeaderValue]) -> CorsLayer {
+    CorsLayer::new()
+        .allow_origin(origins.to_vec())
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .max_age(Duration::from_secs(600))
+}
+
+/// A query parameter or field that was given: an empty value (`?status=`, as forms send for "any") counts
+/// as not given.
+pub(crate) fn given(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.is_empty())
+}
+
+/// 400 naming the query parameter at fault.
+pub(crate) fn param_error(name: &str, message: &str) -> ApiError {
+    ApiError::invalid(format!("query parameter `{name}`: {message}"))
+}
+
+async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
+    let path = crate::duration::quoted(uri.path());
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no route for {method} {path}"))
+}
+
+/// Answers as JSON every error response made outside the handlers (a method a route does not answer, a
+/// timeout), keeping its status and headers.
+async fn json_errors(timeout: Duration, req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = crate::duration::quoted(req.uri().path());
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let message = match status {
+        // The route adds `Allow` once this answer leaves the layers.
+        StatusCode::METHOD_NOT_ALLOWED => format!("{path} does not answer {method}; `Allow` lists what it answers"),
+        StatusCode::REQUEST_TIMEOUT => format!("the request was not answered within {}s", timeout.as_secs_f64()),
+        StatusCode::PAYLOAD_TOO_LARGE => "the request body is over the size limit".to_owned(),
+        other => other.canonical_reason().unwrap_or("the request failed").to_lowercase(),
+    };
+    let (mut parts, _) = response.into_parts();
+    let reply = ApiError::new(status, ApiError::code_for(status), message).into_response();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.extend(reply.headers().clone());
+    Response::from_parts(parts, reply.into_body())
+}
+
+/// One line per request: method, route (never the query string or headers, which may carry keys or
+/// tokens), status and time taken.
+async fn log(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
+    let start = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16();
+    let elapsed_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if response.status().is_server_error() {
+        tracing::warn!(%method, %route, status, elapsed_ms, "request failed");
+    } else {
+        tracing::debug!(%method, %route, status, elapsed_ms, "request");
+    }
+    response
+}
+
+/// A panicking handler is a bug: the client gets 500 `internal`, the log gets the panic.
+fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    ApiError::internal(&format_args!("handler panicked: {what}")).into_response()
+}
