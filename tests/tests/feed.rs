@@ -32,12 +32,9 @@ async fn the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_i
         .await
         .expect("build");
     worker.drain().await.expect("drain");
-    ops::cancel(
-        &t.db,
-        outbox_core::enqueue(&t.db, &Probe { n: 9 }, EnqueueOpts::new()).await.expect("enqueue").id(),
-    )
-    .await
-    .expect("cancel");
+    ops::cancel(&t.db, outbox_core::enqueue(&t.db, &Probe { n: 9 }, EnqueueOpts::new()).await.expect("enqueue").id())
+        .await
+        .expect("cancel");
 
     let all = ops::feed(&t.db, &start, 1_000).await.expect("feed");
     assert_eq!(all.len(), 5 * 3 + 2, "{all:#?}");
