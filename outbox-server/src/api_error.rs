@@ -94,12 +94,19 @@ impl From<outbox_core::Error> for ApiError {
         match e {
             E::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
             E::InvalidTransition { .. } => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            E::StaleClaim { .. } => ApiError::new(StatusCode::CONFLICT, "stale_claim", message),
             E::InvalidPayload { violations, .. } => {
                 ApiError { violations, ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_payload", message) }
             }
             E::Serde { .. } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_payload", message),
             E::PayloadTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message),
             E::InvalidOpts { .. } | E::Invalid(_) => ApiError::invalid(message),
+            // PostgreSQL refuses text holding NUL (an id, a name, a key a client sent): nothing stored can
+            // match it, and it is the request that is at fault.
+            ref e if e.to_string().contains("invalid byte sequence for encoding \"UTF8\": 0x00") => ApiError::invalid(
+                "a value of the request (a path segment, a parameter or a field) contains the NUL character, \
+                 which the database cannot store or match",
+            ),
             ref e if e.is_transient() => {
                 tracing::warn!(error = %e, "database unavailable");
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; try again")

@@ -133,6 +133,7 @@ pub struct ServerOpts {
     pub(crate) cors_origins: Vec<HeaderValue>,
     pub(crate) request_timeout: Duration,
     pub(crate) body_limit: Option<usize>,
+    pub(crate) events_poll: Duration,
 }
 
 impl Default for ServerOpts {
@@ -143,6 +144,7 @@ impl Default for ServerOpts {
             cors_origins: Vec::new(),
             request_timeout: Duration::from_secs(30),
             body_limit: None,
+            events_poll: Duration::from_millis(100),
         }
     }
 }
@@ -207,6 +209,13 @@ impl ServerOpts {
     /// limit ([`outbox_core::max_payload_bytes`]) plus 64 KiB for the rest of the request.
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = Some(bytes);
+        self
+    }
+
+    /// How often the event stream and the metrics look for events written by other processes (100 ms by
+    /// default); this process's own writes wake them at once.
+    pub fn events_poll(mut self, every: Duration) -> Self {
+        self.events_poll = every.max(Duration::from_millis(10));
         self
     }
 

@@ -6,6 +6,7 @@ mod cluster;
 mod database;
 pub mod http;
 mod secrets;
+mod served;
 mod tmpfs;
 
 use std::time::Duration;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use cluster::PgCluster;
 pub use database::{Backend, TestDb, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec};
 pub use secrets::{Captured, ChildRun, job_rows, leaks, run_child};
+pub use served::{Served, SseEvent, SseReader, http_client};
 pub use tmpfs::Tmpfs;
 
 /// A job that carries a number; tests attach whatever handler they need.

@@ -1,9 +1,13 @@
 //! The router: which route needs which role, and the layers every request passes (panic catching, JSON
 //! errors, logging, CORS, timeout, body limit).
 
+mod events;
+mod health;
 mod jobs;
 mod overview;
+mod work;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -20,6 +24,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::api_error::ApiError;
 use crate::auth::Auth;
 use crate::kinds::KnownKinds;
+use crate::metrics::FleetCounters;
 use crate::opts::{Role, ServerOpts};
 
 /// What every handler reaches.
@@ -27,6 +32,10 @@ use crate::opts::{Role, ServerOpts};
 pub(crate) struct AppState {
     pub(crate) db: DatabaseConnection,
     pub(crate) kinds: KnownKinds,
+    /// How often event readers look for other processes' events.
+    pub(crate) events_poll: Duration,
+    /// The fleet's job counters for `/metrics`, driven by the event feed.
+    pub(crate) counters: Arc<FleetCounters>,
 }
 
 /// What a handler answers.
@@ -38,23 +47,37 @@ pub(crate) type Reply = Result<Response, ApiError>;
 /// Routes are grouped by the role their tokens need; a route added to a group is guarded with the group.
 pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
     let auth = Auth::new(&opts);
-    let state = AppState { db, kinds: KnownKinds::new(opts.kinds.clone()) };
+    let counters = FleetCounters::new();
+    counters.follow(db.clone(), opts.events_poll);
+    let state = AppState { db, kinds: KnownKinds::new(opts.kinds.clone()), events_poll: opts.events_poll, counters };
+    let open = Router::new().route("/api/health", get(health::health));
     let read = Router::new()
         .route("/api/stats", get(overview::stats))
         .route("/api/queues", get(overview::queues))
         .route("/api/kinds", get(overview::kinds))
         .route("/api/kinds/{kind}", get(overview::kind))
         .route("/api/jobs", get(jobs::list))
-        .route("/api/jobs/{id}", get(jobs::get));
+        .route("/api/jobs/{id}", get(jobs::get))
+        .route("/api/workers", get(health::workers))
+        .route("/api/events", get(events::events))
+        .route("/metrics", get(health::metrics));
     let operate = Router::new()
         .route("/api/jobs", post(jobs::enqueue))
         .route("/api/jobs/retry-failed", post(jobs::retry_failed))
         .route("/api/jobs/{id}/retry", post(jobs::retry))
         .route("/api/jobs/{id}/cancel", post(jobs::cancel))
         .route("/api/jobs/{id}", delete(jobs::delete));
+    let work = Router::new()
+        .route("/api/work/claim", post(work::claim))
+        .route("/api/work/jobs/{id}/heartbeat", post(work::heartbeat))
+        .route("/api/work/jobs/{id}/complete", post(work::complete))
+        .route("/api/work/jobs/{id}/fail", post(work::fail))
+        .route("/api/work/jobs/{id}/snooze", post(work::snooze));
     let mut api = Router::new()
         .merge(auth.require(Role::Read, read))
         .merge(auth.require(Role::Operate, operate))
+        .merge(auth.require(Role::Work, work))
+        .merge(open)
         .fallback(unknown_route)
         .with_state(state)
         .layer(DefaultBodyLimit::max(opts.effective_body_limit()))

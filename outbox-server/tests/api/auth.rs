@@ -11,30 +11,57 @@ use crate::harness::{self, OPERATE, READ, Server, WORK};
 /// Every route, with the role it needs and a body it accepts.
 fn routes(id: &str) -> Vec<(Method, String, Role)> {
     let job = format!("/api/jobs/{id}");
+    let work = format!("/api/work/jobs/{id}");
     vec![
         (Method::GET, "/api/stats".into(), Role::Read),
         (Method::GET, "/api/queues".into(), Role::Read),
         (Method::GET, "/api/kinds".into(), Role::Read),
         (Method::GET, "/api/kinds/probe".into(), Role::Read),
+        (Method::GET, "/api/workers".into(), Role::Read),
         (Method::GET, "/api/jobs".into(), Role::Read),
         (Method::GET, job.clone(), Role::Read),
+        (Method::GET, "/api/events".into(), Role::Read),
+        (Method::GET, "/metrics".into(), Role::Read),
         (Method::POST, "/api/jobs".into(), Role::Operate),
         (Method::POST, "/api/jobs/retry-failed".into(), Role::Operate),
         (Method::POST, format!("{job}/retry"), Role::Operate),
         (Method::POST, format!("{job}/cancel"), Role::Operate),
         (Method::DELETE, job, Role::Operate),
+        (Method::POST, "/api/work/claim".into(), Role::Work),
+        (Method::POST, format!("{work}/heartbeat"), Role::Work),
+        (Method::POST, format!("{work}/complete"), Role::Work),
+        (Method::POST, format!("{work}/fail"), Role::Work),
+        (Method::POST, format!("{work}/snooze"), Role::Work),
     ]
+}
+
+/// A body each route accepts as well formed (a `probe` enqueue, a claim, a fenced call for attempt 1).
+fn body_of(method: &Method, path: &str) -> Option<serde_json::Value> {
+    if *method != Method::POST {
+        return None;
+    }
+    Some(match path {
+        "/api/jobs" => json!({"kind": "probe", "payload": {"n": 2}}),
+        "/api/work/claim" => json!({"worker": "w", "kinds": ["nothing-to-claim"]}),
+        p if p.ends_with("/fail") => json!({"worker": "w", "attempt": 1, "error": "e"}),
+        p if p.ends_with("/snooze") => json!({"worker": "w", "attempt": 1, "delay": "1s"}),
+        p if p.starts_with("/api/work/") => json!({"worker": "w", "attempt": 1}),
+        _ => json!({}),
+    })
 }
 
 conformance!(tokens_grant_their_roles_on_every_route);
 async fn tokens_grant_their_roles_on_every_route(t: TestDb) {
     let server = Server::start(&t).await;
     let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
-    let body = json!({"kind": "probe", "payload": {"n": 2}});
+    let tokens = [(Role::Read, READ), (Role::Operate, OPERATE), (Role::Work, WORK)];
     for (method, path, needs) in routes(&id) {
         let call = |token: Option<&'static str>| {
             let request = server.request(method.clone(), &path, token);
-            if method == Method::POST && path == "/api/jobs" { request.json(&body) } else { request }
+            match body_of(&method, &path) {
+                Some(body) => request.json(&body),
+                None => request,
+            }
         };
         let none = server.send(call(None)).await;
         none.error(401, "unauthorized");
@@ -45,20 +72,32 @@ async fn tokens_grant_their_roles_on_every_route(t: TestDb) {
         wrong.error(401, "unauthorized");
         let challenge = wrong.headers.get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default();
         assert!(challenge.contains("invalid_token"), "{method} {path}: {challenge:?}");
-
-        server.send(call(Some(WORK))).await.error(403, "forbidden");
-        let read = server.send(call(Some(READ))).await;
-        match needs {
-            Role::Read => assert!(read.status < 400, "{method} {path}: {:?}", read.body),
-            _ => assert!(read.error(403, "forbidden").contains("`operate` role"), "{method} {path}"),
-        }
-        let operate = server.send(call(Some(OPERATE))).await;
-        // Past the guard: answered by the route (a retry of a pending job is a conflict, not a refusal).
-        assert!(!matches!(operate.status, 401 | 403), "operate implies read: {method} {path}: {:?}", operate.body);
-        for answer in [&none, &wrong, &read, &operate] {
+        for answer in [&none, &wrong] {
             let text = answer.body.to_string();
             assert!(![READ, OPERATE, WORK].iter().any(|s| text.contains(s)), "a secret echoed: {text}");
         }
+
+        for (role, secret) in tokens {
+            if role.grants(needs) {
+                // Past the guard: answered by the route (a retry of a pending job is a conflict, a fenced call
+                // for a claim nobody holds is stale, not a refusal). The event stream never ends: only its
+                // status is read.
+                let response = call(Some(secret)).send().await.expect("send");
+                let status = response.status().as_u16();
+                assert!(!matches!(status, 401 | 403), "{role} on {method} {path}: {status}");
+                assert!(status < 500, "{role} on {method} {path}: {status}");
+            } else {
+                let refused = server.send(call(Some(secret))).await;
+                let message = refused.error(403, "forbidden");
+                assert!(message.contains(&format!("`{needs}` role")), "{role} on {method} {path}: {message}");
+                assert!(![READ, OPERATE, WORK].iter().any(|s| refused.body.to_string().contains(s)));
+            }
+        }
+    }
+    // The health check is open to every caller, with or without a token.
+    for token in [None, Some("not-a-token"), Some(READ)] {
+        let health = server.send(server.request(Method::GET, "/api/health", token)).await;
+        assert_eq!(health.ok(200)["status"], "ok");
     }
     // A malformed header is refused like a missing token.
     let basic = server.request(Method::GET, "/api/queues", None).header("authorization", "Basic cmVhZDpyZWFk");

@@ -5,4 +5,5 @@ mod harness;
 mod jobs;
 mod limits;
 mod malformed;
+mod observe;
 mod overview;

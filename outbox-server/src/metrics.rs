@@ -1,0 +1,188 @@
+//! `GET /metrics`: Prometheus (OpenMetrics) text through `prometheus-client`.
+//!
+//! Gauges (jobs by status, kind and queue; the oldest pending job's age; live workers) are read from the
+//! database at each scrape, so every process sharing it is counted. Counters (jobs enqueued, completed,
+//! failed, retried) and the handler duration histogram come from the event feed, which a task of this
+//! server follows from its start: they count the whole fleet's jobs, in-process and remote workers alike,
+//! since this server started (Prometheus' `rate()` and `increase()` handle its restarts).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{FeedEvent, JobEventKind, ops};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use sea_orm::DatabaseConnection;
+
+use crate::feed::Tail;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindQueue {
+    kind: String,
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindStatus {
+    kind: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueState {
+    queue: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+fn duration_histogram() -> Histogram {
+    // 1 ms to about 9 hours.
+    Histogram::new(exponential_buckets(0.001, 2.0, 25))
+}
+
+/// The counters the feed drives, shared by the following task and every scrape.
+pub(crate) struct FleetCounters {
+    enqueued: Family<KindQueue, Counter>,
+    completed: Family<KindQueue, Counter>,
+    failed: Family<KindQueue, Counter>,
+    retried: Family<KindQueue, Counter>,
+    durations: Family<KindLabel, Histogram, fn() -> Histogram>,
+}
+
+/// Claims whose completion has not been seen yet, by job id; past this many the oldest are forgotten (their
+/// durations go unmeasured rather than the map growing without end).
+const OPEN_CLAIMS: usize = 100_000;
+
+impl FleetCounters {
+    pub(crate) fn new() -> Arc<FleetCounters> {
+        Arc::new(FleetCounters {
+            enqueued: Family::default(),
+            completed: Family::default(),
+            failed: Family::default(),
+            retried: Family::default(),
+            durations: Family::new_with_constructor(duration_histogram),
+        })
+    }
+
+    /// Follows the feed from its current end for as long as the server lives.
+    pub(crate) fn follow(self: &Arc<Self>, db: DatabaseConnection, poll: Duration) {
+        let counters = Arc::clone(self);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("no async runtime: the job counters of /metrics stay at zero");
+            return;
+        };
+        runtime.spawn(async move {
+            let mut tail = Tail::from_head(db, poll).await;
+            let mut claims: HashMap<String, chrono::DateTime<chrono::Utc>> = HashMap::new();
+            loop {
+                for event in tail.next_page().await {
+                    counters.count(&event, &mut claims);
+                }
+            }
+        });
+    }
+
+    fn count(&self, e: &FeedEvent, claims: &mut HashMap<String, chrono::DateTime<chrono::Utc>>) {
+        let labels = || KindQueue { kind: e.kind.clone(), queue: e.queue.clone() };
+        match e.event {
+            JobEventKind::Enqueued => {
+                self.enqueued.get_or_create(&labels()).inc();
+            }
+            JobEventKind::Claimed => {
+                if claims.len() >= OPEN_CLAIMS {
+                    claims.clear();
+                }
+                claims.insert(e.job_id.clone(), e.at);
+            }
+            JobEventKind::Completed => {
+                self.completed.get_or_create(&labels()).inc();
+                if let Some(claimed) = claims.remove(&e.job_id) {
+                    let secs = (e.at - claimed).num_milliseconds().max(0) as f64 / 1000.0;
+                    self.durations.get_or_create(&KindLabel { kind: e.kind.clone() }).observe(secs);
+                }
+            }
+            JobEventKind::Failed | JobEventKind::RescuedFailed => {
+                self.failed.get_or_create(&labels()).inc();
+                claims.remove(&e.job_id);
+            }
+            JobEventKind::Retried | JobEventKind::Rescued => {
+                self.retried.get_or_create(&labels()).inc();
+                claims.remove(&e.job_id);
+            }
+            _ => {
+                claims.remove(&e.job_id);
+            }
+        }
+    }
+}
+
+/// The scrape: the feed's counters plus gauges read now.
+pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) -> outbox_core::Result<String> {
+    let mut registry = Registry::with_prefix("outbox");
+    registry.register("jobs_enqueued", "Jobs enqueued since this server started", counters.enqueued.clone());
+    registry.register("jobs_completed", "Jobs completed since this server started", counters.completed.clone());
+    registry.register("jobs_failed", "Jobs failed for good since this server started", counters.failed.clone());
+    registry.register(
+        "jobs_retried",
+        "Attempts that failed (or lost their lease) and will run again, since this server started",
+        counters.retried.clone(),
+    );
+    registry.register(
+        "job_duration_seconds",
+        "Time from claim to completion of completed jobs, since this server started",
+        counters.durations.clone(),
+    );
+
+    let jobs = Family::<KindStatus, Gauge>::default();
+    for c in ops::counts(db).await? {
+        jobs.get_or_create(&KindStatus { kind: c.kind, status: c.status.to_string() })
+            .set(i64::try_from(c.count).unwrap_or(i64::MAX));
+    }
+    registry.register("jobs", "Jobs in the database by kind and status", jobs);
+
+    let queues = Family::<QueueState, Gauge>::default();
+    let now = chrono::Utc::now();
+    let mut oldest: Option<chrono::DateTime<chrono::Utc>> = None;
+    for q in ops::queues(db).await? {
+        let states = [
+            ("available", q.available),
+            ("scheduled", q.scheduled),
+            ("waiting", q.waiting),
+            ("claimed", q.claimed),
+            ("stuck", q.stuck),
+            ("completed", q.completed),
+            ("failed", q.failed),
+            ("cancelled", q.cancelled),
+        ];
+        for (state, n) in states {
+            queues
+                .get_or_create(&QueueState { queue: q.queue.clone(), state: state.to_owned() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        oldest = match (oldest, q.oldest_available) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    registry.register("queue_jobs", "Jobs of each queue by state (available: pending and due)", queues);
+    let age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    age.set(oldest.map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0));
+    registry.register("oldest_pending_age_seconds", "How long the oldest due pending job has waited", age);
+    let workers = Gauge::<i64>::default();
+    workers.set(i64::try_from(ops::workers(db).await?.len()).unwrap_or(i64::MAX));
+    registry.register("workers", "Live workers (in-process and remote) in the registry", workers);
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
+        .map_err(|e| outbox_core::Error::Internal(format!("encoding metrics: {e}")))?;
+    Ok(text)
+}

@@ -1,0 +1,137 @@
+//! Remote workers: claim a batch, then heartbeat, complete, fail or snooze each job. Every call after the
+//! claim names the worker and the claim's attempt and is fenced like an in-process worker's write: a claim
+//! that expired and was rescued, or that already ended, answers 409 `stale_claim` and changes nothing.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::IntoResponse;
+use outbox_core::remote::{self, ClaimRequest};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{AppState, Reply};
+use crate::api_error::ApiError;
+use crate::duration;
+use crate::extract::{Json, Path};
+
+/// The lease of a claim that names none.
+const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+fn lease_of(field: &str, text: Option<String>) -> Result<Duration, ApiError> {
+    text.map(|t| duration::parse(&t).map_err(|e| ApiError::invalid(format!("field `{field}`: {e}"))))
+        .transpose()
+        .map(|d| d.unwrap_or(DEFAULT_LEASE))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ClaimBody {
+    worker: String,
+    kinds: Vec<String>,
+    queues: Option<Vec<String>>,
+    limit: Option<usize>,
+    /// How long the claims hold unless renewed (`60s` by default).
+    lease: Option<String>,
+    host: Option<String>,
+    pid: Option<i64>,
+}
+
+/// `POST /api/work/claim`.
+pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimBody>) -> Reply {
+    let req = ClaimRequest {
+        worker: body.worker,
+        host: body.host,
+        pid: body.pid,
+        kinds: body.kinds,
+        queues: body.queues,
+        limit: body.limit.unwrap_or(10),
+        lease: lease_of("lease", body.lease)?,
+    };
+    let jobs = remote::claim(&state.db, &req).await?;
+    Ok(axum::Json(json!({ "jobs": jobs })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HeartbeatBody {
+    worker: String,
+    attempt: i32,
+    lease: Option<String>,
+}
+
+/// `POST /api/work/jobs/{id}/heartbeat`.
+pub(super) async fn heartbeat(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(body): Json<HeartbeatBody>,
+) -> Reply {
+    let lease = lease_of("lease", body.lease)?;
+    let until = remote::heartbeat(&state.db, &body.worker, &id, body.attempt, lease).await?;
+    Ok(axum::Json(json!({ "id": id, "lease_expires_at": until })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CompleteBody {
+    worker: String,
+    attempt: i32,
+    output: Option<Value>,
+}
+
+/// `POST /api/work/jobs/{id}/complete`.
+pub(super) async fn complete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(body): Json<CompleteBody>,
+) -> Reply {
+    remote::complete(&state.db, &body.worker, &id, body.attempt, body.output).await?;
+    Ok(axum::Json(json!({ "id": id, "status": "completed" })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FailBody {
+    worker: String,
+    attempt: i32,
+    error: String,
+    /// Whether another attempt may succeed (default true); false fails the job for good.
+    retryable: Option<bool>,
+    /// When to try again (`30s`); the default backoff when absent.
+    retry_in: Option<String>,
+}
+
+/// `POST /api/work/jobs/{id}/fail`.
+pub(super) async fn fail(State(state): State<AppState>, Path(id): Path<String>, Json(body): Json<FailBody>) -> Reply {
+    if body.error.trim().is_empty() {
+        return Err(ApiError::invalid("field `error`: say what went wrong"));
+    }
+    let retry_in = body
+        .retry_in
+        .map(|t| duration::forward(&t).map_err(|e| ApiError::invalid(format!("field `retry_in`: {e}"))))
+        .transpose()?;
+    let status =
+        remote::fail(&state.db, &body.worker, &id, body.attempt, &body.error, body.retryable.unwrap_or(true), retry_in)
+            .await?;
+    Ok(axum::Json(json!({ "id": id, "status": status })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SnoozeBody {
+    worker: String,
+    attempt: i32,
+    /// How long to wait (`5m`).
+    delay: String,
+}
+
+/// `POST /api/work/jobs/{id}/snooze`.
+pub(super) async fn snooze(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(body): Json<SnoozeBody>,
+) -> Reply {
+    let delay = duration::forward(&body.delay).map_err(|e| ApiError::invalid(format!("field `delay`: {e}")))?;
+    remote::snooze(&state.db, &body.worker, &id, body.attempt, delay).await?;
+    Ok(axum::Json(json!({ "id": id, "status": "pending" })).into_response())
+}
