@@ -18,6 +18,7 @@
 //! `process` of as many jobs in the same run; `claim_sequenced` times one claim of 100 over 5×N pending jobs
 //! in sequences of 100 (rolled back, 21 times) against the same claim over as many unsequenced jobs.
 
+mod http;
 mod memory;
 mod outbox;
 mod raw;
@@ -128,9 +129,10 @@ enum Case {
     ProcessSequenced100,
     ClaimSequenced,
     Reconcile,
+    Http,
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -140,6 +142,7 @@ const CASES: [Case; 9] = [
     Case::ProcessSequenced100,
     Case::ClaimSequenced,
     Case::Reconcile,
+    Case::Http,
 ];
 
 /// Sequences in `process_sequenced_100`.
@@ -161,6 +164,7 @@ impl Case {
             Case::ProcessSequenced100 => "process_sequenced_100",
             Case::ClaimSequenced => "claim_sequenced",
             Case::Reconcile => "reconcile",
+            Case::Http => "http",
         }
     }
 
@@ -175,8 +179,8 @@ impl Case {
     /// Jobs per run, scaled from `--jobs`.
     fn jobs(self, sync: SyncMode, base: u64) -> u64 {
         let n = match (self, sync) {
-            (Case::Enqueue | Case::EnqueueOrmCeiling, SyncMode::Full) => base / 10,
-            (Case::Enqueue | Case::EnqueueOrmCeiling, SyncMode::Normal) => base / 4,
+            (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Full) => base / 10,
+            (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Normal) => base / 4,
             (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
             (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced, _) => base * 5,
         };
@@ -185,7 +189,7 @@ impl Case {
 
     /// Whether the case's jobs carry the default payload-hash idempotency key.
     fn unique(self) -> bool {
-        matches!(self, Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch | Case::Reconcile)
+        matches!(self, Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch | Case::Reconcile | Case::Http)
     }
 
     fn baseline(self, backend: Backend) -> Option<&'static str> {
@@ -211,6 +215,7 @@ impl Case {
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
             (_, Case::ProcessMemory | Case::Reconcile) => None,
+            (_, Case::Http) => Some("outbox enqueue in process: 16 tasks on the pool, one job per statement"),
         }
     }
 }
@@ -304,6 +309,13 @@ struct Row {
     vm_hwm_mb: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hwm_reset: Option<bool>,
+    /// The `http` case: commit-to-client latency of the event stream (medians over the runs), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sse_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sse_p99_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sse_max_ms: Option<f64>,
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -350,6 +362,7 @@ impl Runner {
             Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch => self.rt.block_on(outbox::empty(target))?,
             Case::Process | Case::ProcessMemory => self.rt.block_on(outbox::backlog(target, n))?,
             Case::Reconcile => return Err("the reconcile case has no baseline".into()),
+            Case::Http => return Err("the http case measures its baseline within its own run".into()),
         };
         let sync = target.sync();
         let measure = match (&prepared.location, case) {
@@ -434,6 +447,7 @@ impl Runner {
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
         let mut memory = Vec::new();
+        let mut latencies = Vec::new();
         for run in 1..=self.runs {
             let (name, label, runs) = (case.name(), sync.label(backend), self.runs);
             eprintln!("{name} {} {label} run {run}/{runs} ({n} jobs)", backend.name());
@@ -457,9 +471,16 @@ impl Runner {
                     memory.push(mem);
                     measure
                 }
+                Case::Http => {
+                    // Its baseline (in-process enqueue) runs inside the same run, on the same database.
+                    let run = self.rt.block_on(http::run(&target, n))?;
+                    theirs.push(run.in_process.jobs_per_sec());
+                    latencies.push(run.latency);
+                    run.http
+                }
             };
             ours.push(measure.jobs_per_sec());
-            if baseline.is_some() && cached.is_none() {
+            if baseline.is_some() && cached.is_none() && case != Case::Http {
                 theirs.push(self.baseline_run(case, &target, n)?.jobs_per_sec());
             }
         }
@@ -508,8 +529,16 @@ impl Runner {
             rss_after_mb: mem(|m| m.rss_after_mb),
             vm_hwm_mb: mem(|m| m.vm_hwm_mb),
             hwm_reset: (!memory.is_empty()).then(|| memory.iter().all(|m| m.hwm_reset)),
+            sse_p50_ms: latency(&latencies, |l| l.p50_ms),
+            sse_p99_ms: latency(&latencies, |l| l.p99_ms),
+            sse_max_ms: latency(&latencies, |l| l.max_ms),
         })
     }
+}
+
+/// The median over runs of one latency figure, when the case measured any.
+fn latency(runs: &[http::Latency], f: fn(&http::Latency) -> f64) -> Option<f64> {
+    (!runs.is_empty()).then(|| round(median(&runs.iter().map(f).collect::<Vec<_>>()), 2))
 }
 
 /// The 1-minute load average from `/proc/loadavg`.
@@ -535,6 +564,9 @@ fn table_line(row: &Row) -> String {
     }
     if let Some(secs) = row.seconds {
         notes.push(format!("{secs:.2} s"));
+    }
+    if let (Some(p50), Some(p99)) = (row.sse_p50_ms, row.sse_p99_ms) {
+        notes.push(format!("stream p50 {p50:.2} ms, p99 {p99:.2} ms"));
     }
     if let Some(load) = row.load_avg_1m {
         notes.push(format!("load {load:.1}"));

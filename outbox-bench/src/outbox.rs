@@ -19,7 +19,7 @@ use crate::{BoxError, Measure, SyncMode, raw_pg};
 /// The enqueue cases' kind: unique by default, so each job carries the sha256 payload key.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct OrderPlaced {
-    order_id: u64,
+    pub(crate) order_id: u64,
 }
 
 impl Job for OrderPlaced {

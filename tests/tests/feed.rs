@@ -36,7 +36,16 @@ async fn the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_i
         .await
         .expect("cancel");
 
-    let all = ops::feed(&t.db, &start, 1_000).await.expect("feed");
+    // On PostgreSQL an event shows once every older transaction on the server has ended (other tests'
+    // included): wait for the feed to catch up.
+    let mut all = Vec::new();
+    for _ in 0..200 {
+        all = ops::feed(&t.db, &start, 1_000).await.expect("feed");
+        if all.len() >= 5 * 3 + 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(all.len(), 5 * 3 + 2, "{all:#?}");
     for id in &ids {
         let of_job: Vec<JobEventKind> = all.iter().filter(|e| &e.job_id == id).map(|e| e.event).collect();

@@ -199,6 +199,32 @@ macro_rules! blocking {
 }
 pub(crate) use blocking;
 
+/// The values of the event the transition trigger writes for a change of the row `NEW` (from `OLD`): job,
+/// kind, queue, time, event name, attempt, worker, error. The same SQL on every backend.
+macro_rules! transition_event {
+    () => {
+        "NEW.id, NEW.kind, NEW.queue, NEW.updated_at,
+            CASE
+                WHEN NEW.status = 'claimed' THEN 'claimed'
+                WHEN NEW.status = 'completed' THEN 'completed'
+                WHEN NEW.status = 'cancelled' THEN 'cancelled'
+                WHEN OLD.status IN ('failed', 'cancelled', 'completed') THEN 'retried_by_operator'
+                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts
+                    AND NEW.last_error LIKE 'lease expired%' THEN
+                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
+                WHEN NEW.status = 'failed' THEN 'failed'
+                WHEN NEW.attempts < OLD.attempts THEN
+                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
+                ELSE 'retried'
+            END,
+            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
+            NEW.locked_by,
+            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed'
+                AND NEW.attempts >= OLD.attempts THEN NEW.last_error END"
+    };
+}
+pub(crate) use transition_event;
+
 /// The condition of a held head of a sequence, for [`Driver::blocked`]: failed or cancelled under the hold
 /// policy, with nothing earlier in its sequence holding it.
 const HELD_HEAD: &str = concat!(

@@ -104,18 +104,23 @@ async fn lists_filter_and_page_by_id(t: TestDb) {
     assert_eq!(listed(&all), newest_first);
     assert_eq!(all.body["next"], Value::Null, "a short page is the last");
 
-    // Pages of two: `next` is the last id of a full page, and `before` continues after it.
+    // Pages of two: `next` is the last id of a full page, and `before` continues after it. Jobs enqueued
+    // while paging land before the first page: the pages neither repeat nor skip a job.
     let mut seen = Vec::new();
     let mut path = "/api/jobs?limit=2".to_owned();
+    let mut inserted = 100;
     loop {
         let page = server.get(&path).await;
         seen.extend(listed(&page));
+        inserted += 1;
+        outbox_core::enqueue(&t.db, &Probe { n: inserted }, EnqueueOpts::new()).await.expect("enqueue");
         match page.body["next"].as_str() {
             Some(next) => path = format!("/api/jobs?limit=2&before={next}"),
             None => break,
         }
     }
     assert_eq!(seen, newest_first);
+    exec(&t.db, "DELETE FROM outbox_jobs WHERE id > ?", vec![ids[4].clone().into()]).await;
 
     let odd = server.get("/api/jobs?queue=odd&kind=probe&status=pending&since=1h&limit=1000").await;
     assert_eq!(listed(&odd), [ids[4].clone(), ids[2].clone(), ids[0].clone()]);

@@ -315,34 +315,12 @@ const SCHEMA_V6_FEED: &[&str] = &[
     "DROP TRIGGER IF EXISTS outbox_jobs_enqueued ON outbox_jobs",
     "CREATE TRIGGER outbox_jobs_enqueued AFTER INSERT ON outbox_jobs REFERENCING NEW TABLE AS inserted
         FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_enqueued()",
-    "CREATE OR REPLACE FUNCTION outbox_jobs_transition() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error)
-        VALUES (
-            NEW.id,
-            NEW.kind,
-            NEW.queue,
-            NEW.updated_at,
-            CASE
-                WHEN NEW.status = 'claimed' THEN 'claimed'
-                WHEN NEW.status = 'completed' THEN 'completed'
-                WHEN NEW.status = 'cancelled' THEN 'cancelled'
-                WHEN OLD.status IN ('failed', 'cancelled', 'completed') THEN 'retried_by_operator'
-                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts
-                    AND NEW.last_error LIKE 'lease expired%' THEN
-                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
-                WHEN NEW.status = 'failed' THEN 'failed'
-                WHEN NEW.attempts < OLD.attempts THEN
-                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
-                ELSE 'retried'
-            END,
-            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
-            NEW.locked_by,
-            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed'
-                AND NEW.attempts >= OLD.attempts THEN NEW.last_error END
-        );
-        RETURN NULL;
-    END $$",
+    concat!(
+        "CREATE OR REPLACE FUNCTION outbox_jobs_transition() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error) VALUES (",
+        crate::storage::transition_event!(),
+        "); RETURN NULL; END $$"
+    ),
     "DROP TRIGGER IF EXISTS outbox_jobs_transition ON outbox_jobs",
     "CREATE TRIGGER outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
         FOR EACH ROW WHEN (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts)

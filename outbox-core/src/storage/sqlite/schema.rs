@@ -463,30 +463,10 @@ const ENQUEUED_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS outbox_jobs_enqueue
 
 /// Every change of status or attempt count, named as in [`TRANSITION_TRIGGER`] plus `claimed` and
 /// `completed`.
-const FEED_TRANSITION_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS outbox_jobs_transition
-    AFTER UPDATE OF status, attempts ON outbox_jobs
-    WHEN OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts BEGIN
-        INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error)
-        VALUES (
-            NEW.id,
-            NEW.kind,
-            NEW.queue,
-            NEW.updated_at,
-            CASE
-                WHEN NEW.status = 'claimed' THEN 'claimed'
-                WHEN NEW.status = 'completed' THEN 'completed'
-                WHEN NEW.status = 'cancelled' THEN 'cancelled'
-                WHEN OLD.status IN ('failed', 'cancelled', 'completed') THEN 'retried_by_operator'
-                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts AND NEW.last_error LIKE 'lease expired%' THEN
-                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
-                WHEN NEW.status = 'failed' THEN 'failed'
-                WHEN NEW.attempts < OLD.attempts THEN
-                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
-                ELSE 'retried'
-            END,
-            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
-            NEW.locked_by,
-            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed' AND NEW.attempts >= OLD.attempts
-                THEN NEW.last_error END
-        );
-    END";
+const FEED_TRANSITION_TRIGGER: &str = concat!(
+    "CREATE TRIGGER IF NOT EXISTS outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs \
+     WHEN OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts BEGIN \
+     INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error) VALUES (",
+    crate::storage::transition_event!(),
+    "); END"
+);
