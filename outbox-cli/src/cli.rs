@@ -66,6 +66,8 @@ pub(crate) enum Command {
     /// Jobs of every queue: available, scheduled, waiting (in a sequence), claimed, stuck, completed, failed,
     /// cancelled.
     Queues,
+    /// The live workers, in-process and remote: what they run, how busy they are, when they were last seen.
+    Workers,
     /// Retry a failed or cancelled job (attempts start over), or every failed job.
     Retry(RetryArgs),
     /// Cancel a pending job, or let a sequence held by a failed or cancelled job go on.

@@ -1,4 +1,4 @@
-//! The overview commands: stats (the six questions), queues, schema.
+//! The overview commands: stats (the six questions), queues, workers, schema.
 
 use outbox_core::JobStatus;
 use outbox_core::ops::{self};
@@ -148,6 +148,38 @@ pub(super) async fn queues(db: &DatabaseConnection, format: Format) -> Result<u8
                 "CANCELLED",
                 "OLDEST AVAILABLE",
             ];
+            print!("{}", table(&headers, &rows));
+        }
+    }
+    Ok(code::OK)
+}
+
+pub(super) async fn workers(db: &DatabaseConnection, format: Format) -> Result<u8> {
+    let workers = ops::workers(db).await?;
+    match format {
+        Format::Json => render::json(&workers)?,
+        Format::Table if workers.is_empty() => println!("no live workers"),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = workers
+                .iter()
+                .map(|w| {
+                    vec![
+                        w.id.clone(),
+                        w.host.clone(),
+                        w.pid.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+                        short(&w.kinds.join(","), 50),
+                        // A worker that names no queues serves every one.
+                        w.queues.as_ref().map_or_else(|| "all".to_owned(), |q| short(&q.join(","), 30)),
+                        match w.concurrency {
+                            Some(max) => format!("{}/{max}", w.running),
+                            None => w.running.to_string(),
+                        },
+                        if w.remote { "yes" } else { "no" }.to_owned(),
+                        time(w.last_seen_at),
+                    ]
+                })
+                .collect();
+            let headers = ["ID", "HOST", "PID", "KINDS", "QUEUES", "RUNNING", "REMOTE", "LAST SEEN"];
             print!("{}", table(&headers, &rows));
         }
     }
