@@ -79,14 +79,12 @@ impl Server {
 
     /// Serves `app`, whose API answers under `prefix`.
     pub(crate) async fn mounted(app: axum::Router, prefix: &str) -> Server {
-        // The client is built with TLS support; the tests speak plain HTTP, but the provider must exist.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.expect("serve");
         });
-        let client = reqwest::Client::builder().no_proxy().build().expect("client");
+        let client = outbox_tests::http_client();
         Server { base: format!("http://{addr}{prefix}"), client, task }
     }
 

@@ -124,25 +124,7 @@ pub(super) async fn remote_claim(
         queues: opts.queues,
         schema,
     };
-    let mut rows = Vec::new();
-    for (kind, cap) in &c.limited {
-        let left = limit - rows.len();
-        if left == 0 {
-            break;
-        }
-        let share = crate::storage::worker_store::limited_share(left, !c.kinds.is_empty());
-        rows.extend(worker::claim_limited(pool, &c, kind, *cap, share, now, lease_until).await?);
-    }
-    let left = limit - rows.len();
-    if left > 0 && !c.kinds.is_empty() {
-        let kinds = &c.kinds;
-        rows.extend(
-            worker::retrying("claiming jobs for a remote worker", || async {
-                worker::claim_query(&c, kinds, left, now, lease_until).fetch_all(pool).await
-            })
-            .await?,
-        );
-    }
+    let rows = worker::claim_rows(pool, &c, limit, now, lease_until).await?;
     let mut jobs = Vec::with_capacity(rows.len());
     for row in &rows {
         match worker::claimed_job(row) {

@@ -208,48 +208,9 @@ impl PgStore {
         PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener }) }
     }
 
-    /// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
-    /// leaves, then the others.
+    /// Claims up to `limit` due jobs (see [`claim_rows`]).
     pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
-        let c = &self.inner.config;
-        let mut claimed = Vec::new();
-        for (kind, cap) in &c.limited {
-            let left = limit - claimed.len();
-            if left == 0 {
-                return Ok(claimed);
-            }
-            let share = limited_share(left, !c.kinds.is_empty());
-            match self.claim_limited(kind, *cap, share, now, lease_until).await {
-                Ok(jobs) => claimed.extend(jobs),
-                Err(e) => return keep_claimed(claimed, e),
-            }
-        }
-        let left = limit - claimed.len();
-        if left > 0 && !c.kinds.is_empty() {
-            let kinds = &c.kinds;
-            let rows = retrying("claiming jobs", || async {
-                claim_query(c, kinds, left, now, lease_until).fetch_all(&self.inner.pool).await
-            })
-            .await
-            .map(|rows| claimed_jobs(self, rows));
-            match rows {
-                Ok(jobs) => claimed.extend(jobs),
-                Err(e) => return keep_claimed(claimed, e),
-            }
-        }
-        Ok(claimed)
-    }
-
-    /// Claims jobs of one limited kind (see [`claim_limited`]).
-    async fn claim_limited(
-        &self,
-        kind: &str,
-        cap: u32,
-        left: usize,
-        now: i64,
-        lease_until: i64,
-    ) -> Result<Vec<ClaimedJob>> {
-        let rows = claim_limited(&self.inner.pool, &self.inner.config, kind, cap, left, now, lease_until).await?;
+        let rows = claim_rows(&self.inner.pool, &self.inner.config, limit, now, lease_until).await?;
         Ok(claimed_jobs(self, rows))
     }
 
@@ -329,9 +290,44 @@ impl PgStore {
     }
 }
 
+/// Claims up to `limit` due jobs for the worker `c` describes: first those of kinds with a fleet-wide limit,
+/// each up to what its limit leaves, then the others. The in-process worker and remote claims share it.
+pub(super) async fn claim_rows(
+    pool: &PgPool,
+    c: &PgStoreConfig,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let mut rows = Vec::new();
+    for (kind, cap) in &c.limited {
+        let left = limit - rows.len();
+        if left == 0 {
+            return Ok(rows);
+        }
+        let share = limited_share(left, !c.kinds.is_empty());
+        match claim_limited(pool, c, kind, *cap, share, now, lease_until).await {
+            Ok(claimed) => rows.extend(claimed),
+            Err(e) => return keep_claimed(rows, e),
+        }
+    }
+    let left = limit - rows.len();
+    if left > 0 && !c.kinds.is_empty() {
+        let kinds = &c.kinds;
+        let claimed =
+            retrying("claiming jobs", || async { claim_query(c, kinds, left, now, lease_until).fetch_all(pool).await })
+                .await;
+        match claimed {
+            Ok(claimed) => rows.extend(claimed),
+            Err(e) => return keep_claimed(rows, e),
+        }
+    }
+    Ok(rows)
+}
+
 /// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts the
 /// running jobs and claims what the limit leaves: claimers on every machine take turns.
-pub(super) async fn claim_limited(
+async fn claim_limited(
     pool: &PgPool,
     c: &PgStoreConfig,
     kind: &str,
@@ -366,7 +362,7 @@ pub(super) async fn claim_limited(
 
 /// Jobs already claimed (and committed) by an earlier step of a claim are run even when a later step fails:
 /// dropping them would leave them claimed until their leases ran out, each with an attempt used.
-pub(super) fn keep_claimed(claimed: Vec<ClaimedJob>, e: Error) -> Result<Vec<ClaimedJob>> {
+fn keep_claimed<T>(claimed: Vec<T>, e: Error) -> Result<Vec<T>> {
     if claimed.is_empty() {
         return Err(e);
     }
@@ -375,7 +371,7 @@ pub(super) fn keep_claimed(claimed: Vec<ClaimedJob>, e: Error) -> Result<Vec<Cla
 }
 
 /// The claim of up to `limit` due jobs of `kinds`.
-pub(super) fn claim_query<'q>(
+fn claim_query<'q>(
     c: &'q PgStoreConfig,
     kinds: &'q [String],
     limit: usize,
