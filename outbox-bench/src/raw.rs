@@ -43,15 +43,22 @@ fn insert_jobs_sql(rows: usize) -> String {
 
 /// The worker's claim (`claim` in `storage/sqlite/worker.rs`, no queue filter).
 const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
-     locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
+     locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, \
+     event_flip = 1 - event_flip \
      WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
      AND kind IN (SELECT value FROM json_each(?4)) AND ?6 IS NULL \
-     ORDER BY priority DESC, run_at, id LIMIT ?5) \
+     ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
      RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs";
 
-/// The worker's fenced completion (`write_finished`, `Outcome::Completed`).
+/// A fenced completion (`write_rows`, `Outcome::Completed`) whose event goes in a batch row, as the worker's
+/// batched completions do.
 const COMPLETE_SQL: &str = "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
-     lease_expires_at = NULL, updated_at = ?5 WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3";
+     lease_expires_at = NULL, updated_at = ?5, event_flip = 1 - event_flip \
+     WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3";
+
+/// The worker's feed row for a claim or the completions of a batch (`insert_batch_event`).
+const BATCH_EVENT_SQL: &str = "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+     VALUES ('', '', '', ?1, ?2, 0, ?3, ?4)";
 
 /// The worker's default lease.
 const LEASE_MS: i64 = 300_000;
@@ -238,7 +245,8 @@ pub(crate) struct Claimed {
 }
 
 /// Case `process`: claim `batch` jobs in one autocommit UPDATE ... RETURNING, complete them with the fenced
-/// UPDATE in one `BEGIN IMMEDIATE` transaction, until nothing is left. `n` jobs of `kind` must be pending.
+/// UPDATE in one `BEGIN IMMEDIATE` transaction with the claim's and the completions' feed rows, until nothing
+/// is left. `n` jobs of `kind` must be pending.
 pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batch: u64) -> Result<Measure, BoxError> {
     let mut conn = open(path, sync)?;
     let worker_id = format!("bench-host:{}:0a1b2c3d", std::process::id());
@@ -269,6 +277,13 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
         }
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ms();
+        // The claim's feed row and the completions' one, in the completing transaction: the same rows the
+        // worker writes, with no commit more.
+        let jobs = serde_json::to_string(
+            &claimed.iter().map(|j| (&j.id, &j._kind, &j._queue, j.attempt)).collect::<Vec<_>>(),
+        )?;
+        tx.prepare_cached(BATCH_EVENT_SQL)?.execute(params![now, "claimed", worker_id, jobs])?;
+        tx.prepare_cached(BATCH_EVENT_SQL)?.execute(params![now, "completed", worker_id, jobs])?;
         for job in &claimed {
             let done = tx.prepare_cached(COMPLETE_SQL)?.execute(params![
                 job.id,

@@ -78,33 +78,44 @@ fn insert_jobs_sql(rows: usize) -> String {
     sql
 }
 
-/// The worker's claim: due pending jobs of the given kinds, locked past other claimers, in claim order.
+/// The worker's claim: due pending jobs of the given kinds, locked past other claimers, in claim order, with
+/// their `claimed` events written by the same statement.
 fn claim_sql() -> String {
     format!(
         "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND run_at <= {now} \
-         AND kind = ANY($4) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) \
-         UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
-         locked_by = $1, locked_at = {now}, claimed_at = {now}, lease_expires_at = {lease}, updated_at = {now} \
-         FROM c WHERE j.id = c.id \
-         RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, j.max_attempts, j.schema_hash, j.runs",
+         AND kind = ANY($4) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED), \
+         u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
+         locked_by = $1, locked_at = {now}, claimed_at = {now}, lease_expires_at = {lease}, updated_at = {now}, \
+         event_flip = NOT j.event_flip FROM c WHERE j.id = c.id \
+         RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, \
+         j.runs), \
+         e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+         SELECT '', '', '', {now}, 'claimed', 0, $1, \
+         json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM u HAVING count(*) > 0) \
+         SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs FROM u",
         now = ts("$2"),
         lease = ts("$3"),
     )
 }
 
 /// The worker's batched fenced write of finished attempts (`FINISH`), each job by id and the attempt it was
-/// claimed at; the baseline only completes.
+/// claimed at, with one feed row for the completions; the baseline only completes.
 fn finish_sql() -> String {
     format!(
-        "UPDATE outbox_jobs j SET status = f.status, attempts = j.attempts - f.give_back, \
+        "WITH u AS (UPDATE outbox_jobs j SET status = f.status, attempts = j.attempts - f.give_back, \
          output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END, \
          completed_at = CASE WHEN f.status = 'completed' THEN {now} ELSE j.completed_at END, \
          last_error = COALESCE(f.error, j.last_error), run_at = COALESCE({run_at}, j.run_at), \
-         lease_expires_at = NULL, updated_at = {now} \
+         lease_expires_at = NULL, updated_at = {now}, event_flip = (j.event_flip <> (f.status = 'completed')) \
          FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
          AS f(id, attempt, status, output, error, run_at, give_back) \
          WHERE j.id = f.id AND j.status = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt \
-         RETURNING j.id",
+         RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
+         e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+         SELECT '', '', '', {now}, 'completed', 0, $9, \
+         json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM u \
+         WHERE status = 'completed' HAVING count(*) > 0) \
+         SELECT id FROM u",
         now = ts("$8"),
         run_at = ts("f.run_at"),
     )

@@ -45,37 +45,57 @@ pub async fn get<C: ConnectionTrait>(conn: &C, id: &str) -> Result<JobRecord> {
     dispatch!(conn, get(conn, id))?.ok_or_else(|| Error::NotFound { id: id.to_owned() })
 }
 
-/// The lifecycle of one job, oldest first: when it was enqueued, every retry (with its error), failure,
-/// rescue, snooze, release, cancel and operator retry, then its current claim and completion.
+/// The lifecycle of one job, oldest first: when it was enqueued, every claim, retry (with its error),
+/// failure, rescue, snooze, release, cancel and operator retry, and its completion.
 pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
     let job = get(conn, id).await?;
     let stored = dispatch!(conn, history(conn, id))?;
-    if stored.first().is_some_and(|e| e.event == JobEventKind::Enqueued) {
-        return Ok(stored);
+    Ok(assemble_history(&job, stored))
+}
+
+/// A job's history from its stored rows and the row itself. Workers record their claims and completions
+/// in feed rows of many jobs, which this does not read: the claim an attempt ended is noted on the row that
+/// ended it, and the current claim and completion are on the job. A job enqueued before every transition
+/// was recorded gets its enqueue from the row too. Where a claim or completion is also stored by itself
+/// (written by another tool, or before batch rows), it is shown once.
+fn assemble_history(job: &JobRecord, stored: Vec<crate::storage::StoredEvent>) -> Vec<JobEvent> {
+    use JobEventKind::{Claimed, Completed, Enqueued};
+    let milestone = |event, at, attempt, worker: Option<String>| JobEvent { at, event, attempt, worker, error: None };
+    let mut events = Vec::with_capacity(stored.len() * 2 + 3);
+    if !stored.first().is_some_and(|e| e.event.event == Enqueued) {
+        events.push(milestone(Enqueued, job.created_at, 0, None));
     }
-    // A job enqueued before the history recorded every transition: its milestones come off the row.
-    let mut events = Vec::with_capacity(stored.len() + 3);
-    let milestone = |event, at, attempt, worker: Option<&String>| JobEvent {
-        at,
-        event,
-        attempt,
-        worker: worker.cloned(),
-        error: None,
-    };
-    events.push(milestone(JobEventKind::Enqueued, job.created_at, 0, None));
-    let claims_stored = stored.iter().any(|e| e.event == JobEventKind::Claimed);
-    events.extend(stored);
-    if claims_stored {
-        return Ok(events);
+    for s in stored {
+        if let Some(at) = s.ended_claim {
+            events.push(milestone(Claimed, at, s.event.attempt, s.event.worker.clone()));
+        }
+        if let Some(at) = s.ended_completion {
+            events.push(milestone(Completed, at, s.event.attempt, s.event.worker.clone()));
+        }
+        events.push(s.event);
     }
-    // The latest claim is on the row while it holds or ended in completion.
     if let (Some(at), JobStatus::Claimed | JobStatus::Completed) = (job.claimed_at, job.status) {
-        events.push(milestone(JobEventKind::Claimed, at, job.attempts, job.locked_by.as_ref()));
+        events.push(milestone(Claimed, at, job.attempts, job.locked_by.clone()));
     }
     if let Some(at) = job.completed_at.filter(|_| job.status == JobStatus::Completed) {
-        events.push(milestone(JobEventKind::Completed, at, job.attempts, job.locked_by.as_ref()));
+        events.push(milestone(Completed, at, job.attempts, job.locked_by.clone()));
     }
-    Ok(events)
+    // Within one stretch of claim and completion (up to the next retry, failure, snooze or operator
+    // action) each attempt's claim and completion appear once: the first is the stored one.
+    let mut seen: Vec<(JobEventKind, i32)> = Vec::new();
+    events.retain(|e| match e.event {
+        Claimed | Completed => {
+            let first = !seen.contains(&(e.event, e.attempt));
+            seen.push((e.event, e.attempt));
+            first
+        }
+        Enqueued => true,
+        _ => {
+            seen.clear();
+            true
+        }
+    });
+    events
 }
 
 /// Up to `limit` events of the feed after position `after` (an event's id, or [`feed_head`]), oldest

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use outbox_core::remote::{self, ClaimRequest};
 use outbox_core::{EnqueueOpts, Error, JobEventKind, JobStatus, Worker, ops};
-use outbox_tests::{Probe, TestDb, conformance, eventually, exec};
+use outbox_tests::{Probe, TestDb, conformance, eventually, exec, wait_scalar};
 
 fn claim_req(worker: &str, limit: usize) -> ClaimRequest {
     ClaimRequest {
@@ -151,4 +151,88 @@ async fn remote_claims_are_fenced_like_in_process_ones(t: TestDb) {
     let err =
         remote::claim(&t.db, &ClaimRequest { kinds: vec![], ..claim_req("far-1", 1) }).await.expect_err("no kinds");
     assert!(err.to_string().contains("at least one kind"), "{err}");
+}
+
+conformance!(every_transition_is_recorded_once_whoever_writes_it);
+async fn every_transition_is_recorded_once_whoever_writes_it(t: TestDb) {
+    let mut ids = Vec::new();
+    for n in 1..=40 {
+        let opts = EnqueueOpts::new().max_attempts(2);
+        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, opts).await.expect("enqueue").id().to_owned());
+    }
+    // A claim and a completion written by hand, as another tool would: recorded by the trigger.
+    let (now, by_hand) = (chrono::Utc::now().timestamp_millis(), ids[0].clone());
+    let at = |ms| t.backend.time(ms);
+    exec(
+        &t.db,
+        &format!(
+            "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = 'hand', \
+             claimed_at = {n}, locked_at = {n}, lease_expires_at = {l}, updated_at = {n} WHERE id = ?",
+            n = at(now),
+            l = at(now + 60_000)
+        ),
+        vec![by_hand.clone().into()],
+    )
+    .await;
+    exec(
+        &t.db,
+        &format!(
+            "UPDATE outbox_jobs SET status = 'completed', completed_at = {n}, lease_expires_at = NULL, updated_at = {n} \
+             WHERE id = ?",
+            n = at(now + 1)
+        ),
+        vec![by_hand.clone().into()],
+    )
+    .await;
+    // The worker's claims and batched outcomes of every kind: odd jobs fail once and then complete, every
+    // fifth fails for good.
+    let worker = Worker::builder(&t.db)
+        .concurrency(16)
+        .poll_interval(Duration::from_millis(10))
+        .retry_policy(outbox_core::RetryPolicy {
+            base: Duration::from_millis(1),
+            max: Duration::from_millis(1),
+            jitter: 0.0,
+        })
+        .register(|p: Probe, ctx| async move {
+            if p.n.is_multiple_of(5) {
+                Err(outbox_core::JobError::permanent("fifth"))
+            } else if !p.n.is_multiple_of(2) && ctx.attempt() == 1 {
+                Err(outbox_core::JobError::retry("odd, first time"))
+            } else {
+                Ok(())
+            }
+        })
+        .build()
+        .await
+        .expect("build");
+    let handle = worker.start();
+    let settled = wait_scalar(
+        &t.db,
+        "SELECT COUNT(*) FROM outbox_jobs WHERE status IN ('completed', 'failed')",
+        40,
+        Duration::from_secs(30),
+    )
+    .await;
+    handle.shutdown().await.expect("shutdown");
+    assert!(settled, "the worker did not finish every job");
+    use JobEventKind::{Claimed, Completed, Enqueued, Failed, Retried};
+    for (i, id) in ids.iter().enumerate() {
+        let n = i + 1;
+        let events: Vec<JobEventKind> =
+            ops::history(&t.db, id).await.expect("history").iter().map(|e| e.event).collect();
+        let expected: &[JobEventKind] = if n == 1 {
+            &[Enqueued, Claimed, Completed]
+        } else if n % 5 == 0 {
+            &[Enqueued, Claimed, Failed]
+        } else if n % 2 == 1 {
+            &[Enqueued, Claimed, Retried, Claimed, Completed]
+        } else {
+            &[Enqueued, Claimed, Completed]
+        };
+        assert_eq!(events, expected, "job {n} ({id})");
+    }
+    let workers: Vec<Option<String>> =
+        ops::history(&t.db, &by_hand).await.expect("history").into_iter().map(|e| e.worker).collect();
+    assert_eq!(workers, [None, Some("hand".to_owned()), Some("hand".to_owned())]);
 }

@@ -28,7 +28,7 @@ use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, St
 /// coming out; every function maps its database errors to [`Error`] with what it was doing.
 pub(crate) trait Driver {
     /// The schema: one entry per [`MIGRATION_NAMES`], each with its undo.
-    const MIGRATIONS: [Migration; 6];
+    const MIGRATIONS: [Migration; 7];
 
     /// Applies the backend's connection settings (journal mode, durability, busy timeout) to a pool's options.
     fn tune(options: &mut ConnectOptions, settings: &Tuning);
@@ -95,7 +95,7 @@ pub(crate) trait Driver {
     async fn delete<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool>;
 
     /// The stored history of one job, oldest first.
-    async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>>;
+    async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<StoredEvent>>;
 
     /// Materializes the latest completed job per path into a scratch table of the transaction `conn` and
     /// returns (completed jobs, distinct paths). `fields` are (kind, JSON path of its path field).
@@ -224,6 +224,41 @@ macro_rules! transition_event {
     };
 }
 pub(crate) use transition_event;
+
+/// The claim (and completion) a transition recorded by the trigger ended, for the history: the claim time
+/// when the row leaves `claimed` or `completed`, the completion time when it leaves `completed`. A worker
+/// records its claims and completions as one feed row per statement (`job_id` empty, which no job has; the
+/// jobs listed in `jobs` as `[id, kind, queue, attempt]` arrays), which the history of one job does not read; an attempt that ends any other way leaves these, and the history shows that
+/// claim (and completion) from them.
+macro_rules! ended_claim {
+    () => {
+        "CASE WHEN OLD.status IN ('claimed', 'completed') THEN OLD.claimed_at END,
+            CASE WHEN OLD.status = 'completed' THEN OLD.completed_at END"
+    };
+}
+pub(crate) use ended_claim;
+
+/// One row of a job's history as stored, with the claim (and completion) it ended, if the trigger noted
+/// them (see [`ended_claim`]).
+#[derive(Debug, Clone)]
+pub(crate) struct StoredEvent {
+    pub(crate) event: JobEvent,
+    pub(crate) ended_claim: Option<chrono::DateTime<chrono::Utc>>,
+    pub(crate) ended_completion: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A feed position split into the row's position and, for an event of a batch row, its place in the batch:
+/// `<row>.<n>`.
+pub(crate) fn split_position(after: &str) -> Result<(&str, Option<usize>)> {
+    match after.rsplit_once('.') {
+        None => Ok((after, None)),
+        Some((row, n)) => n.parse::<usize>().ok().map(|n| (row, Some(n))).ok_or_else(|| {
+            Error::Invalid(format!(
+                "invalid event id `{after}`: after the `.` comes the event's place in its batch, a whole number"
+            ))
+        }),
+    }
+}
 
 /// The condition of a held head of a sequence, for [`Driver::blocked`]: failed or cancelled under the hold
 /// policy, with nothing earlier in its sequence holding it.
@@ -355,13 +390,14 @@ pub(crate) struct Migration {
 }
 
 /// The migrations' names, shared by every backend (each backend's [`Driver::MIGRATIONS`] in this order).
-pub(crate) const MIGRATION_NAMES: [&str; 6] = [
+pub(crate) const MIGRATION_NAMES: [&str; 7] = [
     "m20261122_000001_create_outbox_jobs",
     "m20261122_000002_create_outbox_job_events",
     "m20261122_000003_create_outbox_kinds",
     "m20261123_000004_sequences_and_limits",
     "m20261123_000005_enforced_types",
     "m20261124_000006_event_feed_and_workers",
+    "m20261125_000007_batched_worker_events",
 ];
 
 /// Migration `index` of `backend`, when the framework supports the backend.

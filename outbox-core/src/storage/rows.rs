@@ -4,7 +4,7 @@
 
 use sea_orm::QueryResult;
 
-use super::ScanRow;
+use super::{ScanRow, StoredEvent};
 use crate::error::{Error, Result};
 use crate::job::SequenceFailure;
 use crate::record::{FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, WorkerRecord, from_ms};
@@ -113,11 +113,12 @@ pub(super) fn duplicates(rows: &[QueryResult]) -> Result<Vec<DuplicateKey>> {
         .collect()
 }
 
-pub(super) fn history(rows: &[QueryResult], id: &str) -> Result<Vec<JobEvent>> {
+/// History rows: at, event, attempt, worker, error, the claim and the completion it ended (ms).
+pub(super) fn history(rows: &[QueryResult], id: &str) -> Result<Vec<StoredEvent>> {
     let ctx = || Error::db(format!("reading the history of job `{id}`"));
     rows.iter()
         .map(|row| {
-            Ok(JobEvent {
+            let event = JobEvent {
                 at: from_ms(row.try_get_by_index(0).map_err(ctx())?),
                 event: row.try_get_by_index::<String>(1).map_err(ctx())?.parse::<JobEventKind>().map_err(|reason| {
                     Error::CorruptRow { id: id.to_owned(), reason: format!("its history: {reason}") }
@@ -125,6 +126,11 @@ pub(super) fn history(rows: &[QueryResult], id: &str) -> Result<Vec<JobEvent>> {
                 attempt: row.try_get_by_index(2).map_err(ctx())?,
                 worker: row.try_get_by_index(3).map_err(ctx())?,
                 error: row.try_get_by_index(4).map_err(ctx())?,
+            };
+            Ok(StoredEvent {
+                event,
+                ended_claim: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?.map(from_ms),
+                ended_completion: row.try_get_by_index::<Option<i64>>(6).map_err(ctx())?.map(from_ms),
             })
         })
         .collect()
@@ -207,28 +213,70 @@ pub(super) fn queues(rows: &[QueryResult]) -> Result<Vec<QueueCounts>> {
 }
 
 /// Feed rows: position, job id, kind, queue, event, attempt, worker, error, time (ms).
-pub(super) fn feed(rows: &[QueryResult]) -> Result<Vec<FeedEvent>> {
+/// Feed rows: position, job, kind, queue, event, attempt, worker, error, at (ms), and the jobs of a batch row.
+/// A batch row gives one event per job, each with the id `<position>.<n>`; `resume` is the position of the
+/// row the reader stopped inside and its place there, whose events up to it are skipped. At most `limit`
+/// events.
+pub(super) fn feed(rows: &[QueryResult], resume: Option<(&str, usize)>, limit: u64) -> Result<Vec<FeedEvent>> {
     let ctx = || Error::db("reading the event feed");
-    rows.iter()
-        .map(|row| {
-            let job_id: String = row.try_get_by_index(1).map_err(ctx())?;
-            let event =
-                row.try_get_by_index::<String>(4).map_err(ctx())?.parse::<JobEventKind>().map_err(|reason| {
-                    Error::CorruptRow { id: job_id.clone(), reason: format!("its history: {reason}") }
-                })?;
-            Ok(FeedEvent {
-                id: row.try_get_by_index(0).map_err(ctx())?,
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut events = Vec::with_capacity(rows.len().min(limit));
+    for row in rows {
+        if events.len() >= limit {
+            break;
+        }
+        let position: String = row.try_get_by_index(0).map_err(ctx())?;
+        let job_id: String = row.try_get_by_index(1).map_err(ctx())?;
+        let event = row
+            .try_get_by_index::<String>(4)
+            .map_err(ctx())?
+            .parse::<JobEventKind>()
+            .map_err(|reason| Error::CorruptRow { id: job_id.clone(), reason: format!("its history: {reason}") })?;
+        let worker: Option<String> = row.try_get_by_index(6).map_err(ctx())?;
+        let at = from_ms(row.try_get_by_index(8).map_err(ctx())?);
+        let jobs: Option<String> = row.try_get_by_index(9).map_err(ctx())?;
+        let skip_through = resume.filter(|(p, _)| *p == position).map(|(_, n)| n);
+        let Some(jobs) = jobs else {
+            // A reader never stops inside a row of one event: resuming "inside" it means after it.
+            if skip_through.is_none() {
+                events.push(FeedEvent {
+                    id: position,
+                    job_id,
+                    kind: row.try_get_by_index(2).map_err(ctx())?,
+                    queue: row.try_get_by_index(3).map_err(ctx())?,
+                    event,
+                    attempt: row.try_get_by_index(5).map_err(ctx())?,
+                    worker,
+                    error: row.try_get_by_index(7).map_err(ctx())?,
+                    at,
+                });
+            }
+            continue;
+        };
+        let listed: Vec<(String, String, String, i32)> =
+            serde_json::from_str(&jobs).map_err(|e| Error::CorruptRow {
+                id: format!("event {position}"),
+                reason: format!("its job list is not a JSON array of [id, kind, queue, attempt]: {e}"),
+            })?;
+        let first = skip_through.map_or(0, |n| n + 1);
+        for (n, (job_id, kind, queue, attempt)) in listed.into_iter().enumerate().skip(first) {
+            if events.len() >= limit {
+                break;
+            }
+            events.push(FeedEvent {
+                id: format!("{position}.{n}"),
                 job_id,
-                kind: row.try_get_by_index(2).map_err(ctx())?,
-                queue: row.try_get_by_index(3).map_err(ctx())?,
+                kind,
+                queue,
                 event,
-                attempt: row.try_get_by_index(5).map_err(ctx())?,
-                worker: row.try_get_by_index(6).map_err(ctx())?,
-                error: row.try_get_by_index(7).map_err(ctx())?,
-                at: from_ms(row.try_get_by_index(8).map_err(ctx())?),
-            })
-        })
-        .collect()
+                attempt,
+                worker: worker.clone(),
+                error: None,
+                at,
+            });
+        }
+    }
+    Ok(events)
 }
 
 /// Worker rows: id, host, pid, queues (JSON text), kinds (JSON text), concurrency, running, remote, started,

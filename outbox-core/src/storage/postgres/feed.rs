@@ -9,34 +9,47 @@ use crate::error::{Error, Result};
 use crate::record::{FeedEvent, WorkerRecord};
 use crate::storage::{ClaimedJob, Finished, Outcome, WorkerRow, WorkerStoreOpts, rows};
 
-/// A feed position on this backend: `<transaction id>-<event id>`.
-fn position(after: &str) -> Result<(String, i64)> {
-    let parsed = after
+/// A feed position on this backend: `<transaction id>-<event id>`, or `<transaction id>-<event id>.<n>` for
+/// the events of a batch row.
+fn position(after: &str) -> Result<(String, i64, Option<usize>)> {
+    let (row, n) = crate::storage::split_position(after)?;
+    let parsed = row
         .split_once('-')
         .and_then(|(tx, id)| Some((tx.parse::<u64>().ok()?, id.parse::<i64>().ok().filter(|n| *n >= 0)?)));
     let (tx, id) = parsed.ok_or_else(|| {
         Error::Invalid(format!(
             "invalid event id `{after}`: this database's event ids have the form `<transaction>-<number>` \
-             (take one from an event)"
+             or `<transaction>-<number>.<number>` (take one from an event)"
         ))
     })?;
-    Ok((tx.to_string(), id))
+    Ok((tx.to_string(), id, n))
 }
 
 pub(super) async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
-    let (tx, id) = position(after)?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let sql = concat!(
-        "SELECT txid::text || '-' || id::text, job_id, kind, queue, event, attempt, worker, error, ",
-        ms!("at"),
-        " FROM outbox_job_events WHERE (txid, id) > ($1::text::xid8, $2::int8) \
-         AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, id LIMIT $3"
-    );
+    let (tx, id, n) = position(after)?;
+    let rows_wanted = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+    // Inside a batch row, read that row again for the rest of its events.
+    let sql = if n.is_some() {
+        concat!(
+            "SELECT txid::text || '-' || id::text, job_id, kind, queue, event, attempt, worker, error, ",
+            ms!("at"),
+            ", jobs::text FROM outbox_job_events WHERE (txid, id) >= ($1::text::xid8, $2::int8) \
+             AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, id LIMIT $3"
+        )
+    } else {
+        concat!(
+            "SELECT txid::text || '-' || id::text, job_id, kind, queue, event, attempt, worker, error, ",
+            ms!("at"),
+            ", jobs::text FROM outbox_job_events WHERE (txid, id) > ($1::text::xid8, $2::int8) \
+             AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, id LIMIT $3"
+        )
+    };
+    let row = format!("{tx}-{id}");
     let rows = conn
-        .query_all_raw(stmt(sql, vec![tx.into(), id.into(), limit.into()]))
+        .query_all_raw(stmt(sql, vec![tx.into(), id.into(), rows_wanted.into()]))
         .await
         .map_err(Error::db("reading the event feed"))?;
-    rows::feed(&rows)
+    rows::feed(&rows, n.map(|n| (row.as_str(), n)), limit)
 }
 
 /// Every event after `<oldest running transaction>-0` commits from now on; everything before it is final.
@@ -123,6 +136,7 @@ pub(super) async fn remote_claim(
         worker_id: opts.worker_id,
         queues: opts.queues,
         schema,
+        batched_events: super::batched_events(db).await?,
     };
     let rows = worker::claim_rows(pool, &c, limit, now, lease_until).await?;
     let mut jobs = Vec::with_capacity(rows.len());
@@ -149,9 +163,10 @@ pub(super) async fn remote_claim(
 pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
     let pool = db.get_postgres_connection_pool();
     let batch = std::slice::from_ref(&finished);
-    let applied = worker::retrying("writing a remote worker's outcome", || worker::write_batch(pool, owner, batch))
-        .await?
-        .contains(&finished.id);
+    let applied =
+        worker::retrying("writing a remote worker's outcome", || worker::write_batch(pool, owner, batch, false))
+            .await?
+            .contains(&finished.id);
     crate::storage::log_finished(&finished, applied, owner);
     Ok(applied)
 }

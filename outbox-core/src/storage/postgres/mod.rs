@@ -19,11 +19,11 @@ use sea_orm::{
 pub(super) use worker::PgStore;
 
 use super::{
-    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerRow, WorkerStore,
-    WorkerStoreOpts, rows,
+    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, StoredEvent, Tuning, WorkerRow,
+    WorkerStore, WorkerStoreOpts, rows,
 };
 use crate::error::{Error, Result, Violation, pointer_token};
-use crate::record::{FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
+use crate::record::{FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
 use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
 use worker::PgStoreConfig;
 
@@ -44,6 +44,20 @@ async fn current_schema(db: &DatabaseConnection) -> Result<String> {
         .transpose()
         .map_err(Error::db("reading the current schema"))?
         .ok_or_else(|| Error::Invalid("the connection's search_path names no existing schema".into()))
+}
+
+/// Whether the schema has migration 7's batched feed rows (see [`worker::PgStoreConfig::batched_events`]).
+pub(super) async fn batched_events(db: &DatabaseConnection) -> Result<bool> {
+    let ctx = || Error::db("reading the outbox schema's columns");
+    let row = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() \
+             AND table_name = 'outbox_jobs' AND column_name = 'event_flip')",
+        ))
+        .await
+        .map_err(ctx())?;
+    Ok(row.map(|r| r.try_get_by_index::<bool>(0)).transpose().map_err(ctx())?.unwrap_or(false))
 }
 
 /// `text` and `jsonb` refuse the NUL character (`\u0000`), in strings and in object keys alike.
@@ -222,7 +236,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Postgres {
-    const MIGRATIONS: [Migration; 6] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 7] = schema::MIGRATIONS;
 
     /// The server's own durability settings apply.
     fn tune(_options: &mut ConnectOptions, _settings: &Tuning) {}
@@ -253,6 +267,7 @@ impl Driver for Postgres {
             worker_id: opts.worker_id,
             queues: opts.queues,
             schema: current_schema(db).await?,
+            batched_events: batched_events(db).await?,
         };
         Ok(WorkerStore::Postgres(PgStore::open(db.get_postgres_connection_pool(), config)))
     }
@@ -500,13 +515,17 @@ impl Driver for Postgres {
     }
 
     /// The history of one job, oldest first.
-    async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
+    async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<StoredEvent>> {
         let rows = conn
             .query_all_raw(stmt(
                 concat!(
                     "SELECT ",
                     ms!("at"),
-                    ", event, attempt, worker, error FROM outbox_job_events WHERE job_id = $1 ORDER BY id"
+                    ", event, attempt, worker, error, ",
+                    ms!("claimed_at"),
+                    ", ",
+                    ms!("completed_at"),
+                    " FROM outbox_job_events WHERE job_id = $1 ORDER BY id"
                 ),
                 vec![id.into()],
             ))

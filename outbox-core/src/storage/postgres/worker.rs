@@ -35,50 +35,109 @@ pub(crate) struct PgStoreConfig {
     pub(crate) queues: Option<Vec<String>>,
     /// The schema holding the outbox tables; notifications from other schemas are ignored.
     pub(crate) schema: String,
+    /// Whether the schema has migration 7: claims and completions are then recorded one feed row per
+    /// statement by the statements themselves, else one row per job by the transition trigger.
+    pub(crate) batched_events: bool,
 }
 
+/// The claim of due jobs, as `$batched` (`true`: one feed row for the batch, written here; `false`: the
+/// transition trigger records each job, on a schema from before migration 7).
 macro_rules! claim_sql {
-    ($queue_filter:literal) => {
+    ($queue_filter:literal, true) => {
         concat!(
-            "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting \
-             AND run_at <= ",
+            "WITH c AS MATERIALIZED (",
+            claim_sql!(@pick $queue_filter),
+            "), u AS (UPDATE outbox_jobs j SET ",
+            claim_sql!(@set),
+            ", event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, \
+             j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, \
+             j.sequence_key IS NOT NULL AS sequenced), \
+             e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+             SELECT '', '', '', ",
+            ts!("$2"),
+            ", 'claimed', 0, $1, json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM u \
+             HAVING count(*) > 0) \
+             SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced FROM u"
+        )
+    };
+    ($queue_filter:literal, false) => {
+        concat!(
+            "WITH c AS MATERIALIZED (",
+            claim_sql!(@pick $queue_filter),
+            ") UPDATE outbox_jobs j SET ",
+            claim_sql!(@set),
+            " FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, \
+             j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL"
+        )
+    };
+    (@pick $queue_filter:literal) => {
+        concat!(
+            "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND run_at <= ",
             ts!("$2"),
             " AND kind = ANY($4)",
             $queue_filter,
-            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) \
-             UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
-             locked_by = $1, locked_at = ",
+            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
+        )
+    };
+    (@set) => {
+        concat!(
+            "status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = ",
             ts!("$2"),
             ", claimed_at = ",
             ts!("$2"),
             ", lease_expires_at = ",
             ts!("$3"),
             ", updated_at = ",
-            ts!("$2"),
-            " FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, \
-             j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL"
+            ts!("$2")
         )
     };
 }
 
-const CLAIM_ANY_QUEUE: &str = claim_sql!("");
-const CLAIM_QUEUES: &str = claim_sql!(" AND queue = ANY($6)");
+const CLAIM_ANY_QUEUE: [&str; 2] = [claim_sql!("", false), claim_sql!("", true)];
+const CLAIM_QUEUES: [&str; 2] = [claim_sql!(" AND queue = ANY($6)", false), claim_sql!(" AND queue = ANY($6)", true)];
 
-/// Writes a batch of finished attempts in one statement, each fenced by (id, claimed, owner, attempt).
-const FINISH: &str = concat!(
-    "UPDATE outbox_jobs j SET status = f.status, attempts = j.attempts - f.give_back, \
-     output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END, \
-     completed_at = CASE WHEN f.status = 'completed' THEN ",
-    ts!("$8"),
-    " ELSE j.completed_at END, last_error = COALESCE(f.error, j.last_error), run_at = COALESCE(",
-    ts!("f.run_at"),
-    ", j.run_at), lease_expires_at = NULL, updated_at = ",
-    ts!("$8"),
-    " FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
-     AS f(id, attempt, status, output, error, run_at, give_back) \
-     WHERE j.id = f.id AND j.status = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt \
-     RETURNING j.id"
-);
+/// Writes a batch of finished attempts in one statement, each fenced by (id, claimed, owner, attempt). The
+/// batched form records the completions as one feed row (see migration 7); the transition trigger records
+/// the rest.
+macro_rules! finish_sql {
+    (true) => {
+        concat!(
+            "WITH u AS (UPDATE outbox_jobs j SET ",
+            finish_sql!(@set),
+            ", event_flip = (j.event_flip <> (f.status = 'completed')) ",
+            finish_sql!(@from),
+            " RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
+             e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+             SELECT '', '', '', ",
+            ts!("$8"),
+            ", 'completed', 0, $9, json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM u \
+             WHERE status = 'completed' HAVING count(*) > 0) \
+             SELECT id FROM u"
+        )
+    };
+    (false) => {
+        concat!("UPDATE outbox_jobs j SET ", finish_sql!(@set), " ", finish_sql!(@from), " RETURNING j.id")
+    };
+    (@set) => {
+        concat!(
+            "status = f.status, attempts = j.attempts - f.give_back, \
+             output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END, \
+             completed_at = CASE WHEN f.status = 'completed' THEN ",
+            ts!("$8"),
+            " ELSE j.completed_at END, last_error = COALESCE(f.error, j.last_error), run_at = COALESCE(",
+            ts!("f.run_at"),
+            ", j.run_at), lease_expires_at = NULL, updated_at = ",
+            ts!("$8")
+        )
+    };
+    (@from) => {
+        "FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
+         AS f(id, attempt, status, output, error, run_at, give_back) \
+         WHERE j.id = f.id AND j.status = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt"
+    };
+}
+
+const FINISH: [&str; 2] = [finish_sql!(false), finish_sql!(true)];
 
 /// Never shortens a lease a handler extended further than the heartbeat does.
 const EXTEND: &str = concat!(
@@ -203,7 +262,13 @@ impl PgStore {
             .connect_lazy_with(listen_options);
         let (tx, rx) = mpsc::unbounded_channel();
         let unwritten = Unwritten::default();
-        tokio::spawn(write_finished(pool.clone(), config.worker_id.clone(), rx, Arc::clone(&unwritten)));
+        tokio::spawn(write_finished(
+            pool.clone(),
+            config.worker_id.clone(),
+            config.batched_events,
+            rx,
+            Arc::clone(&unwritten),
+        ));
         let listener = tokio::spawn(listen(listen_pool, config.schema.clone(), config.worker_id.clone()));
         PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener }) }
     }
@@ -378,7 +443,7 @@ fn claim_query<'q>(
     now: i64,
     lease_until: i64,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let sql = if c.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ANY_QUEUE };
+    let sql = if c.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ANY_QUEUE }[usize::from(c.batched_events)];
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut q = sqlx::query(sql).bind(&c.worker_id).bind(now).bind(lease_until).bind(kinds).bind(limit);
     if let Some(queues) = &c.queues {
@@ -504,9 +569,10 @@ pub(super) async fn write_batch(
     pool: &PgPool,
     owner: &str,
     batch: &[Finished],
+    batched_events: bool,
 ) -> std::result::Result<HashSet<String>, sqlx::Error> {
     let c = Columns::of(batch);
-    let rows = sqlx::query(FINISH)
+    let rows = sqlx::query(FINISH[usize::from(batched_events)])
         .bind(&c.ids)
         .bind(&c.attempts)
         .bind(&c.statuses)
@@ -522,7 +588,13 @@ pub(super) async fn write_batch(
 }
 
 /// Writes finished attempts as they arrive, everything queued so far in one statement.
-async fn write_finished(pool: PgPool, owner: String, mut rx: mpsc::UnboundedReceiver<Msg>, unwritten: Unwritten) {
+async fn write_finished(
+    pool: PgPool,
+    owner: String,
+    batched: bool,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    unwritten: Unwritten,
+) {
     while let Some(first) = rx.recv().await {
         let mut batch = Vec::new();
         let mut flushes = Vec::new();
@@ -539,7 +611,7 @@ async fn write_finished(pool: PgPool, owner: String, mut rx: mpsc::UnboundedRece
         if !batch.is_empty() {
             batch.sort_by(|a, b| a.id.cmp(&b.id));
             let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
-            write_with_retries(&pool, &owner, batch).await;
+            write_with_retries(&pool, &owner, batched, batch).await;
             {
                 let mut set = unwritten_ids(&unwritten);
                 for id in &ids {
@@ -556,11 +628,11 @@ async fn write_finished(pool: PgPool, owner: String, mut rx: mpsc::UnboundedRece
     pool.close().await;
 }
 
-async fn write_with_retries(pool: &PgPool, owner: &str, batch: Vec<Finished>) {
+async fn write_with_retries(pool: &PgPool, owner: &str, batched: bool, batch: Vec<Finished>) {
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(10);
     loop {
-        match write_batch(pool, owner, &batch).await {
+        match write_batch(pool, owner, &batch, batched).await {
             Ok(applied) => {
                 for f in &batch {
                     crate::storage::log_finished(f, applied.contains(&f.id), owner);
@@ -597,7 +669,7 @@ async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
     let started = tokio::time::Instant::now();
     let mut item = f;
     loop {
-        match write_batch(pool, owner, std::slice::from_ref(&item)).await {
+        match write_batch(pool, owner, std::slice::from_ref(&item), false).await {
             Ok(applied) => {
                 crate::storage::log_finished(&item, applied.contains(&item.id), owner);
                 crate::wake::outcome_written();

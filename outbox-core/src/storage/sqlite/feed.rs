@@ -13,27 +13,35 @@ use crate::error::{Error, Result};
 use crate::record::{FeedEvent, WorkerRecord};
 use crate::storage::{ClaimedJob, Finished, WorkerRow, rows};
 
-/// A feed position on this backend: the id of the last event read.
-fn position(after: &str) -> Result<i64> {
-    after.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+/// A feed position on this backend: the id of the last event read, `<row>` or `<row>.<n>`.
+fn position(after: &str) -> Result<(i64, Option<usize>)> {
+    let (row, n) = crate::storage::split_position(after)?;
+    let row = row.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
         Error::Invalid(format!(
-            "invalid event id `{after}`: this database's event ids are whole numbers (take one from an event)"
+            "invalid event id `{after}`: this database's event ids are whole numbers, or two joined by a `.` \
+             (take one from an event)"
         ))
-    })
+    })?;
+    Ok((row, n))
 }
 
 pub(super) async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
-    let after = position(after)?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let (row, n) = position(after)?;
+    let rows_wanted = i64::try_from(limit).unwrap_or(i64::MAX);
+    // Inside a batch row, read that row again for the rest of its events.
+    let sql = if n.is_some() {
+        "SELECT CAST(id AS TEXT), job_id, kind, queue, event, attempt, worker, error, at, jobs \
+         FROM outbox_job_events WHERE id >= ? ORDER BY id LIMIT ?"
+    } else {
+        "SELECT CAST(id AS TEXT), job_id, kind, queue, event, attempt, worker, error, at, jobs \
+         FROM outbox_job_events WHERE id > ? ORDER BY id LIMIT ?"
+    };
     let rows = conn
-        .query_all_raw(stmt(
-            "SELECT CAST(id AS TEXT), job_id, kind, queue, event, attempt, worker, error, at \
-             FROM outbox_job_events WHERE id > ? ORDER BY id LIMIT ?",
-            vec![after.into(), limit.into()],
-        ))
+        .query_all_raw(stmt(sql, vec![row.into(), rows_wanted.saturating_add(1).into()]))
         .await
         .map_err(Error::db("reading the event feed"))?;
-    rows::feed(&rows)
+    let row = row.to_string();
+    rows::feed(&rows, n.map(|n| (row.as_str(), n)), limit)
 }
 
 pub(super) async fn head<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<String> {
@@ -125,8 +133,8 @@ pub(super) async fn remote_claim(
 
 pub(super) async fn remote_finish(config: StoreConfig, finished: Finished) -> Result<bool> {
     on_own_connection(config, "writing a remote worker's outcome", move |tx, config| {
-        let applied =
-            worker::write_finished(tx, &config.worker_id, std::slice::from_ref(&finished), crate::storage::now_ms())?;
+        let now = crate::storage::now_ms();
+        let applied = worker::write_finished(tx, &config.worker_id, std::slice::from_ref(&finished), now, false)?;
         crate::storage::log_finished(&finished, applied.first().copied().unwrap_or(false), &config.worker_id);
         Ok(applied.first().copied().unwrap_or(false))
     })

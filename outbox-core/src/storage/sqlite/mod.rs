@@ -18,11 +18,11 @@ use sea_orm::{
 pub(super) use worker::SqliteStore;
 
 use super::{
-    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, Tuning, WorkerRow, WorkerStore,
-    WorkerStoreOpts, rows,
+    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, StoredEvent, Tuning, WorkerRow,
+    WorkerStore, WorkerStoreOpts, rows,
 };
 use crate::error::{Error, Result, Violation};
-use crate::record::{FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
+use crate::record::{FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
 use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
 use worker::StoreConfig;
 
@@ -110,7 +110,21 @@ async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<
             .collect::<Result<_>>()?,
         queues_json: opts.queues.as_deref().map(encode_names).transpose()?,
         worker_id: opts.worker_id,
+        batched_events: batched_events(db).await?,
     })
+}
+
+/// Whether the schema has migration 7's batched feed rows (see [`StoreConfig::batched_events`]).
+async fn batched_events(db: &DatabaseConnection) -> Result<bool> {
+    let ctx = || Error::db("reading the outbox schema's columns");
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT COUNT(*) FROM pragma_table_info('outbox_jobs') WHERE name = 'event_flip'",
+            Vec::new(),
+        ))
+        .await
+        .map_err(ctx())?;
+    Ok(row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(ctx())?.unwrap_or(0) > 0)
 }
 
 fn encode_names(names: &[String]) -> Result<String> {
@@ -201,7 +215,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Sqlite {
-    const MIGRATIONS: [Migration; 6] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 7] = schema::MIGRATIONS;
 
     fn tune(options: &mut ConnectOptions, settings: &Tuning) {
         let synchronous = if settings.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };
@@ -466,10 +480,11 @@ impl Driver for Sqlite {
     }
 
     /// The history of one job, oldest first.
-    async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
+    async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<StoredEvent>> {
         let rows = conn
             .query_all_raw(stmt(
-                "SELECT at, event, attempt, worker, error FROM outbox_job_events WHERE job_id = ? ORDER BY id",
+                "SELECT at, event, attempt, worker, error, claimed_at, completed_at FROM outbox_job_events \
+                 WHERE job_id = ? ORDER BY id",
                 vec![id.into()],
             ))
             .await

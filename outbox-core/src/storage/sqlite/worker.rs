@@ -28,6 +28,9 @@ pub(crate) struct StoreConfig {
     pub(crate) limited: Vec<(String, u32)>,
     /// JSON array of the queues it serves; `None` for all.
     pub(crate) queues_json: Option<String>,
+    /// Whether the schema has migration 7: claims and batched completions are then recorded one feed row
+    /// per statement by the worker, else one row per job by the transition trigger.
+    pub(crate) batched_events: bool,
 }
 
 enum Cmd {
@@ -164,7 +167,7 @@ impl Actor {
                 // another completed in it (the next of a sequence) is never recorded as claimed before that
                 // completion, however long the claim waited for its turn.
                 let now = crate::storage::now_ms();
-                let applied = write_finished(&tx, &config.worker_id, &finished, now)?;
+                let applied = write_finished(&tx, &config.worker_id, &finished, now, config.batched_events)?;
                 let mut claimed = Vec::with_capacity(claims.len());
                 let mut unreadable = Vec::new();
                 for c in &claims {
@@ -207,13 +210,13 @@ impl Actor {
     fn finish_with_retries(&mut self, batch: &[Finished]) {
         let mut delay = Duration::from_millis(20);
         for attempt in 1..=FINISH_TRIES {
-            let worker_id = &self.config.worker_id;
+            let (worker_id, batched) = (&self.config.worker_id, self.config.batched_events);
             let result = self
                 .conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(Error::db("beginning a worker transaction"))
                 .and_then(|tx| {
-                    let applied = write_finished(&tx, worker_id, batch, crate::storage::now_ms())?;
+                    let applied = write_finished(&tx, worker_id, batch, crate::storage::now_ms(), batched)?;
                     tx.commit().map_err(Error::db("committing finished jobs"))?;
                     Ok(applied)
                 });
@@ -362,18 +365,22 @@ fn claim_of(
     } else {
         " AND ?6 IS NULL"
     };
+    let flip = if config.batched_events { ", event_flip = 1 - event_flip" } else { "" };
+    // `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare bound LIMIT into the plan and prepares the statement
+    // again whenever the value changes, which a claim's room does nearly every time.
     let sql = format!(
         "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
          locked_at = ?2, \
-         claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2 \
+         claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2{flip} \
          WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
          AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
-         ORDER BY priority DESC, run_at, id LIMIT ?5) \
+         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
          sequence_key IS NOT NULL, rowid"
     );
     let ctx = || Error::db("claiming jobs");
     let mut claimed = Vec::new();
+    let mut listed_before = 0;
     // Rows that could not be read take no slot: claim again past them, so a head of the queue made of
     // them never looks like an empty queue.
     loop {
@@ -387,14 +394,31 @@ fn claim_of(
             while let Some(row) = rows.next().map_err(ctx())? {
                 match claimed_row(row) {
                     Ok(job) => claimed.push(job),
-                    Err(u) => bad.push((row.get::<_, i64>(9).map_err(ctx())?, u)),
+                    Err(u) => bad.push((
+                        row.get::<_, i64>(9).map_err(ctx())?,
+                        u,
+                        shown(row, 2),
+                        row.get::<_, i64>(4).ok().and_then(|n| i32::try_from(n).ok()).unwrap_or(0),
+                    )),
                 }
             }
         }
+        // The claim's feed row lists every row it took, the unreadable ones as well as they can be named.
+        let mut listed: Vec<(&str, &str, &str, i32)> = claimed[listed_before..]
+            .iter()
+            .map(|j| (j.id.as_str(), j.kind.as_str(), j.queue.as_str(), j.attempt))
+            .collect();
+        listed.extend(
+            bad.iter().map(|(_, u, queue, attempt)| (u.id.as_str(), u.kind.as_str(), queue.as_str(), *attempt)),
+        );
+        if config.batched_events {
+            insert_batch_event(conn, "claimed", &config.worker_id, now, &listed)?;
+        }
+        listed_before = claimed.len();
         if bad.is_empty() {
             return Ok(claimed);
         }
-        for (rowid, u) in bad {
+        for (rowid, u, _, _) in bad {
             conn.prepare_cached(
                 "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, \
                  updated_at = ?2 WHERE rowid = ?3",
@@ -472,7 +496,121 @@ macro_rules! fence {
 }
 
 /// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
-pub(super) fn write_finished(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
+///
+/// A batch of distinct jobs is one statement over a JSON array, with one feed row for its completions: one
+/// statement per job costs several times more (each execution builds the status check's and the partial
+/// indexes' value lists again). A batch that names a job twice (never the worker's own) is written row by row,
+/// so the second write meets the fence the first one moved, and so is every batch on a schema from before
+/// migration 7 (whose trigger records each job).
+pub(super) fn write_finished(
+    tx: &Connection,
+    owner: &str,
+    batch: &[Finished],
+    now: i64,
+    batched_events: bool,
+) -> Result<Vec<bool>> {
+    if batched_events && batch.len() > 1 {
+        let mut ids: Vec<&str> = batch.iter().map(|f| f.id.as_str()).collect();
+        ids.sort_unstable();
+        if ids.windows(2).all(|w| w[0] != w[1]) {
+            return write_batch(tx, owner, batch, now);
+        }
+    }
+    write_rows(tx, owner, batch, now)
+}
+
+/// One finished attempt as [`FINISH_BATCH`] reads it: id, attempt, new status, attempts given back, output,
+/// error, next run.
+#[derive(serde::Serialize)]
+struct BatchRow<'a> {
+    i: &'a str,
+    a: i32,
+    s: &'static str,
+    g: i32,
+    o: Option<&'a str>,
+    e: Option<&'a str>,
+    r: Option<i64>,
+}
+
+/// The outcomes of a batch, each with the same columns and fence as in [`write_rows`].
+const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', attempts = attempts - (f.value ->> 'g'), \
+     output = CASE WHEN f.value ->> 's' = 'completed' THEN f.value ->> 'o' ELSE output END, \
+     completed_at = CASE WHEN f.value ->> 's' = 'completed' THEN ?3 ELSE completed_at END, \
+     last_error = COALESCE(f.value ->> 'e', last_error), run_at = COALESCE(f.value ->> 'r', run_at), \
+     lease_expires_at = NULL, updated_at = ?3, \
+     event_flip = CASE WHEN f.value ->> 's' = 'completed' THEN 1 - event_flip ELSE event_flip END \
+     FROM json_each(?1) AS f \
+     WHERE outbox_jobs.id = f.value ->> 'i' AND outbox_jobs.status = 'claimed' AND outbox_jobs.locked_by = ?2 \
+     AND outbox_jobs.attempts = f.value ->> 'a' \
+     RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
+
+fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
+    let rows: Vec<BatchRow<'_>> = batch
+        .iter()
+        .map(|f| {
+            let (s, g, o, e, r) = match &f.outcome {
+                Outcome::Completed { output } => ("completed", 0, output.as_deref(), None, None),
+                Outcome::Retry { run_at, error } => ("pending", 0, None, Some(error.as_str()), Some(*run_at)),
+                Outcome::Failed { error } => ("failed", 0, None, Some(error.as_str()), None),
+                Outcome::Snoozed { run_at } => ("pending", 1, None, None, Some(*run_at)),
+                Outcome::Released => ("pending", 1, None, None, Some(now)),
+            };
+            BatchRow { i: &f.id, a: f.attempt, s, g, o, e, r }
+        })
+        .collect();
+    let json = serde_json::to_string(&rows).map_err(|e| Error::Internal(format!("encoding finished jobs: {e}")))?;
+    let ctx = || Error::db("writing finished jobs");
+    let mut stmt = tx.prepare_cached(FINISH_BATCH).map_err(ctx())?;
+    let mut written = std::collections::HashSet::with_capacity(batch.len());
+    let mut completed: Vec<(String, String, String, i32)> = Vec::with_capacity(batch.len());
+    let mut rows = stmt.query(params![json, owner, now]).map_err(ctx())?;
+    while let Some(row) = rows.next().map_err(ctx())? {
+        let id: String = row.get(0).map_err(ctx())?;
+        if row.get_ref(3).map_err(ctx())?.as_str().ok() == Some("completed") {
+            completed.push((
+                id.clone(),
+                row.get(1).map_err(ctx())?,
+                row.get(2).map_err(ctx())?,
+                row.get(4).map_err(ctx())?,
+            ));
+        }
+        written.insert(id);
+    }
+    drop(rows);
+    let listed: Vec<(&str, &str, &str, i32)> = completed
+        .iter()
+        .map(|(id, kind, queue, attempt)| (id.as_str(), kind.as_str(), queue.as_str(), *attempt))
+        .collect();
+    insert_batch_event(tx, "completed", owner, now, &listed)?;
+    Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
+}
+
+/// The feed row of one worker statement's `event` (`claimed` or `completed`) for `jobs`, listed as
+/// `[id, kind, queue, attempt]`; nothing when the statement took no job. The statement flipped `event_flip`
+/// on these jobs, so the transition trigger left them to it.
+fn insert_batch_event(
+    conn: &Connection,
+    event: &str,
+    worker: &str,
+    at: i64,
+    jobs: &[(&str, &str, &str, i32)],
+) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let ctx = || Error::db(format!("recording {} {event} jobs in the event feed", jobs.len()));
+    let jobs = serde_json::to_string(jobs).map_err(|e| Error::Internal(format!("encoding {event} jobs: {e}")))?;
+    conn.prepare_cached(
+        "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+         VALUES ('', '', '', ?1, ?2, 0, ?3, ?4)",
+    )
+    .and_then(|mut s| s.execute(params![at, event, worker, jobs]))
+    .map_err(ctx())?;
+    Ok(())
+}
+
+/// Writes each outcome by itself.
+fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
     let ctx = || Error::db("writing finished jobs");
     let mut applied = Vec::with_capacity(batch.len());
     {
