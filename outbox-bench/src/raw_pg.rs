@@ -91,7 +91,7 @@ fn claim_sql() -> String {
          j.runs), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          SELECT '', '', '', {now}, 'claimed', 0, $1, \
-         json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM u HAVING count(*) > 0) \
+         json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0) \
          SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs FROM u",
         now = ts("$2"),
         lease = ts("$3"),
@@ -113,7 +113,7 @@ fn finish_sql() -> String {
          RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          SELECT '', '', '', {now}, 'completed', 0, $9, \
-         json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM u \
+         json_agg(json_build_array(id, kind, queue, attempts)) FROM u \
          WHERE status = 'completed' HAVING count(*) > 0) \
          SELECT id FROM u",
         now = ts("$8"),

@@ -55,7 +55,7 @@ macro_rules! claim_sql {
              e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
              SELECT '', '', '', ",
             ts!("$2"),
-            ", 'claimed', 0, $1, json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM u \
+            ", 'claimed', 0, $1, json_agg(json_build_array(id, kind, queue, attempts)) FROM u \
              HAVING count(*) > 0) \
              SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced FROM u"
         )
@@ -110,7 +110,7 @@ macro_rules! finish_sql {
              e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
              SELECT '', '', '', ",
             ts!("$8"),
-            ", 'completed', 0, $9, json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM u \
+            ", 'completed', 0, $9, json_agg(json_build_array(id, kind, queue, attempts)) FROM u \
              WHERE status = 'completed' HAVING count(*) > 0) \
              SELECT id FROM u"
         )
