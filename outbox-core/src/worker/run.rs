@@ -91,14 +91,16 @@ impl Loop {
             let free = config.concurrency.saturating_sub(busy);
             if claim_now && free > 0 && (free >= min_claim || self.tasks.is_empty()) {
                 let now = now_ms();
+                let unwritten_before = self.worker.store.unwritten_count();
                 match self.worker.store.claim(free, now, ms_after(now, config.lease)).await {
                     Ok(jobs) => {
                         db_backoff = config.poll_interval;
                         claim_now = jobs.len() == free;
                         if drain && jobs.is_empty() && self.tasks.is_empty() {
                             // An outcome not yet written may let the next job of its sequence go: write
-                            // them, then look once more.
-                            if self.worker.store.unwritten_count() == 0 {
+                            // them, then look once more. One written while the claim ran counts too: the
+                            // claim may have read from before it.
+                            if unwritten_before == 0 && self.worker.store.unwritten_count() == 0 {
                                 return Ok(());
                             }
                             self.worker.store.flush().await?;
