@@ -236,3 +236,23 @@ async fn every_transition_is_recorded_once_whoever_writes_it(t: TestDb) {
         ops::history(&t.db, &by_hand).await.expect("history").into_iter().map(|e| e.worker).collect();
     assert_eq!(workers, [None, Some("hand".to_owned()), Some("hand".to_owned())]);
 }
+
+conformance!(purging_finished_jobs_leaves_no_feed_row_behind);
+async fn purging_finished_jobs_leaves_no_feed_row_behind(t: TestDb) {
+    let jobs: Vec<Probe> = (1..=50).map(|n| Probe { n }).collect();
+    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    let worker = Worker::builder(&t.db)
+        .concurrency(16)
+        .poll_interval(Duration::from_millis(10))
+        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .build()
+        .await
+        .expect("build");
+    worker.drain().await.expect("drain");
+    let worker_rows = "SELECT COUNT(*) FROM outbox_job_events WHERE job_id = ''";
+    assert!(outbox_tests::scalar(&t.db, worker_rows).await > 0, "the worker wrote its claims and completions");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let purged = ops::purge(&t.db, &[JobStatus::Completed], Duration::from_millis(10)).await.expect("purge");
+    assert_eq!(purged, 50);
+    assert_eq!(outbox_tests::scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events").await, 0);
+}

@@ -228,8 +228,9 @@ pub(crate) use transition_event;
 /// The claim (and completion) a transition recorded by the trigger ended, for the history: the claim time
 /// when the row leaves `claimed` or `completed`, the completion time when it leaves `completed`. A worker
 /// records its claims and completions as one feed row per statement (`job_id` empty, which no job has; the
-/// jobs listed in `jobs` as `[id, kind, queue, attempt]` arrays), which the history of one job does not read; an attempt that ends any other way leaves these, and the history shows that
-/// claim (and completion) from them.
+/// jobs listed in `jobs` as `[id, kind, queue, attempt]` arrays), which the history of one job does not
+/// read; an attempt that ends any other way leaves these, and the history shows that claim (and completion)
+/// from them.
 macro_rules! ended_claim {
     () => {
         "CASE WHEN OLD.status IN ('claimed', 'completed') THEN OLD.claimed_at END,
@@ -237,6 +238,21 @@ macro_rules! ended_claim {
     };
 }
 pub(crate) use ended_claim;
+
+/// The transition trigger's insert of one history row (migration 7 on), the same on every backend.
+macro_rules! record_transition {
+    () => {
+        concat!(
+            "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error, claimed_at, \
+             completed_at) VALUES (",
+            crate::storage::transition_event!(),
+            ", ",
+            crate::storage::ended_claim!(),
+            ")"
+        )
+    };
+}
+pub(crate) use record_transition;
 
 /// One row of a job's history as stored, with the claim (and completion) it ended, if the trigger noted
 /// them (see [`ended_claim`]).

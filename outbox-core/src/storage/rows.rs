@@ -212,7 +212,6 @@ pub(super) fn queues(rows: &[QueryResult]) -> Result<Vec<QueueCounts>> {
         .collect()
 }
 
-/// Feed rows: position, job id, kind, queue, event, attempt, worker, error, time (ms).
 /// Feed rows: position, job, kind, queue, event, attempt, worker, error, at (ms), and the jobs of a batch row.
 /// A batch row gives one event per job, each with the id `<position>.<n>`; `resume` is the position of the
 /// row the reader stopped inside and its place there, whose events up to it are skipped. At most `limit`
@@ -227,11 +226,11 @@ pub(super) fn feed(rows: &[QueryResult], resume: Option<(&str, usize)>, limit: u
         }
         let position: String = row.try_get_by_index(0).map_err(ctx())?;
         let job_id: String = row.try_get_by_index(1).map_err(ctx())?;
-        let event = row
-            .try_get_by_index::<String>(4)
-            .map_err(ctx())?
-            .parse::<JobEventKind>()
-            .map_err(|reason| Error::CorruptRow { id: job_id.clone(), reason: format!("its history: {reason}") })?;
+        let event = row.try_get_by_index::<String>(4).map_err(ctx())?.parse::<JobEventKind>().map_err(|reason| {
+            // A worker's row of many jobs belongs to none: it is named by its place in the feed.
+            let id = if job_id.is_empty() { format!("event {position}") } else { job_id.clone() };
+            Error::CorruptRow { id, reason: format!("its history: {reason}") }
+        })?;
         let worker: Option<String> = row.try_get_by_index(6).map_err(ctx())?;
         let at = from_ms(row.try_get_by_index(8).map_err(ctx())?);
         let jobs: Option<String> = row.try_get_by_index(9).map_err(ctx())?;

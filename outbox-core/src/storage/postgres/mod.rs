@@ -501,6 +501,13 @@ impl Driver for Postgres {
         let sql =
             format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < {} {HELD_KEPT}", ts!("$1"));
         let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
+        // Workers' feed rows list many jobs and belong to none: they go by the same age.
+        conn.execute_raw(stmt(
+            concat!("DELETE FROM outbox_job_events WHERE job_id = '' AND at < ", ts!("$1")),
+            vec![before.into()],
+        ))
+        .await
+        .map_err(Error::db("purging old feed rows"))?;
         Ok(res.rows_affected())
     }
 

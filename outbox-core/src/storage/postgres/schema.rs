@@ -376,13 +376,9 @@ const SCHEMA_V7_BATCHED: &[&str] = &[
     "ALTER TABLE outbox_job_events ADD CONSTRAINT outbox_job_events_pkey PRIMARY KEY (txid, id)",
     "DROP INDEX IF EXISTS outbox_job_events_feed",
     concat!(
-        "CREATE OR REPLACE FUNCTION outbox_jobs_transition() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-         INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error, claimed_at, \
-         completed_at) VALUES (",
-        crate::storage::transition_event!(),
-        ", ",
-        crate::storage::ended_claim!(),
-        "); RETURN NULL; END $$"
+        "CREATE OR REPLACE FUNCTION outbox_jobs_transition() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ",
+        crate::storage::record_transition!(),
+        "; RETURN NULL; END $$"
     ),
     "DROP TRIGGER IF EXISTS outbox_jobs_transition ON outbox_jobs",
     "CREATE TRIGGER outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs

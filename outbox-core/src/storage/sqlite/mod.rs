@@ -466,6 +466,10 @@ impl Driver for Sqlite {
         values.push(before.into());
         let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < ? {HELD_KEPT}");
         let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
+        // Workers' feed rows list many jobs and belong to none: they go by the same age.
+        conn.execute_raw(stmt("DELETE FROM outbox_job_events WHERE job_id = '' AND at < ?", vec![before.into()]))
+            .await
+            .map_err(Error::db("purging old feed rows"))?;
         Ok(res.rows_affected())
     }
 

@@ -490,13 +490,9 @@ const SCHEMA_V7_BATCHED: &[&str] = &[
 
 const BATCHED_TRANSITION_TRIGGER: &str = concat!(
     "CREATE TRIGGER IF NOT EXISTS outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs \
-     WHEN (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts) AND OLD.event_flip = NEW.event_flip BEGIN \
-     INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error, claimed_at, \
-     completed_at) VALUES (",
-    crate::storage::transition_event!(),
-    ", ",
-    crate::storage::ended_claim!(),
-    "); END"
+     WHEN (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts) AND OLD.event_flip = NEW.event_flip BEGIN ",
+    crate::storage::record_transition!(),
+    "; END"
 );
 
 /// Undoing gives every job of a batch row a row of its own (with new ids, after the others).
