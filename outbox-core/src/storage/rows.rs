@@ -213,10 +213,10 @@ pub(super) fn queues(rows: &[QueryResult]) -> Result<Vec<QueueCounts>> {
 }
 
 /// Feed rows: position, job, kind, queue, event, attempt, worker, error, at (ms), and the jobs of a batch row.
-/// A batch row gives one event per job, each with the id `<position>.<n>`; `resume` is the position of the
-/// row the reader stopped inside and its place there, whose events up to it are skipped. At most `limit`
-/// events.
-pub(super) fn feed(rows: &[QueryResult], resume: Option<(&str, usize)>, limit: u64) -> Result<Vec<FeedEvent>> {
+/// A batch row gives one event per job, each with the id `<position>.<n>`. The rows start at the reader's
+/// position `after`, the row it read last: that row is skipped, or for `<position>.<n>` the events of it up
+/// to `n`. At most `limit` events.
+pub(super) fn feed(rows: &[QueryResult], after: (&str, Option<usize>), limit: u64) -> Result<Vec<FeedEvent>> {
     let ctx = || Error::db("reading the event feed");
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut events = Vec::with_capacity(rows.len().min(limit));
@@ -234,10 +234,11 @@ pub(super) fn feed(rows: &[QueryResult], resume: Option<(&str, usize)>, limit: u
         let worker: Option<String> = row.try_get_by_index(6).map_err(ctx())?;
         let at = from_ms(row.try_get_by_index(8).map_err(ctx())?);
         let jobs: Option<String> = row.try_get_by_index(9).map_err(ctx())?;
-        let skip_through = resume.filter(|(p, _)| *p == position).map(|(_, n)| n);
+        // `None`: nothing of this row was read; `Some(None)`: all of it; `Some(Some(n))`: up to event `n`.
+        let read_through = (position == after.0).then_some(after.1);
         let Some(jobs) = jobs else {
             // A reader never stops inside a row of one event: resuming "inside" it means after it.
-            if skip_through.is_none() {
+            if read_through.is_none() {
                 events.push(FeedEvent {
                     id: position,
                     job_id,
@@ -257,7 +258,11 @@ pub(super) fn feed(rows: &[QueryResult], resume: Option<(&str, usize)>, limit: u
                 id: format!("event {position}"),
                 reason: format!("its job list is not a JSON array of [id, kind, queue, attempt]: {e}"),
             })?;
-        let first = skip_through.map_or(0, |n| n + 1);
+        let first = match read_through {
+            None => 0,
+            Some(None) => continue,
+            Some(Some(n)) => n + 1,
+        };
         for (n, (job_id, kind, queue, attempt)) in listed.into_iter().enumerate().skip(first) {
             if events.len() >= limit {
                 break;

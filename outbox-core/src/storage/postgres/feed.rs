@@ -27,29 +27,20 @@ fn position(after: &str) -> Result<(String, i64, Option<usize>)> {
 
 pub(super) async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
     let (tx, id, n) = position(after)?;
+    // From the row read last, which may have events left: one row more than the events wanted.
     let rows_wanted = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
-    // Inside a batch row, read that row again for the rest of its events.
-    let sql = if n.is_some() {
-        concat!(
-            "SELECT txid::text || '-' || id::text, job_id, kind, queue, event, attempt, worker, error, ",
-            ms!("at"),
-            ", jobs::text FROM outbox_job_events WHERE (txid, id) >= ($1::text::xid8, $2::int8) \
-             AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, id LIMIT $3"
-        )
-    } else {
-        concat!(
-            "SELECT txid::text || '-' || id::text, job_id, kind, queue, event, attempt, worker, error, ",
-            ms!("at"),
-            ", jobs::text FROM outbox_job_events WHERE (txid, id) > ($1::text::xid8, $2::int8) \
-             AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, id LIMIT $3"
-        )
-    };
+    let sql = concat!(
+        "SELECT txid::text || '-' || id::text, job_id, kind, queue, event, attempt, worker, error, ",
+        ms!("at"),
+        ", jobs::text FROM outbox_job_events WHERE (txid, id) >= ($1::text::xid8, $2::int8) \
+         AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, id LIMIT $3"
+    );
     let row = format!("{tx}-{id}");
     let rows = conn
         .query_all_raw(stmt(sql, vec![tx.into(), id.into(), rows_wanted.into()]))
         .await
         .map_err(Error::db("reading the event feed"))?;
-    rows::feed(&rows, n.map(|n| (row.as_str(), n)), limit)
+    rows::feed(&rows, (&row, n), limit)
 }
 
 /// Every event after `<oldest running transaction>-0` commits from now on; everything before it is final.

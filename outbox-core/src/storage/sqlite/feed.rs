@@ -27,21 +27,17 @@ fn position(after: &str) -> Result<(i64, Option<usize>)> {
 
 pub(super) async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
     let (row, n) = position(after)?;
-    let rows_wanted = i64::try_from(limit).unwrap_or(i64::MAX);
-    // Inside a batch row, read that row again for the rest of its events.
-    let sql = if n.is_some() {
-        "SELECT CAST(id AS TEXT), job_id, kind, queue, event, attempt, worker, error, at, jobs \
-         FROM outbox_job_events WHERE id >= ? ORDER BY id LIMIT ?"
-    } else {
-        "SELECT CAST(id AS TEXT), job_id, kind, queue, event, attempt, worker, error, at, jobs \
-         FROM outbox_job_events WHERE id > ? ORDER BY id LIMIT ?"
-    };
+    // From the row read last, which may have events left: one row more than the events wanted.
+    let rows_wanted = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
     let rows = conn
-        .query_all_raw(stmt(sql, vec![row.into(), rows_wanted.saturating_add(1).into()]))
+        .query_all_raw(stmt(
+            "SELECT CAST(id AS TEXT), job_id, kind, queue, event, attempt, worker, error, at, jobs \
+             FROM outbox_job_events WHERE id >= ? ORDER BY id LIMIT ?",
+            vec![row.into(), rows_wanted.into()],
+        ))
         .await
         .map_err(Error::db("reading the event feed"))?;
-    let row = row.to_string();
-    rows::feed(&rows, n.map(|n| (row.as_str(), n)), limit)
+    rows::feed(&rows, (&row.to_string(), n), limit)
 }
 
 pub(super) async fn head<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<String> {
@@ -121,6 +117,7 @@ pub(super) async fn remote_claim(
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
     on_own_connection(config, "claiming jobs for a remote worker", move |tx, config| {
+        let config = &StoreConfig { batched_events: worker::has_batched_events(tx)?, ..config.clone() };
         let mut unreadable = Vec::new();
         let jobs = worker::claim(tx, config, limit, now, lease_until, &mut unreadable)?;
         for u in &unreadable {

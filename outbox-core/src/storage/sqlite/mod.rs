@@ -110,21 +110,9 @@ async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<
             .collect::<Result<_>>()?,
         queues_json: opts.queues.as_deref().map(encode_names).transpose()?,
         worker_id: opts.worker_id,
-        batched_events: batched_events(db).await?,
+        // Read off the connection that claims.
+        batched_events: false,
     })
-}
-
-/// Whether the schema has migration 7's batched feed rows (see [`StoreConfig::batched_events`]).
-async fn batched_events(db: &DatabaseConnection) -> Result<bool> {
-    let ctx = || Error::db("reading the outbox schema's columns");
-    let row = db
-        .query_one_raw(stmt(
-            "SELECT COUNT(*) FROM pragma_table_info('outbox_jobs') WHERE name = 'event_flip'",
-            Vec::new(),
-        ))
-        .await
-        .map_err(ctx())?;
-    Ok(row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(ctx())?.unwrap_or(0) > 0)
 }
 
 fn encode_names(names: &[String]) -> Result<String> {

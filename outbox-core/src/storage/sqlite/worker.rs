@@ -29,7 +29,8 @@ pub(crate) struct StoreConfig {
     /// JSON array of the queues it serves; `None` for all.
     pub(crate) queues_json: Option<String>,
     /// Whether the schema has migration 7: claims and batched completions are then recorded one feed row
-    /// per statement by the worker, else one row per job by the transition trigger.
+    /// per statement by the worker, else one row per job by the transition trigger. Read off the connection
+    /// that claims ([`has_batched_events`]).
     pub(crate) batched_events: bool,
 }
 
@@ -49,8 +50,9 @@ pub(crate) struct SqliteStore {
 
 impl SqliteStore {
     /// Opens the connection on its own thread. The thread ends when every handle is dropped.
-    pub(crate) fn open(config: StoreConfig) -> Result<SqliteStore> {
+    pub(crate) fn open(mut config: StoreConfig) -> Result<SqliteStore> {
         let conn = open_connection(&config)?;
+        config.batched_events = has_batched_events(&conn)?;
         let (tx, rx) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
@@ -97,6 +99,14 @@ pub(super) fn open_connection(config: &StoreConfig) -> Result<Connection> {
     conn.pragma_update(None, "synchronous", &config.synchronous).map_err(ctx())?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
+}
+
+/// Whether the schema has migration 7's batched feed rows (see [`StoreConfig::batched_events`]).
+pub(super) fn has_batched_events(conn: &Connection) -> Result<bool> {
+    conn.prepare_cached("SELECT COUNT(*) FROM pragma_table_info('outbox_jobs') WHERE name = 'event_flip'")
+        .and_then(|mut s| s.query_row([], |row| row.get::<_, i64>(0)))
+        .map(|n| n > 0)
+        .map_err(Error::db("reading the outbox schema's columns"))
 }
 
 struct Actor {
@@ -404,14 +414,14 @@ fn claim_of(
             }
         }
         // The claim's feed row lists every row it took, the unreadable ones as well as they can be named.
-        let mut listed: Vec<(&str, &str, &str, i32)> = claimed[listed_before..]
-            .iter()
-            .map(|j| (j.id.as_str(), j.kind.as_str(), j.queue.as_str(), j.attempt))
-            .collect();
-        listed.extend(
-            bad.iter().map(|(_, u, queue, attempt)| (u.id.as_str(), u.kind.as_str(), queue.as_str(), *attempt)),
-        );
         if config.batched_events {
+            let mut listed: Vec<(&str, &str, &str, i32)> = claimed[listed_before..]
+                .iter()
+                .map(|j| (j.id.as_str(), j.kind.as_str(), j.queue.as_str(), j.attempt))
+                .collect();
+            listed.extend(
+                bad.iter().map(|(_, u, queue, attempt)| (u.id.as_str(), u.kind.as_str(), queue.as_str(), *attempt)),
+            );
             insert_batch_event(conn, "claimed", &config.worker_id, now, &listed)?;
         }
         listed_before = claimed.len();
@@ -577,23 +587,19 @@ fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Re
         written.insert(id);
     }
     drop(rows);
-    let listed: Vec<(&str, &str, &str, i32)> = completed
-        .iter()
-        .map(|(id, kind, queue, attempt)| (id.as_str(), kind.as_str(), queue.as_str(), *attempt))
-        .collect();
-    insert_batch_event(tx, "completed", owner, now, &listed)?;
+    insert_batch_event(tx, "completed", owner, now, &completed)?;
     Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
 }
 
 /// The feed row of one worker statement's `event` (`claimed` or `completed`) for `jobs`, listed as
 /// `[id, kind, queue, attempt]`; nothing when the statement took no job. The statement flipped `event_flip`
 /// on these jobs, so the transition trigger left them to it.
-fn insert_batch_event(
+fn insert_batch_event<T: serde::Serialize>(
     conn: &Connection,
     event: &str,
     worker: &str,
     at: i64,
-    jobs: &[(&str, &str, &str, i32)],
+    jobs: &[T],
 ) -> Result<()> {
     if jobs.is_empty() {
         return Ok(());
