@@ -40,6 +40,25 @@ pub(crate) struct PgStoreConfig {
     pub(crate) batched_events: bool,
 }
 
+/// The feed row of a worker statement's `$event` at `$at` by `$worker` (placeholders), listing the jobs of the
+/// updated rows `u` that pass `$filter`; none when no job does.
+macro_rules! feed_row {
+    ($at:literal, $event:literal, $worker:literal, $filter:literal) => {
+        concat!(
+            "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+             SELECT '', '', '', ",
+            ts!($at),
+            ", '",
+            $event,
+            "', 0, ",
+            $worker,
+            ", json_agg(json_build_array(id, kind, queue, attempts)) FROM u",
+            $filter,
+            " HAVING count(*) > 0"
+        )
+    };
+}
+
 /// The claim of due jobs, as `$batched` (`true`: one feed row for the batch, written here; `false`: the
 /// transition trigger records each job, on a schema from before migration 7).
 macro_rules! claim_sql {
@@ -52,12 +71,9 @@ macro_rules! claim_sql {
             ", event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, \
              j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, \
              j.sequence_key IS NOT NULL AS sequenced), \
-             e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-             SELECT '', '', '', ",
-            ts!("$2"),
-            ", 'claimed', 0, $1, json_agg(json_build_array(id, kind, queue, attempts)) FROM u \
-             HAVING count(*) > 0) \
-             SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced FROM u"
+             e AS (",
+            feed_row!("$2", "claimed", "$1", ""),
+            ") SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced FROM u"
         )
     };
     ($queue_filter:literal, false) => {
@@ -107,12 +123,9 @@ macro_rules! finish_sql {
             ", event_flip = (j.event_flip <> (f.status = 'completed')) ",
             finish_sql!(@from),
             " RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
-             e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-             SELECT '', '', '', ",
-            ts!("$8"),
-            ", 'completed', 0, $9, json_agg(json_build_array(id, kind, queue, attempts)) FROM u \
-             WHERE status = 'completed' HAVING count(*) > 0) \
-             SELECT id FROM u"
+             e AS (",
+            feed_row!("$8", "completed", "$9", " WHERE status = 'completed'"),
+            ") SELECT id FROM u"
         )
     };
     (false) => {
