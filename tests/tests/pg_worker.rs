@@ -157,3 +157,30 @@ async fn outcomes_waiting_to_be_written_keep_their_slots() {
     assert_eq!(runs.load(Ordering::SeqCst), 6);
     handle.shutdown().await.expect("shutdown");
 }
+
+/// A claim of 60 jobs lists them in one feed row of about 4 kB. Past PostgreSQL's default TOAST target (2 kB)
+/// every such row was compressed and moved to the TOAST table; migration 8 keeps it inline and uncompressed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workers_feed_rows_stay_inline_and_uncompressed() {
+    let Some(t) = fresh(Backend::Postgres, "a_workers_feed_rows_stay_inline_and_uncompressed").await else {
+        return;
+    };
+    let jobs: Vec<Probe> = (1..=60).map(|n| Probe { n }).collect();
+    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    let worker = Worker::builder(&t.db)
+        .concurrency(60)
+        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .build()
+        .await
+        .expect("build");
+    worker.drain().await.expect("drain");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 60);
+    let widest = "SELECT COALESCE(MAX(octet_length(jobs::text)), 0) FROM outbox_job_events WHERE jobs IS NOT NULL";
+    assert!(scalar(&t.db, widest).await > 2_100, "no feed row wider than the default TOAST target to check");
+    let compressed = "SELECT COUNT(*) FROM outbox_job_events \
+        WHERE jobs IS NOT NULL AND pg_column_size(jobs) < octet_length(jobs::text)";
+    assert_eq!(scalar(&t.db, compressed).await, 0, "feed rows were compressed");
+    let toasted = "SELECT COALESCE((SELECT pg_relation_size(reltoastrelid) FROM pg_class \
+        WHERE oid = 'outbox_job_events'::regclass AND reltoastrelid <> 0), 0)";
+    assert_eq!(scalar(&t.db, toasted).await, 0, "feed rows were moved to the TOAST table");
+}

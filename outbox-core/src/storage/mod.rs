@@ -28,7 +28,7 @@ use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, St
 /// coming out; every function maps its database errors to [`Error`] with what it was doing.
 pub(crate) trait Driver {
     /// The schema: one entry per [`MIGRATION_NAMES`], each with its undo.
-    const MIGRATIONS: [Migration; 7];
+    const MIGRATIONS: [Migration; 8];
 
     /// Applies the backend's connection settings (journal mode, durability, busy timeout) to a pool's options.
     fn tune(options: &mut ConnectOptions, settings: &Tuning);
@@ -406,7 +406,7 @@ pub(crate) struct Migration {
 }
 
 /// The migrations' names, shared by every backend (each backend's [`Driver::MIGRATIONS`] in this order).
-pub(crate) const MIGRATION_NAMES: [&str; 7] = [
+pub(crate) const MIGRATION_NAMES: [&str; 8] = [
     "m20261122_000001_create_outbox_jobs",
     "m20261122_000002_create_outbox_job_events",
     "m20261122_000003_create_outbox_kinds",
@@ -414,6 +414,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 7] = [
     "m20261123_000005_enforced_types",
     "m20261124_000006_event_feed_and_workers",
     "m20261125_000007_batched_worker_events",
+    "m20261126_000008_inline_feed_rows",
 ];
 
 /// Migration `index` of `backend`, when the framework supports the backend.

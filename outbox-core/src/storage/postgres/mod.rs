@@ -236,7 +236,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Postgres {
-    const MIGRATIONS: [Migration; 7] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 8] = schema::MIGRATIONS;
 
     /// The server's own durability settings apply.
     fn tune(_options: &mut ConnectOptions, _settings: &Tuning) {}

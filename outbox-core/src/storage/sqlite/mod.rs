@@ -203,7 +203,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Sqlite {
-    const MIGRATIONS: [Migration; 7] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 8] = schema::MIGRATIONS;
 
     fn tune(options: &mut ConnectOptions, settings: &Tuning) {
         let synchronous = if settings.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };

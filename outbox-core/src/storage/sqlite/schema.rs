@@ -3,7 +3,7 @@
 use crate::storage::{Migration, blocking};
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
-pub(super) const MIGRATIONS: [Migration; 7] = [
+pub(super) const MIGRATIONS: [Migration; 8] = [
     Migration { up: SCHEMA_V1, down: &["DROP TABLE IF EXISTS outbox_jobs"] },
     Migration {
         up: SCHEMA_V2_EVENTS,
@@ -18,6 +18,8 @@ pub(super) const MIGRATIONS: [Migration; 7] = [
     Migration { up: SCHEMA_V5_STRICT, down: SCHEMA_V5_DOWN },
     Migration { up: SCHEMA_V6_FEED, down: SCHEMA_V6_DOWN },
     Migration { up: SCHEMA_V7_BATCHED, down: SCHEMA_V7_DOWN },
+    // How PostgreSQL stores long feed rows; SQLite has no TOAST, so nothing changes here.
+    Migration { up: &[], down: &[] },
 ];
 
 /// The jobs table, as `$name`, with JSON columns of `$json` type and `$options` after it (`STRICT`).
