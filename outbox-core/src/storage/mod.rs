@@ -669,7 +669,29 @@ pub(crate) enum Outcome {
     Released,
 }
 
+/// How an outcome changes its job's row, as every batched completion writes it: the new status, the attempts
+/// given back, the output, the error and the next run.
+pub(crate) struct OutcomeColumns<'a> {
+    pub(crate) status: &'static str,
+    pub(crate) give_back: i32,
+    pub(crate) output: Option<&'a str>,
+    pub(crate) error: Option<&'a str>,
+    pub(crate) run_at: Option<i64>,
+}
+
 impl Outcome {
+    /// The columns this outcome writes; a released job runs again at `now`.
+    pub(crate) fn columns(&self, now: i64) -> OutcomeColumns<'_> {
+        let (status, give_back, output, error, run_at) = match self {
+            Outcome::Completed { output } => ("completed", 0, output.as_deref(), None, None),
+            Outcome::Retry { run_at, error } => ("pending", 0, None, Some(error.as_str()), Some(*run_at)),
+            Outcome::Failed { error } => ("failed", 0, None, Some(error.as_str()), None),
+            Outcome::Snoozed { run_at } => ("pending", 1, None, None, Some(*run_at)),
+            Outcome::Released => ("pending", 1, None, None, Some(now)),
+        };
+        OutcomeColumns { status, give_back, output, error, run_at }
+    }
+
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Outcome::Completed { .. } => "completed",

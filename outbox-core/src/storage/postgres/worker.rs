@@ -556,22 +556,15 @@ impl Columns {
         let now = crate::storage::now_ms();
         let mut c = Columns::default();
         for f in batch {
-            // PostgreSQL text cannot hold NUL; an error message is for people, so it is replaced.
-            let text = |s: &str| s.replace('\0', "\u{fffd}");
-            let (status, output, error, run_at, give_back) = match &f.outcome {
-                Outcome::Completed { output } => ("completed", output.clone(), None, None, 0),
-                Outcome::Retry { run_at, error } => ("pending", None, Some(text(error)), Some(*run_at), 0),
-                Outcome::Failed { error } => ("failed", None, Some(text(error)), None, 0),
-                Outcome::Snoozed { run_at } => ("pending", None, None, Some(*run_at), 1),
-                Outcome::Released => ("pending", None, None, Some(now), 1),
-            };
+            let o = f.outcome.columns(now);
             c.ids.push(f.id.clone());
             c.attempts.push(f.attempt);
-            c.statuses.push(status);
-            c.outputs.push(output);
-            c.errors.push(error);
-            c.run_ats.push(run_at);
-            c.give_backs.push(give_back);
+            c.statuses.push(o.status);
+            c.outputs.push(o.output.map(str::to_owned));
+            // PostgreSQL text cannot hold NUL; an error message is for people, so it is replaced.
+            c.errors.push(o.error.map(|e| e.replace('\0', "\u{fffd}")));
+            c.run_ats.push(o.run_at);
+            c.give_backs.push(o.give_back);
         }
         c
     }

@@ -558,14 +558,8 @@ fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Re
     let rows: Vec<BatchRow<'_>> = batch
         .iter()
         .map(|f| {
-            let (s, g, o, e, r) = match &f.outcome {
-                Outcome::Completed { output } => ("completed", 0, output.as_deref(), None, None),
-                Outcome::Retry { run_at, error } => ("pending", 0, None, Some(error.as_str()), Some(*run_at)),
-                Outcome::Failed { error } => ("failed", 0, None, Some(error.as_str()), None),
-                Outcome::Snoozed { run_at } => ("pending", 1, None, None, Some(*run_at)),
-                Outcome::Released => ("pending", 1, None, None, Some(now)),
-            };
-            BatchRow { i: &f.id, a: f.attempt, s, g, o, e, r }
+            let c = f.outcome.columns(now);
+            BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at }
         })
         .collect();
     let json = serde_json::to_string(&rows).map_err(|e| Error::Internal(format!("encoding finished jobs: {e}")))?;
