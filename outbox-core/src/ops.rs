@@ -8,7 +8,9 @@ use sea_orm::ConnectionTrait;
 
 pub use crate::kind::registry::{kind, kinds};
 pub use crate::record::{FeedEvent, JobEvent, JobEventKind, JobFilter, KindRecord, WorkerRecord};
-pub use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, Stats, StatusCount};
+pub use crate::stats::{
+    ActivityPoint, BlockedSequence, DuplicateKey, FailureGroup, KindDurations, QueueCounts, Stats, StatusCount,
+};
 
 use crate::error::{Error, Result};
 use crate::record::{JobRecord, JobStatus};
@@ -209,12 +211,45 @@ pub async fn retry<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
 /// Puts every failed job (of `kind`, when given) back to pending; returns how many. A job whose key is held
 /// by an active job stays failed.
 pub async fn retry_failed<C: ConnectionTrait>(conn: &C, kind: Option<&str>) -> Result<u64> {
-    let n = dispatch!(conn, retry_failed(conn, kind, now_ms()))?;
-    tracing::info!(jobs = n, kind = kind.unwrap_or("*"), "failed jobs retried by operator");
+    retry_failed_with(conn, kind, None).await
+}
+
+/// Like [`retry_failed`], for the failed jobs of `kind` (when given) whose last error is exactly `error`
+/// (when given): one group of [`failure_groups`].
+pub async fn retry_failed_with<C: ConnectionTrait>(conn: &C, kind: Option<&str>, error: Option<&str>) -> Result<u64> {
+    let n = dispatch!(conn, retry_failed(conn, kind, error, now_ms()))?;
+    tracing::info!(jobs = n, kind = kind.unwrap_or("*"), by_error = error.is_some(), "failed jobs retried by operator");
     if n > 0 {
         wake::wake();
     }
     Ok(n)
+}
+
+/// Jobs completed and failed over the last `window`, per `bucket` of their last change, oldest first, with
+/// a point for every bucket (the first one starts at or before `now - window`). Jobs purged since are not
+/// counted, and neither is a job's earlier outcome once it was retried.
+pub async fn activity<C: ConnectionTrait>(conn: &C, window: Duration, bucket: Duration) -> Result<Vec<ActivityPoint>> {
+    let bucket_ms = crate::record::duration_ms(bucket).max(1);
+    let now = now_ms();
+    let first = now.saturating_sub(crate::record::duration_ms(window)).div_euclid(bucket_ms) * bucket_ms;
+    let counted = dispatch!(conn, activity(conn, first, bucket_ms))?;
+    let mut counted = counted.into_iter().peekable();
+    let mut points = Vec::new();
+    let mut at = first;
+    while at <= now {
+        let (completed, failed) = match counted.next_if(|(start, ..)| *start <= at) {
+            Some((_, completed, failed)) => (completed, failed),
+            None => (0, 0),
+        };
+        points.push(ActivityPoint { at: crate::record::from_ms(at), completed, failed });
+        at = at.saturating_add(bucket_ms);
+    }
+    Ok(points)
+}
+
+/// Failed jobs grouped by kind and last error, largest group first, at most `limit` groups.
+pub async fn failure_groups<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<FailureGroup>> {
+    dispatch!(conn, failure_groups(conn, limit))
 }
 
 /// Cancels a pending job. A cancelled job of a kind whose sequences hold on failure holds its sequence like a

@@ -47,6 +47,32 @@ pub struct DuplicateKey {
     pub completed: u64,
 }
 
+/// Jobs that completed and failed in one stretch of time (see [`crate::ops::activity`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ActivityPoint {
+    /// Start of the stretch.
+    pub at: DateTime<Utc>,
+    /// Jobs whose last change in the stretch completed them.
+    pub completed: u64,
+    /// Jobs whose last change in the stretch failed them for good.
+    pub failed: u64,
+}
+
+/// Failed jobs of one kind sharing one last error (see [`crate::ops::failure_groups`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FailureGroup {
+    /// Kind name.
+    pub kind: String,
+    /// The error every job of the group failed with last (`None` for jobs failed without one).
+    pub error: Option<String>,
+    /// Failed jobs in the group.
+    pub count: u64,
+    /// The group's most recent failure.
+    pub latest_at: DateTime<Utc>,
+    /// The newest job of the group.
+    pub latest_id: String,
+}
+
 /// All six answers at once.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Stats {

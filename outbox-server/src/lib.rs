@@ -23,7 +23,11 @@
 //!
 //! | route | role | answer |
 //! |---|---|---|
+//! | `GET /` | none | the dashboard page (its script and style under `/assets/`); it reads everything else with a token |
+//! | `GET /api/session` | none | `{"tokens", "role", "token"}`: the role the request's token grants (`null` without one) |
 //! | `GET /api/stats?window=1h` | read | the six answers of [`outbox_core::ops::stats`] |
+//! | `GET /api/activity?window=1h&bucket=1m` | read | `{"window_secs", "bucket_secs", "points": [{at, completed, failed}]}` |
+//! | `GET /api/failures?limit=` | read | `{"groups": [{kind, error, count, latest_at, latest_id}]}`, largest first |
 //! | `GET /api/queues` | read | `{"queues": [...]}` |
 //! | `GET /api/kinds` | read | `{"kinds": [{name, source, schema_hash, options, recorded}]}` |
 //! | `GET /api/kinds/{kind}` | read | one kind with its `schema`; 404 `unknown_kind` |
@@ -33,7 +37,7 @@
 //! | `POST /api/jobs/{id}/retry` | operate | `{"job"}`; 409 `conflict` when its status does not allow it |
 //! | `POST /api/jobs/{id}/cancel` | operate | `{"job"}`; 409 `conflict` |
 //! | `DELETE /api/jobs/{id}` | operate | `{"deleted": id}`; 409 `conflict` for an active job |
-//! | `POST /api/jobs/retry-failed` | operate | `{"retried": n}`; body `{"kind"}` optional |
+//! | `POST /api/jobs/retry-failed` | operate | `{"retried": n}`; body `{"kind", "error"}`, both optional |
 //! | `GET /api/health` | none | `{"status": "ok", ...}`; 503 `{"status": "unhealthy", ...}` (below) |
 //! | `GET /api/workers` | read | `{"workers": [...]}`: the live workers, in-process and remote |
 //! | `GET /api/events?kind=&queue=&job=&event=&after=` | read | Server-Sent Events, one per job transition |
@@ -109,6 +113,7 @@ mod feed;
 mod kinds;
 mod metrics;
 mod opts;
+mod pages;
 mod routes;
 mod serve;
 

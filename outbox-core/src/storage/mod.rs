@@ -19,7 +19,7 @@ pub(crate) use worker_store::{WorkerStore, WorkerStoreOpts};
 
 use crate::error::{Error, Result, Violation};
 use crate::record::{FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
-use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
+use crate::stats::{BlockedSequence, DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 
 /// Every storage operation. Each backend implements it on a unit type (`sqlite::Sqlite`,
 /// `postgres::Postgres`); [`dispatch!`] picks the implementation of a connection's backend.
@@ -71,6 +71,17 @@ pub(crate) trait Driver {
     /// Jobs that finished since `since`, by kind and status.
     async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<StatusCount>>;
 
+    /// Jobs completed and failed since `since`, counted per `bucket_ms` of their last change: each bucket's
+    /// start (ms), completed, failed; buckets with neither are left out.
+    async fn activity<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        since: i64,
+        bucket_ms: i64,
+    ) -> Result<Vec<(i64, u64, u64)>>;
+
+    /// Failed jobs grouped by kind and last error, largest group first.
+    async fn failure_groups<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<FailureGroup>>;
+
     /// Run and wait times of jobs completed since `since`, by kind.
     async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>>;
 
@@ -80,9 +91,14 @@ pub(crate) trait Driver {
     /// Failed or cancelled back to pending with its attempts reset; `Ok(false)` when not in such a status.
     async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool>;
 
-    /// Every failed job (of `kind`) back to pending: of several sharing a key only the latest (by last
-    /// change, then id), and none whose key an active job holds.
-    async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64>;
+    /// Every failed job (of `kind`, with `error` as its last error) back to pending: of several sharing a key
+    /// only the latest (by last change, then id), and none whose key an active job holds.
+    async fn retry_failed<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        kind: Option<&str>,
+        error: Option<&str>,
+        now: i64,
+    ) -> Result<u64>;
 
     /// Pending to cancelled; `Ok(false)` when the job is not pending.
     async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool>;

@@ -8,7 +8,7 @@ use super::{ScanRow, StoredEvent};
 use crate::error::{Error, Result};
 use crate::job::SequenceFailure;
 use crate::record::{FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, WorkerRecord, from_ms};
-use crate::stats::{DuplicateKey, KindDurations, QueueCounts, StatusCount};
+use crate::stats::{DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 
 /// A stored JSON document as a value. Text that is not JSON (written behind the framework's back) is kept
 /// visible as a JSON string of itself rather than making the whole row unreadable.
@@ -92,6 +92,31 @@ pub(super) fn durations(rows: &[QueryResult]) -> Result<Vec<KindDurations>> {
                 avg_run_ms: row.try_get_by_index::<Option<f64>>(2).map_err(ctx())?.unwrap_or(0.0),
                 max_run_ms: row.try_get_by_index::<Option<i64>>(3).map_err(ctx())?.unwrap_or(0),
                 avg_wait_ms: row.try_get_by_index::<Option<f64>>(4).map_err(ctx())?.unwrap_or(0.0),
+            })
+        })
+        .collect()
+}
+
+/// Activity rows: bucket start (ms), completed, failed.
+pub(super) fn activity(rows: &[QueryResult]) -> Result<Vec<(i64, u64, u64)>> {
+    let ctx = || Error::db("reading recent activity");
+    let n = |row: &QueryResult, i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs());
+    rows.iter()
+        .map(|row| Ok((row.try_get_by_index(0).map_err(ctx())?, n(row, 1).map_err(ctx())?, n(row, 2).map_err(ctx())?)))
+        .collect()
+}
+
+/// Failure group rows: kind, last error, count, latest change (ms), newest id.
+pub(super) fn failure_groups(rows: &[QueryResult]) -> Result<Vec<FailureGroup>> {
+    let ctx = || Error::db("reading failure groups");
+    rows.iter()
+        .map(|row| {
+            Ok(FailureGroup {
+                kind: row.try_get_by_index(0).map_err(ctx())?,
+                error: row.try_get_by_index(1).map_err(ctx())?,
+                count: row.try_get_by_index::<i64>(2).map_err(ctx())?.max(0).unsigned_abs(),
+                latest_at: from_ms(row.try_get_by_index(3).map_err(ctx())?),
+                latest_id: row.try_get_by_index(4).map_err(ctx())?,
             })
         })
         .collect()

@@ -130,14 +130,16 @@ pub(super) async fn delete(State(state): State<AppState>, Path(id): Path<String>
     Ok(axum::Json(json!({ "deleted": id })).into_response())
 }
 
-/// `POST /api/jobs/retry-failed`: every failed job, or those of one kind.
+/// `POST /api/jobs/retry-failed`: every failed job, or those of one kind, or of one kind and last error (a
+/// group of `GET /api/failures`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RetryFailed {
     kind: Option<String>,
+    error: Option<String>,
 }
 
 pub(super) async fn retry_failed(State(state): State<AppState>, Json(body): Json<RetryFailed>) -> Reply {
-    let n = ops::retry_failed(&state.db, body.kind.as_deref()).await?;
+    let n = ops::retry_failed_with(&state.db, body.kind.as_deref(), body.error.as_deref()).await?;
     Ok(axum::Json(json!({ "retried": n })).into_response())
 }

@@ -50,9 +50,15 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
     let counters = FleetCounters::new();
     counters.follow(db.clone(), opts.events_poll);
     let state = AppState { db, kinds: KnownKinds::new(opts.kinds.clone()), events_poll: opts.events_poll, counters };
-    let open = Router::new().route("/api/health", get(health::health));
+    let session = {
+        let auth = std::sync::Arc::clone(&auth);
+        get(move |headers: axum::http::HeaderMap| async move { axum::Json(auth.session(&headers)) })
+    };
+    let open = Router::new().route("/api/health", get(health::health)).route("/api/session", session);
     let read = Router::new()
         .route("/api/stats", get(overview::stats))
+        .route("/api/activity", get(overview::activity))
+        .route("/api/failures", get(overview::failures))
         .route("/api/queues", get(overview::queues))
         .route("/api/kinds", get(overview::kinds))
         .route("/api/kinds/{kind}", get(overview::kind))
@@ -78,6 +84,7 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
         .merge(auth.require(Role::Operate, operate))
         .merge(auth.require(Role::Work, work))
         .merge(open)
+        .merge(crate::pages::routes())
         .fallback(unknown_route)
         .with_state(state)
         .layer(DefaultBodyLimit::max(opts.effective_body_limit()))

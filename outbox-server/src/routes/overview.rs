@@ -29,6 +29,57 @@ pub(super) async fn stats(State(state): State<AppState>, Query(params): Query<St
     Ok(axum::Json(ops::stats(&state.db, window).await?).into_response())
 }
 
+/// `GET /api/activity`: completed and failed jobs per `bucket` over the last `window`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ActivityParams {
+    /// How far back (`1h` by default).
+    window: Option<String>,
+    /// The stretch each point counts (`1m` by default).
+    bucket: Option<String>,
+}
+
+/// The most points one answer holds.
+const MAX_POINTS: u64 = 1_440;
+
+pub(super) async fn activity(State(state): State<AppState>, Query(params): Query<ActivityParams>) -> Reply {
+    let window = match given(params.window) {
+        Some(text) => duration::back(&text).map_err(|e| param_error("window", &e))?,
+        None => Duration::from_secs(3_600),
+    };
+    let bucket = match given(params.bucket) {
+        Some(text) => duration::back(&text).map_err(|e| param_error("bucket", &e))?,
+        None => Duration::from_secs(60),
+    };
+    if bucket < Duration::from_secs(1) {
+        return Err(param_error("bucket", "must be at least 1s"));
+    }
+    if window.as_secs() / bucket.as_secs() > MAX_POINTS {
+        let most = format!("`window` / `bucket` must be at most {MAX_POINTS} points; take a longer bucket");
+        return Err(param_error("bucket", &most));
+    }
+    let points = ops::activity(&state.db, window, bucket).await?;
+    let body = json!({ "window_secs": window.as_secs(), "bucket_secs": bucket.as_secs(), "points": points });
+    Ok(axum::Json(body).into_response())
+}
+
+/// `GET /api/failures`: failed jobs grouped by kind and last error.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FailuresParams {
+    limit: Option<String>,
+}
+
+pub(super) async fn failures(State(state): State<AppState>, Query(params): Query<FailuresParams>) -> Reply {
+    let limit = match given(params.limit) {
+        Some(text) => text.parse::<u64>().ok().filter(|n| (1..=1_000).contains(n)).ok_or_else(|| {
+            param_error("limit", &format!("{} is not a whole number from 1 to 1000", duration::quoted(&text)))
+        })?,
+        None => 100,
+    };
+    Ok(axum::Json(json!({ "groups": ops::failure_groups(&state.db, limit).await? })).into_response())
+}
+
 pub(super) async fn queues(State(state): State<AppState>) -> Reply {
     Ok(axum::Json(json!({ "queues": ops::queues(&state.db).await? })).into_response())
 }

@@ -14,6 +14,8 @@ fn routes(id: &str) -> Vec<(Method, String, Role)> {
     let work = format!("/api/work/jobs/{id}");
     vec![
         (Method::GET, "/api/stats".into(), Role::Read),
+        (Method::GET, "/api/activity".into(), Role::Read),
+        (Method::GET, "/api/failures".into(), Role::Read),
         (Method::GET, "/api/queues".into(), Role::Read),
         (Method::GET, "/api/kinds".into(), Role::Read),
         (Method::GET, "/api/kinds/probe".into(), Role::Read),
@@ -109,7 +111,7 @@ async fn unknown_routes_and_methods_answer_json(t: TestDb) {
     let server = Server::start(&t).await;
     let missing = server.get("/api/nothing-here").await;
     assert!(missing.error(404, "not_found").contains("/api/nothing-here"));
-    server.send(server.request(Method::GET, "/", None)).await.error(404, "not_found");
+    server.send(server.request(Method::GET, "/nothing-here", None)).await.error(404, "not_found");
     let put = server.send(server.request(Method::PUT, "/api/jobs", Some(OPERATE))).await;
     let message = put.error(405, "method_not_allowed");
     assert!(message.contains("PUT /api/jobs") || message.contains("/api/jobs does not answer PUT"), "{message}");

@@ -2,6 +2,7 @@
 
 use outbox_core::{EnqueueOpts, JobError, Worker};
 use outbox_tests::{Keyed, Probe, TestDb, conformance};
+use reqwest::Method;
 use serde_json::Value;
 
 use crate::harness::Server;
@@ -62,4 +63,112 @@ async fn kinds_are_built_in_or_recorded(t: TestDb) {
     let unknown = server.get("/api/kinds/nope").await;
     let message = unknown.error(404, "unknown_kind");
     assert!(message.contains("unknown kind `nope`") && message.contains("keyed, probe"), "{message}");
+}
+
+conformance!(activity_and_failure_groups_count_finished_jobs);
+async fn activity_and_failure_groups_count_finished_jobs(t: TestDb) {
+    let server = Server::start(&t).await;
+    for n in 1..=7 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    // 1 and 2 complete; 3, 4 and 5 fail with one error, 6 and 7 with another.
+    let worker = Worker::builder(&t.db)
+        .register(|p: Probe, _| async move {
+            match p.n {
+                1 | 2 => Ok(()),
+                3..=5 => Err(JobError::permanent("disk full")),
+                _ => Err(JobError::permanent("no such bucket")),
+            }
+        })
+        .build()
+        .await
+        .expect("worker");
+    worker.drain().await.expect("drain");
+
+    let activity = server.get("/api/activity?window=10m&bucket=1m").await;
+    let body = activity.ok(200);
+    assert_eq!((body["window_secs"].as_u64(), body["bucket_secs"].as_u64()), (Some(600), Some(60)));
+    let points = body["points"].as_array().expect("points");
+    // A point for every minute, the first at or before ten minutes ago.
+    assert!((10..=11).contains(&points.len()), "{points:?}");
+    let sum = |field: &str| points.iter().map(|p| p[field].as_u64().expect("count")).sum::<u64>();
+    assert_eq!((sum("completed"), sum("failed")), (2, 5), "{points:?}");
+    assert_eq!(server.get("/api/activity").await.ok(200)["points"].as_array().map(Vec::len), Some(61));
+    let bad = server.get("/api/activity?window=30d&bucket=1s").await;
+    assert!(bad.error(400, "invalid_request").contains("`bucket`"));
+    server.get("/api/activity?bucket=0s").await.error(400, "invalid_request");
+
+    let groups = server.get("/api/failures").await;
+    let groups = groups.ok(200)["groups"].as_array().expect("groups").clone();
+    let shape: Vec<(String, u64)> = groups
+        .iter()
+        .map(|g| (g["error"].as_str().expect("error").to_owned(), g["count"].as_u64().expect("count")))
+        .collect();
+    assert_eq!(shape, [("disk full".to_owned(), 3), ("no such bucket".to_owned(), 2)]);
+    assert!(groups.iter().all(|g| g["kind"] == "probe" && g["latest_id"].is_string()), "{groups:?}");
+    server.get("/api/failures?limit=0").await.error(400, "invalid_request");
+
+    // Retrying one group leaves the other failed.
+    let retried = server
+        .operate(
+            Method::POST,
+            "/api/jobs/retry-failed",
+            Some(serde_json::json!({"kind": "probe", "error": "no such bucket"})),
+        )
+        .await;
+    assert_eq!(retried.ok(200)["retried"], 2);
+    let left = server.get("/api/failures").await;
+    assert_eq!(left.ok(200)["groups"].as_array().map(Vec::len), Some(1));
+    assert_eq!(left.body["groups"][0]["count"], 3);
+}
+
+conformance!(a_session_tells_the_role_of_its_token);
+async fn a_session_tells_the_role_of_its_token(t: TestDb) {
+    let server = &Server::start(&t).await;
+    let role = |token: Option<&'static str>| {
+        let request = server.request(Method::GET, "/api/session", token);
+        async move {
+            let answer = server.send(request).await;
+            let body = answer.ok(200).clone();
+            assert_eq!(body["tokens"], true);
+            (body["role"].as_str().map(str::to_owned), body["token"].as_str().map(str::to_owned))
+        }
+    };
+    assert_eq!(role(None).await, (None, Some("none".into())));
+    assert_eq!(role(Some("nope")).await, (None, Some("invalid".into())));
+    assert_eq!(role(Some(crate::harness::READ)).await, (Some("read".into()), Some("valid".into())));
+    assert_eq!(role(Some(crate::harness::OPERATE)).await, (Some("operate".into()), Some("valid".into())));
+    assert_eq!(role(Some(crate::harness::WORK)).await, (Some("work".into()), Some("valid".into())));
+
+    let open = Server::with(&t, outbox_server::ServerOpts::new()).await;
+    let answer = open.send(open.request(Method::GET, "/api/session", None)).await;
+    assert_eq!(answer.ok(200)["role"], "operate");
+    assert_eq!(answer.body["tokens"], false);
+}
+
+conformance!(the_dashboard_is_served_under_any_prefix);
+async fn the_dashboard_is_served_under_any_prefix(t: TestDb) {
+    let app = axum::Router::new().nest("/outbox", outbox_server::router(t.db.clone(), crate::harness::opts()));
+    let server = Server::mounted(app, "/outbox").await;
+    // With or without the trailing slash, the page links the assets and the API under the prefix.
+    for address in [server.base.clone(), format!("{}/", server.base)] {
+        let page = server.client.get(&address).send().await.expect("page");
+        if address.ends_with('/') && page.status() == 404 {
+            continue; // the application's router decides whether `/outbox/` reaches the nested `/`
+        }
+        assert_eq!(page.status(), 200, "{address}");
+        let policy = page.headers().get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        assert!(policy.contains("script-src 'self'") && !policy.contains("unsafe"), "{policy}");
+        let html = page.text().await.expect("html");
+        assert!(html.contains(r#"src="/outbox/assets/app.js""#) && html.contains(r#"data-base="/outbox/""#), "{html}");
+    }
+    for (path, content_type) in [("/assets/app.js", "text/javascript"), ("/assets/app.css", "text/css")] {
+        let asset = server.client.get(format!("{}{path}", server.base)).send().await.expect("asset");
+        assert_eq!(asset.status(), 200, "{path}");
+        let got = asset.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        assert!(got.starts_with(content_type), "{path}: {got}");
+    }
+    let top = Server::start(&t).await;
+    let html = top.client.get(format!("{}/", top.base)).send().await.expect("page").text().await.expect("html");
+    assert!(html.contains(r#"src="/assets/app.js""#), "{html}");
 }

@@ -24,7 +24,7 @@ use super::{
 };
 use crate::error::{Error, Result, Violation, pointer_token};
 use crate::record::{FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
-use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
+use crate::stats::{BlockedSequence, DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 use worker::PgStoreConfig;
 
 /// The PostgreSQL backend.
@@ -392,6 +392,45 @@ impl Driver for Postgres {
         rows::status_counts(rows)
     }
 
+    async fn activity<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        since: i64,
+        bucket_ms: i64,
+    ) -> Result<Vec<(i64, u64, u64)>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                concat!(
+                    "SELECT (",
+                    ms!("updated_at"),
+                    " / $1) * $1, count(*) FILTER (WHERE status = 'completed'), \
+                     count(*) FILTER (WHERE status = 'failed') FROM outbox_jobs \
+                     WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= ",
+                    ts!("$2"),
+                    " GROUP BY 1 ORDER BY 1"
+                ),
+                vec![bucket_ms.into(), since.into()],
+            ))
+            .await
+            .map_err(Error::db("counting recent activity"))?;
+        rows::activity(&rows)
+    }
+
+    async fn failure_groups<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<FailureGroup>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                concat!(
+                    "SELECT kind, last_error, count(*), ",
+                    ms!("max(updated_at)"),
+                    ", max(id) FROM outbox_jobs WHERE status = 'failed' GROUP BY kind, last_error \
+                     ORDER BY count(*) DESC, max(updated_at) DESC LIMIT $1"
+                ),
+                vec![limit_value(limit)],
+            ))
+            .await
+            .map_err(Error::db("grouping failed jobs"))?;
+        rows::failure_groups(&rows)
+    }
+
     /// Run and wait times of jobs completed since `since`, by kind.
     async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>> {
         let rows = conn
@@ -450,13 +489,23 @@ impl Driver for Postgres {
 
     /// Every failed job (of one kind, when given) back to pending; jobs whose key is held by an active twin stay,
     /// and of several failed jobs sharing a key only the latest is retried.
-    async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64> {
+    async fn retry_failed<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        kind: Option<&str>,
+        error: Option<&str>,
+        now: i64,
+    ) -> Result<u64> {
         let kind_filter = if kind.is_some() { " AND f.kind = $2" } else { "" };
+        let error_filter = match (kind, error) {
+            (_, None) => "",
+            (Some(_), Some(_)) => " AND f.last_error = $3",
+            (None, Some(_)) => " AND f.last_error = $2",
+        };
         let sql = format!(
             "UPDATE outbox_jobs j SET status = 'pending', attempts = 0, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, run_at = {now}, lease_expires_at = NULL, \
          updated_at = {now} \
          FROM (SELECT DISTINCT ON (f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id)) f.id FROM outbox_jobs f \
-               WHERE f.status = 'failed'{kind_filter} AND (f.idempotency_key IS NULL OR NOT EXISTS ( \
+               WHERE f.status = 'failed'{kind_filter}{error_filter} AND (f.idempotency_key IS NULL OR NOT EXISTS ( \
                    SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind AND a.idempotency_key = f.idempotency_key \
                    AND a.status IN ('pending', 'claimed'))) \
                ORDER BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id), f.updated_at DESC, f.id DESC) r \
@@ -464,9 +513,8 @@ impl Driver for Postgres {
             now = ts!("$1"),
         );
         let mut values: Vec<Value> = vec![now.into()];
-        if let Some(kind) = kind {
-            values.push(kind.into());
-        }
+        values.extend(kind.map(Value::from));
+        values.extend(error.map(Value::from));
         let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("retrying failed jobs"))?;
         Ok(res.rows_affected())
     }

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::error::{Error, Result, Violation};
 use crate::record::{FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
-use crate::stats::{BlockedSequence, DuplicateKey, KindDurations, QueueCounts, StatusCount};
+use crate::stats::{BlockedSequence, DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 use worker::StoreConfig;
 
 /// The SQLite backend.
@@ -361,6 +361,36 @@ impl Driver for Sqlite {
         rows::status_counts(rows)
     }
 
+    async fn activity<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        since: i64,
+        bucket_ms: i64,
+    ) -> Result<Vec<(i64, u64, u64)>> {
+        // The finished index's own condition, so that it serves the range.
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT (updated_at / ?1) * ?1, SUM(status = 'completed'), SUM(status = 'failed') FROM outbox_jobs \
+                 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= ?2 GROUP BY 1 ORDER BY 1",
+                vec![bucket_ms.into(), since.into()],
+            ))
+            .await
+            .map_err(Error::db("counting recent activity"))?;
+        rows::activity(&rows)
+    }
+
+    async fn failure_groups<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<FailureGroup>> {
+        let rows = conn
+            .query_all_raw(stmt(
+                "SELECT kind, last_error, COUNT(*), MAX(updated_at), MAX(id) FROM outbox_jobs \
+                 WHERE status = 'failed' GROUP BY kind, last_error ORDER BY COUNT(*) DESC, MAX(updated_at) DESC \
+                 LIMIT ?",
+                vec![i64::try_from(limit).unwrap_or(i64::MAX).into()],
+            ))
+            .await
+            .map_err(Error::db("grouping failed jobs"))?;
+        rows::failure_groups(&rows)
+    }
+
     /// Run and wait times of jobs completed since `since`, by kind.
     async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>> {
         let rows = conn
@@ -407,8 +437,14 @@ impl Driver for Sqlite {
 
     /// Every failed job (of one kind, when given) back to pending: of several sharing a key the latest, and none
     /// whose key an active twin holds.
-    async fn retry_failed<C: ConnectionTrait + ?Sized>(conn: &C, kind: Option<&str>, now: i64) -> Result<u64> {
+    async fn retry_failed<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        kind: Option<&str>,
+        error: Option<&str>,
+        now: i64,
+    ) -> Result<u64> {
         let kind_filter = if kind.is_some() { " AND f.kind = ?" } else { "" };
+        let error_filter = if error.is_some() { " AND f.last_error = ?" } else { "" };
         let sql = format!(
             "UPDATE outbox_jobs SET status = 'pending', attempts = 0, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, run_at = ?, lease_expires_at = NULL, \
          updated_at = ? WHERE status = 'failed' AND id IN ( \
@@ -416,15 +452,14 @@ impl Driver for Sqlite {
                  SELECT f.id, ROW_NUMBER() OVER ( \
                      PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) \
                      ORDER BY f.updated_at DESC, f.id DESC) AS rn \
-                 FROM outbox_jobs f WHERE f.status = 'failed'{kind_filter} AND (f.idempotency_key IS NULL \
+                 FROM outbox_jobs f WHERE f.status = 'failed'{kind_filter}{error_filter} AND (f.idempotency_key IS NULL \
                      OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind \
                          AND a.idempotency_key = f.idempotency_key AND a.status IN ('pending', 'claimed')))) \
              WHERE rn = 1)"
         );
         let mut values: Vec<Value> = vec![now.into(), now.into()];
-        if let Some(kind) = kind {
-            values.push(kind.into());
-        }
+        values.extend(kind.map(Value::from));
+        values.extend(error.map(Value::from));
         let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("retrying failed jobs"))?;
         Ok(res.rows_affected())
     }
