@@ -454,7 +454,7 @@
         page.jobs.length === 0
           ? el('p', { text: 'No job matches.' })
           : table(['Job', 'Kind', 'Queue', 'Status', 'Attempts', 'Runs at', 'Updated'], rows,
-            (i) => ({ 'data-job-id': page.jobs[i].id, 'data-status': page.jobs[i].status })),
+            (i) => ({ 'data-job-id': page.jobs[i].id, 'data-status': page.jobs[i].status, 'data-kind': page.jobs[i].kind })),
         pager);
     };
     return view;
@@ -518,7 +518,7 @@
     const retry = async (body, what) => {
       try {
         const answer = await api('api/jobs/retry-failed', { method: 'POST', body });
-        say(`${answer.retried} ${what} retried.`);
+        say(`Retried ${answer.retried} ${answer.retried === 1 ? 'job' : 'jobs'} ${what}.`);
         await view.refresh();
       } catch (e) {
         failed(e);
@@ -536,12 +536,15 @@
         const total = list.reduce((n, g) => n + g.count, 0);
         return el('section', { class: 'failure-kind', 'data-kind': kind },
           el('h2', {}, kind, ' ', el('span', { class: 'count', text: `(${total} failed)` })),
-          canOperate() ? el('button', { type: 'button', class: 'retry-kind', text: `Retry all failed ${kind}`, onclick: () => retry({ kind }, `failed ${kind} jobs`) }) : null,
+          canOperate() ? el('button', { type: 'button', class: 'retry-kind', text: `Retry all failed ${kind}`, onclick: () => retry({ kind }, `of ${kind}`) }) : null,
           table(['Error', 'Jobs', 'Latest', ''].slice(0, canOperate() ? 4 : 3), list.map((g) => [
             el('pre', { class: 'error-text', text: g.error === null ? '(no error recorded)' : g.error }),
             g.count,
             el('span', {}, jobLink(g.latest_id), el('br'), time(g.latest_at)),
-            canOperate() ? el('button', { type: 'button', class: 'retry-group', text: `Retry ${g.count}`, onclick: () => retry(g.error === null ? { kind } : { kind, error: g.error }, 'jobs') }) : null,
+            // A group without an error has nothing to match on; the kind's button retries it.
+            canOperate() && g.error !== null
+              ? el('button', { type: 'button', class: 'retry-group', text: `Retry ${g.count}`, onclick: () => retry({ kind, error: g.error }, `of ${kind} failed with this error`) })
+              : '',
           ].slice(0, canOperate() ? 4 : 3))));
       });
       render(el('h1', { text: 'Failures' }), sections.length ? sections : el('p', { text: 'No failed jobs.' }));

@@ -1,6 +1,8 @@
 //! The API against a real server on a loopback port, with a real HTTP client, on every backend.
 
 mod auth;
+mod browser;
+mod dashboard;
 mod harness;
 mod jobs;
 mod limits;
