@@ -17,7 +17,11 @@
 //! `process_sequenced_100` N jobs on 100 sequences (at most 100 run at once), each against the unsequenced
 //! `process` of as many jobs in the same run; `claim_sequenced` times one claim of 100 over 5×N pending jobs
 //! in sequences of 100 (rolled back, 21 times) against the same claim over as many unsequenced jobs.
+//! `dashboard` fills a database with 5×N jobs (all but 5,000 completed, 2,000 of those failed) and times
+//! what the dashboard's jobs page and overview request when they open, each against a fresh server: the
+//! page, then its API requests at once; its `jobs_page_ms` and `overview_ms` are the medians.
 
+mod dashboard;
 mod http;
 mod memory;
 mod outbox;
@@ -130,9 +134,10 @@ enum Case {
     ClaimSequenced,
     Reconcile,
     Http,
+    Dashboard,
 }
 
-const CASES: [Case; 10] = [
+const CASES: [Case; 11] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -143,6 +148,7 @@ const CASES: [Case; 10] = [
     Case::ClaimSequenced,
     Case::Reconcile,
     Case::Http,
+    Case::Dashboard,
 ];
 
 /// Sequences in `process_sequenced_100`.
@@ -165,13 +171,14 @@ impl Case {
             Case::ClaimSequenced => "claim_sequenced",
             Case::Reconcile => "reconcile",
             Case::Http => "http",
+            Case::Dashboard => "dashboard",
         }
     }
 
     fn syncs(self) -> &'static [SyncMode] {
         match self {
             Case::EnqueueOrmCeiling => &[SyncMode::Normal],
-            Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced => &[SyncMode::Full],
+            Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard => &[SyncMode::Full],
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -182,7 +189,7 @@ impl Case {
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Full) => base / 10,
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Normal) => base / 4,
             (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
-            (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced, _) => base * 5,
+            (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard, _) => base * 5,
         };
         n.max(1)
     }
@@ -214,7 +221,7 @@ impl Case {
                 Some("outbox process: as many unsequenced jobs, same worker, same run")
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
-            (_, Case::ProcessMemory | Case::Reconcile) => None,
+            (_, Case::ProcessMemory | Case::Reconcile | Case::Dashboard) => None,
             (_, Case::Http) => Some("outbox enqueue in process: 16 tasks on the pool, one job per statement"),
         }
     }
@@ -234,7 +241,7 @@ struct Args {
 const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
                     [--pg-url URL] [--backend sqlite|postgres]
 cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, process_sequenced,
-       process_sequenced_100, claim_sequenced, reconcile
+       process_sequenced_100, claim_sequenced, reconcile, http, dashboard
 PostgreSQL rows run when --pg-url, OUTBOX_BENCH_PG_URL or OUTBOX_TEST_PG_URL names a server";
 
 fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
@@ -316,6 +323,12 @@ struct Row {
     sse_p99_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sse_max_ms: Option<f64>,
+    /// Case `dashboard`: the jobs page's first requests, start to last answer, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jobs_page_ms: Option<f64>,
+    /// Case `dashboard`: the overview's first requests, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    overview_ms: Option<f64>,
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -363,6 +376,7 @@ impl Runner {
             Case::Process | Case::ProcessMemory => self.rt.block_on(outbox::backlog(target, n))?,
             Case::Reconcile => return Err("the reconcile case has no baseline".into()),
             Case::Http => return Err("the http case measures its baseline within its own run".into()),
+            Case::Dashboard => return Err("the dashboard case has no baseline".into()),
         };
         let sync = target.sync();
         let measure = match (&prepared.location, case) {
@@ -448,6 +462,7 @@ impl Runner {
         let mut theirs = Vec::new();
         let mut memory = Vec::new();
         let mut latencies = Vec::new();
+        let mut pages = Vec::new();
         for run in 1..=self.runs {
             let (name, label, runs) = (case.name(), sync.label(backend), self.runs);
             eprintln!("{name} {} {label} run {run}/{runs} ({n} jobs)", backend.name());
@@ -477,6 +492,11 @@ impl Runner {
                     theirs.push(run.in_process.jobs_per_sec());
                     latencies.push(run.latency);
                     run.http
+                }
+                Case::Dashboard => {
+                    let times = self.rt.block_on(dashboard::run(&target, n))?;
+                    pages.push(times);
+                    Measure { jobs: n, secs: (times.jobs_page_ms + times.overview_ms) / 1_000.0 }
                 }
             };
             ours.push(measure.jobs_per_sec());
@@ -532,6 +552,8 @@ impl Runner {
             sse_p50_ms: latency(&latencies, |l| l.p50_ms),
             sse_p99_ms: latency(&latencies, |l| l.p99_ms),
             sse_max_ms: latency(&latencies, |l| l.max_ms),
+            jobs_page_ms: page_time(&pages, |p| p.jobs_page_ms),
+            overview_ms: page_time(&pages, |p| p.overview_ms),
         })
     }
 }
@@ -539,6 +561,11 @@ impl Runner {
 /// The median over runs of one latency figure, when the case measured any.
 fn latency(runs: &[http::Latency], f: fn(&http::Latency) -> f64) -> Option<f64> {
     (!runs.is_empty()).then(|| round(median(&runs.iter().map(f).collect::<Vec<_>>()), 2))
+}
+
+/// The median over runs of one page's time, when the case measured any.
+fn page_time(runs: &[dashboard::PageTimes], f: fn(&dashboard::PageTimes) -> f64) -> Option<f64> {
+    (!runs.is_empty()).then(|| round(median(&runs.iter().map(f).collect::<Vec<_>>()), 1))
 }
 
 /// The 1-minute load average from `/proc/loadavg`.
@@ -564,6 +591,9 @@ fn table_line(row: &Row) -> String {
     }
     if let Some(secs) = row.seconds {
         notes.push(format!("{secs:.2} s"));
+    }
+    if let (Some(jobs), Some(overview)) = (row.jobs_page_ms, row.overview_ms) {
+        notes.push(format!("jobs page {jobs:.1} ms, overview {overview:.1} ms"));
     }
     if let (Some(p50), Some(p99)) = (row.sse_p50_ms, row.sse_p99_ms) {
         notes.push(format!("stream p50 {p50:.2} ms, p99 {p99:.2} ms"));

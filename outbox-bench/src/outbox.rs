@@ -77,7 +77,7 @@ pub(crate) async fn backlog(target: &Target, n: u64) -> Result<Prepared, BoxErro
 }
 
 /// `n` `Noop` jobs.
-fn noops(n: u64) -> Vec<Noop> {
+pub(crate) fn noops(n: u64) -> Vec<Noop> {
     (0..n).map(|n| Noop { n }).collect()
 }
 
@@ -114,7 +114,7 @@ pub(crate) async fn process_sequenced(
 /// On PostgreSQL the table is then analyzed, as autovacuum does within its naptime (a minute) of a bulk
 /// load: without statistics the planner takes the backlog for one row and every claim sorts all of it
 /// (15 ms instead of 1 ms per claim of 100 with 20,000 pending), which is not the steady state measured here.
-async fn preload<J: Job>(db: &DatabaseConnection, jobs: Vec<J>) -> Result<(), BoxError> {
+pub(crate) async fn preload<J: Job>(db: &DatabaseConnection, jobs: Vec<J>) -> Result<(), BoxError> {
     let jobs = Arc::new(jobs);
     outbox_core::transaction(db, async |txn| outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await).await?;
     if db.get_database_backend() == DbBackend::Postgres {
@@ -236,7 +236,7 @@ pub(crate) async fn enqueue_batch(target: &Target, n: u64, per_txn: u64) -> Resu
 
 /// Builds a worker with a no-op handler for `J` and drains the queue; returns the seconds it took (build
 /// included).
-async fn drain<J: Job>(db: &DatabaseConnection, concurrency: usize) -> Result<f64, BoxError> {
+pub(crate) async fn drain<J: Job>(db: &DatabaseConnection, concurrency: usize) -> Result<f64, BoxError> {
     let start = Instant::now();
     Worker::builder(db)
         .register(|_: J, _ctx: JobContext| async { Ok::<_, JobError>(()) })

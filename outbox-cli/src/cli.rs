@@ -93,7 +93,7 @@ pub(crate) enum Command {
     Reconcile(ReconcileArgs),
     /// Run a worker with the built-in handlers until Ctrl-C or SIGTERM.
     Work(WorkArgs),
-    /// Serve the HTTP API (JSON) until Ctrl-C or SIGTERM.
+    /// Serve the HTTP API (JSON) and the dashboard (at /) until Ctrl-C or SIGTERM.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
 }
