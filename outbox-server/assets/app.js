@@ -18,6 +18,7 @@
     stream: null,
     refreshTimer: null,
     lastRefresh: 0,
+    started: false,
   };
 
   // ---- helpers ----
@@ -155,9 +156,14 @@
     document.getElementById('role').textContent = session.tokens ? session.role + ' token' : 'no tokens configured';
     document.getElementById('role').dataset.role = session.role;
     document.getElementById('signout').hidden = !session.tokens;
-    window.addEventListener('hashchange', route);
     route();
-    follow();
+    // Signing in again (a token that stopped working) keeps the one listener and stream; the stream sends
+    // the new token when it reconnects.
+    if (!state.started) {
+      state.started = true;
+      window.addEventListener('hashchange', route);
+      follow();
+    }
   }
 
   function showLogin(why) {
