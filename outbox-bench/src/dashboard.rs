@@ -4,7 +4,6 @@
 
 use std::time::Instant;
 
-use outbox_server::ServerOpts;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde::Serialize;
 
@@ -55,15 +54,8 @@ pub(crate) async fn run(target: &Target, n: u64) -> Result<PageTimes, BoxError> 
 /// Starts a server, requests the page and then every path at once, and returns the time from the page's
 /// request to the last answer, ms. Every answer must be a success.
 async fn page(db: &DatabaseConnection, paths: &[&str]) -> Result<f64, BoxError> {
-    let opts = ServerOpts::new().kind(outbox_core::Kind::of::<Noop>()?);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let app = outbox_server::router(db.clone(), opts);
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder().no_proxy().build()?;
+    let (base, server) = crate::http::serve(db, outbox_core::Kind::of::<Noop>()?).await?;
+    let client = crate::http::client()?;
     let get = |path: String| {
         let request = client.get(format!("{base}{path}"));
         async move {

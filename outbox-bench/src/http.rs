@@ -36,9 +36,12 @@ pub(crate) struct HttpRun {
     pub(crate) latency: Latency,
 }
 
-/// A server on a loopback port for `db`; stops when the returned task is aborted.
-async fn serve(db: &DatabaseConnection) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
-    let opts = ServerOpts::new().kind(outbox_core::Kind::of::<OrderPlaced>()?);
+/// A server on a loopback port for `db` that knows `kind`; stops when the returned task is aborted.
+pub(crate) async fn serve(
+    db: &DatabaseConnection,
+    kind: Arc<outbox_core::Kind>,
+) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
+    let opts = ServerOpts::new().kind(kind);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let app = outbox_server::router(db.clone(), opts);
@@ -48,7 +51,7 @@ async fn serve(db: &DatabaseConnection) -> Result<(String, tokio::task::JoinHand
     Ok((base, task))
 }
 
-fn client() -> Result<reqwest::Client, BoxError> {
+pub(crate) fn client() -> Result<reqwest::Client, BoxError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     Ok(reqwest::Client::builder().no_proxy().pool_max_idle_per_host(CONNECTIONS as usize).build()?)
 }
@@ -163,7 +166,7 @@ async fn stream_latency(db: &DatabaseConnection, base: &str, first: u64) -> Resu
 pub(crate) async fn run(target: &Target, n: u64) -> Result<HttpRun, BoxError> {
     let scratch = Scratch::new(target).await?;
     outbox_core::Kind::of::<OrderPlaced>()?;
-    let (base, server) = serve(&scratch.db).await?;
+    let (base, server) = serve(&scratch.db, outbox_core::Kind::of::<OrderPlaced>()?).await?;
     let http = enqueue_http(&base, n, 0).await?;
     let in_process = enqueue_in_process(&scratch.db, n, n).await?;
     let latency = stream_latency(&scratch.db, &base, 2 * n).await?;

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use sha2::{Digest, Sha256};
-use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
+use subtle::{Choice, ConstantTimeEq};
 
 use crate::api_error::ApiError;
 use crate::opts::{Role, ServerOpts};
@@ -91,8 +91,6 @@ impl Auth {
         Ok(())
     }
 
-    /// An open server answers requests addressed to a loopback host, from no page or a page of a loopback
-    /// or configured origin.
     /// What `GET /api/session` answers: whether the server needs tokens, and the role the request's token
     /// grants (`null` without one it accepts). A server without tokens grants every role to loopback
     /// requests. Never an error, so a page can ask before it has a token.
@@ -101,22 +99,18 @@ impl Auth {
             let role = self.check_open(headers).is_ok().then_some(Role::Operate.as_str());
             return serde_json::json!({ "tokens": false, "role": role, "token": "none" });
         }
-        let Some(presented) = headers.get(header::AUTHORIZATION).and_then(bearer) else {
-            let token = if headers.contains_key(header::AUTHORIZATION) { "invalid" } else { "none" };
-            return serde_json::json!({ "tokens": true, "role": null, "token": token });
+        // The strongest role the token's own checks grant: operate implies read.
+        let role = [Role::Operate, Role::Read, Role::Work].into_iter().find(|r| self.check(headers, *r).is_ok());
+        let token = match (role, headers.contains_key(header::AUTHORIZATION)) {
+            (Some(_), _) => "valid",
+            (None, true) => "invalid",
+            (None, false) => "none",
         };
-        let presented = digest(presented);
-        // 0 for none, else the role's place in `Role::ALL` plus one.
-        let mut found = 0u8;
-        for (role, secret) in &self.tokens {
-            let code = Role::ALL.iter().position(|r| r == role).map_or(0, |i| u8::try_from(i + 1).unwrap_or(0));
-            found.conditional_assign(&code, secret.ct_eq(&presented));
-        }
-        let role = usize::from(found).checked_sub(1).and_then(|i| Role::ALL.get(i)).map(|r| r.as_str());
-        let token = if role.is_some() { "valid" } else { "invalid" };
-        serde_json::json!({ "tokens": true, "role": role, "token": token })
+        serde_json::json!({ "tokens": true, "role": role.map(Role::as_str), "token": token })
     }
 
+    /// An open server answers requests addressed to a loopback host, from no page or a page of a loopback
+    /// or configured origin.
     fn check_open(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let open =
             "a server without tokens answers only requests to a loopback address; configure tokens to serve others";

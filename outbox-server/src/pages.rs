@@ -28,17 +28,7 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
 async fn index(OriginalUri(uri): OriginalUri) -> Response {
     let path = uri.path();
     let base = if path.ends_with('/') { path.to_owned() } else { format!("{path}/") };
-    let page = INDEX.replace("{base}", &attribute(&base));
-    let mut response = (
-        [
-            (header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8")),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
-            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
-        ],
-        page,
-    )
-        .into_response();
+    let mut response = asset("text/html; charset=utf-8", INDEX.replace("{base}", &attribute(&base)));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
@@ -50,7 +40,7 @@ fn attribute(text: &str) -> String {
     text.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
+fn asset(content_type: &'static str, body: impl Into<axum::body::Body>) -> Response {
     (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
@@ -58,7 +48,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
             (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
             (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
         ],
-        body,
+        body.into(),
     )
         .into_response()
 }

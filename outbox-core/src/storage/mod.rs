@@ -375,6 +375,11 @@ pub(crate) use dispatch;
 pub(crate) use postgres::Postgres;
 pub(crate) use sqlite::Sqlite;
 
+/// A row limit as a statement value; past `i64::MAX` it is as good as none.
+pub(crate) fn limit_value(n: u64) -> sea_orm::Value {
+    i64::try_from(n).unwrap_or(i64::MAX).into()
+}
+
 /// Connection settings [`Driver::tune`] applies where its backend has them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tuning {

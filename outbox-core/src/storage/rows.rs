@@ -68,6 +68,11 @@ pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
     r.map_err(get_err)
 }
 
+/// Column `i` of `row`, a count: negative values (never written) read as 0.
+fn count(row: &QueryResult, i: usize) -> std::result::Result<u64, sea_orm::DbErr> {
+    row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs())
+}
+
 pub(super) fn status_counts(rows: Vec<QueryResult>) -> Result<Vec<StatusCount>> {
     rows.iter()
         .map(|row| {
@@ -75,7 +80,7 @@ pub(super) fn status_counts(rows: Vec<QueryResult>) -> Result<Vec<StatusCount>> 
             Ok(StatusCount {
                 kind: row.try_get_by_index(0).map_err(Error::db("reading job counts"))?,
                 status: status.parse().map_err(|reason| Error::CorruptRow { id: "?".into(), reason })?,
-                count: row.try_get_by_index::<i64>(2).map_err(Error::db("reading job counts"))?.max(0).unsigned_abs(),
+                count: count(row, 2).map_err(Error::db("reading job counts"))?,
                 oldest: from_ms(row.try_get_by_index(3).map_err(Error::db("reading job counts"))?),
             })
         })
@@ -88,7 +93,7 @@ pub(super) fn durations(rows: &[QueryResult]) -> Result<Vec<KindDurations>> {
         .map(|row| {
             Ok(KindDurations {
                 kind: row.try_get_by_index(0).map_err(ctx())?,
-                completed: row.try_get_by_index::<i64>(1).map_err(ctx())?.max(0).unsigned_abs(),
+                completed: count(row, 1).map_err(ctx())?,
                 avg_run_ms: row.try_get_by_index::<Option<f64>>(2).map_err(ctx())?.unwrap_or(0.0),
                 max_run_ms: row.try_get_by_index::<Option<i64>>(3).map_err(ctx())?.unwrap_or(0),
                 avg_wait_ms: row.try_get_by_index::<Option<f64>>(4).map_err(ctx())?.unwrap_or(0.0),
@@ -100,9 +105,10 @@ pub(super) fn durations(rows: &[QueryResult]) -> Result<Vec<KindDurations>> {
 /// Activity rows: bucket start (ms), completed, failed.
 pub(super) fn activity(rows: &[QueryResult]) -> Result<Vec<(i64, u64, u64)>> {
     let ctx = || Error::db("reading recent activity");
-    let n = |row: &QueryResult, i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs());
     rows.iter()
-        .map(|row| Ok((row.try_get_by_index(0).map_err(ctx())?, n(row, 1).map_err(ctx())?, n(row, 2).map_err(ctx())?)))
+        .map(|row| {
+            Ok((row.try_get_by_index(0).map_err(ctx())?, count(row, 1).map_err(ctx())?, count(row, 2).map_err(ctx())?))
+        })
         .collect()
 }
 
@@ -114,7 +120,7 @@ pub(super) fn failure_groups(rows: &[QueryResult]) -> Result<Vec<FailureGroup>> 
             Ok(FailureGroup {
                 kind: row.try_get_by_index(0).map_err(ctx())?,
                 error: row.try_get_by_index(1).map_err(ctx())?,
-                count: row.try_get_by_index::<i64>(2).map_err(ctx())?.max(0).unsigned_abs(),
+                count: count(row, 2).map_err(ctx())?,
                 latest_at: from_ms(row.try_get_by_index(3).map_err(ctx())?),
                 latest_id: row.try_get_by_index(4).map_err(ctx())?,
             })
@@ -124,15 +130,14 @@ pub(super) fn failure_groups(rows: &[QueryResult]) -> Result<Vec<FailureGroup>> 
 
 pub(super) fn duplicates(rows: &[QueryResult]) -> Result<Vec<DuplicateKey>> {
     let ctx = || Error::db("reading duplicate keys");
-    let n = |row: &QueryResult, i| row.try_get_by_index::<i64>(i).map(|v| v.max(0).unsigned_abs());
     rows.iter()
         .map(|row| {
             Ok(DuplicateKey {
                 kind: row.try_get_by_index(0).map_err(ctx())?,
                 key: row.try_get_by_index(1).map_err(ctx())?,
-                jobs: n(row, 2).map_err(ctx())?,
-                active: n(row, 3).map_err(ctx())?,
-                completed: n(row, 4).map_err(ctx())?,
+                jobs: count(row, 2).map_err(ctx())?,
+                active: count(row, 3).map_err(ctx())?,
+                completed: count(row, 4).map_err(ctx())?,
             })
         })
         .collect()
@@ -172,7 +177,7 @@ pub(super) fn path_scan_page(rows: &[QueryResult]) -> Result<Vec<ScanRow>> {
                 kind: row.try_get_by_index(3).map_err(ctx())?,
                 output: row.try_get_by_index::<Option<String>>(4).map_err(ctx())?.map(json),
                 completed_at: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?,
-                jobs: row.try_get_by_index::<i64>(6).map_err(ctx())?.max(0).unsigned_abs(),
+                jobs: count(row, 6).map_err(ctx())?,
             })
         })
         .collect()

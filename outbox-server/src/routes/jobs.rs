@@ -9,7 +9,7 @@ use outbox_core::{EnqueueOpts, JobStatus};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AppState, Reply, given, param_error};
+use super::{AppState, Reply, given, limit_param, param_error};
 use crate::api_error::ApiError;
 use crate::duration;
 use crate::extract::{Json, Path, Query};
@@ -35,13 +35,7 @@ pub(super) async fn list(State(state): State<AppState>, Query(params): Query<Lis
     let status =
         given(params.status).map(|s| s.parse::<JobStatus>().map_err(|e| param_error("status", &e))).transpose()?;
     let since = given(params.since).map(|s| duration::since(&s).map_err(|e| param_error("since", &e))).transpose()?;
-    let limit = match given(params.limit) {
-        None => DEFAULT_LIMIT,
-        Some(text) => text.parse().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
-            let shown = duration::quoted(&text);
-            param_error("limit", &format!("`{shown}` is not a whole number from 1 to {MAX_LIMIT}"))
-        })?,
-    };
+    let limit = limit_param(params.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let filter = JobFilter {
         status,
         kind: given(params.kind),

@@ -113,6 +113,25 @@ pub(crate) fn given(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.is_empty())
 }
 
+/// Query parameter `name`, a duration back from now (`1h`), or `default` when not given.
+pub(crate) fn duration_param(value: Option<String>, name: &str, default: Duration) -> Result<Duration, ApiError> {
+    match given(value) {
+        Some(text) => crate::duration::back(&text).map_err(|e| param_error(name, &e)),
+        None => Ok(default),
+    }
+}
+
+/// Query parameter `limit`, a whole number from 1 to `max`, or `default` when not given.
+pub(crate) fn limit_param(value: Option<String>, default: u64, max: u64) -> Result<u64, ApiError> {
+    match given(value) {
+        None => Ok(default),
+        Some(text) => text.parse().ok().filter(|n| (1..=max).contains(n)).ok_or_else(|| {
+            let shown = crate::duration::quoted(&text);
+            param_error("limit", &format!("`{shown}` is not a whole number from 1 to {max}"))
+        }),
+    }
+}
+
 /// 400 naming the query parameter at fault.
 pub(crate) fn param_error(name: &str, message: &str) -> ApiError {
     ApiError::invalid(format!("query parameter `{name}`: {message}"))

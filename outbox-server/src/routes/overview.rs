@@ -8,8 +8,7 @@ use outbox_core::ops;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AppState, Reply, given, param_error};
-use crate::duration;
+use super::{AppState, Reply, duration_param, limit_param, param_error};
 use crate::extract::{Path, Query};
 use crate::kinds::KnownKind;
 
@@ -22,10 +21,7 @@ pub(super) struct StatsParams {
 }
 
 pub(super) async fn stats(State(state): State<AppState>, Query(params): Query<StatsParams>) -> Reply {
-    let window = match given(params.window) {
-        Some(text) => duration::back(&text).map_err(|e| param_error("window", &e))?,
-        None => Duration::from_secs(3_600),
-    };
+    let window = duration_param(params.window, "window", Duration::from_secs(3_600))?;
     Ok(axum::Json(ops::stats(&state.db, window).await?).into_response())
 }
 
@@ -43,14 +39,8 @@ pub(super) struct ActivityParams {
 const MAX_POINTS: u64 = 1_440;
 
 pub(super) async fn activity(State(state): State<AppState>, Query(params): Query<ActivityParams>) -> Reply {
-    let window = match given(params.window) {
-        Some(text) => duration::back(&text).map_err(|e| param_error("window", &e))?,
-        None => Duration::from_secs(3_600),
-    };
-    let bucket = match given(params.bucket) {
-        Some(text) => duration::back(&text).map_err(|e| param_error("bucket", &e))?,
-        None => Duration::from_secs(60),
-    };
+    let window = duration_param(params.window, "window", Duration::from_secs(3_600))?;
+    let bucket = duration_param(params.bucket, "bucket", Duration::from_secs(60))?;
     if bucket < Duration::from_secs(1) {
         return Err(param_error("bucket", "must be at least 1s"));
     }
@@ -71,12 +61,7 @@ pub(super) struct FailuresParams {
 }
 
 pub(super) async fn failures(State(state): State<AppState>, Query(params): Query<FailuresParams>) -> Reply {
-    let limit = match given(params.limit) {
-        Some(text) => text.parse::<u64>().ok().filter(|n| (1..=1_000).contains(n)).ok_or_else(|| {
-            param_error("limit", &format!("{} is not a whole number from 1 to 1000", duration::quoted(&text)))
-        })?,
-        None => 100,
-    };
+    let limit = limit_param(params.limit, 100, 1_000)?;
     Ok(axum::Json(json!({ "groups": ops::failure_groups(&state.db, limit).await? })).into_response())
 }
 

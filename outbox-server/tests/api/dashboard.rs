@@ -59,6 +59,12 @@ impl Dash {
         assert_eq!(mark, Value::Bool(true), "the page reloaded");
     }
 
+    /// Clicks the failures page's one group retry, once there is one group left.
+    async fn click_when_one_group(&self) {
+        self.browser.until("one group", "return document.querySelectorAll('button.retry-group').length === 1;").await;
+        self.browser.click("button.retry-group").await;
+    }
+
     async fn no_console_errors(&self, page: &str) {
         let errors = self.browser.console_errors().await;
         assert!(errors.is_empty(), "{page} logged errors: {errors:#?}");
@@ -197,13 +203,6 @@ async fn retry_on_a_failed_job_makes_it_pending(t: TestDb) {
     assert_eq!(ops::get(&t.db, &ids[3]).await.expect("job").status, JobStatus::Pending);
     dash.browser.text_of("#view", |v| v.contains("No failed jobs.")).await;
     dash.no_console_errors("the failures and job pages").await;
-}
-
-impl Dash {
-    async fn click_when_one_group(&self) {
-        self.browser.until("one group", "return document.querySelectorAll('button.retry-group').length === 1;").await;
-        self.browser.click("button.retry-group").await;
-    }
 }
 
 conformance!(a_read_token_sees_no_action_and_cannot_forge_one);

@@ -20,7 +20,7 @@ pub(super) use worker::PgStore;
 
 use super::{
     ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, StoredEvent, Tuning, WorkerRow,
-    WorkerStore, WorkerStoreOpts, rows,
+    WorkerStore, WorkerStoreOpts, limit_value, rows,
 };
 use crate::error::{Error, Result, Violation, pointer_token};
 use crate::record::{FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
@@ -144,10 +144,6 @@ const INSERT: super::Insert = super::Insert { columns: "", push_row, classify: w
 
 fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
-}
-
-fn limit_value(n: u64) -> Value {
-    i64::try_from(n).unwrap_or(i64::MAX).into()
 }
 
 const RECORD_COLUMNS: &str = concat!(

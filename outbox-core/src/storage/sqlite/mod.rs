@@ -19,7 +19,7 @@ pub(super) use worker::SqliteStore;
 
 use super::{
     ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, StoredEvent, Tuning, WorkerRow,
-    WorkerStore, WorkerStoreOpts, rows,
+    WorkerStore, WorkerStoreOpts, limit_value, rows,
 };
 use crate::error::{Error, Result, Violation};
 use crate::record::{FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
@@ -384,7 +384,7 @@ impl Driver for Sqlite {
                 "SELECT kind, last_error, COUNT(*), MAX(updated_at), MAX(id) FROM outbox_jobs \
                  WHERE status = 'failed' GROUP BY kind, last_error ORDER BY COUNT(*) DESC, MAX(updated_at) DESC \
                  LIMIT ?",
-                vec![i64::try_from(limit).unwrap_or(i64::MAX).into()],
+                vec![limit_value(limit)],
             ))
             .await
             .map_err(Error::db("grouping failed jobs"))?;
@@ -412,7 +412,7 @@ impl Driver for Sqlite {
                 "SELECT kind, idempotency_key, COUNT(*), SUM(status IN ('pending', 'claimed')), \
              SUM(status = 'completed') FROM outbox_jobs WHERE idempotency_key IS NOT NULL \
              GROUP BY kind, idempotency_key HAVING COUNT(*) > 1 ORDER BY COUNT(*) DESC, kind LIMIT ?",
-                vec![i64::try_from(limit).unwrap_or(i64::MAX).into()],
+                vec![limit_value(limit)],
             ))
             .await
             .map_err(Error::db("finding duplicate keys"))?;
@@ -554,7 +554,7 @@ impl Driver for Sqlite {
             .query_all_raw(stmt(
                 "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM temp.outbox_path_scan \
              WHERE seq > ? ORDER BY seq LIMIT ?",
-                vec![after.into(), i64::try_from(limit).unwrap_or(i64::MAX).into()],
+                vec![after.into(), limit_value(limit)],
             ))
             .await
             .map_err(Error::db("reading a page of the path scan"))?;
