@@ -52,7 +52,7 @@ mod sync_aws;
 pub use config::{Aws, AwsOpts};
 pub use error::{Error, Result};
 pub use provider::{BoxFuture, ConfigSchema, Provider};
-pub use reconcile::{Discrepancy, DiscrepancyKind, ReconcileOpts, Report, reconcile};
+pub use reconcile::{Discrepancy, DiscrepancyKind, ReconcileOpts, Report, reconcile, reconcile_at_start};
 pub use registry::{provider, register_provider, resource_types};
 pub use s3_bucket::S3BucketConfig;
 pub use s3_object::{BodyEncoding, S3ObjectConfig};

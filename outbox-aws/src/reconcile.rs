@@ -204,3 +204,35 @@ async fn check(aws: &Aws, job: PathJob) -> Option<Discrepancy> {
     };
     Some(Discrepancy { resource_type, resource_id, job_id: job.job_id, kind, detail: None })
 }
+
+/// Adds a start-up step to `builder` that runs [`reconcile`] before the worker's first claim, logs the report
+/// and records its counts (shown by `outbox stats`). Nothing is changed in AWS.
+pub fn reconcile_at_start(builder: outbox_core::WorkerBuilder, aws: &Aws) -> outbox_core::WorkerBuilder {
+    let aws = aws.clone();
+    builder.on_start("reconcile AWS", move |db, worker| async move {
+        let report = reconcile(&db, &aws, ReconcileOpts::new())
+            .await
+            .map_err(|e| outbox_core::Error::Internal(format!("reconciling AWS resources: {e}")))?;
+        if !report.is_clean() {
+            tracing::warn!(
+                resources = report.resources_checked,
+                missing = report.missing,
+                should_be_absent = report.should_be_absent,
+                check_failed = report.check_failed,
+                "AWS resources differ from their jobs"
+            );
+        }
+        let counts = serde_json::json!({
+            "jobs_scanned": report.jobs_scanned,
+            "resources_checked": report.resources_checked,
+            "ok": report.ok,
+            "missing": report.missing,
+            "should_be_absent": report.should_be_absent,
+            "check_failed": report.check_failed,
+        });
+        let at = outbox_core::chrono::Utc::now();
+        let record =
+            outbox_core::ReconciliationRecord { reconciler: "aws".into(), at, worker: Some(worker), report: counts };
+        outbox_core::ops::record_reconciliation(&db, &record).await
+    })
+}

@@ -68,6 +68,8 @@ pub(crate) enum Command {
     Queues,
     /// The live workers, in-process and remote: what they run, how busy they are, when they were last seen.
     Workers,
+    /// The periodic schedules workers registered: when each ticks, its last tick and job, its next tick.
+    Schedules,
     /// Retry a failed or cancelled job (attempts start over), or every failed job.
     Retry(RetryArgs),
     /// Cancel a pending job, or let a sequence held by a failed or cancelled job go on.
@@ -215,6 +217,24 @@ pub(crate) struct WorkArgs {
     /// `--limit claude_extraction=2`.
     #[arg(long = "limit", value_name = "KIND=N", value_parser = limit_arg)]
     pub(crate) limits: Vec<(String, u32)>,
+    /// Before the first claim, remove leftover temp files under the root and reconcile the filesystem (and
+    /// with --aws, AWS resources); the report is logged and its counts show in `outbox stats`.
+    #[arg(long)]
+    pub(crate) reconcile: bool,
+    /// How long a handler may run before it is cancelled and its attempt counts as a retryable failure
+    /// (e.g. 30s, 5m); KIND=DURATION for one kind (repeat for several).
+    #[arg(long = "timeout", value_name = "[KIND=]DURATION", value_parser = timeout_arg)]
+    pub(crate) timeouts: Vec<(Option<String>, Duration)>,
+    /// A JSON file of periodic jobs: `[{"name", "schedule": "0 * * * *" or "every 30s", "kind", "payload",
+    /// "time_zone"?, "catch_up"?}]`; `{tick}` in a payload string becomes the tick's time (RFC 3339).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) schedules: Option<PathBuf>,
+    /// Keep completed jobs this long before retention deletes them (e.g. 1d; `forever` to keep them).
+    #[arg(long, default_value = "1d", value_parser = retention_arg, value_name = "DURATION")]
+    pub(crate) keep_completed: Keep,
+    /// Keep failed and cancelled jobs this long (e.g. 7d; `forever` to keep them).
+    #[arg(long, default_value = "7d", value_parser = retention_arg, value_name = "DURATION")]
+    pub(crate) keep_failed: Keep,
 }
 
 #[derive(Debug, Args)]
@@ -242,6 +262,27 @@ fn limit_arg(text: &str) -> Result<(String, u32), String> {
         return Err(format!("`{text}` needs a kind and a limit of at least 1"));
     }
     Ok((kind.to_owned(), n))
+}
+
+fn timeout_arg(text: &str) -> Result<(Option<String>, Duration), String> {
+    let (kind, d) = match text.split_once('=') {
+        Some((kind, d)) if !kind.is_empty() => (Some(kind.to_owned()), d),
+        Some(_) => return Err(format!("`{text}` names no kind before `=`")),
+        None => (None, text),
+    };
+    let d = duration::parse(d)?;
+    if d.is_zero() {
+        return Err(format!("the timeout in `{text}` must be longer than 0s"));
+    }
+    Ok((kind, d))
+}
+
+/// How long retention keeps finished jobs; `None`: forever.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Keep(pub(crate) Option<Duration>);
+
+fn retention_arg(text: &str) -> Result<Keep, String> {
+    if text == "forever" { Ok(Keep(None)) } else { duration::parse(text).map(|d| Keep(Some(d))) }
 }
 
 fn status_arg(text: &str) -> Result<JobStatus, String> {

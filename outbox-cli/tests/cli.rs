@@ -674,3 +674,116 @@ fn rust_log_is_honoured_unless_outbox_log_is_set() {
     assert!(!enqueue(3, &[("RUST_LOG", "debug"), ("OUTBOX_LOG", "warn")]).contains("job enqueued"), "OUTBOX_LOG wins");
     assert!(enqueue(4, &[("OUTBOX_LOG", "debug"), ("NO_COLOR", "1")]).contains("job enqueued"));
 }
+
+/// `outbox work --reconcile` as a child process until `done` holds, then SIGTERM.
+async fn work_reconciling_until<F, Fut>(env: &Env, extra: &[&str], done: F) -> (bool, Run)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let root = env.root_arg();
+    let mut args = vec!["work", "--root", root.as_str(), "--reconcile"];
+    args.extend_from_slice(extra);
+    let worker = env.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn worker");
+    let held = eventually(Duration::from_secs(30), done).await;
+    assert!(Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().expect("kill").success());
+    (held, output(worker.wait_with_output().expect("worker exit")))
+}
+
+fn reconciliation(env: &Env) -> Option<Value> {
+    let stats = env.ok(&["stats", "--format", "json"]).json();
+    stats["reconciliations"].as_array()?.iter().find(|r| r["reconciler"] == "fs").cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_reconciles_at_start_and_removes_stale_temp_files() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let kept = enqueue_id(&env, "create_file", json!({ "path": "kept.txt", "content": "stays\n" }));
+    let lost = enqueue_id(&env, "create_file", json!({ "path": "docs/lost.txt", "content": "goes\n" }));
+    // First start: nothing to find yet; the jobs run after the reconciliation.
+    let (done, out) = work_reconciling_until(&env, &[], || async {
+        status_of(&env, &kept) == "completed" && status_of(&env, &lost) == "completed"
+    })
+    .await;
+    assert!(done && out.code == 0, "{}", out.stderr);
+    let first = reconciliation(&env).expect("the first start recorded its reconciliation");
+    assert_eq!(first["report"]["paths_checked"], 0, "{first}");
+    let first_at = first["at"].clone();
+
+    // While nothing runs: a file is deleted by hand, and a crash leaves temp files (one stale, one recent).
+    std::fs::remove_file(env.root.join("docs/lost.txt")).expect("delete by hand");
+    let stale = env.root.join("docs/.outbox-4242-7.tmp");
+    std::fs::write(&stale, "half written").expect("stale temp");
+    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7_200);
+    std::fs::File::options().write(true).open(&stale).expect("open").set_modified(two_hours_ago).expect("mtime");
+    let recent = env.root.join(".outbox-4243-1.tmp");
+    std::fs::write(&recent, "being written").expect("recent temp");
+
+    // The restart reconciles before its first claim, logs what it found and records the counts.
+    let (done, out) = work_reconciling_until(&env, &[], || async {
+        reconciliation(&env).is_some_and(|r| r["at"] != first_at)
+    })
+    .await;
+    assert!(done && out.code == 0, "the restart recorded a new reconciliation: {}", out.stderr);
+    let second = reconciliation(&env).expect("recorded");
+    let report = &second["report"];
+    assert_eq!(report["paths_checked"], 2, "{second}");
+    assert_eq!(report["missing"], 1, "the hand-deleted file: {second}");
+    assert_eq!(report["ok"], 1, "{second}");
+    assert_eq!(report["temp_files_removed"], 1, "{second}");
+    assert!(!stale.exists(), "the stale temp file was removed");
+    assert!(recent.exists(), "a temp file younger than an hour may be in use and stays");
+    assert!(out.stderr.contains("docs/lost.txt"), "the discrepancy is logged: {}", out.stderr);
+    assert!(out.stderr.contains("leftover temp files removed"), "{}", out.stderr);
+    let table = env.ok(&["stats"]).stdout;
+    assert!(table.contains("reconciliations") && table.contains("missing=1"), "{table}");
+    assert_eq!(status_of(&env, &lost), "completed", "reconciling changes no job");
+}
+
+#[test]
+fn schedules_file_errors_name_the_schedule_and_the_fault() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let file = env.dir.path().join("schedules.json");
+    let cases = [
+        (json!([{"name": "n", "schedule": "61 * * * * *", "kind": "create_file", "payload": {"path": "a", "content": ""}}]), "61 * * * * *"),
+        (json!([{"name": "n", "schedule": "every 1s", "kind": "mail", "payload": {}}]), "`mail`"),
+        (json!([{"name": "n", "schedule": "every 1s", "kind": "create_file", "payload": {"path": 5}}]), "/path"),
+        (json!([{"name": "n", "schedule": "0 * * * *", "kind": "delete_file", "payload": {"path": "a"}, "time_zone": "Mars/Base"}]), "Mars/Base"),
+        (json!([{"name": "n", "schedule": "every 1s", "kind": "delete_file", "payload": {"path": "a"}, "colour": 1}]), "colour"),
+    ];
+    for (entries, needle) in cases {
+        std::fs::write(&file, entries.to_string()).expect("write");
+        let run = env.run(&["work", "--root", &env.root_arg(), "--schedules", &file.display().to_string()]);
+        assert_eq!(run.code, 2, "{entries}: {}", run.stderr);
+        assert!(run.stderr.contains(needle), "{entries}: the error names {needle}: {}", run.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_lists_what_workers_registered() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    assert!(env.ok(&["schedules"]).stdout.contains("no schedules"));
+    let file = env.dir.path().join("schedules.json");
+    let entries = json!([{
+        "name": "heartbeat",
+        "schedule": "every 1s",
+        "kind": "create_file",
+        "payload": {"path": "beats/{tick}.txt", "content": "beat\n"},
+    }]);
+    std::fs::write(&file, entries.to_string()).expect("write");
+    let (done, out) = work_reconciling_until(&env, &["--schedules", &file.display().to_string()], || async {
+        std::fs::read_dir(env.root.join("beats")).map(|d| d.count() >= 2).unwrap_or(false)
+    })
+    .await;
+    assert!(done && out.code == 0, "{}", out.stderr);
+    let listed = env.ok(&["schedules", "--format", "json"]).json();
+    let entry = &listed[0];
+    assert_eq!(entry["name"], "heartbeat");
+    assert_eq!(entry["spec"], "every 1000ms");
+    assert!(entry["last_tick"].is_string() && entry["next_tick"].is_string() && entry["last_job_id"].is_string());
+    let table = env.ok(&["schedules"]).stdout;
+    assert!(table.starts_with("NAME") && table.contains("heartbeat") && table.contains("NEXT RUN"), "{table}");
+}

@@ -68,6 +68,10 @@ pub struct KindOpts {
     /// At most this many jobs of the kind run at once across every worker and process sharing the database
     /// (the database enforces it at claim time). `None`: no limit beyond the workers' own concurrency.
     pub concurrency: Option<u32>,
+    /// How long a handler of the kind may run (`#[job(timeout = "30s")]`): past it the handler is cancelled
+    /// through its context, dropped after the worker's cancel grace, and the attempt counts as a retryable
+    /// failure. `None`: the worker's own timeout, if it has one.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// What the jobs behind a job that failed for good (or was cancelled) in its sequence do.
@@ -103,6 +107,7 @@ impl KindOpts {
         sequence: None,
         on_sequence_failure: SequenceFailure::Hold,
         concurrency: None,
+        timeout: None,
     };
 }
 

@@ -7,8 +7,10 @@ mod job;
 mod kind;
 mod migration;
 pub mod ops;
+mod periodic;
 mod record;
 pub mod remote;
+mod retention;
 pub mod scan;
 mod stats;
 mod storage;
@@ -24,7 +26,12 @@ pub use kind::{
 };
 pub use migration::{Migrator, migrate, pending_migrations};
 pub use outbox_macros::Job;
-pub use record::{FeedEvent, JobEvent, JobEventKind, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
+pub use periodic::{MissedTicks, Schedule};
+pub use record::{
+    FeedEvent, JobEvent, JobEventKind, JobFilter, JobRecord, JobStatus, KindRecord, ReconciliationRecord,
+    ScheduleRecord, WorkerRecord,
+};
+pub use retention::Retention;
 pub use worker::{IntoOutput, JobContext, JobError, RetryPolicy, Worker, WorkerBuilder, WorkerHandle, shutdown_signal};
 
 /// The crates a job kind and its caller need, at the versions outbox uses: one `outbox-core` dependency (plus

@@ -13,7 +13,7 @@ pub use crate::stats::{
 };
 
 use crate::error::{Error, Result};
-use crate::record::{JobRecord, JobStatus};
+use crate::record::{JobRecord, JobStatus, ReconciliationRecord, ScheduleRecord, from_ms};
 use crate::storage::{self, dispatch, now_ms};
 use crate::wake;
 
@@ -170,7 +170,28 @@ pub async fn stats<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Sta
         duplicates: duplicates(conn, 20).await?,
         recent: recent(conn, window).await?,
         window_secs: window.as_secs(),
+        reconciliations: reconciliations(conn).await?,
     })
+}
+
+/// The latest report of every reconciler, by name.
+pub async fn reconciliations<C: ConnectionTrait>(conn: &C) -> Result<Vec<ReconciliationRecord>> {
+    dispatch!(conn, reconciliations(conn))
+}
+
+/// Replaces the latest report of reconciler `rec.reconciler` (the `report` is shown by `outbox stats`).
+pub async fn record_reconciliation<C: ConnectionTrait>(conn: &C, rec: &ReconciliationRecord) -> Result<()> {
+    dispatch!(conn, record_reconciliation(conn, rec))
+}
+
+/// Every registered schedule with its last tick and its next one from now.
+pub async fn schedules<C: ConnectionTrait>(conn: &C) -> Result<Vec<ScheduleRecord>> {
+    let mut schedules = dispatch!(conn, schedules(conn))?;
+    let now = now_ms();
+    for s in &mut schedules {
+        s.next_tick = crate::periodic::next_stored(&s.spec, &s.time_zone, now).ok().flatten().map(from_ms);
+    }
+    Ok(schedules)
 }
 
 /// Why `action` did not apply to job `id`: its current status, and the `hint` for that status.

@@ -130,6 +130,15 @@ pub(crate) fn ms_after(now: i64, d: std::time::Duration) -> i64 {
     now.saturating_add(duration_ms(d)).min(MAX_RUN_AT_MS)
 }
 
+/// A duration as `200ms`, `30s` or `1.5s`, for messages.
+pub(crate) fn short_duration(d: std::time::Duration) -> String {
+    match d.as_millis() {
+        ms if ms < 1_000 => format!("{ms}ms"),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        _ => format!("{:.1}s", d.as_secs_f64()),
+    }
+}
+
 pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::UNIX_EPOCH)
 }
@@ -348,4 +357,40 @@ pub struct WorkerRecord {
     pub last_seen_at: DateTime<Utc>,
     /// When it counts as gone unless it heartbeats again.
     pub expires_at: DateTime<Utc>,
+}
+
+/// A periodic schedule as registered by the workers that run it (see [`crate::Schedule`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ScheduleRecord {
+    /// The schedule's name, unique across the fleet.
+    pub name: String,
+    /// The kind of job each tick enqueues.
+    pub kind: String,
+    /// When it ticks: `cron <expression>` or `every <duration>`.
+    pub spec: String,
+    /// The time zone its cron expression is read in.
+    pub time_zone: String,
+    /// What happens to ticks missed while nothing ran: `skip` or `catch_up`.
+    pub missed: String,
+    /// The last tick a job was enqueued for.
+    pub last_tick: Option<DateTime<Utc>>,
+    /// That job's id.
+    pub last_job_id: Option<String>,
+    /// The next tick from now (filled by [`crate::ops::schedules`]).
+    pub next_tick: Option<DateTime<Utc>>,
+    /// When a worker last registered the schedule or enqueued one of its ticks.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The latest report of one reconciler (run at a worker's start or by hand).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ReconciliationRecord {
+    /// Which reconciler: `fs` or `aws`.
+    pub reconciler: String,
+    /// When it finished.
+    pub at: DateTime<Utc>,
+    /// The worker whose start ran it, if one did.
+    pub worker: Option<String>,
+    /// Its counts (discrepancies by type, what it checked, temp files removed), as JSON.
+    pub report: serde_json::Value,
 }

@@ -94,6 +94,8 @@ pub struct Stats {
     pub blocked: Vec<BlockedSequence>,
     /// The window of `durations` and `recent`.
     pub window_secs: u64,
+    /// The latest report of each reconciler (at a worker's start or by hand).
+    pub reconciliations: Vec<crate::record::ReconciliationRecord>,
 }
 
 /// Jobs of one queue by state.

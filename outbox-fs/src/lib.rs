@@ -50,6 +50,7 @@ pub mod extract;
 mod reconcile;
 mod register;
 mod root;
+mod startup;
 
 pub use claude_extraction::ClaudeExtraction;
 pub use create_file::CreateFile;
@@ -58,3 +59,4 @@ pub use error::{Error, Result};
 pub use reconcile::{Discrepancy, DiscrepancyKind, Progress, ReconcileOpts, Report, reconcile};
 pub use register::register_handlers;
 pub use root::Root;
+pub use startup::{STALE_TEMP_AGE, reconcile_at_start};

@@ -13,7 +13,7 @@ use syn::{Attribute, Error, Expr, ExprLit, ExprUnary, Lit, LitInt, LitStr, Resul
 
 /// The options accepted in the container attribute, as listed in error messages.
 const CONTAINER_OPTIONS: &str = "`kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`, `sequence`, \
-     `on_sequence_failure`, `concurrency`";
+     `on_sequence_failure`, `concurrency`, `timeout`";
 
 /// One option of the container attribute: its parsed value and where it was written.
 pub(crate) struct Setting<T> {
@@ -47,6 +47,8 @@ pub(crate) struct ContainerAttrs {
     pub(crate) on_sequence_failure: Option<Setting<bool>>,
     /// `#[job(concurrency = 2)]`: the most jobs of the kind running at once across every worker.
     pub(crate) concurrency: Option<Setting<i32>>,
+    /// `#[job(timeout = "30s")]`: how long a handler may run, in milliseconds.
+    pub(crate) timeout: Option<Setting<u64>>,
     /// Every option name written, valid or not, to tell duplicates and a mistyped `kind` from a missing one.
     pub(crate) written: BTreeSet<String>,
 }
@@ -111,6 +113,8 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
                 ),
                 // #[job(concurrency = 2)]
                 "concurrency" => setting(&mut out.concurrency, &mut out.written, &meta, errors, "concurrency = 2", int),
+                // #[job(timeout = "30s")]
+                "timeout" => setting(&mut out.timeout, &mut out.written, &meta, errors, "timeout = \"30s\"", duration),
                 // #[job(validate = Self::check)], #[job(validate = "check")]
                 "validate" => {
                     setting(&mut out.validate, &mut out.written, &meta, errors, "validate = Self::check", fn_path)
@@ -166,6 +170,7 @@ pub(crate) fn field<'a>(attrs: &'a [Attribute], errors: &mut Errors) -> FieldAtt
                     | "sequence"
                     | "on_sequence_failure"
                     | "concurrency"
+                    | "timeout"
             ) {
                 format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
             } else {
@@ -309,6 +314,32 @@ fn fn_path(expr: &Expr, _name: &str, usage: &str) -> Result<syn::ExprPath> {
         Expr::Path(path) => Ok(path.clone()),
         Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => lit.parse::<syn::ExprPath>().map_err(|_| wrong()),
         _ => Err(wrong()),
+    }
+}
+
+/// A duration in a string, `"500ms"`, `"30s"`, `"5m"` or `"2h"`, as whole milliseconds of at least one.
+fn duration(expr: &Expr, name: &str, usage: &str) -> Result<u64> {
+    let text = string(expr, name, usage)?;
+    let wrong = || {
+        Error::new_spanned(
+            expr,
+            format!("`{name}` is a duration such as \"500ms\", \"30s\", \"5m\" or \"2h\", not {text:?}"),
+        )
+    };
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (n, unit) = text.split_at(split);
+    let n: u64 = n.parse().map_err(|_| wrong())?;
+    let per = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(wrong()),
+    };
+    match n.checked_mul(per) {
+        Some(0) => Err(Error::new_spanned(expr, format!("`{name}` must be longer than zero"))),
+        Some(ms) => Ok(ms),
+        None => Err(wrong()),
     }
 }
 

@@ -80,6 +80,13 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         }
         None => all_set = false,
     }
+    match &attrs.timeout {
+        Some(timeout) => {
+            let ms = timeout.value;
+            opts.push(quote!(timeout: ::core::option::Option::Some(::core::time::Duration::from_millis(#ms))));
+        }
+        None => all_set = false,
+    }
     let key_fields = input.key_fields();
     if key_fields.is_empty() {
         all_set = false;
@@ -135,7 +142,7 @@ mod tests {
         let input: DeriveInput = parse_quote! {
             #[serde(rename_all = "camelCase")]
             #[job(kind = "send_welcome", queue = "mail", priority = -5, max_attempts = 10, unique = true)]
-            #[job(sequence = "user:{userId}", on_sequence_failure = "continue", concurrency = 3)]
+            #[job(sequence = "user:{userId}", on_sequence_failure = "continue", concurrency = 3, timeout = "2m")]
             struct SendWelcome {
                 #[job(key)]
                 user_id: i64,
@@ -158,6 +165,7 @@ mod tests {
                         sequence: ::core::option::Option::Some("user:{userId}"),
                         on_sequence_failure: ::outbox_core::SequenceFailure::Continue,
                         concurrency: ::core::option::Option::Some(3u32),
+                        timeout: ::core::option::Option::Some(::core::time::Duration::from_millis(120000u64)),
                         key_fields: &["userId", "org"],
                     };
                 }

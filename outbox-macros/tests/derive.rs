@@ -17,7 +17,8 @@ use serde_json::{Value, json};
     unique = true,
     sequence = "tenant:{tenantId}/{{{invoice}}}",
     on_sequence_failure = "continue",
-    concurrency = 4
+    concurrency = 4,
+    timeout = "90s"
 )]
 struct Charge {
     #[job(key)]
@@ -110,6 +111,7 @@ fn all_options() {
             sequence: Some("tenant:{tenantId}/{{{invoice}}}"),
             on_sequence_failure: outbox_core::SequenceFailure::Continue,
             concurrency: Some(4),
+            timeout: Some(std::time::Duration::from_secs(90)),
         }
     );
     let charge = Charge { tenant_id: 1, amount_cents: 250, invoice_id: "inv-9".into(), r#type: "card".into() };
@@ -136,6 +138,7 @@ fn defaults() {
             sequence: None,
             on_sequence_failure: outbox_core::SequenceFailure::Hold,
             concurrency: None,
+            timeout: None,
         }
     );
     assert_eq!(serde_json::to_value(Ping { at: 5 }).expect("serializes"), json!({"at": 5}));

@@ -31,6 +31,14 @@ pub struct Probe {
     pub n: u64,
 }
 
+/// The job of the test workers' every-second schedule: the tick it was enqueued for.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "ticked", unique = false)]
+pub struct Ticked {
+    /// The tick, in milliseconds since the Unix epoch.
+    pub tick_ms: i64,
+}
+
 /// A job keyed by one field.
 #[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[job(kind = "keyed", queue = "mail")]
@@ -186,4 +194,10 @@ pub fn unavailable(test: &str, why: &str) {
         }
         Err(_) => eprintln!("{line}"),
     }
+}
+
+/// Milliseconds since the Unix epoch, as the jobs table stores times.
+pub fn now_ms() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
 }

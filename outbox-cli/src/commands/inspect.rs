@@ -110,6 +110,22 @@ pub(super) async fn stats(
     let recent: Vec<Vec<String>> =
         stats.recent.iter().map(|c| vec![c.kind.clone(), c.status.to_string(), c.count.to_string()]).collect();
     section(&format!("recent (finished in the last {w})"), &["KIND", "STATUS", "JOBS"], &recent);
+    let reconciled: Vec<Vec<String>> = stats
+        .reconciliations
+        .iter()
+        .map(|r| {
+            let counts = r.report.as_object().map(|o| {
+                o.iter().filter(|(_, v)| v.is_u64()).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+            });
+            vec![
+                r.reconciler.clone(),
+                time(r.at),
+                r.worker.clone().unwrap_or_else(|| "-".into()),
+                counts.unwrap_or_default(),
+            ]
+        })
+        .collect();
+    section("reconciliations (latest of each reconciler)", &["RECONCILER", "AT", "WORKER", "COUNTS"], &reconciled);
     Ok(code::OK)
 }
 
@@ -180,6 +196,34 @@ pub(super) async fn workers(db: &DatabaseConnection, format: Format) -> Result<u
                 })
                 .collect();
             let headers = ["ID", "HOST", "PID", "KINDS", "QUEUES", "RUNNING", "REMOTE", "LAST SEEN"];
+            print!("{}", table(&headers, &rows));
+        }
+    }
+    Ok(code::OK)
+}
+
+pub(super) async fn schedules(db: &DatabaseConnection, format: Format) -> Result<u8> {
+    let schedules = ops::schedules(db).await?;
+    match format {
+        Format::Json => render::json(&schedules)?,
+        Format::Table if schedules.is_empty() => println!("no schedules: workers register theirs when they start"),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = schedules
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.name.clone(),
+                        s.kind.clone(),
+                        s.spec.clone(),
+                        s.time_zone.clone(),
+                        s.missed.clone(),
+                        opt_time(s.last_tick),
+                        s.last_job_id.clone().unwrap_or_else(|| "-".into()),
+                        opt_time(s.next_tick),
+                    ]
+                })
+                .collect();
+            let headers = ["NAME", "KIND", "SCHEDULE", "TIME ZONE", "MISSED", "LAST RUN", "LAST JOB", "NEXT RUN"];
             print!("{}", table(&headers, &rows));
         }
     }

@@ -35,6 +35,7 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
         Command::Stats { window, limit } => inspect::stats(&db, window, limit, format).await,
         Command::Queues => inspect::queues(&db, format).await,
         Command::Workers => inspect::workers(&db, format).await,
+        Command::Schedules => inspect::schedules(&db, format).await,
         Command::Retry(args) => jobs::retry(&db, args, format).await,
         Command::Cancel { id } => jobs::cancel(&db, &id, format).await,
         Command::Purge { status, older_than } => jobs::purge(&db, &status, older_than, format).await,

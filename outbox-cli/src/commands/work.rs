@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use outbox_core::Worker;
+use outbox_core::{JobStatus, Retention, Schedule, Worker};
 use sea_orm::DatabaseConnection;
+use serde_json::Value;
 
 use crate::cli::WorkArgs;
 use crate::fail::{Failure, Result, code};
@@ -36,13 +37,36 @@ pub(super) async fn work(db: &DatabaseConnection, args: WorkArgs) -> Result<u8> 
         handled.push("claude_extraction");
     }
     builder = outbox_fs::register_handlers(builder, &root, extractor);
-    if args.aws {
-        let aws = outbox_aws::Aws::connect(outbox_aws::AwsOpts::new()).await?;
-        builder = outbox_aws::register_handlers(builder, &aws);
+    let aws = if args.aws { Some(outbox_aws::Aws::connect(outbox_aws::AwsOpts::new()).await?) } else { None };
+    if let Some(aws) = &aws {
+        builder = outbox_aws::register_handlers(builder, aws);
         handled.push("sync_aws");
     }
     for (kind, n) in &args.limits {
         builder = builder.concurrency_limit(kind.clone(), *n);
+    }
+    for (kind, d) in &args.timeouts {
+        builder = match kind {
+            Some(kind) => builder.kind_timeout(kind.clone(), *d),
+            None => builder.timeout(*d),
+        };
+    }
+    builder = builder.retention(
+        Retention::new()
+            .max_age(JobStatus::Completed, args.keep_completed.0)
+            .max_age(JobStatus::Failed, args.keep_failed.0)
+            .max_age(JobStatus::Cancelled, args.keep_failed.0),
+    );
+    if let Some(path) = &args.schedules {
+        for schedule in schedules(path)? {
+            builder = builder.schedule(schedule);
+        }
+    }
+    if args.reconcile {
+        builder = outbox_fs::reconcile_at_start(builder, &root);
+        if let Some(aws) = &aws {
+            builder = outbox_aws::reconcile_at_start(builder, aws);
+        }
     }
     // Building waits out a database that is unavailable for now (a full disk, a restarting server); a signal
     // meanwhile stops the process rather than waiting behind it.
@@ -69,4 +93,65 @@ pub(super) async fn work(db: &DatabaseConnection, args: WorkArgs) -> Result<u8> 
 fn stopped_before_start(why: &str) -> u8 {
     tracing::info!("{why} before the worker started: nothing was claimed");
     code::OK
+}
+
+/// One entry of the `--schedules` file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleEntry {
+    name: String,
+    schedule: String,
+    kind: String,
+    payload: Value,
+    #[serde(default)]
+    time_zone: Option<String>,
+    #[serde(default)]
+    catch_up: bool,
+}
+
+/// The schedules of the file at `path`, each checked (its kind built in, its payload valid) before the
+/// worker starts.
+fn schedules(path: &std::path::Path) -> Result<Vec<Schedule>> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::invalid(format!("--schedules {shown}: {e}")))?;
+    let entries: Vec<ScheduleEntry> = serde_json::from_str(&text).map_err(|e| {
+        Failure::invalid(format!("--schedules {shown}: {e}"))
+            .hint("expected [{\"name\", \"schedule\", \"kind\", \"payload\", \"time_zone\"?, \"catch_up\"?}]")
+    })?;
+    let kinds = crate::kinds::built_in()?;
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let fail = |e: String| Failure::invalid(format!("--schedules {shown}: schedule `{}`: {e}", entry.name));
+        let kind = kinds
+            .iter()
+            .find(|k| k.name() == entry.kind)
+            .cloned()
+            .ok_or_else(|| fail(format!("`{}` is not a kind `outbox work` runs", entry.kind)))?;
+        // The payload of a sample tick must be valid now, not at the first tick.
+        kind.validate(&with_tick(&entry.payload, &outbox_core::chrono::Utc::now().to_rfc3339()))
+            .map_err(|e| fail(e.to_string()))?;
+        let payload = entry.payload.clone();
+        let mut schedule = Schedule::raw(entry.name.clone(), kind, &entry.schedule, move |tick| {
+            with_tick(&payload, &tick.to_rfc3339())
+        });
+        if let Some(tz) = &entry.time_zone {
+            schedule = schedule.time_zone(tz);
+        }
+        if entry.catch_up {
+            schedule = schedule.catch_up();
+        }
+        schedule.check().map_err(|e| Failure::invalid(format!("--schedules {shown}: {e}")))?;
+        out.push(schedule);
+    }
+    Ok(out)
+}
+
+/// `payload` with `{tick}` in its strings replaced by `tick`.
+fn with_tick(payload: &Value, tick: &str) -> Value {
+    match payload {
+        Value::String(s) => Value::String(s.replace("{tick}", tick)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| with_tick(v, tick)).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), with_tick(v, tick))).collect()),
+        other => other.clone(),
+    }
 }

@@ -18,7 +18,10 @@ use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTrans
 pub(crate) use worker_store::{WorkerStore, WorkerStoreOpts};
 
 use crate::error::{Error, Result, Violation};
-use crate::record::{FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
+use crate::record::{
+    FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord,
+    WorkerRecord,
+};
 use crate::stats::{BlockedSequence, DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 
 /// Every storage operation. Each backend implements it on a unit type (`sqlite::Sqlite`,
@@ -28,7 +31,7 @@ use crate::stats::{BlockedSequence, DuplicateKey, FailureGroup, KindDurations, Q
 /// coming out; every function maps its database errors to [`Error`] with what it was doing.
 pub(crate) trait Driver {
     /// The schema: one entry per [`MIGRATION_NAMES`], each with its undo.
-    const MIGRATIONS: [Migration; 8];
+    const MIGRATIONS: [Migration; 9];
 
     /// Applies the backend's connection settings (journal mode, durability, busy timeout) to a pool's options.
     fn tune(options: &mut ConnectOptions, settings: &Tuning);
@@ -178,6 +181,119 @@ pub(crate) trait Driver {
 
     /// Extends one claim's lease to `until`, fenced the same way; false when the fence held.
     async fn remote_extend(db: &DatabaseConnection, owner: &str, id: &str, attempt: i32, until: i64) -> Result<bool>;
+
+    /// Records a schedule's definition (its last tick stays) and returns its last tick.
+    async fn register_schedule<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        row: &ScheduleRow,
+        now: i64,
+    ) -> Result<Option<i64>>;
+
+    /// Moves a schedule's last tick to `tick` if it is earlier (compare-and-set): true for the one caller
+    /// that moved it, who then enqueues the tick's job in the same transaction and names it with
+    /// [`Driver::set_tick_job`].
+    async fn claim_tick<C: ConnectionTrait + ?Sized>(conn: &C, row: &ScheduleRow, tick: i64, now: i64) -> Result<bool>;
+
+    /// Names the job a schedule's last tick enqueued.
+    async fn set_tick_job<C: ConnectionTrait + ?Sized>(conn: &C, name: &str, job_id: &str) -> Result<()>;
+
+    /// Every schedule any worker registered, by name.
+    async fn schedules<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<ScheduleRecord>>;
+
+    /// Takes (or renews) the named lease for `holder` until `until` unless another holder's is unexpired.
+    async fn take_lock<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        name: &str,
+        holder: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<bool>;
+
+    /// Gives the named lease up if `holder` has it.
+    async fn release_lock<C: ConnectionTrait + ?Sized>(conn: &C, name: &str, holder: &str) -> Result<()>;
+
+    /// Deletes at most `batch` finished jobs (with their history) that [`PruneRules`] says are due, and
+    /// returns how many.
+    async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, batch: u64) -> Result<u64>;
+
+    /// Deletes at most `batch` workers' feed rows older than `before`.
+    async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64>;
+
+    /// Replaces the latest report of one reconciler.
+    async fn record_reconciliation<C: ConnectionTrait + ?Sized>(conn: &C, rec: &ReconciliationRecord) -> Result<()>;
+
+    /// The latest report of every reconciler, by name.
+    async fn reconciliations<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<ReconciliationRecord>>;
+}
+
+/// A schedule's definition as stored: what `outbox schedules` needs to show it and compute its next tick.
+#[derive(Debug, Clone)]
+pub(crate) struct ScheduleRow {
+    pub(crate) name: String,
+    pub(crate) kind: String,
+    pub(crate) spec: String,
+    pub(crate) time_zone: String,
+    pub(crate) missed: String,
+}
+
+/// Which finished jobs retention deletes: those last updated before their status's cutoff (integer
+/// milliseconds; 0 keeps them), a kind's own cutoff where it has one. Never a failed or cancelled job that
+/// holds its sequence, nor the latest completed job of a sequence (the reconcilers' evidence).
+#[derive(Debug, Clone)]
+pub(crate) struct PruneRules {
+    /// Per status (`completed`, `failed`, `cancelled`): the default cutoff and the kinds' own.
+    pub(crate) statuses: Vec<StatusCutoffs>,
+}
+
+/// One status's default cutoff and the kinds' own, for [`PruneRules`].
+pub(crate) type StatusCutoffs = (JobStatus, i64, Vec<(String, i64)>);
+
+impl PruneRules {
+    /// The latest cutoff of all: no job updated after it is due.
+    pub(crate) fn newest(&self) -> i64 {
+        self.statuses
+            .iter()
+            .flat_map(|(_, default, kinds)| std::iter::once(*default).chain(kinds.iter().map(|(_, c)| *c)))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The condition on `j` (with `mark(n)` the placeholder of the n-th value from 1, `time(p)` the cutoff
+    /// placeholder `p` as the column's type) and its values.
+    pub(crate) fn condition(
+        &self,
+        mark: impl Fn(usize) -> String,
+        time: impl Fn(&str) -> String,
+    ) -> (String, Vec<Value>) {
+        let mut values: Vec<Value> = Vec::new();
+        let push = |v: Value, values: &mut Vec<Value>| {
+            values.push(v);
+            mark(values.len())
+        };
+        let mut parts = Vec::new();
+        for (status, default, kinds) in &self.statuses {
+            let status_mark = push(status.as_str().into(), &mut values);
+            let mut case = String::from("CASE j.kind");
+            for (kind, cutoff) in kinds {
+                let k = push(kind.as_str().into(), &mut values);
+                let c = push((*cutoff).into(), &mut values);
+                case.push_str(&format!(" WHEN {k} THEN {c}"));
+            }
+            let d = push((*default).into(), &mut values);
+            case.push_str(&format!(" ELSE {d} END"));
+            parts.push(format!("(j.status = {status_mark} AND j.updated_at < {})", time(&case)));
+        }
+        let newest = push(self.newest().into(), &mut values);
+        let sql = format!(
+            "j.status IN ('completed', 'failed', 'cancelled') AND j.updated_at < {} AND ({}) {HELD_KEPT} \
+             AND NOT (j.status = 'completed' AND j.sequence_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \
+             outbox_jobs l WHERE l.sequence_key = j.sequence_key AND l.sequence_no > j.sequence_no \
+             AND l.status = 'completed'))",
+            time(&newest),
+            if parts.is_empty() { "FALSE".to_owned() } else { parts.join(" OR ") },
+        );
+        (sql, values)
+    }
 }
 
 /// A worker's presence, as [`Driver::upsert_worker`] writes it.
@@ -427,7 +543,7 @@ pub(crate) struct Migration {
 }
 
 /// The migrations' names, shared by every backend (each backend's [`Driver::MIGRATIONS`] in this order).
-pub(crate) const MIGRATION_NAMES: [&str; 8] = [
+pub(crate) const MIGRATION_NAMES: [&str; 9] = [
     "m20261122_000001_create_outbox_jobs",
     "m20261122_000002_create_outbox_job_events",
     "m20261122_000003_create_outbox_kinds",
@@ -436,6 +552,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 8] = [
     "m20261124_000006_event_feed_and_workers",
     "m20261125_000007_batched_worker_events",
     "m20261126_000008_inline_feed_rows",
+    "m20261127_000009_schedules_locks_reconciliations",
 ];
 
 /// Migration `index` of `backend`, when the framework supports the backend.

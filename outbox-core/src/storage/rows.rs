@@ -7,7 +7,10 @@ use sea_orm::QueryResult;
 use super::{ScanRow, StoredEvent};
 use crate::error::{Error, Result};
 use crate::job::SequenceFailure;
-use crate::record::{FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, WorkerRecord, from_ms};
+use crate::record::{
+    FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord,
+    WorkerRecord, from_ms,
+};
 use crate::stats::{DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 
 /// A stored JSON document as a value. Text that is not JSON (written behind the framework's back) is kept
@@ -339,6 +342,41 @@ pub(super) fn workers(rows: &[QueryResult]) -> Result<Vec<WorkerRecord>> {
                 last_seen_at: from_ms(row.try_get_by_index(9).map_err(ctx())?),
                 expires_at: from_ms(row.try_get_by_index(10).map_err(ctx())?),
                 id,
+            })
+        })
+        .collect()
+}
+
+/// Rows of `name, kind, spec, time_zone, missed, last_tick, last_job_id, updated_at`.
+pub(crate) fn schedules(rows: &[QueryResult]) -> Result<Vec<ScheduleRecord>> {
+    let ctx = || Error::db("reading the schedules");
+    rows.iter()
+        .map(|row| {
+            Ok(ScheduleRecord {
+                name: row.try_get_by_index(0).map_err(ctx())?,
+                kind: row.try_get_by_index(1).map_err(ctx())?,
+                spec: row.try_get_by_index(2).map_err(ctx())?,
+                time_zone: row.try_get_by_index(3).map_err(ctx())?,
+                missed: row.try_get_by_index(4).map_err(ctx())?,
+                last_tick: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?.map(from_ms),
+                last_job_id: row.try_get_by_index(6).map_err(ctx())?,
+                next_tick: None,
+                updated_at: from_ms(row.try_get_by_index(7).map_err(ctx())?),
+            })
+        })
+        .collect()
+}
+
+/// Rows of `reconciler, at, worker, report`.
+pub(crate) fn reconciliations(rows: &[QueryResult]) -> Result<Vec<ReconciliationRecord>> {
+    let ctx = || Error::db("reading the reconcilers' reports");
+    rows.iter()
+        .map(|row| {
+            Ok(ReconciliationRecord {
+                reconciler: row.try_get_by_index(0).map_err(ctx())?,
+                at: from_ms(row.try_get_by_index(1).map_err(ctx())?),
+                worker: row.try_get_by_index(2).map_err(ctx())?,
+                report: json_at(row, 3).map_err(ctx())?.unwrap_or_default(),
             })
         })
         .collect()

@@ -8,6 +8,7 @@ mod run;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,12 +22,16 @@ pub use run::shutdown_signal;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::kind::Kind;
+use crate::periodic::{self, Schedule};
+use crate::retention::Retention;
 use crate::storage::{self, WorkerStore, WorkerStoreOpts};
 use handler::ErasedHandler;
 
 pub(crate) struct Registered {
     pub(crate) handler: ErasedHandler,
     pub(crate) retry: RetryPolicy,
+    /// How long its handler may run: the builder's `kind_timeout`, else the kind's own, else the worker's.
+    pub(crate) timeout: Option<Duration>,
     /// The kind, recorded in the kinds table when the worker is built.
     pub(crate) kind: Arc<Kind>,
 }
@@ -42,7 +47,11 @@ pub(crate) struct WorkerConfig {
     pub(crate) cancel_grace: Duration,
     pub(crate) max_db_backoff: Duration,
     pub(crate) presence_interval: Duration,
+    pub(crate) timeout: Option<Duration>,
 }
+
+/// A start-up step ([`WorkerBuilder::on_start`]): given the caller's pool and the worker's id.
+type StartHook = Box<dyn FnOnce(DatabaseConnection, String) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send>;
 
 /// Configures and builds a [`Worker`].
 pub struct WorkerBuilder {
@@ -55,6 +64,11 @@ pub struct WorkerBuilder {
     id: Option<String>,
     /// Fleet-wide limits set on the builder, overriding the kinds' own.
     limits: HashMap<String, u32>,
+    /// Timeouts set on the builder, overriding the kinds' own.
+    timeouts: HashMap<String, Duration>,
+    schedules: Vec<Schedule>,
+    retention: Retention,
+    on_start: Vec<(String, StartHook)>,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -79,6 +93,9 @@ pub struct Worker {
     pub(crate) id: String,
     /// Kinds with a fleet-wide limit: one ending frees a slot the next claim may take at once.
     pub(crate) limited: std::collections::HashSet<String>,
+    pub(crate) schedules: Arc<Vec<periodic::Ready>>,
+    pub(crate) retention: Retention,
+    pub(crate) on_start: Vec<(String, StartHook)>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -106,9 +123,14 @@ impl Worker {
                 cancel_grace: Duration::from_secs(5),
                 max_db_backoff: Duration::from_secs(30),
                 presence_interval: Duration::from_secs(10),
+                timeout: None,
             },
             id: None,
             limits: HashMap::new(),
+            timeouts: HashMap::new(),
+            schedules: Vec::new(),
+            retention: Retention::default(),
+            on_start: Vec::new(),
         }
     }
 
@@ -192,7 +214,8 @@ impl WorkerBuilder {
             return self;
         }
         let handler = handler::erase::<J, F, Fut, O>(Arc::clone(&kind), handler);
-        self.handlers.insert(J::KIND.to_owned(), Registered { handler, retry, kind });
+        let timeout = J::OPTS.timeout;
+        self.handlers.insert(J::KIND.to_owned(), Registered { handler, retry, timeout, kind });
         self
     }
 
@@ -270,6 +293,49 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long a handler may run when its kind declares no timeout (default: no limit). Past it the handler
+    /// is asked to stop through [`JobContext::cancelled`], dropped after the cancel grace if it has not, and
+    /// the attempt counts as a retryable failure "timed out after …"; the job's claim is given back at once.
+    ///
+    /// A handler that blocks its thread (a synchronous sleep, a blocking call) cannot be dropped: the job is
+    /// given back but the thread stays busy. Run blocking work with `tokio::task::spawn_blocking` and check
+    /// the context between steps.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.config.timeout = Some(d.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// How long handlers of `kind` may run, in place of what the kind declares (`#[job(timeout = "30s")]`):
+    /// for kinds defined elsewhere, such as the built-in ones.
+    pub fn kind_timeout(mut self, kind: impl Into<String>, d: Duration) -> Self {
+        self.timeouts.insert(kind.into(), d.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Enqueues a periodic job at each tick of `schedule` while the worker runs. Every process may register
+    /// the same schedule: the database lets one enqueue each tick.
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedules.push(schedule);
+        self
+    }
+
+    /// How long finished jobs are kept (default: [`Retention::default`]; [`Retention::off`] to keep all).
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Runs `step` once when the worker starts, before its first claim (the filesystem reconciler, say);
+    /// a step that fails is logged under `name` and the worker goes on.
+    pub fn on_start<F, Fut>(mut self, name: impl Into<String>, step: F) -> Self
+    where
+        F: FnOnce(DatabaseConnection, String) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        self.on_start.push((name.into(), Box::new(move |db, id| Box::pin(step(db, id)))));
+        self
+    }
+
     /// Sets the worker's identity (default: host, process id and a random suffix). Must be unique.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
@@ -304,11 +370,39 @@ impl WorkerBuilder {
             })
             .collect();
         let limited = limits.iter().map(|(kind, _)| kind.clone()).collect();
+        if let Some(kind) = self.timeouts.keys().find(|k| !self.handlers.contains_key(*k)) {
+            return Err(Error::Invalid(format!(
+                "a timeout names kind `{kind}`, which this worker has no handler for (it has: {})",
+                kinds.join(", ")
+            )));
+        }
+        for (kind, registered) in &mut self.handlers {
+            registered.timeout = self.timeouts.get(kind).copied().or(registered.timeout).or(self.config.timeout);
+        }
+        self.retention.check()?;
+        let mut schedules = Vec::with_capacity(self.schedules.len());
+        for schedule in self.schedules {
+            if schedules.iter().any(|s: &periodic::Ready| s.name() == schedule.name()) {
+                return Err(Error::Invalid(format!("schedule `{}` is registered twice", schedule.name())));
+            }
+            schedules.push(periodic::Ready::of(schedule)?);
+        }
         let queues = self.queues.clone();
         let opts = WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues };
         let store =
             until_ok("opening its connection", &id, config, || storage::open_worker_store(db, opts.clone())).await?;
-        Ok(Worker { store, db: self.db, queues, handlers: Arc::new(self.handlers), config: self.config, id, limited })
+        Ok(Worker {
+            store,
+            db: self.db,
+            queues,
+            handlers: Arc::new(self.handlers),
+            config: self.config,
+            id,
+            limited,
+            schedules: Arc::new(schedules),
+            retention: self.retention,
+            on_start: self.on_start,
+        })
     }
 }
 

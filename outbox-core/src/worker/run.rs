@@ -20,6 +20,16 @@ use crate::wake;
 
 type HandlerResult = std::result::Result<Option<Value>, JobError>;
 
+/// How a handler's task ended: its result, and its timeout if it ran past it.
+type TaskResult = (HandlerResult, Option<TimedOut>);
+
+/// A handler ran past its timeout: it was asked to stop, and `dropped` if it had not within the grace.
+#[derive(Debug, Clone, Copy)]
+struct TimedOut {
+    limit: std::time::Duration,
+    dropped: bool,
+}
+
 struct InFlight {
     job: ClaimedJob,
     cancel: CancellationToken,
@@ -27,7 +37,7 @@ struct InFlight {
 
 struct Loop {
     worker: Worker,
-    tasks: JoinSet<HandlerResult>,
+    tasks: JoinSet<TaskResult>,
     in_flight: HashMap<Id, InFlight>,
     next_heartbeat: Instant,
     next_rescue: Instant,
@@ -51,7 +61,26 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
     };
     tracing::info!(worker = %lp.worker.id, concurrency = lp.worker.config.concurrency, "worker started");
     let presence = Presence::start(&lp.worker, Arc::clone(&lp.running));
+    for (name, step) in std::mem::take(&mut lp.worker.on_start) {
+        tracing::info!(worker = %lp.worker.id, step = %name, "running a start-up step");
+        if let Err(e) = step(lp.worker.db.clone(), lp.worker.id.clone()).await {
+            tracing::error!(worker = %lp.worker.id, step = %name, error = %e, "a start-up step failed; the worker goes on");
+        }
+    }
+    // Periodic jobs and retention run beside the loop, not in a drain (which ends when the queue is empty).
+    let chores = CancellationToken::new();
+    let mut background = JoinSet::new();
+    if !drain {
+        let (db, id) = (&lp.worker.db, &lp.worker.id);
+        if !lp.worker.schedules.is_empty() {
+            let schedules = Arc::clone(&lp.worker.schedules);
+            background.spawn(crate::periodic::run(db.clone(), schedules, id.clone(), chores.clone()));
+        }
+        background.spawn(crate::retention::run(db.clone(), lp.worker.retention.clone(), id.clone(), chores.clone()));
+    }
     let result = lp.work(&shutdown, drain).await;
+    chores.cancel();
+    while background.join_next().await.is_some() {}
     let stopped = lp.stop().await;
     presence.stop().await;
     tracing::info!(worker = %lp.worker.id, "worker stopped");
@@ -157,26 +186,35 @@ impl Loop {
             store: self.worker.store.clone(),
         };
         let fut = (registered.handler)(job.payload.clone(), job.schema_hash.clone(), ctx);
-        let handle = self.tasks.spawn(fut);
+        let handle = match registered.timeout {
+            None => self.tasks.spawn(async move { (fut.await, None) }),
+            Some(limit) => self.tasks.spawn(with_timeout(fut, limit, self.worker.config.cancel_grace, cancel.clone())),
+        };
         self.in_flight.insert(handle.id(), InFlight { job, cancel });
         self.running.store(self.in_flight.len(), Ordering::Relaxed);
     }
 
     /// Records how a handler's task ended. `cancelling`: the worker asked it to stop.
-    fn settle(&mut self, done: std::result::Result<(Id, HandlerResult), JoinError>, cancelling: bool) -> Result<()> {
-        let (id, result) = match done {
-            Ok((id, result)) => (id, Ok(result)),
-            Err(e) => (e.id(), Err(e)),
+    fn settle(&mut self, done: std::result::Result<(Id, TaskResult), JoinError>, cancelling: bool) -> Result<()> {
+        let (id, result, timed_out) = match done {
+            Ok((id, (result, timed_out))) => (id, Ok(result), timed_out),
+            Err(e) => (e.id(), Err(e), None),
         };
         let Some(InFlight { job, cancel }) = self.in_flight.remove(&id) else { return Ok(()) };
         self.running.store(self.in_flight.len(), Ordering::Relaxed);
         let retry = self.worker.handlers.get(&job.kind);
         // Once the worker has asked a handler to stop, an error may be the interruption itself, whatever the
         // handler called it: the job is given back without using its attempt rather than failed or retried.
-        let asked_to_stop = cancelling || cancel.is_cancelled();
+        // A handler stopped for its timeout was not interrupted by the worker's shutdown: its error is the timeout.
+        let asked_to_stop = cancelling || (cancel.is_cancelled() && timed_out.is_none());
         let outcome = match result {
             Ok(Ok(output)) => Outcome::Completed { output: output.map(|v| v.to_string()) },
             Ok(Err(JobError::Snooze(after))) => Outcome::Snoozed { run_at: ms_after(now_ms(), after) },
+            Ok(Err(_)) if let Some(t) = timed_out.filter(|_| !cancelling) => {
+                tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt, timeout = ?t.limit,
+                    dropped = t.dropped, "handler timed out");
+                failure(&job, t.message(), retry)
+            }
             Ok(Err(JobError::Retry(_) | JobError::Permanent(_))) if asked_to_stop => Outcome::Released,
             Ok(Err(JobError::Permanent(error))) => Outcome::Failed { error },
             Ok(Err(JobError::Retry(error))) => failure(&job, error, retry),
@@ -273,6 +311,37 @@ impl Loop {
             }
         }
         Ok(())
+    }
+}
+
+/// Runs `fut` for at most `limit`; then asks it to stop through `cancel` and drops it after `grace`.
+async fn with_timeout(
+    mut fut: super::handler::HandlerFuture,
+    limit: std::time::Duration,
+    grace: std::time::Duration,
+    cancel: CancellationToken,
+) -> TaskResult {
+    tokio::select! {
+        result = &mut fut => return (result, None),
+        _ = tokio::time::sleep(limit) => {}
+    }
+    cancel.cancel();
+    tokio::select! {
+        result = &mut fut => (result, Some(TimedOut { limit, dropped: false })),
+        _ = tokio::time::sleep(grace) => {
+            (Err(JobError::Retry(String::new())), Some(TimedOut { limit, dropped: true }))
+        }
+    }
+}
+
+impl TimedOut {
+    fn message(&self) -> String {
+        let after = crate::record::short_duration(self.limit);
+        if self.dropped {
+            format!("timed out after {after}; the handler ignored cancellation and was dropped")
+        } else {
+            format!("timed out after {after}")
+        }
     }
 }
 

@@ -9,22 +9,25 @@
 //!   line with `E` when they end, each with one `write` to a file opened with `O_APPEND`.
 //! - MODE: `drain` runs jobs until none is due and none is in flight, then exits; `serve` runs them
 //!   until no job is pending or claimed anywhere (so a worker stays to rescue a claim lost with a
-//!   connection), then shuts down gracefully; `hang` writes RUN_LOG on the first job and hangs.
+//!   connection), then shuts down gracefully; `hang` writes RUN_LOG on the first job and hangs; `schedule`
+//!   also runs the every-second schedule `tick` (its job: `ticked`), catching up missed ticks when
+//!   `OUTBOX_TEST_CATCH_UP=1`, until SIGTERM.
 //! - CONCURRENCY: jobs run at once (default 8).
 //!
 //! `OUTBOX_LOG` (a tracing filter such as `warn`) turns on the worker's logs on stderr.
 //!
-//! Once its worker is built the process creates `RUN_LOG.ready`, so a test can tell start-up from running.
+//! Once its worker is built the process creates `RUN_LOG.ready` (holding its id and the time in milliseconds
+//! since the epoch), so a test can tell start-up from running.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{JobContext, JobError, Worker};
-use outbox_tests::{Limited, Race, Step, monotonic_ns, sqlite_url};
+use outbox_core::{JobContext, JobError, Schedule, Worker};
+use outbox_tests::{Limited, Race, Step, Ticked, monotonic_ns, sqlite_url};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
-const USAGE: &str = "usage: outbox-test-worker DATABASE RUN_LOG drain|serve|hang LEASE_MS [CONCURRENCY]";
+const USAGE: &str = "usage: outbox-test-worker DATABASE RUN_LOG drain|serve|hang|schedule LEASE_MS [CONCURRENCY]";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -39,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => return Err(USAGE.into()),
     };
-    if !matches!(mode.as_str(), "drain" | "serve" | "hang") {
+    if !matches!(mode.as_str(), "drain" | "serve" | "hang" | "schedule") {
         return Err(format!("unknown mode `{mode}`\n{USAGE}").into());
     }
     let lease = Duration::from_millis(lease_ms.parse()?);
@@ -50,7 +53,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pid = std::process::id();
     let step_log = Arc::clone(&log);
     let limited_log = Arc::clone(&log);
-    let worker = Worker::builder(&db)
+    let mut builder = Worker::builder(&db);
+    if mode == "schedule" {
+        let schedule =
+            Schedule::every("tick", Duration::from_secs(1), |tick| Ticked { tick_ms: tick.timestamp_millis() });
+        let catch_up = std::env::var("OUTBOX_TEST_CATCH_UP").is_ok_and(|v| v == "1");
+        builder = builder
+            .schedule(if catch_up { schedule.catch_up() } else { schedule })
+            .register(|_: Ticked, _: JobContext| async { Ok::<_, JobError>(()) });
+    }
+    let worker = builder
         .concurrency(concurrency)
         .lease(lease)
         .poll_interval(Duration::from_millis(50))
@@ -91,8 +103,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .build()
         .await?;
-    std::fs::write(format!("{run_log}.ready"), worker.id())?;
-    if mode == "serve" {
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
+    std::fs::write(format!("{run_log}.ready"), format!("{} {started}", worker.id()))?;
+    if mode == "schedule" {
+        worker.run_until(outbox_core::shutdown_signal()).await?;
+    } else if mode == "serve" {
         worker.run_until(until_no_job_is_left(&db)).await?;
     } else {
         worker.drain().await?;

@@ -4,6 +4,7 @@
 
 mod feed;
 mod schema;
+mod time;
 mod worker;
 
 use std::path::PathBuf;
@@ -18,11 +19,13 @@ use sea_orm::{
 pub(super) use worker::SqliteStore;
 
 use super::{
-    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, ScanRow, StoredEvent, Tuning, WorkerRow,
-    WorkerStore, WorkerStoreOpts, limit_value, rows,
+    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, PruneRules, ScanRow, ScheduleRow, StoredEvent,
+    Tuning, WorkerRow, WorkerStore, WorkerStoreOpts, limit_value, rows,
 };
 use crate::error::{Error, Result, Violation};
-use crate::record::{FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, WorkerRecord};
+use crate::record::{
+    FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord, WorkerRecord,
+};
 use crate::stats::{BlockedSequence, DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 use worker::StoreConfig;
 
@@ -203,7 +206,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 }
 
 impl Driver for Sqlite {
-    const MIGRATIONS: [Migration; 8] = schema::MIGRATIONS;
+    const MIGRATIONS: [Migration; 9] = schema::MIGRATIONS;
 
     fn tune(options: &mut ConnectOptions, settings: &Tuning) {
         let synchronous = if settings.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };
@@ -680,5 +683,55 @@ impl Driver for Sqlite {
             .await
             .map_err(|e| write_error(format!("renewing the lease of job `{id}`"), e))?;
         Ok(res.rows_affected() == 1)
+    }
+
+    async fn register_schedule<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        row: &ScheduleRow,
+        now: i64,
+    ) -> Result<Option<i64>> {
+        time::register_schedule(conn, row, now).await
+    }
+
+    async fn claim_tick<C: ConnectionTrait + ?Sized>(conn: &C, row: &ScheduleRow, tick: i64, now: i64) -> Result<bool> {
+        time::claim_tick(conn, row, tick, now).await
+    }
+
+    async fn set_tick_job<C: ConnectionTrait + ?Sized>(conn: &C, name: &str, job_id: &str) -> Result<()> {
+        time::set_tick_job(conn, name, job_id).await
+    }
+
+    async fn schedules<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<ScheduleRecord>> {
+        time::schedules(conn).await
+    }
+
+    async fn take_lock<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        name: &str,
+        holder: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<bool> {
+        time::take_lock(conn, name, holder, now, until).await
+    }
+
+    async fn release_lock<C: ConnectionTrait + ?Sized>(conn: &C, name: &str, holder: &str) -> Result<()> {
+        time::release_lock(conn, name, holder).await
+    }
+
+    async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, batch: u64) -> Result<u64> {
+        time::prune(conn, rules, batch).await
+    }
+
+    async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64> {
+        time::prune_feed(conn, before, batch).await
+    }
+
+    async fn record_reconciliation<C: ConnectionTrait + ?Sized>(conn: &C, rec: &ReconciliationRecord) -> Result<()> {
+        time::record_reconciliation(conn, rec).await
+    }
+
+    async fn reconciliations<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<ReconciliationRecord>> {
+        time::reconciliations(conn).await
     }
 }

@@ -3,7 +3,7 @@
 use crate::storage::{Migration, blocking};
 
 /// The migrations in order; their names are [`crate::storage::MIGRATION_NAMES`].
-pub(super) const MIGRATIONS: [Migration; 8] = [
+pub(super) const MIGRATIONS: [Migration; 9] = [
     Migration { up: SCHEMA_V1, down: &["DROP TABLE IF EXISTS outbox_jobs"] },
     Migration {
         up: SCHEMA_V2_EVENTS,
@@ -20,6 +20,7 @@ pub(super) const MIGRATIONS: [Migration; 8] = [
     Migration { up: SCHEMA_V7_BATCHED, down: SCHEMA_V7_DOWN },
     // How PostgreSQL stores long feed rows; SQLite has no TOAST, so nothing changes here.
     Migration { up: &[], down: &[] },
+    Migration { up: SCHEMA_V9_TIME, down: SCHEMA_V9_DOWN },
 ];
 
 /// The jobs table, as `$name`, with JSON columns of `$json` type and `$options` after it (`STRICT`).
@@ -509,4 +510,37 @@ const SCHEMA_V7_DOWN: &[&str] = &[
     "ALTER TABLE outbox_job_events DROP COLUMN claimed_at",
     "ALTER TABLE outbox_job_events DROP COLUMN jobs",
     "ALTER TABLE outbox_jobs DROP COLUMN event_flip",
+];
+
+/// Periodic schedules (one row each: the tick last enqueued, set by compare-and-set so one process enqueues
+/// each tick), named leases of fleet-wide chores (retention runs in one process at a time), and the latest
+/// report of each reconciler.
+const SCHEMA_V9_TIME: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS outbox_schedules (
+        name TEXT PRIMARY KEY NOT NULL,
+        kind TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        time_zone TEXT NOT NULL,
+        missed TEXT NOT NULL,
+        last_tick INTEGER,
+        last_job_id TEXT,
+        updated_at INTEGER NOT NULL
+    ) STRICT",
+    "CREATE TABLE IF NOT EXISTS outbox_locks (
+        name TEXT PRIMARY KEY NOT NULL,
+        holder TEXT NOT NULL,
+        expires_at INTEGER NOT NULL
+    ) STRICT",
+    "CREATE TABLE IF NOT EXISTS outbox_reconciliations (
+        reconciler TEXT PRIMARY KEY NOT NULL,
+        at INTEGER NOT NULL,
+        worker TEXT,
+        report TEXT NOT NULL
+    ) STRICT",
+];
+
+const SCHEMA_V9_DOWN: &[&str] = &[
+    "DROP TABLE IF EXISTS outbox_reconciliations",
+    "DROP TABLE IF EXISTS outbox_locks",
+    "DROP TABLE IF EXISTS outbox_schedules",
 ];

@@ -1,0 +1,183 @@
+//! Retention: finished jobs are deleted (with their history) once older than their status's age, in small
+//! batches, by one process of the fleet at a time (a named lease in the database).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::record::{JobStatus, ms_after};
+use crate::storage::{self, PruneRules, dispatch, now_ms};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The lease's name in `outbox_locks`.
+const LEASE: &str = "retention";
+
+/// How long finished jobs are kept, and how the pruning runs. Workers prune with [`Retention::default`]
+/// unless given another (or [`Retention::off`]) through [`crate::WorkerBuilder::retention`].
+///
+/// Kept whatever their age: a failed or cancelled job that holds its sequence (until an operator acts), and
+/// the latest completed job of each sequence key, which the reconcilers read as the evidence of what the
+/// path or resource should be. [`crate::ops::purge`] stays for pruning by hand.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    ages: BTreeMap<&'static str, Option<Duration>>,
+    kinds: BTreeMap<(String, &'static str), Option<Duration>>,
+    interval: Duration,
+    batch: u64,
+    enabled: bool,
+}
+
+impl Default for Retention {
+    /// Completed jobs for a day, failed and cancelled ones for seven; a pass every minute, 500 jobs a batch.
+    fn default() -> Self {
+        let ages = BTreeMap::from([
+            (JobStatus::Completed.as_str(), Some(DAY)),
+            (JobStatus::Failed.as_str(), Some(7 * DAY)),
+            (JobStatus::Cancelled.as_str(), Some(7 * DAY)),
+        ]);
+        Retention { ages, kinds: BTreeMap::new(), interval: Duration::from_secs(60), batch: 500, enabled: true }
+    }
+}
+
+impl Retention {
+    /// The defaults: see [`Retention::default`].
+    pub fn new() -> Self {
+        Retention::default()
+    }
+
+    /// No pruning by this worker.
+    pub fn off() -> Self {
+        Retention { enabled: false, ..Retention::default() }
+    }
+
+    /// Keeps finished jobs of `status` for `age` (`None`: forever). Statuses that are not finished are
+    /// refused when the worker is built.
+    pub fn max_age(mut self, status: JobStatus, age: Option<Duration>) -> Self {
+        self.ages.insert(status.as_str(), age);
+        self
+    }
+
+    /// Keeps finished jobs of `kind` and `status` for `age` (`None`: forever), in place of the status's age.
+    pub fn kind_max_age(mut self, kind: impl Into<String>, status: JobStatus, age: Option<Duration>) -> Self {
+        self.kinds.insert((kind.into(), status.as_str()), age);
+        self
+    }
+
+    /// How often a pass runs (default 60 s).
+    pub fn interval(mut self, d: Duration) -> Self {
+        self.interval = d.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Jobs deleted per statement (default 500); each batch holds the write lock briefly and the pass pauses
+    /// between batches so workers keep their pace.
+    pub fn batch_size(mut self, n: u64) -> Self {
+        self.batch = n.max(1);
+        self
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        let finished = ["completed", "failed", "cancelled"];
+        let statuses = self.ages.keys().copied().chain(self.kinds.keys().map(|(_, s)| *s));
+        if let Some(bad) = statuses.into_iter().find(|s| !finished.contains(s)) {
+            return Err(Error::Invalid(format!(
+                "retention applies to finished jobs (completed, failed, cancelled); `{bad}` jobs are never pruned"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The rules of a pass at `now`.
+    fn rules(&self, now: i64) -> PruneRules {
+        let cutoff = |age: Option<Duration>| age.map_or(0, |a| now.saturating_sub(ms_after(0, a)).max(0));
+        let statuses = self
+            .ages
+            .iter()
+            .filter_map(|(status, age)| {
+                let status: JobStatus = status.parse().ok()?;
+                let kinds: Vec<(String, i64)> = self
+                    .kinds
+                    .iter()
+                    .filter(|((_, s), _)| *s == status.as_str())
+                    .map(|((kind, _), age)| (kind.clone(), cutoff(*age)))
+                    .collect();
+                Some((status, cutoff(*age), kinds))
+            })
+            .collect();
+        PruneRules { statuses }
+    }
+
+    /// Feed rows go by the shortest age of all.
+    fn feed_cutoff(&self, now: i64) -> Option<i64> {
+        let shortest = self.ages.values().chain(self.kinds.values()).flatten().min()?;
+        Some(now.saturating_sub(ms_after(0, *shortest)))
+    }
+}
+
+/// Prunes until `stop`, a pass every interval while this worker holds the fleet's retention lease.
+pub(crate) async fn run(db: DatabaseConnection, retention: Retention, worker: String, stop: CancellationToken) {
+    if !retention.enabled {
+        return;
+    }
+    loop {
+        match pass(&db, &retention, &worker, &stop).await {
+            Ok((0, 0)) => {}
+            Ok((jobs, feed_rows)) => tracing::info!(worker, jobs, feed_rows, "retention pruned finished jobs"),
+            Err(e) => tracing::warn!(worker, error = %e, "retention pass failed; trying again next interval"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(retention.interval) => {}
+        }
+    }
+    let conn = &db;
+    let released: Result<()> = async { dispatch!(conn, release_lock(conn, LEASE, &worker)) }.await;
+    if let Err(e) = released {
+        tracing::debug!(worker, error = %e, "giving up the retention lease failed; it expires on its own");
+    }
+}
+
+/// One pass: batches until none is full. Each batch renews the lease in its own transaction, so a process
+/// that dies mid-pass lets another take over after two intervals.
+async fn pass(
+    db: &DatabaseConnection,
+    retention: &Retention,
+    worker: &str,
+    stop: &CancellationToken,
+) -> Result<(u64, u64)> {
+    let (mut jobs, mut feed_rows) = (0, 0);
+    let mut feed_done = false;
+    loop {
+        let started = std::time::Instant::now();
+        let now = now_ms();
+        let lease_until = ms_after(now, retention.interval * 2 + Duration::from_secs(60));
+        let txn = storage::begin_write(db).await?;
+        if !dispatch!(&txn, take_lock(&txn, LEASE, worker, now, lease_until))? {
+            drop(txn);
+            return Ok((jobs, feed_rows));
+        }
+        let pruned = dispatch!(&txn, prune(&txn, &retention.rules(now), retention.batch))?;
+        let feed = match retention.feed_cutoff(now) {
+            Some(before) if !feed_done => dispatch!(&txn, prune_feed(&txn, before, retention.batch))?,
+            _ => 0,
+        };
+        txn.commit().await.map_err(Error::db("committing a retention batch"))?;
+        jobs += pruned;
+        feed_rows += feed;
+        feed_done |= feed < retention.batch;
+        if pruned < retention.batch && feed_done {
+            return Ok((jobs, feed_rows));
+        }
+        // The write lock was held for `started.elapsed()`; leave the database to the workers three times
+        // as long before the next batch.
+        let pause = (started.elapsed() * 3).max(Duration::from_millis(5));
+        tokio::select! {
+            _ = stop.cancelled() => return Ok((jobs, feed_rows)),
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}

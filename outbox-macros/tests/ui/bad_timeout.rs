@@ -1,0 +1,15 @@
+use outbox_core::Job;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Job, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "send_welcome", timeout = "soon")]
+struct SendWelcome {
+    user_id: i64,
+}
+
+fn assert_job<J: Job>() {}
+
+fn main() {
+    assert_job::<SendWelcome>();
+}
