@@ -721,10 +721,8 @@ async fn work_reconciles_at_start_and_removes_stale_temp_files() {
     std::fs::write(&recent, "being written").expect("recent temp");
 
     // The restart reconciles before its first claim, logs what it found and records the counts.
-    let (done, out) = work_reconciling_until(&env, &[], || async {
-        reconciliation(&env).is_some_and(|r| r["at"] != first_at)
-    })
-    .await;
+    let (done, out) =
+        work_reconciling_until(&env, &[], || async { reconciliation(&env).is_some_and(|r| r["at"] != first_at) }).await;
     assert!(done && out.code == 0, "the restart recorded a new reconciliation: {}", out.stderr);
     let second = reconciliation(&env).expect("recorded");
     let report = &second["report"];
@@ -747,11 +745,20 @@ fn schedules_file_errors_name_the_schedule_and_the_fault() {
     env.ok(&["migrate"]);
     let file = env.dir.path().join("schedules.json");
     let cases = [
-        (json!([{"name": "n", "schedule": "61 * * * * *", "kind": "create_file", "payload": {"path": "a", "content": ""}}]), "61 * * * * *"),
+        (
+            json!([{"name": "n", "schedule": "61 * * * * *", "kind": "create_file", "payload": {"path": "a", "content": ""}}]),
+            "61 * * * * *",
+        ),
         (json!([{"name": "n", "schedule": "every 1s", "kind": "mail", "payload": {}}]), "`mail`"),
         (json!([{"name": "n", "schedule": "every 1s", "kind": "create_file", "payload": {"path": 5}}]), "/path"),
-        (json!([{"name": "n", "schedule": "0 * * * *", "kind": "delete_file", "payload": {"path": "a"}, "time_zone": "Mars/Base"}]), "Mars/Base"),
-        (json!([{"name": "n", "schedule": "every 1s", "kind": "delete_file", "payload": {"path": "a"}, "colour": 1}]), "colour"),
+        (
+            json!([{"name": "n", "schedule": "0 * * * *", "kind": "delete_file", "payload": {"path": "a"}, "time_zone": "Mars/Base"}]),
+            "Mars/Base",
+        ),
+        (
+            json!([{"name": "n", "schedule": "every 1s", "kind": "delete_file", "payload": {"path": "a"}, "colour": 1}]),
+            "colour",
+        ),
     ];
     for (entries, needle) in cases {
         std::fs::write(&file, entries.to_string()).expect("write");

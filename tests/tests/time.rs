@@ -104,7 +104,8 @@ async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: Test
         n_expr(&t)
     );
     exec(&t.db, &old_probe, vec![]).await;
-    // Two failed probes: one three days old (kept for seven), one eight days old.
+    // Failed probes of three days (kept: younger than the four days probes keep failures), five and eight
+    // days (pruned).
     let failed = |n: i64, age: i64| {
         format!(
             "UPDATE outbox_jobs SET status = 'failed', updated_at = {} WHERE kind = 'probe' AND {} = {n}",
@@ -114,11 +115,19 @@ async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: Test
     };
     exec(&t.db, &failed(1, 3 * DAY_MS), vec![]).await;
     exec(&t.db, &failed(2, 8 * DAY_MS), vec![]).await;
+    exec(&t.db, &failed(3, 5 * DAY_MS), vec![]).await;
     let history_of_2 = scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE job_id = (SELECT id FROM outbox_jobs WHERE kind = 'probe' AND status = 'failed' ORDER BY updated_at LIMIT 1)").await;
     assert!(history_of_2 > 0, "the failed job has history to prune");
 
-    // Two workers with small batches: both try, one holds the lease at a time.
-    let retention = || Retention::new().interval(Duration::from_millis(50)).batch_size(7);
+    // Two workers with small batches: both try, one holds the lease at a time. Failed probes are kept four
+    // days, in place of seven.
+    let retention = || {
+        Retention::new().interval(Duration::from_millis(50)).batch_size(7).kind_max_age(
+            "probe",
+            JobStatus::Failed,
+            Some(Duration::from_secs(4 * 86_400)),
+        )
+    };
     let mut handles = Vec::new();
     for id in ["pruner-a", "pruner-b"] {
         let worker = Worker::builder(&t.db)
@@ -141,10 +150,12 @@ async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: Test
     assert!(pruned, "left: {}", scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await);
     assert_eq!(holder, 1, "one process holds the retention lease");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_locks").await, 0, "a stopping worker gives the lease up");
-    let kept = |sql: &str| scalar(&t.db, sql);
-    assert_eq!(kept("SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe' AND status = 'completed'").await, 10);
-    assert_eq!(kept("SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe' AND status = 'failed'").await, 1);
-    let steps = ops::list(&t.db, &ops::JobFilter { kind: Some("step".into()), ..Default::default() }).await.expect("list");
+    let completed = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe' AND status = 'completed'";
+    assert_eq!(scalar(&t.db, completed).await, 10);
+    let failed = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe' AND status = 'failed'";
+    assert_eq!(scalar(&t.db, failed).await, 1);
+    let steps =
+        ops::list(&t.db, &ops::JobFilter { kind: Some("step".into()), ..Default::default() }).await.expect("list");
     assert_eq!(steps.len(), 1, "the sequence keeps its latest completed job");
     assert_eq!(steps[0].payload["seq"], 3);
     let orphans = "SELECT COUNT(*) FROM outbox_job_events e WHERE e.job_id <> '' \

@@ -273,24 +273,26 @@ impl PruneRules {
         let mut parts = Vec::new();
         for (status, default, kinds) in &self.statuses {
             let status_mark = push(status.as_str().into(), &mut values);
-            let mut case = String::from("CASE j.kind");
-            for (kind, cutoff) in kinds {
+            let mut cutoff = String::new();
+            for (kind, kind_cutoff) in kinds {
                 let k = push(kind.as_str().into(), &mut values);
-                let c = push((*cutoff).into(), &mut values);
-                case.push_str(&format!(" WHEN {k} THEN {c}"));
+                let c = push((*kind_cutoff).into(), &mut values);
+                cutoff.push_str(&format!(" WHEN {k} THEN {c}"));
             }
             let d = push((*default).into(), &mut values);
-            case.push_str(&format!(" ELSE {d} END"));
-            parts.push(format!("(j.status = {status_mark} AND j.updated_at < {})", time(&case)));
+            // A `CASE` needs one `WHEN` at least.
+            let cutoff = if cutoff.is_empty() { d } else { format!("CASE j.kind{cutoff} ELSE {d} END") };
+            parts.push(format!("(j.status = {status_mark} AND j.updated_at < {})", time(&cutoff)));
         }
         let newest = push(self.newest().into(), &mut values);
+        // Values go in the order their marks appear (SQLite's `?` are positional).
         let sql = format!(
-            "j.status IN ('completed', 'failed', 'cancelled') AND j.updated_at < {} AND ({}) {HELD_KEPT} \
+            "j.status IN ('completed', 'failed', 'cancelled') AND ({}) AND j.updated_at < {} {HELD_KEPT} \
              AND NOT (j.status = 'completed' AND j.sequence_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \
              outbox_jobs l WHERE l.sequence_key = j.sequence_key AND l.sequence_no > j.sequence_no \
              AND l.status = 'completed'))",
-            time(&newest),
             if parts.is_empty() { "FALSE".to_owned() } else { parts.join(" OR ") },
+            time(&newest),
         );
         (sql, values)
     }
