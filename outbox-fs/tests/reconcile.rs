@@ -241,3 +241,46 @@ async fn a_path_scan_reads_one_snapshot_without_blocking_writers(t: TestDb) {
     let err = scan::latest_completed_by_path(&e.db, &[]).await.expect_err("no fields");
     assert!(err.to_string().contains("at least one kind"), "{err}");
 }
+
+conformance!(retention_leaves_the_reconcilers_result_unchanged);
+async fn retention_leaves_the_reconcilers_result_unchanged(t: TestDb) {
+    let backend = t.backend;
+    let e = env(t);
+    for round in 0..3 {
+        for (path, content) in [("kept.txt", "k"), ("missing.txt", "m"), ("changed.txt", "c"), ("gone.txt", "g")] {
+            create(&e, path, &format!("{content}{round}")).await;
+        }
+        drain(&e).await;
+    }
+    delete(&e, "gone.txt").await;
+    drain(&e).await;
+    std::fs::remove_file(e.root_dir.join("missing.txt")).expect("remove");
+    std::fs::write(e.root_dir.join("changed.txt"), "edited").expect("edit");
+    std::fs::write(e.root_dir.join("gone.txt"), "back").expect("recreate");
+    // Every job finished two days ago: past the default day completed jobs are kept.
+    let old = outbox_tests::now_ms() - 2 * 86_400_000;
+    outbox_tests::exec(&e.db, &format!("UPDATE outbox_jobs SET updated_at = {}", backend.time(old)), vec![]).await;
+
+    let before = outbox_fs::reconcile(&e.db, &e.root, ReconcileOpts::new()).await.expect("reconcile");
+    assert_eq!(before.jobs_scanned, 13);
+    let handle = worker(&e)
+        .retention(outbox_core::Retention::new().interval(std::time::Duration::from_millis(20)).batch_size(2))
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let pruned = outbox_tests::eventually(std::time::Duration::from_secs(20), || async {
+        outbox_tests::scalar(&e.db, "SELECT COUNT(*) FROM outbox_jobs").await == 4
+    })
+    .await;
+    handle.shutdown().await.expect("shutdown");
+    assert!(pruned, "all but the latest job of each path are pruned");
+    let after = outbox_fs::reconcile(&e.db, &e.root, ReconcileOpts::new()).await.expect("reconcile");
+    assert_eq!(after.jobs_scanned, 4);
+    assert_eq!(
+        (after.paths_checked, after.ok, after.missing, after.content_changed, after.should_be_absent),
+        (before.paths_checked, before.ok, before.missing, before.content_changed, before.should_be_absent)
+    );
+    assert_eq!(after.discrepancies, before.discrepancies, "the same discrepancies, naming the same jobs");
+    assert_eq!((after.missing, after.content_changed, after.should_be_absent, after.ok), (1, 1, 1, 1));
+}
