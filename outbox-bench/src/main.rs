@@ -20,6 +20,9 @@
 //! `dashboard` fills a database with 5×N jobs (all but 5,000 completed, 2,000 of those failed) and times
 //! what the dashboard's jobs page and overview request when they open, each against a fresh server: the
 //! page, then its API requests at once; its `jobs_page_ms` and `overview_ms` are the medians.
+//! `retention` drains N new jobs with a started worker whose retention prunes 50×N finished jobs completed
+//! two days ago (1,000,000 by default), against the same drain beside the same old jobs with retention off;
+//! it also reports how many were pruned during the drain and how long pruning all of them took.
 
 mod dashboard;
 mod http;
@@ -28,6 +31,7 @@ mod outbox;
 mod raw;
 mod raw_pg;
 mod reconcile;
+mod retention;
 mod scratch;
 
 use std::collections::HashMap;
@@ -46,6 +50,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const BATCH: u64 = 1_000;
 /// Worker concurrency, and the baseline's claim size, in `process` and `process_memory`.
 const CONCURRENCY: usize = 100;
+/// Old finished jobs per new job in the `retention` case (1,000,000 beside the default 20,000).
+const RETENTION_OLD_PER_JOB: u64 = 50;
 
 /// The database engine of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,9 +141,10 @@ enum Case {
     Reconcile,
     Http,
     Dashboard,
+    Retention,
 }
 
-const CASES: [Case; 11] = [
+const CASES: [Case; 12] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -149,6 +156,7 @@ const CASES: [Case; 11] = [
     Case::Reconcile,
     Case::Http,
     Case::Dashboard,
+    Case::Retention,
 ];
 
 /// Sequences in `process_sequenced_100`.
@@ -172,13 +180,16 @@ impl Case {
             Case::Reconcile => "reconcile",
             Case::Http => "http",
             Case::Dashboard => "dashboard",
+            Case::Retention => "retention",
         }
     }
 
     fn syncs(self) -> &'static [SyncMode] {
         match self {
             Case::EnqueueOrmCeiling => &[SyncMode::Normal],
-            Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard => &[SyncMode::Full],
+            Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard | Case::Retention => {
+                &[SyncMode::Full]
+            }
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -189,6 +200,7 @@ impl Case {
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Full) => base / 10,
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Normal) => base / 4,
             (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
+            (Case::Retention, _) => base,
             (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard, _) => base * 5,
         };
         n.max(1)
@@ -222,6 +234,7 @@ impl Case {
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
             (_, Case::ProcessMemory | Case::Reconcile | Case::Dashboard) => None,
+            (_, Case::Retention) => Some("the same drain beside the same old finished jobs, retention off"),
             (_, Case::Http) => Some("outbox enqueue in process: 16 tasks on the pool, one job per statement"),
         }
     }
@@ -241,7 +254,7 @@ struct Args {
 const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
                     [--pg-url URL] [--backend sqlite|postgres]
 cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, process_sequenced,
-       process_sequenced_100, claim_sequenced, reconcile, http, dashboard
+       process_sequenced_100, claim_sequenced, reconcile, http, dashboard, retention
 PostgreSQL rows run when --pg-url, OUTBOX_BENCH_PG_URL or OUTBOX_TEST_PG_URL names a server";
 
 fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
@@ -329,6 +342,15 @@ struct Row {
     /// Case `dashboard`: the overview's first requests, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     overview_ms: Option<f64>,
+    /// Case `retention`: finished jobs older than their age when the drain starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    old_jobs: Option<u64>,
+    /// Case `retention`: how many of them were pruned by the time the drain ended (median).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pruned_during_drain: Option<u64>,
+    /// Case `retention`: seconds from the worker's start until all were pruned (median).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prune_all_secs: Option<f64>,
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -377,6 +399,10 @@ impl Runner {
             Case::Reconcile => return Err("the reconcile case has no baseline".into()),
             Case::Http => return Err("the http case measures its baseline within its own run".into()),
             Case::Dashboard => return Err("the dashboard case has no baseline".into()),
+            Case::Retention => {
+                let old = n * RETENTION_OLD_PER_JOB;
+                return Ok(self.rt.block_on(retention::run(target, n, old, CONCURRENCY, false))?.0);
+            }
         };
         let sync = target.sync();
         let measure = match (&prepared.location, case) {
@@ -463,6 +489,7 @@ impl Runner {
         let mut memory = Vec::new();
         let mut latencies = Vec::new();
         let mut pages = Vec::new();
+        let mut pruned = Vec::new();
         for run in 1..=self.runs {
             let (name, label, runs) = (case.name(), sync.label(backend), self.runs);
             eprintln!("{name} {} {label} run {run}/{runs} ({n} jobs)", backend.name());
@@ -493,6 +520,12 @@ impl Runner {
                     latencies.push(run.latency);
                     run.http
                 }
+                Case::Retention => {
+                    let old = n * RETENTION_OLD_PER_JOB;
+                    let (measure, p) = self.rt.block_on(retention::run(&target, n, old, CONCURRENCY, true))?;
+                    pruned.extend(p);
+                    measure
+                }
                 Case::Dashboard => {
                     let times = self.rt.block_on(dashboard::run(&target, n))?;
                     pages.push(times);
@@ -522,6 +555,7 @@ impl Runner {
                 | Case::ProcessSequenced
                 | Case::ProcessSequenced100
                 | Case::ClaimSequenced
+                | Case::Retention
         );
         Ok(Row {
             case: case.name(),
@@ -554,6 +588,11 @@ impl Runner {
             sse_max_ms: latency(&latencies, |l| l.max_ms),
             jobs_page_ms: page_time(&pages, |p| p.jobs_page_ms),
             overview_ms: page_time(&pages, |p| p.overview_ms),
+            old_jobs: (case == Case::Retention).then_some(n * RETENTION_OLD_PER_JOB),
+            pruned_during_drain: (!pruned.is_empty())
+                .then(|| median(&pruned.iter().map(|p| p.during_drain as f64).collect::<Vec<_>>()).round() as u64),
+            prune_all_secs: (!pruned.is_empty())
+                .then(|| round(median(&pruned.iter().map(|p| p.all_secs).collect::<Vec<_>>()), 1)),
         })
     }
 }

@@ -1,0 +1,103 @@
+//! Case `retention`: a worker drains `n` new no-op jobs while its retention prunes `old` finished jobs
+//! (completed two days ago, each with its history); the baseline drains the same jobs beside the same old
+//! ones with retention off. Both workers run started (not in drain mode, which runs no retention) and the
+//! drain ends when no job is pending or claimed.
+
+use std::time::{Duration, Instant};
+
+use outbox_core::{JobContext, JobError, Retention, Worker};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+
+use crate::outbox::{Noop, noops, preload};
+use crate::scratch::{Scratch, Target};
+use crate::{BoxError, Measure, raw};
+
+/// What a pruning run measured besides the drain.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pruned {
+    /// Old jobs pruned by the time the drain ended.
+    pub(crate) during_drain: u64,
+    /// Seconds from the worker's start until every old job was pruned.
+    pub(crate) all_secs: f64,
+}
+
+const OLD_LEFT: &str = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'old'";
+const OUTSTANDING: &str = "SELECT COUNT(*) FROM outbox_jobs WHERE status IN ('pending', 'claimed')";
+
+pub(crate) async fn run(
+    target: &Target,
+    n: u64,
+    old: u64,
+    concurrency: usize,
+    prune: bool,
+) -> Result<(Measure, Option<Pruned>), BoxError> {
+    let scratch = Scratch::new(target).await?;
+    seed_old(&scratch.db, old).await?;
+    preload(&scratch.db, noops(n)).await?;
+    let retention = if prune { Retention::new().interval(Duration::from_secs(1)) } else { Retention::off() };
+    let worker = Worker::builder(&scratch.db)
+        .register(|_: Noop, _: JobContext| async { Ok::<_, JobError>(()) })
+        .concurrency(concurrency)
+        .poll_interval(Duration::from_millis(100))
+        .retention(retention)
+        .build()
+        .await?;
+    let start = Instant::now();
+    let handle = worker.start();
+    while count(&scratch.db, OUTSTANDING).await? > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let pruned = if prune {
+        let during_drain = old.saturating_sub(count(&scratch.db, OLD_LEFT).await?);
+        while count(&scratch.db, OLD_LEFT).await? > 0 {
+            if start.elapsed() > Duration::from_secs(1_800) {
+                return Err("retention: old jobs still left after 30 minutes".into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Some(Pruned { during_drain, all_secs: start.elapsed().as_secs_f64() })
+    } else {
+        None
+    };
+    handle.shutdown().await?;
+    scratch.expect_count("SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'noop' AND status = 'completed'", n, "retention").await?;
+    scratch.remove().await?;
+    Ok((Measure { jobs: n, secs }, pruned))
+}
+
+async fn count(db: &DatabaseConnection, sql: &str) -> Result<u64, BoxError> {
+    let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await?;
+    let n: i64 = row.ok_or("count returned no row")?.try_get_by_index(0)?;
+    Ok(n.max(0).unsigned_abs())
+}
+
+/// `old` completed jobs of kind `old`, finished two days ago, in one statement (each gets its history row
+/// from the enqueue trigger, as real jobs do).
+async fn seed_old(db: &DatabaseConnection, old: u64) -> Result<(), BoxError> {
+    let at = raw::now_ms() - 2 * 86_400_000;
+    let old = i64::try_from(old)?;
+    let (sql, values): (&str, Vec<sea_orm::Value>) = match db.get_database_backend() {
+        DbBackend::Postgres => (
+            "INSERT INTO outbox_jobs (id, kind, queue, payload, status, attempts, runs, max_attempts, run_at, \
+             schema_hash, created_at, claimed_at, completed_at, updated_at) \
+             SELECT 'old-' || lpad(x::text, 9, '0'), 'old', 'default', jsonb_build_object('n', x), 'completed', \
+             1, 1, 3, t, 'h', t, t, t, t FROM generate_series(1, $1::int8) x, \
+             (SELECT TIMESTAMPTZ 'epoch' + $2::int8 * INTERVAL '1 millisecond' AS t) s",
+            vec![old.into(), at.into()],
+        ),
+        _ => (
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?) \
+             INSERT INTO outbox_jobs (id, kind, queue, payload, status, attempts, runs, max_attempts, run_at, \
+             schema_hash, created_at, claimed_at, completed_at, updated_at) \
+             SELECT printf('old-%09d', x), 'old', 'default', json_object('n', x), 'completed', 1, 1, 3, ?, 'h', \
+             ?, ?, ?, ? FROM c",
+            vec![old.into(), at.into(), at.into(), at.into(), at.into(), at.into()],
+        ),
+    };
+    db.execute_raw(Statement::from_sql_and_values(db.get_database_backend(), sql, values)).await?;
+    if db.get_database_backend() == DbBackend::Postgres {
+        db.execute_unprepared("ANALYZE outbox_jobs").await?;
+    }
+    Ok(())
+}
