@@ -373,8 +373,8 @@ struct Runner {
     base_jobs: u64,
     /// The PostgreSQL server the `postgres` rows run on.
     pg_url: Option<String>,
-    /// Baseline runs already measured, by (baseline, sync, jobs): the ORM ceiling shares `enqueue`'s.
-    baselines: HashMap<(&'static str, SyncMode, u64), Vec<f64>>,
+    /// Baseline runs already measured, by (baseline, backend, sync, jobs): the ORM ceiling shares `enqueue`'s.
+    baselines: HashMap<(&'static str, &'static str, SyncMode, u64), Vec<f64>>,
 }
 
 impl Runner {
@@ -483,7 +483,7 @@ impl Runner {
         let target = self.target(backend, sync)?;
         let n = case.jobs(sync, self.base_jobs);
         let baseline = case.baseline(backend);
-        let cached = baseline.and_then(|b| self.baselines.get(&(b, sync, n)).cloned());
+        let cached = baseline.and_then(|b| self.baselines.get(&(b, backend.name(), sync, n)).cloned());
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
         let mut memory = Vec::new();
@@ -541,7 +541,7 @@ impl Runner {
             theirs.clone_from(runs);
             eprintln!("{} {}: reusing the baseline runs measured for `{b}`", case.name(), sync.label(backend));
         } else if let Some(b) = baseline {
-            self.baselines.insert((b, sync, n), theirs.clone());
+            self.baselines.insert((b, backend.name(), sync, n), theirs.clone());
         }
         let jobs_per_sec = median(&ours);
         let baseline_jobs_per_sec = (!theirs.is_empty()).then(|| median(&theirs));

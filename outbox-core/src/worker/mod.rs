@@ -154,7 +154,7 @@ impl Worker {
     }
 
     /// Runs until no job it can claim is due and none is in flight, then stops. For tests, scripts and
-    /// batch runs.
+    /// batch runs; its start-up steps run, but not its schedules nor retention (which never run out of work).
     pub async fn drain(self) -> Result<()> {
         run::run(self, CancellationToken::new(), true).await
     }
