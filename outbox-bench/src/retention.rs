@@ -63,7 +63,9 @@ pub(crate) async fn run(
         None
     };
     handle.shutdown().await?;
-    scratch.expect_count("SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'noop' AND status = 'completed'", n, "retention").await?;
+    scratch
+        .expect_count("SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'noop' AND status = 'completed'", n, "retention")
+        .await?;
     scratch.remove().await?;
     Ok((Measure { jobs: n, secs }, pruned))
 }
