@@ -221,22 +221,38 @@ impl Schedule {
         }
     }
 
-    /// A schedule of a kind known by schema (the `outbox` command's schedules file): `spec` is a cron
-    /// expression, or `every <duration>` such as `every 30s`; `build` makes each tick's payload.
-    pub fn raw(
+    /// [`Schedule::cron`] for a kind known by schema (the `outbox` command's schedules file): `build` makes
+    /// each tick's payload, validated like any enqueue.
+    pub fn raw_cron(
         name: impl Into<String>,
         kind: impl Into<Arc<Kind>>,
-        spec: &str,
+        expr: &str,
         build: impl Fn(DateTime<Utc>) -> Value + Send + Sync + 'static,
     ) -> Schedule {
-        let (timing, expr) = match spec.trim().strip_prefix("every ") {
-            Some(every) => (parse_interval(every.trim()).and_then(Timing::every), None),
-            None => (Timing::cron(spec.trim(), Tz::UTC), Some(spec.trim().to_owned())),
-        };
+        Schedule::raw(name.into(), kind.into(), Timing::cron(expr, Tz::UTC), Some(expr.to_owned()), build)
+    }
+
+    /// [`Schedule::every`] for a kind known by schema.
+    pub fn raw_every(
+        name: impl Into<String>,
+        kind: impl Into<Arc<Kind>>,
+        interval: Duration,
+        build: impl Fn(DateTime<Utc>) -> Value + Send + Sync + 'static,
+    ) -> Schedule {
+        Schedule::raw(name.into(), kind.into(), Timing::every(interval), None, build)
+    }
+
+    fn raw(
+        name: String,
+        kind: Arc<Kind>,
+        timing: Result<Timing>,
+        expr: Option<String>,
+        build: impl Fn(DateTime<Utc>) -> Value + Send + Sync + 'static,
+    ) -> Schedule {
         Schedule {
-            name: name.into(),
+            name,
             timing: timing.map_err(|e| e.to_string()),
-            kind: Ok(kind.into()),
+            kind: Ok(kind),
             missed: MissedTicks::Skip,
             build: Arc::new(move |tick| Ok(build(tick))),
             opts: EnqueueOpts::new(),
@@ -302,24 +318,6 @@ impl Schedule {
 /// The next tick of a stored schedule after `t`, for the `outbox schedules` listing.
 pub(crate) fn next_stored(spec: &str, time_zone: &str, t: i64) -> Result<Option<i64>> {
     Ok(Timing::from_spec(spec, time_zone)?.next_after(t))
-}
-
-/// `30s`, `5m`, `2h`, `1d`, `500ms`.
-fn parse_interval(text: &str) -> Result<Duration> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (n, unit) = text.split_at(split);
-    let n: u64 = n.parse().map_err(|_| Error::Invalid(format!("`{text}` is not an interval such as `30s`")))?;
-    let ms = match unit.trim() {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        other => {
-            return Err(Error::Invalid(format!("`{other}` in `{text}` is not a unit: use ms, s, m, h or d")));
-        }
-    };
-    Ok(Duration::from_millis(n.saturating_mul(ms)))
 }
 
 /// A checked schedule, as the worker runs it.
@@ -459,7 +457,6 @@ mod tests {
         assert_eq!(t.between(2_000, 7_000), 5);
         assert_eq!(t.between(2_000, 2_000), 0);
         assert_eq!(Timing::from_spec(&t.spec(), "UTC").expect("spec").next_after(0), Some(1_000));
-        assert_eq!(parse_interval("30s").expect("30s"), Duration::from_secs(30));
     }
 
     #[test]
@@ -469,6 +466,5 @@ mod tests {
         let e = parse_tz("Mars/Olympus").expect_err("bad zone").to_string();
         assert!(e.contains("Mars/Olympus"), "{e}");
         assert!(Timing::every(Duration::from_millis(10)).is_err());
-        assert!(parse_interval("5 parsecs").expect_err("unit").to_string().contains("parsecs"));
     }
 }

@@ -131,9 +131,16 @@ fn schedules(path: &std::path::Path) -> Result<Vec<Schedule>> {
         kind.validate(&with_tick(&entry.payload, &outbox_core::chrono::Utc::now().to_rfc3339()))
             .map_err(|e| fail(e.to_string()))?;
         let payload = entry.payload.clone();
-        let mut schedule = Schedule::raw(entry.name.clone(), kind, &entry.schedule, move |tick| {
+        let build = move |tick: outbox_core::chrono::DateTime<outbox_core::chrono::Utc>| {
             with_tick(&payload, &tick.to_rfc3339())
-        });
+        };
+        let mut schedule = match entry.schedule.trim().strip_prefix("every ") {
+            Some(every) => {
+                let interval = outbox_server::duration::parse(every).map_err(fail)?;
+                Schedule::raw_every(entry.name.clone(), kind, interval, build)
+            }
+            None => Schedule::raw_cron(entry.name.clone(), kind, entry.schedule.trim(), build),
+        };
         if let Some(tz) = &entry.time_zone {
             schedule = schedule.time_zone(tz);
         }

@@ -236,6 +236,20 @@ pub(crate) struct ScheduleRow {
     pub(crate) missed: String,
 }
 
+impl ScheduleRow {
+    /// `name, kind, spec, time_zone, missed` and `now`, in the order both backends' statements take them.
+    pub(crate) fn values(&self, now: i64) -> Vec<Value> {
+        vec![
+            self.name.clone().into(),
+            self.kind.clone().into(),
+            self.spec.clone().into(),
+            self.time_zone.clone().into(),
+            self.missed.clone().into(),
+            now.into(),
+        ]
+    }
+}
+
 /// Which finished jobs retention deletes: those last updated before their status's cutoff (integer
 /// milliseconds; 0 keeps them), a kind's own cutoff where it has one. Never a failed or cancelled job that
 /// holds its sequence, nor the latest completed job of a sequence (the reconcilers' evidence).

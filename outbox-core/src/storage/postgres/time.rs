@@ -20,19 +20,8 @@ pub(super) async fn register_schedule<C: ConnectionTrait + ?Sized>(
          time_zone = excluded.time_zone, missed = excluded.missed, updated_at = excluded.updated_at RETURNING ",
         ms!("last_tick")
     );
-    let last = conn.query_one_raw(stmt(sql, values(row, now))).await.map_err(|e| write_error(ctx(), e))?;
+    let last = conn.query_one_raw(stmt(sql, row.values(now))).await.map_err(|e| write_error(ctx(), e))?;
     last.map(|r| r.try_get_by_index::<Option<i64>>(0)).transpose().map(Option::flatten).map_err(Error::db(ctx()))
-}
-
-fn values(row: &ScheduleRow, now: i64) -> Vec<Value> {
-    vec![
-        row.name.clone().into(),
-        row.kind.clone().into(),
-        row.spec.clone().into(),
-        row.time_zone.clone().into(),
-        row.missed.clone().into(),
-        now.into(),
-    ]
 }
 
 pub(super) async fn claim_tick<C: ConnectionTrait + ?Sized>(
@@ -41,7 +30,7 @@ pub(super) async fn claim_tick<C: ConnectionTrait + ?Sized>(
     tick: i64,
     now: i64,
 ) -> Result<bool> {
-    let mut values = values(row, now);
+    let mut values = row.values(now);
     values.push(tick.into());
     // A concurrent claim of the same tick waits for this row's lock, then sees the moved tick and does nothing.
     let sql = concat!(

@@ -1,6 +1,6 @@
 //! Schedules, named leases, retention and the reconcilers' reports on SQLite.
 
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::ConnectionTrait;
 
 use super::{stmt, write_error};
 use crate::error::{Error, Result};
@@ -17,7 +17,7 @@ pub(super) async fn register_schedule<C: ConnectionTrait + ?Sized>(
         "INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at) VALUES (?, ?, ?, ?, ?, ?) \
          ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, spec = excluded.spec, \
          time_zone = excluded.time_zone, missed = excluded.missed, updated_at = excluded.updated_at",
-        values(row, now),
+        row.values(now),
     ))
     .await
     .map_err(|e| write_error(ctx(), e))?;
@@ -28,24 +28,13 @@ pub(super) async fn register_schedule<C: ConnectionTrait + ?Sized>(
     last.map(|r| r.try_get_by_index::<Option<i64>>(0)).transpose().map(Option::flatten).map_err(Error::db(ctx()))
 }
 
-fn values(row: &ScheduleRow, now: i64) -> Vec<Value> {
-    vec![
-        row.name.clone().into(),
-        row.kind.clone().into(),
-        row.spec.clone().into(),
-        row.time_zone.clone().into(),
-        row.missed.clone().into(),
-        now.into(),
-    ]
-}
-
 pub(super) async fn claim_tick<C: ConnectionTrait + ?Sized>(
     conn: &C,
     row: &ScheduleRow,
     tick: i64,
     now: i64,
 ) -> Result<bool> {
-    let mut values = values(row, now);
+    let mut values = row.values(now);
     values.push(tick.into());
     let res = conn
         .execute_raw(stmt(
