@@ -45,6 +45,11 @@ pub(super) async fn workers(State(state): State<AppState>) -> Reply {
     Ok(axum::Json(json!({ "workers": ops::workers(&state.db).await? })).into_response())
 }
 
+/// `GET /api/schedules`: the periodic schedules with their last and next ticks.
+pub(super) async fn schedules(State(state): State<AppState>) -> Reply {
+    Ok(axum::Json(json!({ "schedules": ops::schedules(&state.db).await? })).into_response())
+}
+
 /// `GET /metrics`.
 pub(super) async fn metrics(State(state): State<AppState>) -> Reply {
     let text = crate::metrics::render(&state.db, &state.counters).await?;

@@ -65,6 +65,7 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
         .route("/api/jobs", get(jobs::list))
         .route("/api/jobs/{id}", get(jobs::get))
         .route("/api/workers", get(health::workers))
+        .route("/api/schedules", get(health::schedules))
         .route("/api/events", get(events::events))
         .route("/metrics", get(health::metrics));
     let operate = Router::new()

@@ -20,6 +20,7 @@ fn routes(id: &str) -> Vec<(Method, String, Role)> {
         (Method::GET, "/api/kinds".into(), Role::Read),
         (Method::GET, "/api/kinds/probe".into(), Role::Read),
         (Method::GET, "/api/workers".into(), Role::Read),
+        (Method::GET, "/api/schedules".into(), Role::Read),
         (Method::GET, "/api/jobs".into(), Role::Read),
         (Method::GET, job.clone(), Role::Read),
         (Method::GET, "/api/events".into(), Role::Read),

@@ -75,6 +75,47 @@ async fn workers_and_metrics_show_the_fleet(t: TestDb) {
     }
 }
 
+conformance!(schedules_and_reconciliations_are_served);
+async fn schedules_and_reconciliations_are_served(t: TestDb) {
+    let server = Server::start(&t).await;
+    assert_eq!(server.get("/api/schedules").await.ok(200), &json!({"schedules": []}));
+    let schedule = outbox_core::Schedule::every("probe-every-200ms", Duration::from_millis(200), |tick| Probe {
+        n: u64::try_from(tick.timestamp_millis()).unwrap_or(1),
+    });
+    let handle = Worker::builder(&t.db)
+        .schedule(schedule)
+        .on_start("record a reconciliation", |db, worker| async move {
+            let at = outbox_core::chrono::Utc::now();
+            let report = json!({"missing": 2});
+            let record =
+                outbox_core::ReconciliationRecord { reconciler: "fs".into(), at, worker: Some(worker), report };
+            outbox_core::ops::record_reconciliation(&db, &record).await
+        })
+        .register(|_: Probe, _| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let mut listed = Value::Null;
+    for _ in 0..100 {
+        listed = server.get("/api/schedules").await.ok(200).clone();
+        if listed["schedules"][0]["last_job_id"].is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    handle.shutdown().await.expect("shutdown");
+    let entry = &listed["schedules"][0];
+    assert_eq!(entry["name"], "probe-every-200ms", "{listed}");
+    assert_eq!((entry["kind"].as_str(), entry["spec"].as_str()), (Some("probe"), Some("every 200ms")));
+    assert!(entry["last_tick"].is_string() && entry["next_tick"].is_string(), "{listed}");
+    let job = entry["last_job_id"].as_str().expect("a tick's job");
+    assert_eq!(server.get(&format!("/api/jobs/{job}")).await.ok(200)["job"]["kind"], "probe");
+    let stats = server.get("/api/stats").await.ok(200).clone();
+    assert_eq!(stats["reconciliations"][0]["reconciler"], "fs", "{stats}");
+    assert_eq!(stats["reconciliations"][0]["report"]["missing"], 2, "{stats}");
+}
+
 conformance!(a_remote_worker_claims_heartbeats_and_finishes_over_http);
 async fn a_remote_worker_claims_heartbeats_and_finishes_over_http(t: TestDb) {
     let server = Server::start(&t).await;
