@@ -367,7 +367,10 @@ impl Ready {
             return Ok(None);
         }
         let at = from_ms(tick);
-        let payload = (self.build)(at)?;
+        // A panicking build function fails this tick, not every schedule of the worker.
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.build)(at))).map_err(|_| {
+            Error::Invalid(format!("the job builder of schedule `{}` panicked at tick {}", self.name, at.to_rfc3339()))
+        })??;
         let key = format!("{}@{}", self.name, at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
         let job = enqueue_raw(&txn, &self.kind, payload, self.opts.clone().idempotency_key(key)).await?;
         dispatch!(&txn, set_tick_job(&txn, &self.name, job.id()))?;

@@ -181,3 +181,50 @@ async fn retention_refuses_unfinished_statuses() {
         .expect_err("pending jobs are never pruned");
     assert!(err.to_string().contains("`pending`"), "{err}");
 }
+
+conformance!(a_schedule_whose_builder_panics_leaves_the_others_running);
+async fn a_schedule_whose_builder_panics_leaves_the_others_running(t: TestDb) {
+    let broken = outbox_core::Schedule::every("broken", Duration::from_millis(100), |_| -> Probe {
+        panic!("no payload for this tick")
+    });
+    let working = outbox_core::Schedule::every("working", Duration::from_millis(100), |tick| Probe {
+        n: u64::try_from(tick.timestamp_millis()).unwrap_or(1),
+    });
+    let handle = Worker::builder(&t.db)
+        .schedule(broken)
+        .schedule(working)
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let ticking = outbox_tests::eventually(Duration::from_secs(10), || async {
+        scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe'").await >= 5
+    })
+    .await;
+    handle.shutdown().await.expect("a panicking builder does not bring the worker down");
+    assert!(ticking, "the working schedule kept enqueuing");
+    let schedules = ops::schedules(&t.db).await.expect("schedules");
+    let broken = schedules.iter().find(|s| s.name == "broken").expect("registered");
+    assert_eq!(broken.last_job_id, None, "no tick of the broken schedule enqueued a job");
+}
+
+#[tokio::test]
+async fn a_shutdown_during_a_start_up_step_stops_it_before_any_claim() {
+    let t = outbox_tests::fresh_db().await;
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let handle = Worker::builder(&t.db)
+        .on_start("a reconciliation of a huge tree", |_, _| async {
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+            Ok(())
+        })
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(10), handle.shutdown()).await;
+    assert!(stopped.is_ok_and(|r| r.is_ok()), "the shutdown did not wait for the step");
+    assert_eq!(ops::get(&t.db, job.id()).await.expect("get").status, JobStatus::Pending, "nothing was claimed");
+}

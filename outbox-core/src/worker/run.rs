@@ -63,8 +63,15 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
     let presence = Presence::start(&lp.worker, Arc::clone(&lp.running));
     for (name, step) in std::mem::take(&mut lp.worker.on_start) {
         tracing::info!(worker = %lp.worker.id, step = %name, "running a start-up step");
-        if let Err(e) = step(lp.worker.db.clone(), lp.worker.id.clone()).await {
-            tracing::error!(worker = %lp.worker.id, step = %name, error = %e, "a start-up step failed; the worker goes on");
+        // A shutdown asked for meanwhile (Ctrl-C during a long reconciliation) stops the step: nothing is claimed yet.
+        tokio::select! {
+            done = step(lp.worker.db.clone(), lp.worker.id.clone()) => if let Err(e) = done {
+                tracing::error!(worker = %lp.worker.id, step = %name, error = %e, "a start-up step failed; the worker goes on");
+            },
+            _ = shutdown.cancelled() => {
+                tracing::info!(worker = %lp.worker.id, step = %name, "shutdown during a start-up step; it was stopped");
+                break;
+            }
         }
     }
     // Periodic jobs and retention run beside the loop, not in a drain (which ends when the queue is empty).
