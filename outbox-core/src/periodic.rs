@@ -210,15 +210,7 @@ impl Schedule {
         let build: Build = Arc::new(move |tick| {
             serde_json::to_value(build(tick)).map_err(|source| Error::Serde { kind: J::KIND.into(), source })
         });
-        Schedule {
-            name,
-            timing: timing.map_err(|e| e.to_string()),
-            kind: Kind::of::<J>().map_err(|e| e.to_string()),
-            missed: MissedTicks::Skip,
-            build,
-            opts: EnqueueOpts::new(),
-            expr,
-        }
+        Schedule::new(name, timing, expr, Kind::of::<J>(), build)
     }
 
     /// [`Schedule::cron`] for a kind known by schema (the `outbox` command's schedules file): `build` makes
@@ -249,12 +241,23 @@ impl Schedule {
         expr: Option<String>,
         build: impl Fn(DateTime<Utc>) -> Value + Send + Sync + 'static,
     ) -> Schedule {
+        Schedule::new(name, timing, expr, Ok(kind), Arc::new(move |tick| Ok(build(tick))))
+    }
+
+    /// A schedule with the defaults: missed ticks skipped, default enqueue options.
+    fn new(
+        name: String,
+        timing: Result<Timing>,
+        expr: Option<String>,
+        kind: Result<Arc<Kind>>,
+        build: Build,
+    ) -> Schedule {
         Schedule {
             name,
             timing: timing.map_err(|e| e.to_string()),
-            kind: Ok(kind),
+            kind: kind.map_err(|e| e.to_string()),
             missed: MissedTicks::Skip,
-            build: Arc::new(move |tick| Ok(build(tick))),
+            build,
             opts: EnqueueOpts::new(),
             expr,
         }

@@ -24,8 +24,8 @@ const LEASE: &str = "retention";
 /// path or resource should be. [`crate::ops::purge`] stays for pruning by hand.
 #[derive(Debug, Clone)]
 pub struct Retention {
-    ages: BTreeMap<&'static str, Option<Duration>>,
-    kinds: BTreeMap<(String, &'static str), Option<Duration>>,
+    ages: BTreeMap<JobStatus, Option<Duration>>,
+    kinds: BTreeMap<(String, JobStatus), Option<Duration>>,
     interval: Duration,
     batch: u64,
     enabled: bool,
@@ -35,9 +35,9 @@ impl Default for Retention {
     /// Completed jobs for a day, failed and cancelled ones for seven; a pass every minute, 500 jobs a batch.
     fn default() -> Self {
         let ages = BTreeMap::from([
-            (JobStatus::Completed.as_str(), Some(DAY)),
-            (JobStatus::Failed.as_str(), Some(7 * DAY)),
-            (JobStatus::Cancelled.as_str(), Some(7 * DAY)),
+            (JobStatus::Completed, Some(DAY)),
+            (JobStatus::Failed, Some(7 * DAY)),
+            (JobStatus::Cancelled, Some(7 * DAY)),
         ]);
         Retention { ages, kinds: BTreeMap::new(), interval: Duration::from_secs(60), batch: 500, enabled: true }
     }
@@ -57,13 +57,13 @@ impl Retention {
     /// Keeps finished jobs of `status` for `age` (`None`: forever). Statuses that are not finished are
     /// refused when the worker is built.
     pub fn max_age(mut self, status: JobStatus, age: Option<Duration>) -> Self {
-        self.ages.insert(status.as_str(), age);
+        self.ages.insert(status, age);
         self
     }
 
     /// Keeps finished jobs of `kind` and `status` for `age` (`None`: forever), in place of the status's age.
     pub fn kind_max_age(mut self, kind: impl Into<String>, status: JobStatus, age: Option<Duration>) -> Self {
-        self.kinds.insert((kind.into(), status.as_str()), age);
+        self.kinds.insert((kind.into(), status), age);
         self
     }
 
@@ -81,9 +81,8 @@ impl Retention {
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        let finished = ["completed", "failed", "cancelled"];
         let statuses = self.ages.keys().copied().chain(self.kinds.keys().map(|(_, s)| *s));
-        if let Some(bad) = statuses.into_iter().find(|s| !finished.contains(s)) {
+        if let Some(bad) = statuses.into_iter().find(|s| !s.is_terminal()) {
             return Err(Error::Invalid(format!(
                 "retention applies to finished jobs (completed, failed, cancelled); `{bad}` jobs are never pruned"
             )));
@@ -97,15 +96,14 @@ impl Retention {
         let statuses = self
             .ages
             .iter()
-            .filter_map(|(status, age)| {
-                let status: JobStatus = status.parse().ok()?;
+            .map(|(status, age)| {
                 let kinds: Vec<(String, i64)> = self
                     .kinds
                     .iter()
-                    .filter(|((_, s), _)| *s == status.as_str())
+                    .filter(|((_, s), _)| s == status)
                     .map(|((kind, _), age)| (kind.clone(), cutoff(*age)))
                     .collect();
-                Some((status, cutoff(*age), kinds))
+                (*status, cutoff(*age), kinds)
             })
             .collect();
         PruneRules { statuses }

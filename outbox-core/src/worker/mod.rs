@@ -356,12 +356,8 @@ impl WorkerBuilder {
         until_ok("recording its kinds", &id, config, || crate::kind::registry::record(db, &registered, &id)).await?;
         let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
         kinds.sort();
-        if let Some(kind) = self.limits.keys().find(|k| !self.handlers.contains_key(*k)) {
-            return Err(Error::Invalid(format!(
-                "a concurrency limit names kind `{kind}`, which this worker has no handler for (it has: {})",
-                kinds.join(", ")
-            )));
-        }
+        all_handled("a concurrency limit", self.limits.keys(), &self.handlers, &kinds)?;
+        all_handled("a timeout", self.timeouts.keys(), &self.handlers, &kinds)?;
         let limits: Vec<(String, u32)> = kinds
             .iter()
             .filter_map(|k| {
@@ -370,12 +366,6 @@ impl WorkerBuilder {
             })
             .collect();
         let limited = limits.iter().map(|(kind, _)| kind.clone()).collect();
-        if let Some(kind) = self.timeouts.keys().find(|k| !self.handlers.contains_key(*k)) {
-            return Err(Error::Invalid(format!(
-                "a timeout names kind `{kind}`, which this worker has no handler for (it has: {})",
-                kinds.join(", ")
-            )));
-        }
         for (kind, registered) in &mut self.handlers {
             registered.timeout = self.timeouts.get(kind).copied().or(registered.timeout).or(self.config.timeout);
         }
@@ -403,6 +393,22 @@ impl WorkerBuilder {
             retention: self.retention,
             on_start: self.on_start,
         })
+    }
+}
+
+/// Whether every kind a builder setting (`what`) names has a handler; an error naming the first that has not.
+fn all_handled<'a>(
+    what: &str,
+    mut named: impl Iterator<Item = &'a String>,
+    handlers: &HashMap<String, Registered>,
+    kinds: &[String],
+) -> Result<()> {
+    match named.find(|k| !handlers.contains_key(*k)) {
+        Some(kind) => Err(Error::Invalid(format!(
+            "{what} names kind `{kind}`, which this worker has no handler for (it has: {})",
+            kinds.join(", ")
+        ))),
+        None => Ok(()),
     }
 }
 
