@@ -2,6 +2,7 @@
 //! the next poll, and written outcomes nudge whoever waits for a job to finish.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Notify;
 
@@ -10,8 +11,18 @@ pub(crate) fn notifier() -> &'static Notify {
     WAKE.get_or_init(Notify::new)
 }
 
+/// How many wake-ups this process has sent. A worker compares it with the count it last acted on, so a wake-up
+/// is kept even when the worker was busy with something else as it arrived: `notify_waiters` alone only
+/// reaches a waiter that is registered at that moment.
+static WAKES: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn wakes() -> u64 {
+    WAKES.load(Ordering::SeqCst)
+}
+
 /// Wakes every worker of this process that is waiting for work.
 pub(crate) fn wake() {
+    WAKES.fetch_add(1, Ordering::SeqCst);
     notifier().notify_waiters();
     changes().notify_waiters();
 }

@@ -561,3 +561,47 @@ async fn an_enqueue_wakes_an_idle_worker(t: TestDb) {
     handle.shutdown().await.expect("shutdown");
     assert!(done, "the idle worker was not woken by the commit");
 }
+
+conformance!(a_wake_up_racing_a_finishing_job_is_not_lost);
+/// Each job's handler returns on the wake-up of the next job's enqueue, so the worker finds "a task finished"
+/// and "a wake-up arrived" ready together. With an hour between polls, a wake-up dropped for the finished task
+/// leaves its job waiting: every job must start within seconds of its commit.
+async fn a_wake_up_racing_a_finishing_job_is_not_lost(t: TestDb) {
+    const JOBS: u64 = 1_000;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let handle = Worker::builder(&t.db)
+        .poll_interval(Duration::from_secs(3600))
+        .concurrency(4)
+        .register(move |job: Probe, ctx: JobContext| {
+            let started_tx = started_tx.clone();
+            async move {
+                let next_change = ops::changed();
+                tokio::pin!(next_change);
+                next_change.as_mut().enable();
+                let _ = started_tx.send(job.n);
+                tokio::select! {
+                    _ = next_change => {}
+                    _ = ctx.cancelled() => {}
+                }
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let mut lost = None;
+    for n in 1..=JOBS {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        match tokio::time::timeout(Duration::from_secs(5), started.recv()).await {
+            Ok(Some(m)) => assert_eq!(m, n, "jobs start in enqueue order"),
+            Ok(None) => panic!("the worker stopped"),
+            Err(_) => {
+                lost = Some(n);
+                break;
+            }
+        }
+    }
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(lost, None, "this job waited for the hourly poll: its wake-up was lost");
+}

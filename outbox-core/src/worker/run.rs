@@ -102,10 +102,19 @@ impl Loop {
         let mut claim_now = true;
         let mut next_poll = Instant::now() + config.poll_interval;
         let mut db_backoff = config.poll_interval;
+        let mut wakes_seen = wake::wakes();
         loop {
+            // Registered before the count is read: a wake-up either shows in the count now or fires `notified`.
+            // One that fires while another branch of the `select!` below wins is not lost with the dropped
+            // future: the count shows it on the next pass.
             let notified = wake::notifier().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let wakes = wake::wakes();
+            if wakes != wakes_seen {
+                wakes_seen = wakes;
+                claim_now = true;
+            }
             while let Some(done) = self.tasks.try_join_next_with_id() {
                 self.settle(done, false)?;
             }
