@@ -10,8 +10,8 @@ use futures_util::StreamExt;
 use outbox_core::EnqueueOpts;
 use outbox_server::ServerOpts;
 use sea_orm::DatabaseConnection;
-use serde::Serialize;
 
+use crate::latency::Latency;
 use crate::outbox::OrderPlaced;
 use crate::scratch::{Scratch, Target};
 use crate::{BoxError, Measure};
@@ -20,14 +20,6 @@ use crate::{BoxError, Measure};
 pub(crate) const CONNECTIONS: u64 = 16;
 /// Jobs whose delivery latency is measured per run.
 const LATENCY_JOBS: u64 = 1_000;
-
-/// Commit-to-client latency of the event stream, ms.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub(crate) struct Latency {
-    pub(crate) p50_ms: f64,
-    pub(crate) p99_ms: f64,
-    pub(crate) max_ms: f64,
-}
 
 /// One run of the case: HTTP enqueue, in-process enqueue, and stream latency.
 pub(crate) struct HttpRun {
@@ -153,13 +145,11 @@ async fn stream_latency(db: &DatabaseConnection, base: &str, first: u64) -> Resu
     }
     writer.await??;
     let committed = committed.lock().map_err(|_| "lock poisoned")?;
-    let mut ms: Vec<f64> = arrived
+    let ms: Vec<f64> = arrived
         .iter()
         .filter_map(|(id, at)| committed.get(id).map(|c| at.saturating_duration_since(*c).as_secs_f64() * 1000.0))
         .collect();
-    ms.sort_by(f64::total_cmp);
-    let at = |q: f64| ms.get(((ms.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
-    Ok(Latency { p50_ms: at(0.5), p99_ms: at(0.99), max_ms: ms.last().copied().unwrap_or(0.0) })
+    Ok(Latency::of(ms))
 }
 
 /// One run on a fresh database.

@@ -23,9 +23,13 @@
 //! `retention` drains N new jobs with a started worker whose retention prunes 50×N finished jobs completed
 //! two days ago (1,000,000 by default), against the same drain beside the same old jobs with retention off;
 //! it also reports how many were pruned during the drain and how long pruning all of them took.
+//! `latency` enqueues 1,000 jobs one per transaction, 0 to 6 ms apart (3 ms on average), to a started worker at its defaults and
+//! times each from its commit returning to its handler starting (p50, p99, max, and how many waited 100 ms
+//! or more); `latency_loaded` does the same while another task enqueues 100 jobs/s.
 
 mod dashboard;
 mod http;
+mod latency;
 mod memory;
 mod outbox;
 mod raw;
@@ -50,6 +54,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const BATCH: u64 = 1_000;
 /// Worker concurrency, and the baseline's claim size, in `process` and `process_memory`.
 const CONCURRENCY: usize = 100;
+/// Jobs timed per run of the latency cases, whatever `--jobs` says.
+const LATENCY_JOBS: u64 = 1_000;
 /// Old finished jobs per new job in the `retention` case (1,000,000 beside the default 20,000).
 const RETENTION_OLD_PER_JOB: u64 = 50;
 
@@ -142,9 +148,11 @@ enum Case {
     Http,
     Dashboard,
     Retention,
+    Latency,
+    LatencyLoaded,
 }
 
-const CASES: [Case; 12] = [
+const CASES: [Case; 14] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -157,6 +165,8 @@ const CASES: [Case; 12] = [
     Case::Http,
     Case::Dashboard,
     Case::Retention,
+    Case::Latency,
+    Case::LatencyLoaded,
 ];
 
 /// Sequences in `process_sequenced_100`.
@@ -181,6 +191,8 @@ impl Case {
             Case::Http => "http",
             Case::Dashboard => "dashboard",
             Case::Retention => "retention",
+            Case::Latency => "latency",
+            Case::LatencyLoaded => "latency_loaded",
         }
     }
 
@@ -201,6 +213,7 @@ impl Case {
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Normal) => base / 4,
             (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
             (Case::Retention, _) => base,
+            (Case::Latency | Case::LatencyLoaded, _) => LATENCY_JOBS,
             (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard, _) => base * 5,
         };
         n.max(1)
@@ -233,7 +246,7 @@ impl Case {
                 Some("outbox process: as many unsequenced jobs, same worker, same run")
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
-            (_, Case::ProcessMemory | Case::Reconcile | Case::Dashboard) => None,
+            (_, Case::ProcessMemory | Case::Reconcile | Case::Dashboard | Case::Latency | Case::LatencyLoaded) => None,
             (_, Case::Retention) => Some("the same drain beside the same old finished jobs, retention off"),
             (_, Case::Http) => Some("outbox enqueue in process: 16 tasks on the pool, one job per statement"),
         }
@@ -254,7 +267,8 @@ struct Args {
 const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
                     [--pg-url URL] [--backend sqlite|postgres]
 cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, process_sequenced,
-       process_sequenced_100, claim_sequenced, reconcile, http, dashboard, retention
+       process_sequenced_100, claim_sequenced, reconcile, http, dashboard, retention, latency,
+       latency_loaded
 PostgreSQL rows run when --pg-url, OUTBOX_BENCH_PG_URL or OUTBOX_TEST_PG_URL names a server";
 
 fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
@@ -336,6 +350,16 @@ struct Row {
     sse_p99_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sse_max_ms: Option<f64>,
+    /// The latency cases: commit returned to handler started (medians over the runs), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_p99_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_max_ms: Option<f64>,
+    /// The latency cases: jobs that waited 100 ms or more, over all runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_waited_100ms: Option<u64>,
     /// Case `dashboard`: the jobs page's first requests, start to last answer, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     jobs_page_ms: Option<f64>,
@@ -398,7 +422,9 @@ impl Runner {
             Case::Process | Case::ProcessMemory => self.rt.block_on(outbox::backlog(target, n))?,
             Case::Reconcile => return Err("the reconcile case has no baseline".into()),
             Case::Http => return Err("the http case measures its baseline within its own run".into()),
-            Case::Dashboard => return Err("the dashboard case has no baseline".into()),
+            Case::Dashboard | Case::Latency | Case::LatencyLoaded => {
+                return Err(format!("the {} case has no baseline", case.name()).into());
+            }
             Case::Retention => {
                 let old = n * RETENTION_OLD_PER_JOB;
                 return Ok(self.rt.block_on(retention::run(target, n, old, CONCURRENCY, false))?.0);
@@ -488,6 +514,7 @@ impl Runner {
         let mut theirs = Vec::new();
         let mut memory = Vec::new();
         let mut latencies = Vec::new();
+        let mut starts = Vec::new();
         let mut pages = Vec::new();
         let mut pruned = Vec::new();
         for run in 1..=self.runs {
@@ -524,6 +551,12 @@ impl Runner {
                     let old = n * RETENTION_OLD_PER_JOB;
                     let (measure, p) = self.rt.block_on(retention::run(&target, n, old, CONCURRENCY, true))?;
                     pruned.extend(p);
+                    measure
+                }
+                Case::Latency | Case::LatencyLoaded => {
+                    let loaded = case == Case::LatencyLoaded;
+                    let (measure, l) = self.rt.block_on(latency::run(&target, n, loaded))?;
+                    starts.push(l);
                     measure
                 }
                 Case::Dashboard => {
@@ -586,6 +619,10 @@ impl Runner {
             sse_p50_ms: latency(&latencies, |l| l.p50_ms),
             sse_p99_ms: latency(&latencies, |l| l.p99_ms),
             sse_max_ms: latency(&latencies, |l| l.max_ms),
+            start_p50_ms: latency(&starts, |l| l.p50_ms),
+            start_p99_ms: latency(&starts, |l| l.p99_ms),
+            start_max_ms: latency(&starts, |l| l.max_ms),
+            start_waited_100ms: (!starts.is_empty()).then(|| starts.iter().map(|l| l.waited).sum()),
             jobs_page_ms: page_time(&pages, |p| p.jobs_page_ms),
             overview_ms: page_time(&pages, |p| p.overview_ms),
             old_jobs: (case == Case::Retention).then_some(n * RETENTION_OLD_PER_JOB),
@@ -598,7 +635,7 @@ impl Runner {
 }
 
 /// The median over runs of one latency figure, when the case measured any.
-fn latency(runs: &[http::Latency], f: fn(&http::Latency) -> f64) -> Option<f64> {
+fn latency(runs: &[latency::Latency], f: fn(&latency::Latency) -> f64) -> Option<f64> {
     (!runs.is_empty()).then(|| round(median(&runs.iter().map(f).collect::<Vec<_>>()), 2))
 }
 
@@ -636,6 +673,11 @@ fn table_line(row: &Row) -> String {
     }
     if let (Some(p50), Some(p99)) = (row.sse_p50_ms, row.sse_p99_ms) {
         notes.push(format!("stream p50 {p50:.2} ms, p99 {p99:.2} ms"));
+    }
+    if let (Some(p50), Some(p99), Some(max), Some(waited)) =
+        (row.start_p50_ms, row.start_p99_ms, row.start_max_ms, row.start_waited_100ms)
+    {
+        notes.push(format!("start p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.1} ms, {waited} waited >= 100 ms"));
     }
     if let Some(load) = row.load_avg_1m {
         notes.push(format!("load {load:.1}"));
