@@ -13,7 +13,7 @@ use crate::scratch::{Scratch, Target};
 use crate::{BoxError, Measure};
 
 /// The longest time between two measured enqueues.
-const MAX_GAP: Duration = Duration::from_millis(6);
+const MAX_GAP: Duration = Duration::from_millis(3);
 /// Time between two background enqueues in `latency_loaded`: 100 jobs/s.
 const LOAD_EVERY: Duration = Duration::from_millis(10);
 /// A start later than this after its commit counts as a job that waited.
@@ -60,7 +60,7 @@ impl Job for Load {
     const OPTS: KindOpts = KindOpts { unique: false, ..KindOpts::DEFAULT };
 }
 
-/// The time before measured enqueue `i + 1`: spread evenly from none to [`MAX_GAP`] (3 ms on average) in a
+/// The time before measured enqueue `i + 1`: spread evenly from none to [`MAX_GAP`] (1.5 ms on average) in a
 /// fixed shuffled order, so some jobs find the worker idle and some find it claiming, running or recording
 /// the one before.
 fn gap(i: u64) -> Duration {
