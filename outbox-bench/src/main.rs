@@ -26,11 +26,17 @@
 //! `latency` enqueues 1,000 jobs one per transaction, 0 to 3 ms apart (1.5 ms on average), to a started
 //! worker at its defaults and times each from its commit returning to its handler starting (p50, p99, max,
 //! and how many waited 100 ms or more); `latency_loaded` does the same while another task enqueues 100 jobs/s.
+//! `million` drains 1,000,000 pending jobs in a child process against 20,000 in the same run; it also times a
+//! claim of 100 over 10,000 and 1,000,000 pending jobs and over the million once 100,000 future-dated and
+//! 100,000 unserved jobs of a higher priority stand ahead of it (they stay through the drain), compares the
+//! worker's peak RSS with a drain of 100,000, and reports the database's size after the drain and after the
+//! completed jobs are deleted and the database vacuumed.
 
 mod dashboard;
 mod http;
 mod latency;
 mod memory;
+mod million;
 mod outbox;
 mod raw;
 mod raw_pg;
@@ -150,9 +156,10 @@ enum Case {
     Retention,
     Latency,
     LatencyLoaded,
+    Million,
 }
 
-const CASES: [Case; 14] = [
+const CASES: [Case; 15] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -167,6 +174,7 @@ const CASES: [Case; 14] = [
     Case::Retention,
     Case::Latency,
     Case::LatencyLoaded,
+    Case::Million,
 ];
 
 /// Sequences in `process_sequenced_100`.
@@ -193,15 +201,19 @@ impl Case {
             Case::Retention => "retention",
             Case::Latency => "latency",
             Case::LatencyLoaded => "latency_loaded",
+            Case::Million => "million",
         }
     }
 
     fn syncs(self) -> &'static [SyncMode] {
         match self {
             Case::EnqueueOrmCeiling => &[SyncMode::Normal],
-            Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard | Case::Retention => {
-                &[SyncMode::Full]
-            }
+            Case::ProcessMemory
+            | Case::Reconcile
+            | Case::ClaimSequenced
+            | Case::Dashboard
+            | Case::Retention
+            | Case::Million => &[SyncMode::Full],
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -214,6 +226,7 @@ impl Case {
             (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
             (Case::Retention, _) => base,
             (Case::Latency | Case::LatencyLoaded, _) => LATENCY_JOBS,
+            (Case::Million, _) => million::BIG,
             (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard, _) => base * 5,
         };
         n.max(1)
@@ -247,6 +260,7 @@ impl Case {
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
             (_, Case::ProcessMemory | Case::Reconcile | Case::Dashboard | Case::Latency | Case::LatencyLoaded) => None,
+            (_, Case::Million) => Some("the same worker draining 20,000 jobs, same run"),
             (_, Case::Retention) => Some("the same drain beside the same old finished jobs, retention off"),
             (_, Case::Http) => Some("outbox enqueue in process: 16 tasks on the pool, one job per statement"),
         }
@@ -268,7 +282,7 @@ const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case 
                     [--pg-url URL] [--backend sqlite|postgres]
 cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, process_sequenced,
        process_sequenced_100, claim_sequenced, reconcile, http, dashboard, retention, latency,
-       latency_loaded
+       latency_loaded, million
 PostgreSQL rows run when --pg-url, OUTBOX_BENCH_PG_URL or OUTBOX_TEST_PG_URL names a server";
 
 fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
@@ -366,6 +380,25 @@ struct Row {
     /// Case `dashboard`: the overview's first requests, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     overview_ms: Option<f64>,
+    /// Case `million`: the median claim of 100 over 10,000 pending jobs, over 1,000,000, and over 1,000,000
+    /// behind 100,000 future-dated and 100,000 unserved jobs of a higher priority, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim_10k_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim_1m_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim_1m_head_ms: Option<f64>,
+    /// Case `million`: the worker's peak RSS draining 100,000 and 1,000,000 jobs, MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_rss_100k_mb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_rss_1m_mb: Option<f64>,
+    /// Case `million`: the database's size after the drain, and after deleting the completed jobs and
+    /// vacuuming, MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    db_mb_after_drain: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    db_mb_after_vacuum: Option<f64>,
     /// Case `retention`: finished jobs older than their age when the drain starts.
     #[serde(skip_serializing_if = "Option::is_none")]
     old_jobs: Option<u64>,
@@ -422,7 +455,7 @@ impl Runner {
             Case::Process | Case::ProcessMemory => self.rt.block_on(outbox::backlog(target, n))?,
             Case::Reconcile => return Err("the reconcile case has no baseline".into()),
             Case::Http => return Err("the http case measures its baseline within its own run".into()),
-            Case::Dashboard | Case::Latency | Case::LatencyLoaded => {
+            Case::Dashboard | Case::Latency | Case::LatencyLoaded | Case::Million => {
                 return Err(format!("the {} case has no baseline", case.name()).into());
             }
             Case::Retention => {
@@ -459,32 +492,76 @@ impl Runner {
         } else {
             self.rt.block_on(outbox::backlog(target, n))?
         };
-        let kinds: &[&str] = if sequenced { &["step"] } else { &["noop"] };
-        let batch = CONCURRENCY as u64;
-        let secs = match &prepared.location {
-            Location::File(path) => raw::claim_cost(path, target.sync(), kinds, batch, CLAIM_REPS),
-            Location::Url(url) => self.rt.block_on(raw_pg::claim_cost(url, kinds, batch, CLAIM_REPS)),
-        };
+        let secs = self.claim_cost(&prepared, target.sync(), if sequenced { "step" } else { "noop" });
         self.rt.block_on(prepared.remove())?;
-        Ok(Measure { jobs: batch, secs: secs? })
+        Ok(Measure { jobs: CONCURRENCY as u64, secs: secs? })
+    }
+
+    /// The median time of one claim of [`CONCURRENCY`] jobs of `kind` (rolled back, [`CLAIM_REPS`] times).
+    fn claim_cost(&self, prepared: &scratch::Prepared, sync: SyncMode, kind: &str) -> Result<f64, BoxError> {
+        let batch = CONCURRENCY as u64;
+        match &prepared.location {
+            Location::File(path) => raw::claim_cost(path, sync, &[kind], batch, CLAIM_REPS),
+            Location::Url(url) => self.rt.block_on(raw_pg::claim_cost(url, &[kind], batch, CLAIM_REPS)),
+        }
     }
 
     /// Preloads a database here, then drains it in a fresh child process whose RSS holds the worker alone.
     fn process_memory_run(&self, target: &Target, n: u64) -> Result<(Measure, Memory), BoxError> {
         let prepared = self.rt.block_on(outbox::backlog(target, n))?;
+        let drained = self.drain_in_child(&prepared, target.sync(), n);
+        self.rt.block_on(prepared.remove())?;
+        drained
+    }
+
+    /// Drains the `n` pending `noop` jobs of `prepared` in a fresh child process.
+    fn drain_in_child(
+        &self,
+        prepared: &scratch::Prepared,
+        sync: SyncMode,
+        n: u64,
+    ) -> Result<(Measure, Memory), BoxError> {
         let output = std::process::Command::new(std::env::current_exe()?)
             .arg(DRAIN_CHILD)
             .arg(prepared.location.arg())
-            .arg(target.sync().name())
+            .arg(sync.name())
             .arg(n.to_string())
             .stderr(std::process::Stdio::inherit())
             .output()?;
-        self.rt.block_on(prepared.remove())?;
         if !output.status.success() {
-            return Err(format!("the process_memory child failed: {}", output.status).into());
+            return Err(format!("the draining child failed: {}", output.status).into());
         }
         let report: WatchedDrain = serde_json::from_slice(&output.stdout)?;
         Ok((Measure { jobs: n, secs: report.secs }, report.memory))
+    }
+
+    /// One run of case `million`: the big drain's rate, with the figures it is compared with.
+    fn million_run(&self, target: &Target) -> Result<(Measure, Measure, million::Scale), BoxError> {
+        let sync = target.sync();
+        let claim_small_ms = self.claim_run(target, million::SMALL_CLAIM, false)?.secs * 1000.0;
+        let (small, _) = self.process_memory_run(target, million::SMALL_DRAIN)?;
+        let (_, small_memory) = self.process_memory_run(target, million::MEMORY_DRAIN)?;
+        let prepared = self.rt.block_on(outbox::backlog(target, million::BIG))?;
+        let measured = (|| {
+            let claim_big_ms = self.claim_cost(&prepared, sync, "noop")? * 1000.0;
+            self.rt.block_on(million::add_head(&prepared.location, sync))?;
+            let claim_head_ms = self.claim_cost(&prepared, sync, "noop")? * 1000.0;
+            let (big, memory) = self.drain_in_child(&prepared, sync, million::BIG)?;
+            let (drained_mb, reclaimed_mb) = self.rt.block_on(million::sizes(&prepared, sync))?;
+            let scale = million::Scale {
+                claim_small_ms,
+                claim_big_ms,
+                claim_head_ms,
+                rss_small_mb: small_memory.peak_rss_mb,
+                rss_big_mb: memory.peak_rss_mb,
+                drained_mb,
+                reclaimed_mb,
+            };
+            Ok::<_, BoxError>((big, scale))
+        })();
+        self.rt.block_on(prepared.remove())?;
+        let (big, scale) = measured?;
+        Ok((big, small, scale))
     }
 
     /// Prepares a tree and its completed jobs here, then reconciles it in a fresh child process.
@@ -517,6 +594,7 @@ impl Runner {
         let mut starts = Vec::new();
         let mut pages = Vec::new();
         let mut pruned = Vec::new();
+        let mut scales = Vec::new();
         for run in 1..=self.runs {
             let (name, label, runs) = (case.name(), sync.label(backend), self.runs);
             eprintln!("{name} {} {label} run {run}/{runs} ({n} jobs)", backend.name());
@@ -553,6 +631,12 @@ impl Runner {
                     pruned.extend(p);
                     measure
                 }
+                Case::Million => {
+                    let (big, small, scale) = self.million_run(&target)?;
+                    theirs.push(small.jobs_per_sec());
+                    scales.push(scale);
+                    big
+                }
                 Case::Latency | Case::LatencyLoaded => {
                     let loaded = case == Case::LatencyLoaded;
                     let (measure, l) = self.rt.block_on(latency::run(&target, n, loaded))?;
@@ -566,7 +650,7 @@ impl Runner {
                 }
             };
             ours.push(measure.jobs_per_sec());
-            if baseline.is_some() && cached.is_none() && case != Case::Http {
+            if baseline.is_some() && cached.is_none() && !matches!(case, Case::Http | Case::Million) {
                 theirs.push(self.baseline_run(case, &target, n)?.jobs_per_sec());
             }
         }
@@ -589,6 +673,7 @@ impl Runner {
                 | Case::ProcessSequenced100
                 | Case::ClaimSequenced
                 | Case::Retention
+                | Case::Million
         );
         Ok(Row {
             case: case.name(),
@@ -625,6 +710,13 @@ impl Runner {
             start_waited_100ms: (!starts.is_empty()).then(|| starts.iter().map(|l| l.waited).sum()),
             jobs_page_ms: page_time(&pages, |p| p.jobs_page_ms),
             overview_ms: page_time(&pages, |p| p.overview_ms),
+            claim_10k_ms: scale(&scales, |s| s.claim_small_ms, 3),
+            claim_1m_ms: scale(&scales, |s| s.claim_big_ms, 3),
+            claim_1m_head_ms: scale(&scales, |s| s.claim_head_ms, 3),
+            peak_rss_100k_mb: scale(&scales, |s| s.rss_small_mb, 1),
+            peak_rss_1m_mb: scale(&scales, |s| s.rss_big_mb, 1),
+            db_mb_after_drain: scale(&scales, |s| s.drained_mb, 1),
+            db_mb_after_vacuum: scale(&scales, |s| s.reclaimed_mb, 1),
             old_jobs: (case == Case::Retention).then_some(n * RETENTION_OLD_PER_JOB),
             pruned_during_drain: (!pruned.is_empty())
                 .then(|| median(&pruned.iter().map(|p| p.during_drain as f64).collect::<Vec<_>>()).round() as u64),
@@ -637,6 +729,11 @@ impl Runner {
 /// The median over runs of one latency figure, when the case measured any.
 fn latency(runs: &[latency::Latency], f: fn(&latency::Latency) -> f64) -> Option<f64> {
     (!runs.is_empty()).then(|| round(median(&runs.iter().map(f).collect::<Vec<_>>()), 2))
+}
+
+/// The median over runs of one figure of case `million`, when the case ran.
+fn scale(runs: &[million::Scale], f: fn(&million::Scale) -> f64, digits: i32) -> Option<f64> {
+    (!runs.is_empty()).then(|| round(median(&runs.iter().map(f).collect::<Vec<_>>()), digits))
 }
 
 /// The median over runs of one page's time, when the case measured any.
@@ -678,6 +775,15 @@ fn table_line(row: &Row) -> String {
         (row.start_p50_ms, row.start_p99_ms, row.start_max_ms, row.start_waited_100ms)
     {
         notes.push(format!("start p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.1} ms, {waited} waited >= 100 ms"));
+    }
+    if let (Some(small), Some(big), Some(head)) = (row.claim_10k_ms, row.claim_1m_ms, row.claim_1m_head_ms) {
+        notes.push(format!("claim 10k {small:.2} ms, 1M {big:.2} ms, 1M behind head {head:.2} ms"));
+    }
+    if let (Some(small), Some(big)) = (row.peak_rss_100k_mb, row.peak_rss_1m_mb) {
+        notes.push(format!("peak RSS 100k {small:.1} MiB, 1M {big:.1} MiB"));
+    }
+    if let (Some(drained), Some(vacuumed)) = (row.db_mb_after_drain, row.db_mb_after_vacuum) {
+        notes.push(format!("db {drained:.0} MiB drained, {vacuumed:.0} MiB vacuumed"));
     }
     if let Some(load) = row.load_avg_1m {
         notes.push(format!("load {load:.1}"));

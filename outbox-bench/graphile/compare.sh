@@ -1,0 +1,31 @@
+#!/bin/sh
+# outbox's `process` case against graphile-worker with its performance settings, on one PostgreSQL server,
+# durable commits, the same number of no-op jobs, medians of 3 runs each, ours and theirs alternating runs:
+#
+#   outbox-bench/graphile/compare.sh <postgres url> [jobs = 20000]
+#
+# Needs Node.js and npm (graphile-worker is installed here from the npm registry on first use). CI does not
+# run it.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+url=${1:?usage: compare.sh <postgres url> [jobs]}
+jobs=${2:-20000}
+[ -d "$here/node_modules" ] || npm --prefix "$here" ci --no-audit --no-fund
+(cd "$here/../.." && cargo build --release -p outbox-bench)
+bench="$here/../../target/release/outbox-bench"
+ours=""
+theirs=""
+for run in 1 2 3; do
+  theirs="$theirs
+$(node "$here/bench.mjs" "$url" "$jobs" 1 2>/dev/null)"
+  ours="$ours
+$("$bench" --pg-url "$url" --backend postgres --case process --sync full --jobs "$jobs" --runs 1 --json 2>/dev/null)"
+done
+node --input-type=module -e '
+const [ours, theirs] = process.argv.slice(1).map((s) => s.trim().split("\n").map((l) => JSON.parse(l).jobs_per_sec));
+const median = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
+const [o, t] = [median(ours), median(theirs)];
+console.log(JSON.stringify({ case: "process", backend: "postgres", sync: "on", jobs: Number(process.argv[3]),
+  outbox_runs: ours, graphile_runs: theirs, outbox_jobs_per_sec: o, graphile_jobs_per_sec: t,
+  ratio: Math.round((o / t) * 1000) / 1000 }));
+' "$ours" "$theirs" "$jobs"
