@@ -28,7 +28,7 @@
 //! and how many waited 100 ms or more); `latency_loaded` does the same while another task enqueues 100 jobs/s.
 //! `million` drains 1,000,000 pending jobs in a child process against 20,000 in the same run; it also times a
 //! claim of 100 over 10,000 and 1,000,000 pending jobs and over the million once 100,000 future-dated and
-//! 100,000 unserved jobs of a higher priority stand ahead of it (they stay through the drain), compares the
+//! 100,000 unserved jobs of a higher priority stand ahead of it (deleted again before the drain), compares the
 //! worker's peak RSS with a drain of 100,000, and reports the database's size after the drain and after the
 //! completed jobs are deleted and the database vacuumed.
 
@@ -546,6 +546,7 @@ impl Runner {
             let claim_big_ms = self.claim_cost(&prepared, sync, "noop")? * 1000.0;
             self.rt.block_on(million::add_head(&prepared.location, sync))?;
             let claim_head_ms = self.claim_cost(&prepared, sync, "noop")? * 1000.0;
+            self.rt.block_on(million::remove_head(&prepared.location, sync))?;
             let (big, memory) = self.drain_in_child(&prepared, sync, million::BIG)?;
             let (drained_mb, reclaimed_mb) = self.rt.block_on(million::sizes(&prepared, sync))?;
             let scale = million::Scale {
