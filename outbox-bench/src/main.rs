@@ -9,7 +9,8 @@
 //! else `OUTBOX_TEST_PG_URL`) names; without one only the SQLite rows run. `--sync` is SQLite's
 //! `synchronous` (FULL, NORMAL) and, on PostgreSQL, `synchronous_commit` (FULL = on, NORMAL = off).
 //! `--jobs N` (default 20,000) sizes the cases: `enqueue` runs N/10 jobs at FULL and N/4 at NORMAL (one
-//! transaction each), `enqueue_batch` and `process` N, `process_memory` 5×N. `process_memory` drains in a
+//! transaction each; each `enqueue` run is followed by an `enqueue_orm_ceiling` run, and the row carries their
+//! ratio as `orm_ceiling_ratio`), `enqueue_batch` and `process` N, `process_memory` 5×N. `process_memory` drains in a
 //! child process (this binary again, `--drain-child`) so its RSS figures hold the worker alone (on
 //! PostgreSQL, without the server's processes). `reconcile` runs outbox-fs's reconciler over 5×N completed
 //! `create_file` jobs whose files are on disk (default 100,000), also in a child process
@@ -380,6 +381,13 @@ struct Row {
     /// Case `dashboard`: the overview's first requests, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     overview_ms: Option<f64>,
+    /// Case `enqueue`: `enqueue_orm_ceiling` measured in the same runs, alternating with ours, and our ratio to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    orm_ceiling_jobs_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    orm_ceiling_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    orm_ceiling_run_jobs_per_sec: Option<Vec<f64>>,
     /// Case `million`: the median claim of 100 over 10,000 pending jobs, over 1,000,000, and over 1,000,000
     /// behind 100,000 future-dated and 100,000 unserved jobs of a higher priority, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -596,11 +604,17 @@ impl Runner {
         let mut pages = Vec::new();
         let mut pruned = Vec::new();
         let mut scales = Vec::new();
+        let mut ceilings = Vec::new();
         for run in 1..=self.runs {
             let (name, label, runs) = (case.name(), sync.label(backend), self.runs);
             eprintln!("{name} {} {label} run {run}/{runs} ({n} jobs)", backend.name());
             let measure = match case {
-                Case::Enqueue => self.rt.block_on(outbox::enqueue(&target, n))?,
+                Case::Enqueue => {
+                    // The ORM ceiling alternates with it run by run, so their ratio sees the same machine.
+                    let ours = self.rt.block_on(outbox::enqueue(&target, n))?;
+                    ceilings.push(self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?.jobs_per_sec());
+                    ours
+                }
                 Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?,
                 Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(&target, n, BATCH))?,
                 Case::Process => self.rt.block_on(outbox::process(&target, n, CONCURRENCY))?,
@@ -711,6 +725,10 @@ impl Runner {
             start_waited_100ms: (!starts.is_empty()).then(|| starts.iter().map(|l| l.waited).sum()),
             jobs_page_ms: page_time(&pages, |p| p.jobs_page_ms),
             overview_ms: page_time(&pages, |p| p.overview_ms),
+            orm_ceiling_jobs_per_sec: (!ceilings.is_empty()).then(|| round(median(&ceilings), 1)),
+            orm_ceiling_ratio: (!ceilings.is_empty()).then(|| round(jobs_per_sec / median(&ceilings), 3)),
+            orm_ceiling_run_jobs_per_sec: (!ceilings.is_empty())
+                .then(|| ceilings.iter().map(|v| round(*v, 1)).collect()),
             claim_10k_ms: scale(&scales, |s| s.claim_small_ms, 3),
             claim_1m_ms: scale(&scales, |s| s.claim_big_ms, 3),
             claim_1m_head_ms: scale(&scales, |s| s.claim_head_ms, 3),
@@ -776,6 +794,9 @@ fn table_line(row: &Row) -> String {
         (row.start_p50_ms, row.start_p99_ms, row.start_max_ms, row.start_waited_100ms)
     {
         notes.push(format!("start p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.1} ms, {waited} waited >= 100 ms"));
+    }
+    if let (Some(ceiling), Some(ratio)) = (row.orm_ceiling_jobs_per_sec, row.orm_ceiling_ratio) {
+        notes.push(format!("ORM ceiling {ceiling:.0}/s, ratio {ratio:.2}"));
     }
     if let (Some(small), Some(big), Some(head)) = (row.claim_10k_ms, row.claim_1m_ms, row.claim_1m_head_ms) {
         notes.push(format!("claim 10k {small:.2} ms, 1M {big:.2} ms, 1M behind head {head:.2} ms"));
