@@ -45,7 +45,7 @@ fn insert_jobs_sql(rows: usize) -> String {
 const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
      locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, \
      event_flip = 1 - event_flip \
-     WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
+     WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
      AND kind IN (SELECT value FROM json_each(?4)) AND ?6 IS NULL \
      ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
      RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs";

@@ -416,13 +416,14 @@ fn claim_of(
         " AND ?6 IS NULL"
     };
     let flip = if config.batched_events { ", event_flip = 1 - event_flip" } else { "" };
-    // `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare bound LIMIT into the plan and prepares the statement
+    // Rows are picked by rowid, which the ready index holds: by id, each picked row cost one more descent of
+    // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare bound LIMIT into the plan and prepares the statement
     // again whenever the value changes, which a claim's room does nearly every time.
     let sql = format!(
         "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
          locked_at = ?2, \
          claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2{flip} \
-         WHERE id IN (SELECT id FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
+         WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
          AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
          ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
