@@ -417,8 +417,9 @@ fn claim_of(
     };
     let flip = if config.batched_events { ", event_flip = 1 - event_flip" } else { "" };
     // Rows are picked by rowid, which the ready index holds: by id, each picked row cost one more descent of
-    // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare bound LIMIT into the plan and prepares the statement
-    // again whenever the value changes, which a claim's room does nearly every time.
+    // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare
+    // bound LIMIT into the plan and prepares the statement again whenever the value changes, which a claim's
+    // room does nearly every time.
     let sql = format!(
         "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
          locked_at = ?2, \
