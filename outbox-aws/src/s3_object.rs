@@ -112,10 +112,6 @@ fn rules(config: &S3ObjectConfig) -> Vec<Violation> {
     out
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Provider for S3Object {
     fn resource_type(&self) -> &'static str {
         "s3_object"
@@ -134,7 +130,7 @@ impl Provider for S3Object {
             let config = parsed(&self.schema, &res, config)?;
             let (bucket, key) = located(resource_id, &res)?;
             let bytes = body(&config).map_err(|m| Error::Conflict { resource: res.clone(), message: m })?;
-            let md5 = hex(&Md5::digest(&bytes));
+            let md5 = hex::encode(Md5::digest(&bytes));
             let s3 = aws.s3();
 
             // A single-part upload's ETag is the body's MD5: equal ETag, type and metadata mean done.
@@ -241,6 +237,6 @@ mod tests {
         assert!(v[0].path == "/config/body" && v[0].message.contains("required"), "{v:?}");
         let v = p.check("bkt/k", Some(&json!({"body": "x", "metadata": {"Owner": "me"}})));
         assert_eq!(v[0].path, "/config/metadata/Owner");
-        assert_eq!(hex(&Md5::digest(b"hello")), "5d41402abc4b2a76b9719d911017c592");
+        assert_eq!(hex::encode(Md5::digest(b"hello")), "5d41402abc4b2a76b9719d911017c592");
     }
 }

@@ -101,13 +101,7 @@ impl JobRow {
             hasher.update(kind.name.as_bytes());
             hasher.update([0]);
             hasher.update(payload.as_bytes());
-            let digits = b"0123456789abcdef";
-            hasher
-                .finalize()
-                .iter()
-                .flat_map(|b| [digits[usize::from(b >> 4)], digits[usize::from(b & 15)]])
-                .map(char::from)
-                .collect()
+            hex::encode(hasher.finalize())
         });
         JobRow {
             id: uuid::Uuid::now_v7().to_string(),

@@ -58,7 +58,7 @@ pub(crate) async fn prepare(target: &Target, n: u64) -> Result<Prepared, BoxErro
             .await?;
         next += PREPARE_BATCH;
     }
-    let sha256: String = Sha256::digest(CONTENT.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let sha256 = hex::encode(Sha256::digest(CONTENT.as_bytes()));
     let now = crate::raw::now_ms();
     let size = CONTENT.len() as i64;
     let statement = match db.get_database_backend() {

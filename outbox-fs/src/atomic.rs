@@ -27,15 +27,7 @@ pub(crate) enum Entry {
 
 /// sha256 of `bytes`, lowercase hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-fn hex(digest: &[u8]) -> String {
-    use std::fmt::Write as _;
-    digest.iter().fold(String::with_capacity(digest.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Read-only and safe on whatever stands there: `O_NONBLOCK` so opening a FIFO cannot hang (it is refused
@@ -54,7 +46,7 @@ pub(crate) fn read_options(follow: bool) -> OpenOptions {
 pub(crate) fn hash_file(file: &mut File) -> io::Result<(String, u64)> {
     let mut hasher = Sha256::new();
     let size = io::copy(file, &mut hasher)?;
-    Ok((hex(&hasher.finalize()), size))
+    Ok((hex::encode(hasher.finalize()), size))
 }
 
 fn describe(file_type: cap_std::fs::FileType) -> Entry {

@@ -332,7 +332,8 @@ impl Kind {
             hasher.update(self.name.as_bytes());
             hasher.update([0]);
             hasher.update(canonical_json(payload).as_bytes());
-            return Some(hex(&hasher.finalize()));
+            // Once per enqueued job: `hex::encode` goes by table, where `write!` per byte showed.
+            return Some(hex::encode(hasher.finalize()));
         }
         let picked: serde_json::Map<String, Value> =
             self.key_fields.iter().map(|f| (f.clone(), payload.get(f).cloned().unwrap_or(Value::Null))).collect();
@@ -388,19 +389,9 @@ fn canonical_number(n: &serde_json::Number) -> String {
     if n.is_f64() && n.as_f64() == Some(0.0) { "0.0".to_owned() } else { n.to_string() }
 }
 
+/// sha256 of `bytes`, lowercase hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-/// Lowercase hex, by table: it runs once per enqueued job (the payload key), where `write!` per byte showed.
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    s
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]
