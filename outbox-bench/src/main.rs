@@ -49,6 +49,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
 
+use clap::Parser;
 use serde::Serialize;
 
 use memory::{Memory, WatchedDrain};
@@ -67,9 +68,10 @@ const LATENCY_JOBS: u64 = 1_000;
 const RETENTION_OLD_PER_JOB: u64 = 50;
 
 /// The database engine of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 enum Backend {
     Sqlite,
+    #[value(alias = "postgresql")]
     Postgres,
 }
 
@@ -80,19 +82,11 @@ impl Backend {
             Backend::Postgres => "postgres",
         }
     }
-
-    fn from_name(name: &str) -> Result<Backend, BoxError> {
-        match name.to_ascii_lowercase().as_str() {
-            "sqlite" => Ok(Backend::Sqlite),
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            other => Err(format!("unknown backend `{other}`\n{USAGE}").into()),
-        }
-    }
 }
 
 /// How durable a commit is: SQLite's `synchronous` (FULL, NORMAL), PostgreSQL's `synchronous_commit`
 /// (on, off). The weaker setting may lose the last commits on power loss (PostgreSQL: on a server crash too).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 enum SyncMode {
     Full,
     Normal,
@@ -117,14 +111,6 @@ impl SyncMode {
 
     fn is_full(self) -> bool {
         self == SyncMode::Full
-    }
-
-    fn from_name(name: &str) -> Result<SyncMode, BoxError> {
-        match name.to_ascii_lowercase().as_str() {
-            "full" => Ok(SyncMode::Full),
-            "normal" => Ok(SyncMode::Normal),
-            other => Err(format!("unknown sync mode `{other}`\n{USAGE}").into()),
-        }
     }
 }
 
@@ -177,6 +163,17 @@ const CASES: [Case; 15] = [
     Case::LatencyLoaded,
     Case::Million,
 ];
+
+/// `--case` takes a case by its row name.
+impl clap::ValueEnum for Case {
+    fn value_variants<'a>() -> &'a [Case] {
+        &CASES
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
 
 /// Sequences in `process_sequenced_100`.
 const FEW_KEYS: u64 = 100;
@@ -268,58 +265,54 @@ impl Case {
     }
 }
 
-#[derive(Debug)]
+/// Throughput of outbox-core against the same SQL run directly (rusqlite, bare sqlx), the median of
+/// `--runs` runs each on a fresh database.
+#[derive(Debug, Parser)]
+#[command(
+    name = "outbox-bench",
+    args_override_self = true,
+    after_help = "PostgreSQL rows run when --pg-url, OUTBOX_BENCH_PG_URL or OUTBOX_TEST_PG_URL names a server"
+)]
 struct Args {
+    /// One JSON object per row instead of a table.
+    #[arg(long)]
     json: bool,
+    /// Runs per row; the row holds their median.
+    #[arg(long, value_name = "N", default_value_t = 3)]
     runs: usize,
+    /// Sizes the cases: `enqueue` runs N/10 jobs at FULL and N/4 at NORMAL, `process` N, `process_memory` 5×N.
+    #[arg(long, value_name = "N", default_value_t = 20_000)]
     jobs: u64,
+    /// Only this case.
+    #[arg(long, value_name = "NAME")]
     case: Option<Case>,
+    /// Only this durability: SQLite's `synchronous`, PostgreSQL's `synchronous_commit` (full = on, normal = off).
+    #[arg(long, ignore_case = true)]
     sync: Option<SyncMode>,
+    /// Only this database engine.
+    #[arg(long, ignore_case = true)]
     backend: Option<Backend>,
+    /// The PostgreSQL server the PostgreSQL rows run on.
+    #[arg(long, value_name = "URL")]
     pg_url: Option<String>,
 }
 
-const USAGE: &str = "usage: outbox-bench [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
-                    [--pg-url URL] [--backend sqlite|postgres]
-cases: enqueue, enqueue_orm_ceiling, enqueue_batch, process, process_memory, process_sequenced,
-       process_sequenced_100, claim_sequenced, reconcile, http, dashboard, retention, latency,
-       latency_loaded, million
-PostgreSQL rows run when --pg-url, OUTBOX_BENCH_PG_URL or OUTBOX_TEST_PG_URL names a server";
-
-fn parse_args(argv: Vec<String>) -> Result<Option<Args>, BoxError> {
-    let pg_url = ["OUTBOX_BENCH_PG_URL", "OUTBOX_TEST_PG_URL"]
-        .into_iter()
-        .find_map(|var| std::env::var(var).ok().filter(|url| !url.is_empty()));
-    let mut args = Args { json: false, runs: 3, jobs: 20_000, case: None, sync: None, backend: None, pg_url };
-    let mut it = argv.into_iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
-        match flag.as_str() {
-            "--json" => args.json = true,
-            "--runs" => args.runs = value()?.parse()?,
-            "--jobs" => args.jobs = value()?.parse()?,
-            "--case" => {
-                let name = value()?;
-                let case = CASES.into_iter().find(|c| c.name() == name);
-                args.case = Some(case.ok_or_else(|| format!("unknown case `{name}`\n{USAGE}"))?);
-            }
-            "--sync" => args.sync = Some(SyncMode::from_name(&value()?)?),
-            "--backend" => args.backend = Some(Backend::from_name(&value()?)?),
-            "--pg-url" => args.pg_url = Some(value()?),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument `{other}`\n{USAGE}").into()),
-        }
-    }
+/// The arguments, checked beyond what clap checks; `--pg-url` defaults to the first of
+/// `OUTBOX_BENCH_PG_URL` and `OUTBOX_TEST_PG_URL` that is set and not empty.
+fn parse_args() -> Result<Args, BoxError> {
+    let mut args = Args::parse();
+    args.pg_url = args.pg_url.or_else(|| {
+        ["OUTBOX_BENCH_PG_URL", "OUTBOX_TEST_PG_URL"]
+            .into_iter()
+            .find_map(|var| std::env::var(var).ok().filter(|url| !url.is_empty()))
+    });
     if args.runs == 0 || args.jobs == 0 {
         return Err("--runs and --jobs must be at least 1".into());
     }
     if args.backend == Some(Backend::Postgres) && args.pg_url.is_none() {
-        return Err(format!("--backend postgres needs a server: --pg-url URL\n{USAGE}").into());
+        return Err("--backend postgres needs a server: --pg-url URL".into());
     }
-    Ok(Some(args))
+    Ok(args)
 }
 
 /// One output line.
@@ -836,7 +829,8 @@ fn drain_child(argv: &[String]) -> Result<(), BoxError> {
     let [location, sync, jobs] = argv else {
         return Err(format!("usage: {DRAIN_CHILD} <db file or URL> <sync> <jobs>").into());
     };
-    let (sync, jobs): (SyncMode, u64) = (SyncMode::from_name(sync)?, jobs.parse()?);
+    let sync = <SyncMode as clap::ValueEnum>::from_str(sync, true)?;
+    let jobs: u64 = jobs.parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = rt.block_on(outbox::drain_watched(&Location::parse(location), sync, jobs, CONCURRENCY))?;
     println!("{}", serde_json::to_string(&report)?);
@@ -866,7 +860,7 @@ fn run() -> Result<(), BoxError> {
     if argv.first().is_some_and(|a| a == RECONCILE_CHILD) {
         return reconcile_child(&argv[1..]);
     }
-    let Some(args) = parse_args(argv)? else { return Ok(()) };
+    let args = parse_args()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let backends: Vec<Backend> = [Backend::Sqlite, Backend::Postgres]
         .into_iter()
