@@ -10,6 +10,9 @@ use std::process::Command;
 use outbox_aws::{Aws, AwsOpts, SyncAws};
 use serde_json::json;
 
+/// Set in the children's environment: run without it, a child half fails instead of passing unrun.
+const CHILD: &str = "OUTBOX_CHAIN_CHILD";
+
 /// Runs the ignored helper `name` of this test binary with exactly `env` (plus PATH and HOME pointing
 /// at an empty directory, so no shared config file is read).
 fn child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
@@ -19,6 +22,7 @@ fn child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
     cmd.env("HOME", home.path()).env("PATH", std::env::var_os("PATH").unwrap_or_default());
     // Keep the instance-metadata lookup of the chain off the network.
     cmd.env("AWS_EC2_METADATA_DISABLED", "true");
+    cmd.env(CHILD, "1");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -62,6 +66,7 @@ fn without_credentials_or_region_connecting_fails_with_a_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run as a child process by the chain tests"]
 async fn env_child_syncs_a_bucket() {
+    outbox_tests::child_half(CHILD, "the chain tests");
     let bucket = std::env::var("OUTBOX_CHILD_BUCKET").expect("bucket");
     let t = outbox_tests::fresh_db().await;
     let aws = Aws::connect(AwsOpts::new()).await.expect("connect from the environment");
@@ -73,6 +78,7 @@ async fn env_child_syncs_a_bucket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run as a child process by the chain tests"]
 async fn env_child_connects() {
+    outbox_tests::child_half(CHILD, "the chain tests");
     match Aws::connect(AwsOpts::new()).await {
         Ok(_) => println!("CONNECT-OK"),
         Err(e) => println!("CONNECT-ERR {e}"),

@@ -136,9 +136,7 @@ fn s3_error(status: u16, code: &str, message: &str, extra: &str) -> Reply {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "half of environment_canaries_never_leak_on_bad_credentials_or_error_answers, which runs it with the canaries set"]
 async fn environment_canaries_never_leak_on_bad_credentials_or_error_answers_child() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
+    outbox_tests::child_half(CHILD, "environment_canaries_never_leak_on_bad_credentials_or_error_answers");
     let logs = outbox_tests::Captured::everything();
     let t = fresh_db().await;
     let token = ENV_CANARIES[1].1;

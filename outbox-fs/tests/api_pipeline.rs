@@ -65,7 +65,7 @@ async fn the_api_key_never_reaches_the_database_files_or_errors(t: TestDb) {
     assert!(server.seen().iter().all(|s| s.header("x-api-key") == Some(CANARY)));
     // ...and nowhere else: not in any row, history, answer, sidecar, database page or WAL frame.
     let mut files = Vec::new();
-    all_bytes(env.tmp.path(), &mut files);
+    all_bytes(env.t.dir.path(), &mut files);
     match env.backend {
         // The database is a file in the temp dir, searched page by page with the rest.
         Backend::Sqlite => assert!(files.iter().any(|(name, _)| name.ends_with("outbox.db"))),

@@ -169,9 +169,7 @@ fn key_never_leaks_into_debug_errors_or_logs() {
 #[tokio::test]
 #[ignore = "half of key_never_leaks_into_debug_errors_or_logs, which runs it alone in a process"]
 async fn key_never_leaks_into_debug_errors_or_logs_child() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
+    outbox_tests::child_half(CHILD, "key_never_leaks_into_debug_errors_or_logs");
     let echoed =
         format!(r#"{{"type":"error","error":{{"type":"permission_error","message":"key {KEY} is revoked"}}}}"#);
     let server = Server::start(vec![reply(403, echoed), reply(200, fixture("api_message.json"))]).await;
@@ -215,9 +213,7 @@ fn key_is_read_from_the_named_variable() {
 #[tokio::test]
 #[ignore = "half of key_is_read_from_the_named_variable, which runs it with the variable set"]
 async fn key_is_read_from_the_named_variable_child() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
+    outbox_tests::child_half(CHILD, "key_is_read_from_the_named_variable");
     let server = Server::start(vec![reply(200, fixture("api_message.json"))]).await;
     let mut opts = ApiOpts::new("claude-sonnet-4-5");
     opts.base_url = server.base.clone();

@@ -203,9 +203,7 @@ fn environment_is_allow_listed() {
 #[tokio::test]
 #[ignore = "half of environment_is_allow_listed, which runs it with the variables set"]
 async fn environment_is_allow_listed_child() {
-    if std::env::var_os(CANARY).is_none() {
-        return;
-    }
+    outbox_tests::child_half(CANARY, "environment_is_allow_listed");
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().display();
     let program =

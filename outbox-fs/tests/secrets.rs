@@ -47,9 +47,7 @@ fn canaries_in_the_environment_never_leak_from_failing_extractions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "half of canaries_in_the_environment_never_leak_from_failing_extractions, which runs it with the canaries set"]
 async fn canaries_in_the_environment_never_leak_from_failing_extractions_child() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
+    outbox_tests::child_half(CHILD, "canaries_in_the_environment_never_leak_from_failing_extractions");
     let logs = outbox_tests::Captured::everything();
     let e = common::env(outbox_tests::fresh_db().await);
     let errors = Arc::new(Mutex::new(Vec::new()));
@@ -97,7 +95,7 @@ async fn canaries_in_the_environment_never_leak_from_failing_extractions_child()
     run_failing(&e, "api-timeout", Box::new(api(&base, Duration::from_millis(500))), &errors).await;
     held.abort();
 
-    let bin = e.tmp.path().join("bin");
+    let bin = e.t.dir.path().join("bin");
     std::fs::create_dir(&bin).expect("bin dir");
     let dump = "env; echo \"args: $*\"";
     let result = |subtype: &str, text: &str| {
@@ -147,7 +145,7 @@ printf '{"type":"result","subtype":"success","is_error":false,"result":"answer\\
     let logs = logs.text();
     let rows = outbox_tests::job_rows(&e.db).await;
     let errors = errors.lock().expect("lock").join("\n");
-    let files = files(e.tmp.path());
+    let files = files(e.t.dir.path());
     // The capture is real: our events, the HTTP stack's traces, the errors in rows and files.
     for needle in ["anthropic api failed", "anthropic api retrying", "claude cli failed", "TRACE", "hyper"] {
         assert!(logs.contains(needle), "the logs hold `{needle}`");

@@ -62,8 +62,8 @@ pub struct TestDb {
     pub url: String,
     /// The SQLite database file. On PostgreSQL it names nothing: the database is the schema in `url`.
     pub path: PathBuf,
-    /// The test's PostgreSQL schema; `None` on SQLite.
-    pub schema: Option<String>,
+    /// The test's PostgreSQL schema, dropped with the `TestDb`; `None` on SQLite.
+    pub schema: Option<TestSchema>,
     /// Owns the directory for the test's files (and the SQLite database); dropped last.
     pub dir: tempfile::TempDir,
 }
@@ -78,14 +78,33 @@ impl TestDb {
     }
 }
 
-/// A fresh migrated SQLite file database.
+/// A fresh migrated SQLite file database: a copy of one migrated once per test process.
 pub async fn fresh_db() -> TestDb {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("outbox.db");
+    std::fs::write(&path, migrated_sqlite().await).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     let url = sqlite_url(&path);
     let db = outbox_core::connect(&url).await.expect("connect");
-    outbox_core::migrate(&db).await.expect("migrate");
     TestDb { db, backend: Backend::Sqlite, url, path, schema: None, dir }
+}
+
+/// The bytes of an SQLite database file that every migration has run on, made once per test process.
+async fn migrated_sqlite() -> &'static [u8] {
+    static TEMPLATE: tokio::sync::OnceCell<Vec<u8>> = tokio::sync::OnceCell::const_new();
+    TEMPLATE
+        .get_or_init(|| async {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("template.db");
+            let db = outbox_core::connect(&sqlite_url(&path)).await.expect("connect");
+            outbox_core::migrate(&db).await.expect("migrate");
+            // Everything into the database file itself: the copies are made of that file alone.
+            db.execute_unprepared("PRAGMA wal_checkpoint(TRUNCATE)").await.expect("checkpoint");
+            db.close().await.expect("close the template");
+            let wal = dir.path().join("template.db-wal");
+            assert!(std::fs::metadata(&wal).map_or(true, |m| m.len() == 0), "{} still holds pages", wal.display());
+            std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+        })
+        .await
 }
 
 /// A fresh migrated database on `backend` for the test named `test`. On PostgreSQL that is a new schema
@@ -110,59 +129,89 @@ pub fn pg_server(test: &str) -> Option<String> {
 }
 
 async fn fresh_schema(server: &str) -> TestDb {
-    let schema = format!("t_{}", random_hex());
-    let admin = connect_pg(server).await;
-    admin.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("create the test's schema");
-    let _ = admin.close().await;
-    let separator = if server.contains('?') { '&' } else { '?' };
-    let url = format!("{server}{separator}options=-c%20search_path%3D{schema}");
+    let name = format!("t_{}", random_hex());
+    let url = with_options(server, &format!("-c search_path={name}"));
+    // A throwaway schema needs no durable commits: its migrations skip the wait for the disk.
+    let setup =
+        connect_pg_sized(&with_options(server, &format!("-c search_path={name} -c synchronous_commit=off")), 1).await;
+    setup.execute_unprepared(&format!("CREATE SCHEMA {name}")).await.expect("create the test's schema");
+    let schema = TestSchema { name, server: server.to_owned() };
+    outbox_core::migrate(&setup).await.expect("migrate");
+    let _ = setup.close().await;
     let db = connect_pg(&url).await;
-    outbox_core::migrate(&db).await.expect("migrate");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("outbox.db");
     TestDb { db, backend: Backend::Postgres, url, path, schema: Some(schema), dir }
 }
 
+/// A PostgreSQL schema of a test's own, dropped when this is: at the end of the test, and while a failing
+/// test unwinds (set `OUTBOX_TEST_KEEP_SCHEMAS` to keep a failed test's schema for a look at what it left).
+#[derive(Debug)]
+pub struct TestSchema {
+    name: String,
+    server: String,
+}
+
+impl TestSchema {
+    /// The schema's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestSchema {
+    fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
+            eprintln!("kept the failed test's schema {} (OUTBOX_TEST_KEEP_SCHEMAS is set)", self.name);
+            return;
+        }
+        // On a thread and runtime of its own: the test's runtime may be the one unwinding, or shutting down.
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            runtime.map(|rt| rt.block_on(drop_schema(&server, &name)))
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop the test schema {}: no runtime for it", self.name);
+        }
+    }
+}
+
+/// `server` with `options` (PostgreSQL's command-line settings) as its connection options.
+fn with_options(server: &str, options: &str) -> String {
+    let separator = if server.contains('?') { '&' } else { '?' };
+    format!("{server}{separator}options={}", options.replace(' ', "%20").replace('=', "%3D"))
+}
+
 async fn connect_pg(url: &str) -> DatabaseConnection {
-    let opts = outbox_core::ConnectOpts { max_connections: PG_POOL, ..Default::default() };
+    connect_pg_sized(url, PG_POOL).await
+}
+
+async fn connect_pg_sized(url: &str, max_connections: u32) -> DatabaseConnection {
+    let opts = outbox_core::ConnectOpts { max_connections, ..Default::default() };
     outbox_core::connect_with(url, opts).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
-/// 64 random bits in hex: the standard library's per-thread random hash keys, mixed with what tells
-/// processes, calls and instants apart.
+/// 64 random bits in hex, for names that must not collide across test processes.
 fn random_hex() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static CALLS: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    hasher.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    hasher.write_u128(now.as_nanos());
-    format!("{:016x}", hasher.finish())
+    format!("{:016x}", fastrand::u64(..))
 }
 
 /// Runs `body` on a fresh database of `backend`; what [`conformance!`](crate::conformance) expands to.
-/// A PostgreSQL schema is dropped after a passing test and kept after a failing one, for a look at what it
-/// left.
+/// A PostgreSQL schema is dropped when the body ends, passing or failing (see [`TestSchema`]).
 pub async fn run<F, Fut>(backend: Backend, test: &str, body: F)
 where
     F: FnOnce(TestDb) -> Fut,
     Fut: Future<Output = ()>,
 {
     let Some(t) = fresh(backend, test).await else { return };
-    let server = t.schema.as_ref().and_then(|_| std::env::var(PG_VAR).ok());
-    let schema = t.schema.clone();
     body(t).await;
-    if let (Some(server), Some(schema)) = (server, schema) {
-        drop_schema(&server, &schema).await;
-    }
 }
 
-/// Best effort: a throwaway cluster does not need it, and a schema still locked by a stray connection is not
-/// worth failing a passed test for.
+/// Best effort: a schema still locked by a stray connection is not worth failing a test for; it is named.
 async fn drop_schema(server: &str, schema: &str) {
-    let admin = connect_pg(server).await;
+    let admin = connect_pg_sized(&with_options(server, "-c synchronous_commit=off"), 1).await;
     let dropped = async {
         let txn = admin.begin().await?;
         txn.execute_unprepared("SET LOCAL lock_timeout = '5s'").await?;
@@ -216,6 +265,21 @@ macro_rules! conformance {
             #[::tokio::test($($runtime)+)]
             async fn postgres() {
                 $crate::run($crate::Backend::Postgres, concat!(module_path!(), "::postgres"), super::$test).await;
+            }
+        }
+    };
+}
+
+/// Runs one test body on SQLite alone, for tests whose subject does not depend on the backend (the
+/// dashboard, which reads the API): `sqlite_only!(name)` emits the test `name::sqlite`, like
+/// [`conformance!`](crate::conformance) without its PostgreSQL half.
+#[macro_export]
+macro_rules! sqlite_only {
+    ($test:ident) => {
+        mod $test {
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                $crate::run($crate::Backend::Sqlite, concat!(module_path!(), "::sqlite"), super::$test).await;
             }
         }
     };

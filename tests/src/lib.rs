@@ -2,6 +2,8 @@
 //! macro that runs a test on all of them, and the worker binary the crash and race tests run as child
 //! processes.
 
+mod child;
+mod claims;
 mod cluster;
 mod database;
 pub mod http;
@@ -16,8 +18,11 @@ use schemars::JsonSchema;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde::{Deserialize, Serialize};
 
+pub use child::{ChildProcess, GroupGuard};
+pub use claims::{Claim, ClaimLog};
 pub use cluster::PgCluster;
-pub use database::{Backend, TestDb, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec};
+pub use database::{Backend, TestDb, TestSchema, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec};
+pub use rustix::process::Signal;
 pub use secrets::{Captured, ChildRun, job_rows, leaks, run_child};
 pub use served::{Served, SseEvent, SseReader, http_client};
 pub use tmpfs::Tmpfs;
@@ -194,6 +199,17 @@ pub fn unavailable(test: &str, why: &str) {
         }
         Err(_) => eprintln!("{line}"),
     }
+}
+
+/// The first line of an `#[ignore]`d test that is half of `parent`, which runs it in a child process with
+/// `var` set: run any other way (`cargo test -- --include-ignored`), it fails saying so instead of passing
+/// without having tested anything.
+#[track_caller]
+pub fn child_half(var: &str, parent: &str) {
+    assert!(
+        std::env::var_os(var).is_some(),
+        "this test is half of {parent}, which runs it in a child process with {var} set; run {parent} instead"
+    );
 }
 
 /// Milliseconds since the Unix epoch, as the jobs table stores times.

@@ -58,7 +58,7 @@ async fn notify_wakes_an_idle_worker_and_the_listener_reconnects() {
     let Some(t) = fresh(Backend::Postgres, "notify_wakes_an_idle_worker_and_the_listener_reconnects").await else {
         return;
     };
-    let worker_id = format!("wake-{}", t.schema.clone().expect("a schema per test"));
+    let worker_id = format!("wake-{}", t.schema.as_ref().expect("a schema per test").name());
     let worker = Worker::builder(&t.db)
         .register::<Probe, _, _, _>(|_job: Probe, _ctx| async { Ok(()) })
         .poll_interval(Duration::from_secs(3600))

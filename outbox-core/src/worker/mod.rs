@@ -348,6 +348,8 @@ impl WorkerBuilder {
         if let Some(e) = self.errors.drain(..).next() {
             return Err(e);
         }
+        // Settings that are wrong whatever the database holds fail before the database is touched.
+        self.retention.check()?;
         storage::backend(&self.db)?;
         let id = self.id.unwrap_or_else(default_worker_id);
         // Operators' tools (the `outbox` command) validate and show kinds defined in any application.
@@ -369,7 +371,6 @@ impl WorkerBuilder {
         for (kind, registered) in &mut self.handlers {
             registered.timeout = self.timeouts.get(kind).copied().or(registered.timeout).or(self.config.timeout);
         }
-        self.retention.check()?;
         let mut schedules = Vec::with_capacity(self.schedules.len());
         for schedule in self.schedules {
             if schedules.iter().any(|s: &periodic::Ready| s.name() == schedule.name()) {
@@ -420,15 +421,15 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let mut delay =
+    let first =
         config.poll_interval.clamp(Duration::from_millis(100), config.max_db_backoff.max(Duration::from_millis(100)));
+    let mut retry = Backoff::new(first, config.max_db_backoff);
     loop {
         match attempt().await {
             Ok(v) => return Ok(v),
             Err(e) if e.is_transient() => {
-                tracing::warn!(worker, step, error = %e, retry_in = ?delay, "worker cannot start yet; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(config.max_db_backoff);
+                tracing::warn!(worker, step, error = %e, retry_in = ?retry.peek(), "worker cannot start yet; retrying");
+                retry.sleep().await;
             }
             Err(e) => return Err(e),
         }
@@ -439,4 +440,45 @@ fn default_worker_id() -> String {
     let host = presence::host();
     let suffix = uuid::Uuid::now_v7().simple().to_string();
     format!("{host}:{}:{}", std::process::id(), &suffix[suffix.len() - 8..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::JobStatus;
+
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    struct Ping {
+        n: u64,
+    }
+
+    impl Job for Ping {
+        const KIND: &'static str = "ping";
+    }
+
+    /// A connection to an empty in-memory database: these checks must fail before any table is read.
+    async fn unmigrated() -> DatabaseConnection {
+        sea_orm::Database::connect("sqlite::memory:").await.expect("in-memory SQLite")
+    }
+
+    async fn ok(_: Ping, _: JobContext) -> std::result::Result<(), JobError> {
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn registering_a_kind_twice_is_an_error() {
+        let err = Worker::builder(&unmigrated().await).register(ok).register(ok).build().await.err();
+        assert!(matches!(err, Some(Error::DuplicateKind { ref kind }) if kind == "ping"), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn retention_refuses_unfinished_statuses() {
+        let err = Worker::builder(&unmigrated().await)
+            .retention(Retention::new().max_age(JobStatus::Pending, Some(Duration::from_secs(1))))
+            .build()
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert!(err.as_deref().is_some_and(|e| e.contains("`pending`")), "pending jobs are never pruned: {err:?}");
+    }
 }

@@ -99,7 +99,9 @@ impl Loop {
         let config = self.worker.config.clone();
         // Claim only when a useful batch fits, unless the worker is idle.
         let min_claim = (config.concurrency / 4).max(1);
-        let mut claim_now = true;
+        // Why the next claim runs, or `None` while nothing calls for one. Logged with each claim at `debug`: a
+        // claim's cause is what tells a wake-up from a poll.
+        let mut claim_now = Some("start");
         let mut next_poll = Instant::now() + config.poll_interval;
         let mut db_backoff = config.poll_interval;
         let mut wakes_seen = wake::wakes();
@@ -113,7 +115,7 @@ impl Loop {
             let wakes = wake::wakes();
             if wakes != wakes_seen {
                 wakes_seen = wakes;
-                claim_now = true;
+                claim_now = claim_now.or(Some("wake"));
             }
             while let Some(done) = self.tasks.try_join_next_with_id() {
                 self.settle(done, false)?;
@@ -121,8 +123,11 @@ impl Loop {
             // Draining ends on an empty claim with nothing in flight, so an idle drain asks once more. A job
             // that ended in a sequence or under a limit may have freed the next one: its outcome goes out
             // before the claim.
-            if (drain && self.tasks.is_empty()) || std::mem::take(&mut self.freed) {
-                claim_now = true;
+            if drain && self.tasks.is_empty() {
+                claim_now = claim_now.or(Some("drain"));
+            }
+            if std::mem::take(&mut self.freed) {
+                claim_now = claim_now.or(Some("freed"));
             }
             if shutdown.is_cancelled() {
                 return Ok(());
@@ -134,13 +139,17 @@ impl Loop {
             let unwritten = self.worker.store.unwritten_count().saturating_sub(config.concurrency);
             let busy = self.tasks.len() + unwritten;
             let free = config.concurrency.saturating_sub(busy);
-            if claim_now && free > 0 && (free >= min_claim || self.tasks.is_empty()) {
+            if let Some(reason) = claim_now
+                && free > 0
+                && (free >= min_claim || self.tasks.is_empty())
+            {
                 let now = now_ms();
                 let unwritten_before = self.worker.store.unwritten_count();
                 match self.worker.store.claim(free, now, ms_after(now, config.lease)).await {
                     Ok(jobs) => {
+                        tracing::debug!(worker = %self.worker.id, reason, wanted = free, claimed = jobs.len(), "claimed");
                         db_backoff = config.poll_interval;
-                        claim_now = jobs.len() == free;
+                        claim_now = (jobs.len() == free).then_some("full batch");
                         if drain && jobs.is_empty() && self.tasks.is_empty() {
                             // An outcome not yet written may let the next job of its sequence go: write
                             // them, then look once more. One written while the claim ran counts too: the
@@ -149,19 +158,19 @@ impl Loop {
                                 return Ok(());
                             }
                             self.worker.store.flush().await?;
-                            claim_now = true;
+                            claim_now = Some("drain");
                             continue;
                         }
                         for job in jobs {
                             self.spawn(job);
                         }
-                        if claim_now {
+                        if claim_now.is_some() {
                             continue;
                         }
                     }
                     Err(e) => {
                         tracing::warn!(worker = %self.worker.id, error = %e, retry_in = ?db_backoff, "claiming failed");
-                        claim_now = false;
+                        claim_now = None;
                         next_poll = Instant::now() + db_backoff;
                         db_backoff = (db_backoff * 2).min(config.max_db_backoff);
                     }
@@ -172,10 +181,10 @@ impl Loop {
                 biased;
                 _ = shutdown.cancelled() => return Ok(()),
                 Some(done) = self.tasks.join_next_with_id() => self.settle(done, false)?,
-                _ = &mut notified => claim_now = true,
+                _ = &mut notified => claim_now = claim_now.or(Some("wake")),
                 _ = sleep_until(wake_at) => {
                     if Instant::now() >= next_poll {
-                        claim_now = true;
+                        claim_now = claim_now.or(Some("poll"));
                         next_poll = Instant::now() + db_backoff.max(config.poll_interval);
                     }
                 }

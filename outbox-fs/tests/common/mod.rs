@@ -17,8 +17,8 @@ use sha2::{Digest, Sha256};
 
 /// A database, and a root and a directory outside it in the test's temp dir.
 pub struct Env {
-    /// The test's temp dir (on SQLite, the database file is in it too).
-    pub tmp: tempfile::TempDir,
+    /// The test's database and temp dir (on SQLite, the database file is in it too).
+    pub t: TestDb,
     pub db: DatabaseConnection,
     pub backend: Backend,
     /// `<tmp>/root`
@@ -29,9 +29,9 @@ pub struct Env {
 }
 
 pub fn env(t: TestDb) -> Env {
-    let TestDb { db, backend, dir: tmp, .. } = t;
-    let root_dir = tmp.path().join("root");
-    let outside = tmp.path().join("outside");
+    let (db, backend) = (t.db.clone(), t.backend);
+    let root_dir = t.dir.path().join("root");
+    let outside = t.dir.path().join("outside");
     std::fs::create_dir(&root_dir).expect("root dir");
     std::fs::create_dir(&outside).expect("outside dir");
     for i in 0..10 {
@@ -40,7 +40,7 @@ pub fn env(t: TestDb) -> Env {
     }
     std::fs::write(outside.join("x"), "outside x\n").expect("canary x");
     let root = Root::open(&root_dir).expect("open root");
-    Env { tmp, db, backend, root_dir, outside, root }
+    Env { t, db, backend, root_dir, outside, root }
 }
 
 /// A worker that polls often and retries fast, with the filesystem handlers of `root`.

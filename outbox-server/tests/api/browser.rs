@@ -1,12 +1,14 @@
 //! A real headless Chromium driven through chromedriver (Debian's `chromium` and `chromium-driver`), one
 //! browser at a time, with screenshots saved under `target/screenshots` (or `OUTBOX_SCREENSHOTS`).
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
+use outbox_tests::ChildProcess;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -18,14 +20,40 @@ const PATIENCE: Duration = Duration::from_secs(20);
 
 pub(crate) struct Browser {
     pub(crate) client: Client,
-    driver: Child,
+    /// chromedriver's port and the WebDriver session it runs for this browser.
+    port: u16,
+    session: String,
+    /// chromedriver, leading a process group of its own that the browser it starts joins: dropped after the
+    /// session is ended, it SIGKILLs whatever of the group is left.
+    _driver: ChildProcess,
     _turn: MutexGuard<'static, ()>,
 }
 
 impl Drop for Browser {
+    /// Ends the WebDriver session first, so chromedriver closes the browser it started; killing chromedriver
+    /// alone would leave the browser running, re-parented to init. This runs while a failing test unwinds
+    /// too, and outside any runtime, so it speaks HTTP/1.1 over a blocking socket.
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        if let Err(e) = end_session(self.port, &self.session) {
+            eprintln!("could not end the WebDriver session {}: {e}; killing its process group", self.session);
+        }
+    }
+}
+
+/// `DELETE /session/{id}` on chromedriver, waiting for its answer (it answers once the browser is closed).
+fn end_session(port: u16, session: &str) -> std::io::Result<()> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(PATIENCE))?;
+    write!(
+        stream,
+        "DELETE /session/{session} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    if answer.starts_with("HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("chromedriver answered {:?}", answer.lines().next().unwrap_or_default())))
     }
 }
 
@@ -56,12 +84,9 @@ impl Browser {
         };
         let turn = ONE_AT_A_TIME.lock().await;
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-        let driver = Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
+        let driver = ChildProcess::spawn(
+            Command::new(chromedriver).arg(format!("--port={port}")).stdout(Stdio::null()).stderr(Stdio::null()),
+        );
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".into(),
@@ -84,7 +109,8 @@ impl Browser {
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         };
-        Some(Browser { client, driver, _turn: turn })
+        let session = client.session_id().await.expect("session id").expect("a WebDriver session");
+        Some(Browser { client, port, session, _driver: driver, _turn: turn })
     }
 
     /// Waits until `css` matches an element whose text satisfies `ok`; returns that text.

@@ -2,7 +2,7 @@
 //! database, it changes live, its actions act, a read token sees no action, and no page logs an error.
 
 use outbox_core::{EnqueueOpts, JobError, JobStatus, Kind, Worker, ops};
-use outbox_tests::{Backend, Keyed, Probe, TestDb, conformance};
+use outbox_tests::{Backend, Keyed, Probe, TestDb, sqlite_only};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -97,7 +97,7 @@ async fn some_of_everything(t: &TestDb) -> Vec<String> {
     ids
 }
 
-conformance!(the_overview_counts_what_the_database_holds);
+sqlite_only!(the_overview_counts_what_the_database_holds);
 async fn the_overview_counts_what_the_database_holds(t: TestDb) {
     some_of_everything(&t).await;
     let Some(dash) = Dash::open(&t, "the_overview_counts_what_the_database_holds", READ).await else { return };
@@ -131,7 +131,7 @@ async fn the_overview_counts_what_the_database_holds(t: TestDb) {
     dash.no_console_errors("the overview").await;
 }
 
-conformance!(the_jobs_page_is_live_and_its_filters_narrow_it);
+sqlite_only!(the_jobs_page_is_live_and_its_filters_narrow_it);
 async fn the_jobs_page_is_live_and_its_filters_narrow_it(t: TestDb) {
     let ids = some_of_everything(&t).await;
     outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: "a".into() }, EnqueueOpts::new()).await.expect("enqueue");
@@ -176,7 +176,7 @@ async fn the_jobs_page_is_live_and_its_filters_narrow_it(t: TestDb) {
     dash.no_console_errors("the jobs and job pages").await;
 }
 
-conformance!(retry_on_a_failed_job_makes_it_pending);
+sqlite_only!(retry_on_a_failed_job_makes_it_pending);
 async fn retry_on_a_failed_job_makes_it_pending(t: TestDb) {
     let ids = some_of_everything(&t).await;
     let failed = &ids[2];
@@ -205,7 +205,7 @@ async fn retry_on_a_failed_job_makes_it_pending(t: TestDb) {
     dash.no_console_errors("the failures and job pages").await;
 }
 
-conformance!(a_read_token_sees_no_action_and_cannot_forge_one);
+sqlite_only!(a_read_token_sees_no_action_and_cannot_forge_one);
 async fn a_read_token_sees_no_action_and_cannot_forge_one(t: TestDb) {
     let ids = some_of_everything(&t).await;
     let failed = &ids[2];
@@ -229,7 +229,7 @@ async fn a_read_token_sees_no_action_and_cannot_forge_one(t: TestDb) {
     dash.no_console_errors("the read-only pages").await;
 }
 
-conformance!(every_page_shows_without_console_errors_at_both_widths);
+sqlite_only!(every_page_shows_without_console_errors_at_both_widths);
 async fn every_page_shows_without_console_errors_at_both_widths(t: TestDb) {
     let ids = some_of_everything(&t).await;
     let Some(dash) = Dash::open(&t, "every_page_shows_without_console_errors_at_both_widths", OPERATE).await else {
