@@ -1,5 +1,6 @@
 #![doc = include_str!("../docs/crate.md")]
 
+mod backoff;
 mod connect;
 mod enqueue;
 mod error;

@@ -19,6 +19,7 @@ pub use handler::{IntoOutput, JobContext, JobError};
 pub use retry::RetryPolicy;
 pub use run::shutdown_signal;
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::kind::Kind;

@@ -5,30 +5,29 @@ use std::time::Duration;
 use sea_orm::sqlx::postgres::{PgListener, PgPool};
 
 use super::CHANNEL;
+use crate::backoff::Backoff;
 use crate::wake;
 
 /// Keeps one connection listening on the wake-up channel, reconnecting with backoff, and wakes this process's
 /// workers on every notification for their schema. Polling covers whatever is missed while reconnecting.
 pub(super) async fn listen(pool: PgPool, schema: String, worker: String) {
-    let mut delay = Duration::from_millis(100);
+    let mut retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(l) => l,
             Err(e) => {
-                tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "cannot open the listen connection");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
+                tracing::warn!(worker = %worker, error = %e, retry_in = ?retry.peek(), "cannot open the listen connection");
+                retry.sleep().await;
                 continue;
             }
         };
         if let Err(e) = listener.listen(CHANNEL).await {
-            tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "cannot listen for wake-ups");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(30));
+            tracing::warn!(worker = %worker, error = %e, retry_in = ?retry.peek(), "cannot listen for wake-ups");
+            retry.sleep().await;
             continue;
         }
         tracing::debug!(worker = %worker, channel = CHANNEL, "listening for wake-ups");
-        delay = Duration::from_millis(100);
+        retry.reset();
         // Whatever was enqueued while not listening was not announced.
         wake::wake();
         loop {
@@ -43,9 +42,8 @@ pub(super) async fn listen(pool: PgPool, schema: String, worker: String) {
                     wake::wake();
                 }
                 Err(e) => {
-                    tracing::warn!(worker = %worker, error = %e, retry_in = ?delay, "listening for wake-ups failed");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(30));
+                    tracing::warn!(worker = %worker, error = %e, retry_in = ?retry.peek(), "listening for wake-ups failed");
+                    retry.sleep().await;
                     break;
                 }
             }

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::listener::listen;
 use super::ts;
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::storage::transient;
 use crate::storage::worker_store::limited_share;
@@ -636,7 +637,7 @@ async fn write_finished(
 
 async fn write_with_retries(pool: &PgPool, owner: &str, batched: bool, batch: Vec<Finished>) {
     let started = tokio::time::Instant::now();
-    let mut delay = Duration::from_millis(10);
+    let mut retry = Backoff::new(Duration::from_millis(10), Duration::from_secs(5));
     loop {
         match write_batch(pool, owner, &batch, batched).await {
             Ok(applied) => {
@@ -648,8 +649,7 @@ async fn write_with_retries(pool: &PgPool, owner: &str, batched: bool, batch: Ve
             }
             Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => {
                 tracing::warn!(error = %e, jobs = batch.len(), "writing finished jobs failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
+                retry.sleep().await;
             }
             Err(e) if transient::sqlx(&e) => {
                 tracing::error!(
@@ -671,7 +671,7 @@ async fn write_with_retries(pool: &PgPool, owner: &str, batched: bool, batch: Ve
 }
 
 async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
-    let mut delay = Duration::from_millis(10);
+    let mut retry = Backoff::new(Duration::from_millis(10), Duration::from_secs(5));
     let started = tokio::time::Instant::now();
     let mut item = f;
     loop {
@@ -681,10 +681,7 @@ async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
                 crate::wake::outcome_written();
                 return;
             }
-            Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
+            Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => retry.sleep().await,
             Err(e) if matches!(item.outcome, Outcome::Completed { .. }) && !transient::sqlx(&e) => {
                 // The handler succeeded but its output cannot be stored: the job fails for good with the
                 // reason instead of running again.

@@ -22,6 +22,7 @@ use super::{
     ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, PruneRules, ScanRow, ScheduleRow, StoredEvent,
     Tuning, WorkerRow, WorkerStore, WorkerStoreOpts, limit_value, rows,
 };
+use crate::backoff::Backoff;
 use crate::error::{Error, Result, Violation};
 use crate::record::{
     FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord, WorkerRecord,
@@ -222,7 +223,7 @@ impl Driver for Sqlite {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..TransactionOptions::default()
         };
-        let mut delay = Duration::from_millis(10);
+        let mut retry = Backoff::new(Duration::from_millis(10), Duration::MAX);
         let mut tries = 0;
         loop {
             tries += 1;
@@ -230,8 +231,7 @@ impl Driver for Sqlite {
                 Ok(txn) => return Ok(txn),
                 Err(e) if is_busy(&e) && tries < BEGIN_TRIES => {
                     tracing::debug!(error = %e, tries, "database busy at begin; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
+                    retry.sleep().await;
                 }
                 Err(e) => return Err(Error::db("beginning a write transaction")(e)),
             }

@@ -12,6 +12,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::storage::worker_store::limited_share;
 use crate::storage::{ClaimedJob, Finished, Outcome, Rescued, Unreadable};
@@ -258,7 +259,7 @@ impl Actor {
     }
 
     fn finish_with_retries(&mut self, batch: &[Finished]) {
-        let mut delay = Duration::from_millis(20);
+        let mut retry = Backoff::new(Duration::from_millis(20), Duration::from_secs(30));
         for attempt in 1..=FINISH_TRIES {
             let (worker_id, batched) = (&self.config.worker_id, self.config.batched_events);
             let result = self
@@ -280,8 +281,7 @@ impl Actor {
                 }
                 Err(e) if attempt < FINISH_TRIES => {
                     tracing::warn!(error = %e, jobs = batch.len(), attempt, "writing finished jobs failed; retrying");
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(Duration::from_secs(30));
+                    std::thread::sleep(retry.take());
                 }
                 Err(e) => {
                     tracing::error!(
