@@ -557,10 +557,14 @@ async fn sigint_lets_the_running_job_finish() {
 
     let env = Env::new();
     env.ok(&["migrate"]);
-    // A stand-in for the `claude` CLI that takes five seconds to answer: time to see the job claimed.
+    // A stand-in for the `claude` CLI that answers once the test opens the gate (or after a minute, so a
+    // failed test leaves nothing behind): the job runs until the worker has been interrupted.
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../outbox-fs/tests/fixtures/extract/cli_success.json");
     let script = env.dir.path().join("slow-claude");
-    std::fs::write(&script, format!("#!/bin/sh\ncat > /dev/null\nsleep 5\ncat '{}'\n", fixture.display()))
+    let gate = env.dir.path().join("gate");
+    let wait_for_gate =
+        format!("i=0\nwhile [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done", gate.display());
+    std::fs::write(&script, format!("#!/bin/sh\ncat > /dev/null\n{wait_for_gate}\ncat '{}'\n", fixture.display()))
         .expect("script");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let prompt = "Summarize requirement R-7.";
@@ -570,19 +574,26 @@ async fn sigint_lets_the_running_job_finish() {
     let id = enqueue_id(&env, "claude_extraction", payload);
 
     let script_arg = script.display().to_string();
-    let worker = env
+    let stderr_path = env.dir.path().join("worker.stderr");
+    let mut worker = env
         .command(&["work", "--root", &env.root_arg(), "--claude-cli", &script_arg])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
         .spawn()
         .expect("spawn worker");
+    let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
     let started = eventually(Duration::from_secs(20), || async { status_of(&env, &id) == "claimed" }).await;
-    assert!(started, "the job started");
+    assert!(started, "the job did not start: {}", stderr());
     let pid = worker.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
-    let out = output(worker.wait_with_output().expect("worker exit"));
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(out.stderr.contains("interrupted: finishing running jobs"), "{}", out.stderr);
+    let interrupted =
+        eventually(Duration::from_secs(20), || async { stderr().contains("interrupted: finishing running jobs") })
+            .await;
+    assert!(interrupted, "the worker did not say it was interrupted: {}", stderr());
+    assert_eq!(status_of(&env, &id), "claimed", "the job runs while the worker stops");
+    std::fs::write(&gate, "").expect("open the gate");
+    let status = worker.wait().expect("worker exit");
+    assert_eq!(status.code(), Some(0), "{}", stderr());
     // The job that was running when Ctrl-C came finished before the worker exited.
     assert_eq!(status_of(&env, &id), "completed");
     let answer = std::fs::read_to_string(env.root.join("answers/r7.md")).expect("answer written");

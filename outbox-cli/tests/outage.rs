@@ -49,9 +49,10 @@ async fn a_worker_started_on_a_full_disk_waits_and_then_drains_every_job() {
         .spawn()
         .expect("spawn the worker");
     let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    let noticed = eventually(Duration::from_secs(30), || async { stderr().contains("full") }).await;
-    assert!(noticed, "the worker never said the disk is full:\n{}", stderr());
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Each try the worker makes logs a line saying why it waits: three of them, and it is still up.
+    let tries = || stderr().lines().filter(|l| l.contains("full")).count();
+    let noticed = eventually(Duration::from_secs(30), || async { tries() >= 3 }).await;
+    assert!(noticed, "the worker did not say three times that the disk is full:\n{}", stderr());
     assert!(worker.try_wait().expect("worker status").is_none(), "the worker exited on a full disk:\n{}", stderr());
 
     std::fs::remove_file(&filler).expect("give the space back");

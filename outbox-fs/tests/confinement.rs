@@ -186,9 +186,11 @@ async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outsi
         let (root, outside, stop, swaps) = (e.root_dir.clone(), e.outside.clone(), stop.clone(), swaps.clone());
         std::thread::spawn(move || swap_until(root, outside, stop, swaps))
     };
-    while swaps.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let swapping = common::eventually(Duration::from_secs(10), || async {
+        swaps.load(Ordering::SeqCst) > 0 || swapper.is_finished()
+    })
+    .await;
+    assert!(swapping && !swapper.is_finished(), "the swapper did not start swapping (or stopped at once)");
     let handle = worker(&e).concurrency(16).build().await.expect("build").start();
     let db = e.db.clone();
     let settled = common::eventually(Duration::from_secs(120), || {

@@ -1,5 +1,5 @@
 //! Periodic jobs across real processes: four worker processes share one every-second schedule and the
-//! database lets exactly one of them enqueue each tick; after all of them stop for five seconds, the
+//! database lets exactly one of them enqueue each tick; after all of them stop while five ticks pass, the
 //! missed-tick policy decides what the gap gets (skip: nothing; catch up: one job).
 
 use std::path::PathBuf;
@@ -124,27 +124,46 @@ fn catch_ups(stderrs: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// Waits until at least `n` `ticked` jobs exist for ticks after `after`.
+async fn wait_ticks(t: &TestDb, fleet: &Fleet, after: i64, n: usize) {
+    let later = || async { ticks(t).await.into_iter().filter(|tick| *tick > after).collect::<Vec<_>>() };
+    let enough = outbox_tests::eventually(Duration::from_secs(60), || async { later().await.len() >= n }).await;
+    assert!(enough, "fewer than {n} ticks after {after}: {:?}\n{}", later().await, fleet.logs());
+}
+
+/// Waits, while no process runs, until the schedule has let `n` ticks after `last` pass: its next tick is
+/// more than `n` periods after `last`.
+async fn wait_missed(t: &TestDb, last: i64, n: i64) {
+    let next = || async {
+        let schedules = outbox_core::ops::schedules(&t.db).await.expect("schedules");
+        schedules.first().and_then(|s| s.next_tick).map(|tick| tick.timestamp_millis())
+    };
+    let passed = outbox_tests::eventually(Duration::from_secs(60), || async {
+        next().await.is_some_and(|next| next - last > n * 1_000)
+    })
+    .await;
+    assert!(passed, "{n} ticks after {last} did not pass: the next tick is {:?}", next().await);
+}
+
 conformance!(four_processes_enqueue_one_job_per_tick_and_honour_the_missed_tick_policy);
 async fn four_processes_enqueue_one_job_per_tick_and_honour_the_missed_tick_policy(t: TestDb) {
-    // Ten seconds of four processes sharing the schedule.
+    // Four processes sharing the schedule for ten ticks.
     let fleet = Fleet::start(&t, "run1", false);
     fleet.started().await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    wait_ticks(&t, &fleet, 0, 10).await;
     let logs = fleet.stop().await;
     let first = ticks(&t).await;
-    assert_one_per_tick(&first, "four processes for 10 s");
-    assert!(first.len() >= 9, "only {} ticks in 10 s: {first:?}\n{}", first.len(), logs.join("\n"));
+    assert_one_per_tick(&first, "four processes for ten ticks");
     assert!(catch_ups(&logs).is_empty(), "a first start has nothing to catch up");
     let last = *first.last().expect("ticks");
 
-    // All stopped for five seconds, then restarted with missed ticks skipped: the gap gets nothing.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // All stopped while five ticks pass, then restarted with missed ticks skipped: the gap gets nothing.
+    wait_missed(&t, last, 5).await;
     let fleet = Fleet::start(&t, "run2", false);
     let restarted = fleet.started().await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_ticks(&t, &fleet, last, 3).await;
     let logs = fleet.stop().await;
     let second: Vec<i64> = ticks(&t).await.into_iter().filter(|tick| *tick > last).collect();
-    assert!(!second.is_empty(), "no tick after the restart");
     assert_one_per_tick(&second, "after a restart that skips missed ticks");
     assert!(
         second[0] > restarted,
@@ -154,11 +173,11 @@ async fn four_processes_enqueue_one_job_per_tick_and_honour_the_missed_tick_poli
     assert!(catch_ups(&logs).is_empty());
     let last = *second.last().expect("ticks");
 
-    // Stopped for five seconds again, restarted catching up: exactly one job for all the missed ticks.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Stopped while five ticks pass again, restarted catching up: exactly one job for all the missed ticks.
+    wait_missed(&t, last, 5).await;
     let fleet = Fleet::start(&t, "run3", true);
     fleet.started().await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_ticks(&t, &fleet, last, 3).await;
     let logs = fleet.stop().await;
     let third: Vec<i64> = ticks(&t).await.into_iter().filter(|tick| *tick > last).collect();
     assert_one_per_tick(&third, "after a restart that catches up");

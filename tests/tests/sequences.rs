@@ -276,6 +276,7 @@ async fn a_job_retried_after_its_sequence_went_on_waits_for_the_running_one(t: T
     let worker = outbox_core::Worker::builder(&t.db)
         .poll_interval(Duration::from_millis(20))
         .register(handler)
+        .register(|_: outbox_tests::Probe, _: outbox_core::JobContext| async { Ok::<_, outbox_core::JobError>(()) })
         .build()
         .await
         .expect("build")
@@ -290,8 +291,16 @@ async fn a_job_retried_after_its_sequence_went_on_waits_for_the_running_one(t: T
     outbox_core::ops::retry(&t.db, first.id()).await.expect("retry");
     let retried = outbox_core::ops::get(&t.db, first.id()).await.expect("get");
     assert_eq!(retried.waiting_for.as_deref(), Some(second.id()), "the retried job waits for the running one");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(outbox_core::ops::get(&t.db, first.id()).await.expect("get").status, outbox_core::JobStatus::Pending);
+    // A job enqueued after the retry is taken by a claim that would have taken the retried job too, had it
+    // been free to run: once that job is done, the retried one was passed over.
+    let later = outbox_core::enqueue(&t.db, &outbox_tests::Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    assert!(
+        outbox_tests::wait_status(&t.db, later.id(), outbox_core::JobStatus::Completed, Duration::from_secs(10)).await,
+        "the worker did not claim a job enqueued after the retry"
+    );
+    let passed_over = outbox_core::ops::get(&t.db, first.id()).await.expect("get");
+    assert_eq!(passed_over.status, outbox_core::JobStatus::Pending, "{passed_over:?}");
+    assert_eq!(passed_over.waiting_for.as_deref(), Some(second.id()), "{passed_over:?}");
     gate.add_permits(1);
     assert!(
         outbox_tests::wait_status(&t.db, first.id(), outbox_core::JobStatus::Completed, Duration::from_secs(10)).await

@@ -213,8 +213,11 @@ async fn a_schedule_whose_builder_panics_leaves_the_others_running(t: TestDb) {
 async fn a_shutdown_during_a_start_up_step_stops_it_before_any_claim() {
     let t = outbox_tests::fresh_db().await;
     let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let began = Arc::new(AtomicUsize::new(0));
+    let step_began = Arc::clone(&began);
     let handle = Worker::builder(&t.db)
-        .on_start("a reconciliation of a huge tree", |_, _| async {
+        .on_start("a reconciliation of a huge tree", move |_, _| async move {
+            step_began.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_secs(3_600)).await;
             Ok(())
         })
@@ -223,7 +226,7 @@ async fn a_shutdown_during_a_start_up_step_stops_it_before_any_claim() {
         .await
         .expect("build")
         .start();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(outbox_tests::wait_count(&began, 1, Duration::from_secs(10)).await, "the start-up step never began");
     let stopped = tokio::time::timeout(Duration::from_secs(10), handle.shutdown()).await;
     assert!(stopped.is_ok_and(|r| r.is_ok()), "the shutdown did not wait for the step");
     assert_eq!(ops::get(&t.db, job.id()).await.expect("get").status, JobStatus::Pending, "nothing was claimed");

@@ -487,9 +487,20 @@ async fn leases_are_renewed_while_a_handler_runs(t: TestDb) {
     assert_eq!((job.status, job.attempts, job.last_error), (JobStatus::Completed, 1, None));
 }
 
-conformance!(the_worker_survives_database_errors_and_recovers);
-/// Database errors in the loop back off and the worker recovers when the database does.
+conformance!(the_worker_survives_database_errors_and_recovers, flavor = "current_thread");
+/// Database errors in the loop back off and the worker recovers when the database does. On a `current_thread`
+/// runtime the worker logs on the test's thread, where its warnings are captured: the test sees its claims
+/// fail.
 async fn the_worker_survives_database_errors_and_recovers(t: TestDb) {
+    let logs = outbox_tests::Captured::default();
+    let writer = logs.clone();
+    let _capture = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("outbox_core=warn"))
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
     let handle = quick(&t.db)
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
         .build()
@@ -498,8 +509,10 @@ async fn the_worker_survives_database_errors_and_recovers(t: TestDb) {
         .start();
     // Every claim fails while the table is away.
     exec(&t.db, "ALTER TABLE outbox_jobs RENAME TO outbox_jobs_away", vec![]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!handle.is_finished(), "the worker died on a database error");
+    let failures = || logs.text().lines().filter(|l| l.contains("claiming failed")).count();
+    let failed = outbox_tests::eventually(Duration::from_secs(10), || async { failures() >= 3 }).await;
+    assert!(failed, "the worker did not fail to claim three times while the table was away:\n{}", logs.text());
+    assert!(!handle.is_finished(), "the worker died on a database error:\n{}", logs.text());
     exec(&t.db, "ALTER TABLE outbox_jobs_away RENAME TO outbox_jobs", vec![]).await;
     let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let done = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(15)).await;
@@ -514,12 +527,16 @@ async fn a_handler_can_extend_its_lease(t: TestDb) {
     let started = Arc::new(AtomicUsize::new(0));
     let release = Arc::new(Notify::new());
     let (s, r) = (Arc::clone(&started), Arc::clone(&release));
+    // Held alongside, with the lease the heartbeat gives it: each renewal shows in its row.
+    let witness = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let handle = quick(&t.db)
         .lease(Duration::from_millis(150))
-        .register(move |_: Probe, ctx: JobContext| {
+        .register(move |job: Probe, ctx: JobContext| {
             let (s, r) = (Arc::clone(&s), Arc::clone(&r));
             async move {
-                ctx.extend_lease(Duration::from_secs(3600)).await.map_err(JobError::retry)?;
+                if job.n == 1 {
+                    ctx.extend_lease(Duration::from_secs(3600)).await.map_err(JobError::retry)?;
+                }
                 s.fetch_add(1, Ordering::SeqCst);
                 r.notified().await;
                 Ok::<_, JobError>(())
@@ -529,13 +546,26 @@ async fn a_handler_can_extend_its_lease(t: TestDb) {
         .await
         .expect("build")
         .start();
-    assert!(outbox_tests::wait_count(&started, 1, Duration::from_secs(10)).await);
-    // Several heartbeats (every 50 ms) pass.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(outbox_tests::wait_count(&started, 2, Duration::from_secs(10)).await);
+    // Several heartbeats (every 50 ms) pass: the witness's lease moves three times.
+    let leases = Mutex::new(Vec::new());
+    let renewed = outbox_tests::eventually(Duration::from_secs(10), || async {
+        let lease = ops::get(&t.db, witness.id()).await.expect("get").lease_expires_at;
+        let mut leases = leases.lock().expect("leases");
+        if leases.last() != Some(&lease) {
+            leases.push(lease);
+        }
+        leases.len() > 3
+    })
+    .await;
+    let leases = leases.into_inner().expect("leases");
+    assert!(renewed, "the heartbeat did not renew the witness's lease three times: {leases:?}");
     let lease = ops::get(&t.db, job.id()).await.expect("get").lease_expires_at.expect("leased");
     assert!(lease > chrono::Utc::now() + chrono::Duration::minutes(59), "lease shortened to {lease}");
     release.notify_waiters();
-    assert!(outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(10)).await);
+    for id in [job.id(), witness.id()] {
+        assert!(outbox_tests::wait_status(&t.db, id, JobStatus::Completed, Duration::from_secs(10)).await);
+    }
     handle.shutdown().await.expect("shutdown");
 }
 
