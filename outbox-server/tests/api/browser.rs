@@ -41,19 +41,24 @@ impl Drop for Browser {
 }
 
 /// `DELETE /session/{id}` on chromedriver, waiting for its answer (it answers once the browser is closed).
+/// chromedriver keeps the connection open after answering, so the answer is read up to its status line.
 fn end_session(port: u16, session: &str) -> std::io::Result<()> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(PATIENCE))?;
-    write!(
-        stream,
-        "DELETE /session/{session} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    if answer.starts_with("HTTP/1.1 200") {
+    write!(stream, "DELETE /session/{session} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\r\n")?;
+    let mut answer = Vec::new();
+    let mut chunk = [0; 512];
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        match stream.read(&mut chunk)? {
+            0 => break,
+            n => answer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let status = String::from_utf8_lossy(&answer).lines().next().unwrap_or_default().to_owned();
+    if status.starts_with("HTTP/1.1 200") {
         Ok(())
     } else {
-        Err(std::io::Error::other(format!("chromedriver answered {:?}", answer.lines().next().unwrap_or_default())))
+        Err(std::io::Error::other(format!("chromedriver answered {status:?}")))
     }
 }
 
