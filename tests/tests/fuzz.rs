@@ -402,7 +402,9 @@ async fn same_intents_collapse_onto_one_key_and_different_ones_do_not(t: TestDb)
     let rt = tokio::runtime::Handle::current();
     let mut runner = TestRunner::new(config());
     // The runner is synchronous; each case blocks this runtime thread on its own database work.
-    let result = tokio::task::block_in_place(|| runner.run(&intents(), |case| rt.block_on(check_keys(&t.db, &case))));
+    let result = tokio::task::block_in_place(|| {
+        runner.run(&intents(), |case| rt.block_on(check_keys(&t.db, &case))).map_err(|e| e.to_string())
+    });
     if let Err(e) = result {
         panic!("{e}");
     }
