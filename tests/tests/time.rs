@@ -171,17 +171,6 @@ fn n_expr(t: &TestDb) -> &'static str {
     }
 }
 
-#[tokio::test]
-async fn retention_refuses_unfinished_statuses() {
-    let t = outbox_tests::fresh_db().await;
-    let err = Worker::builder(&t.db)
-        .retention(Retention::new().max_age(JobStatus::Pending, Some(Duration::from_secs(1))))
-        .build()
-        .await
-        .expect_err("pending jobs are never pruned");
-    assert!(err.to_string().contains("`pending`"), "{err}");
-}
-
 conformance!(a_schedule_whose_builder_panics_leaves_the_others_running);
 async fn a_schedule_whose_builder_panics_leaves_the_others_running(t: TestDb) {
     let broken = outbox_core::Schedule::every("broken", Duration::from_millis(100), |_| -> Probe {
