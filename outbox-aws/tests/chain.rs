@@ -5,17 +5,21 @@
 
 mod common;
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use outbox_aws::{Aws, AwsOpts, SyncAws};
+use outbox_tests::ChildProcess;
 use serde_json::json;
 
 /// Set in the children's environment: run without it, a child half fails instead of passing unrun.
 const CHILD: &str = "OUTBOX_CHAIN_CHILD";
 
 /// Runs the ignored helper `name` of this test binary with exactly `env` (plus PATH and HOME pointing
-/// at an empty directory, so no shared config file is read).
-fn child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
+/// at an empty directory, so no shared config file is read). One still running after two minutes fails the
+/// test and is killed with its process group.
+fn child(name: &str, env: &[(&str, &str)]) -> Output {
     let home = tempfile::tempdir().expect("home");
     let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
     cmd.args(["--ignored", "--exact", name, "--nocapture", "--test-threads=1"]).env_clear();
@@ -26,7 +30,33 @@ fn child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("run child")
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    output_within(ChildProcess::spawn(&mut cmd), Duration::from_secs(120))
+}
+
+/// Waits at most `timeout` for `child` to exit and collects what it wrote to its piped stdout and stderr:
+/// `Child::wait_with_output`, bounded, for a child behind its guard. Past `timeout` it panics, and the guard
+/// kills the child's process group.
+fn output_within(mut child: ChildProcess, timeout: Duration) -> Output {
+    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

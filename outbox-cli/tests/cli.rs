@@ -1,11 +1,12 @@
 //! The real `outbox` binary against real SQLite files, and against a PostgreSQL schema.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use outbox_core::{EnqueueOpts, Worker};
-use outbox_tests::{Keyed, Probe, eventually, exec};
+use outbox_tests::{ChildProcess, Keyed, Probe, Signal, eventually, exec};
 use serde_json::{Value, json};
 
 /// What one run of the binary left.
@@ -36,6 +37,37 @@ fn output(out: Output) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Waits at most `timeout` for `child` to exit and collects what it wrote to its piped stdout and stderr:
+/// `Child::wait_with_output`, bounded, for a child behind its guard. Past `timeout` it panics, and the guard
+/// kills the child's process group.
+fn output_within(mut child: ChildProcess, timeout: Duration) -> Output {
+    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
+}
+
+/// SIGTERM to a worker, then how it exited and what it wrote (it may finish running jobs first).
+fn stop(worker: ChildProcess) -> Run {
+    worker.signal(Signal::TERM);
+    output(output_within(worker, Duration::from_secs(60)))
 }
 
 /// A temp dir with a database path and a root directory for file jobs.
@@ -100,16 +132,13 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let worker = env
-        .command(&["work", "--root", &env.root_arg(), "--concurrency", "4"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn worker");
+    let worker = ChildProcess::spawn(
+        env.command(&["work", "--root", &env.root_arg(), "--concurrency", "4"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let held = eventually(Duration::from_secs(30), done).await;
-    let pid = i32::try_from(worker.id()).expect("pid");
-    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill").success());
-    (held, output(worker.wait_with_output().expect("worker exit")))
+    (held, stop(worker))
 }
 
 fn status_of(env: &Env, id: &str) -> String {
@@ -488,17 +517,14 @@ async fn work_and_reconcile_with_aws() {
         ("AWS_SECRET_ACCESS_KEY", "testing"),
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ];
-    let worker = env
-        .command(&["work", "--root", &env.root_arg(), "--aws"])
-        .envs(aws_env)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn worker");
+    let worker = ChildProcess::spawn(
+        env.command(&["work", "--root", &env.root_arg(), "--aws"])
+            .envs(aws_env)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let done = eventually(Duration::from_secs(30), || async { status_of(&env, &id) == "completed" }).await;
-    let pid = worker.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-    let out = output(worker.wait_with_output().expect("worker exit"));
+    let out = stop(worker);
     assert!(done, "the sync_aws job completed; worker log: {}", out.stderr);
     assert_eq!(out.code, 0, "{}", out.stderr);
 
@@ -575,24 +601,22 @@ async fn sigint_lets_the_running_job_finish() {
 
     let script_arg = script.display().to_string();
     let stderr_path = env.dir.path().join("worker.stderr");
-    let mut worker = env
-        .command(&["work", "--root", &env.root_arg(), "--claude-cli", &script_arg])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
-        .spawn()
-        .expect("spawn worker");
+    let worker = ChildProcess::spawn(
+        env.command(&["work", "--root", &env.root_arg(), "--claude-cli", &script_arg])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path).expect("stderr file")),
+    );
     let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
     let started = eventually(Duration::from_secs(20), || async { status_of(&env, &id) == "claimed" }).await;
     assert!(started, "the job did not start: {}", stderr());
-    let pid = worker.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
+    worker.signal(Signal::INT);
     let interrupted =
         eventually(Duration::from_secs(20), || async { stderr().contains("interrupted: finishing running jobs") })
             .await;
     assert!(interrupted, "the worker did not say it was interrupted: {}", stderr());
     assert_eq!(status_of(&env, &id), "claimed", "the job runs while the worker stops");
     std::fs::write(&gate, "").expect("open the gate");
-    let status = worker.wait().expect("worker exit");
+    let status = output_within(worker, Duration::from_secs(60)).status;
     assert_eq!(status.code(), Some(0), "{}", stderr());
     // The job that was running when Ctrl-C came finished before the worker exited.
     assert_eq!(status_of(&env, &id), "completed");
@@ -647,15 +671,14 @@ fn payloads_that_are_not_utf8_exit_2_naming_their_source() {
 
     let env = Env::new();
     env.ok(&["migrate"]);
-    let mut child = env
-        .command(&["enqueue", "create_file", "--payload", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = ChildProcess::spawn(
+        env.command(&["enqueue", "create_file", "--payload", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     child.stdin.take().expect("stdin").write_all(b"{\"path\": \"a.txt\", \"content\": \"\xff\"}").expect("write");
-    let run = output(child.wait_with_output().expect("exit"));
+    let run = output(output_within(child, Duration::from_secs(60)));
     assert_eq!(run.code, 2, "{}", run.stderr);
     run.error_naming("stdin is not UTF-8");
 
@@ -695,10 +718,9 @@ where
     let root = env.root_arg();
     let mut args = vec!["work", "--root", root.as_str(), "--reconcile"];
     args.extend_from_slice(extra);
-    let worker = env.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn worker");
+    let worker = ChildProcess::spawn(env.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()));
     let held = eventually(Duration::from_secs(30), done).await;
-    assert!(Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().expect("kill").success());
-    (held, output(worker.wait_with_output().expect("worker exit")))
+    (held, stop(worker))
 }
 
 fn reconciliation(env: &Env) -> Option<Value> {

@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use outbox_core::EnqueueOpts;
-use outbox_tests::{Tmpfs, eventually, scalar, sqlite_url};
+use outbox_tests::{ChildProcess, Signal, Tmpfs, eventually, scalar, sqlite_url};
 
 const JOBS: usize = 60;
 
@@ -36,18 +36,18 @@ async fn a_worker_started_on_a_full_disk_waits_and_then_drains_every_job() {
     let filler = disk.fill("filler");
 
     let stderr_path = dir.path().join("worker.stderr");
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(["work", "--database-url"])
-        .arg(&db_path)
-        .arg("--root")
-        .arg(&root)
-        .env_remove("OUTBOX_DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .env("OUTBOX_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&stderr_path).expect("stderr file")))
-        .spawn()
-        .expect("spawn the worker");
+    let mut worker = ChildProcess::spawn(
+        Command::new(env!("CARGO_BIN_EXE_outbox"))
+            .args(["work", "--database-url"])
+            .arg(&db_path)
+            .arg("--root")
+            .arg(&root)
+            .env_remove("OUTBOX_DATABASE_URL")
+            .env_remove("RUST_LOG")
+            .env("OUTBOX_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&stderr_path).expect("stderr file"))),
+    );
     let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
     // Each try the worker makes logs a line saying why it waits: three of them, and it is still up.
     let tries = || stderr().lines().filter(|l| l.contains("full")).count();
@@ -61,8 +61,7 @@ async fn a_worker_started_on_a_full_disk_waits_and_then_drains_every_job() {
         scalar(&reader, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await == JOBS as i64
     })
     .await;
-    let pid = worker.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    worker.signal(Signal::TERM);
     let status = worker.wait().expect("worker exit");
     let log = stderr();
     assert!(drained, "not every job completed once space came back:\n{log}");

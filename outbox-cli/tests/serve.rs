@@ -2,8 +2,10 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use outbox_tests::{ChildProcess, Signal};
 
 const READ: &str = "read-secret-for-the-cli-test";
 const OPERATE: &str = "operate-secret-for-the-cli-test";
@@ -66,10 +68,35 @@ fn get(port: u16, path: &str, token: &str) -> Option<(u16, String)> {
     )
 }
 
-fn stop(child: Child) -> Output {
-    let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-    child.wait_with_output().expect("exit")
+/// SIGTERM, then how it exited and what it wrote.
+fn stop(child: ChildProcess) -> Output {
+    child.signal(Signal::TERM);
+    output_within(child, Duration::from_secs(60))
+}
+
+/// Waits at most `timeout` for `child` to exit and collects what it wrote to its piped stdout and stderr:
+/// `Child::wait_with_output`, bounded, for a child behind its guard. Past `timeout` it panics, and the guard
+/// kills the child's process group.
+fn output_within(mut child: ChildProcess, timeout: Duration) -> Output {
+    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
 }
 
 #[test]
@@ -79,12 +106,12 @@ fn serves_with_tokens_from_the_environment_and_stops_on_sigterm() {
     assert!(outbox(&db, &["migrate"]).output().expect("migrate").status.success());
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
     let listen = format!("127.0.0.1:{port}");
-    let child = outbox(&db, &["serve", "--listen", &listen])
-        .env("OUTBOX_TOKENS", format!("read:{READ}, operate:{OPERATE}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn outbox serve");
+    let child = ChildProcess::spawn(
+        outbox(&db, &["serve", "--listen", &listen])
+            .env("OUTBOX_TOKENS", format!("read:{READ}, operate:{OPERATE}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let queues = loop {
         if let Some(answer) = get(port, "/api/queues", READ) {

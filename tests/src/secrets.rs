@@ -1,9 +1,14 @@
 //! Pieces of the tests that capture what is logged, run a test alone in a child process (with canary
 //! secrets in its environment), and look for the canaries wherever the framework writes.
 
+use std::io::Read;
+use std::process::Output;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
+
+use crate::ChildProcess;
 
 /// Everything a tracing subscriber wrote: `with_writer(move || captured.clone())`.
 #[derive(Clone, Default)]
@@ -69,19 +74,47 @@ impl ChildRun {
 }
 
 /// Runs the ignored test `name` of this test binary alone in a child process, with `child_var` set (the
-/// `_child` tests do nothing without it) and whatever else `setup` gives the command: setting variables in
-/// this process needs `unsafe`, and a global log capture wants a process of its own.
+/// `_child` tests refuse to run without it) and whatever else `setup` gives the command: setting variables in
+/// this process needs `unsafe`, and a global log capture wants a process of its own. A child still running
+/// after five minutes fails the test and is killed with its process group.
 pub fn run_child(name: &str, child_var: &str, setup: impl FnOnce(&mut std::process::Command)) -> ChildRun {
     let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
     command.args(["--exact", name, "--ignored", "--nocapture"]);
     setup(&mut command);
-    let out = command.env(child_var, "1").output().expect("run the child test");
+    command.env(child_var, "1").stdin(std::process::Stdio::null());
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let out = output_within(ChildProcess::spawn(&mut command), Duration::from_secs(300));
     ChildRun {
         name: name.to_owned(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         success: out.status.success(),
     }
+}
+
+/// Waits at most `timeout` for `child` to exit and collects what it wrote to its piped stdout and stderr:
+/// `Child::wait_with_output`, bounded, for a child behind its guard. Past `timeout` it panics, and the guard
+/// kills the child's process group.
+fn output_within(mut child: ChildProcess, timeout: Duration) -> Output {
+    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
 }
 
 /// Every column of every row of an SQLite database's job and event tables, as text.

@@ -3,17 +3,18 @@
 //! missed-tick policy decides what the gap gets (skip: nothing; catch up: one job).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use outbox_tests::{TestDb, conformance};
+use outbox_tests::{ChildProcess, Signal, TestDb, conformance};
 use sea_orm::{ConnectionTrait, Statement};
 
 const PROCESSES: usize = 4;
 
-/// Four `outbox-test-worker schedule` processes.
+/// Four `outbox-test-worker schedule` processes, each killed with its process group when the fleet is dropped
+/// (a failed test leaves none running).
 struct Fleet {
-    children: Vec<Child>,
+    children: Vec<ChildProcess>,
     stderrs: Vec<PathBuf>,
     ready: Vec<PathBuf>,
 }
@@ -24,13 +25,13 @@ impl Fleet {
         for i in 0..PROCESSES {
             let log = t.dir.path().join(format!("{run}-{i}.log"));
             let stderr = t.dir.path().join(format!("{run}-{i}.stderr"));
-            let child = Command::new(env!("CARGO_BIN_EXE_outbox-test-worker"))
-                .args([t.url.as_str(), log.to_str().expect("utf-8 path"), "schedule", "30000", "4"])
-                .env("OUTBOX_LOG", "info")
-                .env("OUTBOX_TEST_CATCH_UP", if catch_up { "1" } else { "0" })
-                .stderr(Stdio::from(std::fs::File::create(&stderr).expect("stderr file")))
-                .spawn()
-                .expect("spawn a worker process");
+            let child = ChildProcess::spawn(
+                Command::new(env!("CARGO_BIN_EXE_outbox-test-worker"))
+                    .args([t.url.as_str(), log.to_str().expect("utf-8 path"), "schedule", "30000", "4"])
+                    .env("OUTBOX_LOG", "info")
+                    .env("OUTBOX_TEST_CATCH_UP", if catch_up { "1" } else { "0" })
+                    .stderr(Stdio::from(std::fs::File::create(&stderr).expect("stderr file"))),
+            );
             fleet.children.push(child);
             fleet.stderrs.push(stderr);
             fleet.ready.push(PathBuf::from(format!("{}.ready", log.display())));
@@ -56,8 +57,7 @@ impl Fleet {
     /// SIGTERM to all, then waits for each to exit cleanly.
     async fn stop(mut self) -> Vec<String> {
         for child in &self.children {
-            let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
-            assert!(sent.success());
+            child.signal(Signal::TERM);
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         for child in &mut self.children {
@@ -75,15 +75,6 @@ impl Fleet {
 
     fn logs(&self) -> String {
         self.stderrs.iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

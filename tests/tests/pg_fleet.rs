@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use fleet::{Runs, Spawn};
 use outbox_core::EnqueueOpts;
-use outbox_tests::{Backend, Race, TestDb, scalar};
+use outbox_tests::{Backend, ChildProcess, Race, TestDb, scalar};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
 const JOBS: u64 = 20_000;
@@ -128,9 +128,10 @@ async fn enqueue(t: &TestDb, sleep_ms: impl Fn(u64) -> u64) {
     }
 }
 
-/// The children, their run logs and their stderr files.
+/// The children, their run logs and their stderr files. A child is killed with its process group when its
+/// handle is dropped, so a failed test does not leave its workers running.
 struct Fleet {
-    children: std::sync::Mutex<Vec<std::process::Child>>,
+    children: std::sync::Mutex<Vec<ChildProcess>>,
     logs: Vec<PathBuf>,
     stderrs: Vec<PathBuf>,
 }
@@ -159,7 +160,7 @@ impl Fleet {
     }
 
     fn pids(&self) -> Vec<u32> {
-        self.children.lock().expect("children").iter().map(std::process::Child::id).collect()
+        self.children.lock().expect("children").iter().map(|c| c.id()).collect()
     }
 
     fn any_exited(&self) -> bool {
@@ -199,18 +200,6 @@ impl Fleet {
             lines[lines.len().saturating_sub(5)..].join("\n")
         };
         self.stderrs.iter().map(|p| format!("{}:\n{}", p.display(), tail(p))).collect::<Vec<_>>().join("\n")
-    }
-}
-
-/// A failed test does not leave its workers running.
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        if let Ok(children) = self.children.get_mut() {
-            for child in children {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
     }
 }
 

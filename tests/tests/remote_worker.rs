@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use outbox_core::{EnqueueOpts, JobError, JobStatus, Worker, ops};
 use outbox_server::{Role, ServerOpts, Token};
-use outbox_tests::{Probe, Race, Served, TestDb, conformance, scalar, unavailable};
+use outbox_tests::{GroupGuard, Probe, Race, Served, TestDb, conformance, scalar, unavailable};
 
 const JOBS: u64 = 1_000;
 const WORK_TOKEN: &str = "work-token-for-the-python-worker";
@@ -30,7 +30,15 @@ async fn a_python_worker_drains_jobs_over_http_beside_an_in_process_worker(t: Te
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/remote_worker.py");
     let python = tokio::process::Command::new("python3")
         .args([script, &served.base, WORK_TOKEN, "python-1", "race", log.to_str().expect("utf-8 path")])
-        .output();
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("run python3");
+    // Kills the Python worker's process group if the test fails before it exits.
+    let _group = GroupGuard::new(python.id().expect("the Python worker's pid"));
+    let python = tokio::time::timeout(Duration::from_secs(300), python.wait_with_output());
     let in_process = Worker::builder(&t.db)
         .concurrency(8)
         .poll_interval(Duration::from_millis(20))
@@ -41,7 +49,7 @@ async fn a_python_worker_drains_jobs_over_http_beside_an_in_process_worker(t: Te
         .drain();
     let (python, drained) = tokio::join!(python, in_process);
     drained.expect("drain");
-    let python = python.expect("run python3");
+    let python = python.expect("the Python worker did not finish within 300 s").expect("run python3");
     assert!(python.status.success(), "{}", String::from_utf8_lossy(&python.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&python.stdout).expect("summary");
     assert_eq!(summary["completed"], JOBS, "{summary}");

@@ -8,12 +8,11 @@ mod fleet;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::process::Child;
 use std::time::Duration;
 
 use fleet::Spawn;
 use outbox_core::EnqueueOpts;
-use outbox_tests::{Backend, Limited, Step, TestDb, conformance, monotonic_ns, scalar};
+use outbox_tests::{Backend, ChildProcess, Limited, Step, TestDb, conformance, monotonic_ns, scalar};
 
 const KEYS: u32 = 500;
 const STEPS: u32 = 20;
@@ -63,7 +62,7 @@ fn runs(log: &Path) -> Vec<Run> {
 }
 
 /// Starts `n` serving workers.
-fn fleet(t: &TestDb, log: &Path, n: usize, lease_ms: u64) -> Vec<Child> {
+fn fleet(t: &TestDb, log: &Path, n: usize, lease_ms: u64) -> Vec<ChildProcess> {
     (0..n).map(|_| Spawn { url: &t.url, log, mode: "serve", lease_ms, concurrency: 8, stderr: None }.start()).collect()
 }
 

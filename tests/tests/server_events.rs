@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use outbox_core::{EnqueueOpts, JobError, Worker, ops};
 use outbox_server::ServerOpts;
-use outbox_tests::{Probe, Race, Served, SseEvent, SseReader, TestDb, conformance};
+use outbox_tests::{GroupGuard, Probe, Race, Served, SseEvent, SseReader, TestDb, conformance};
 
 const JOBS: u64 = 1_000;
 const WAIT: Duration = Duration::from_secs(30);
@@ -152,12 +152,16 @@ async fn events_written_by_a_worker_in_another_process_arrive(t: TestDb) {
     outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("runs.log");
-    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox-test-worker"))
+    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox-test-worker"))
         .args([t.url.as_str(), log.to_str().expect("utf-8 path"), "drain", "60000"])
-        .status()
-        .await
-        .expect("run the worker process");
-    assert!(status.success());
+        .process_group(0)
+        .spawn()
+        .expect("spawn the worker process");
+    // Kills the worker's process group if the test fails before it exits.
+    let _group = GroupGuard::new(worker.id().expect("the worker's pid"));
+    let status = tokio::time::timeout(Duration::from_secs(120), worker.wait()).await;
+    let status = status.expect("the worker process did not drain within 120 s").expect("wait for the worker process");
+    assert!(status.success(), "the worker process failed: {status}");
     let events = read(&mut reader, 200).await;
     assert_eq!(events.len(), 200, "every completion from the other process");
     let runs = std::fs::read_to_string(&log).expect("run log");

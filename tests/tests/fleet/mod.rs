@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
+
+use outbox_tests::ChildProcess;
 
 /// How a child worker is started.
 pub(crate) struct Spawn<'a> {
@@ -19,7 +21,8 @@ pub(crate) struct Spawn<'a> {
 }
 
 impl Spawn<'_> {
-    pub(crate) fn start(&self) -> Child {
+    /// Starts the child in a process group of its own, killed with the group when the handle is dropped.
+    pub(crate) fn start(&self) -> ChildProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-test-worker"));
         command
             .arg(self.url)
@@ -31,12 +34,12 @@ impl Spawn<'_> {
             command.stderr(Stdio::from(std::fs::File::create(path).expect("child stderr file")));
             command.env("OUTBOX_LOG", "warn");
         }
-        command.spawn().expect("spawn worker process")
+        ChildProcess::spawn(&mut command)
     }
 }
 
 /// Waits for every child without blocking the runtime; past `timeout` kills them all and panics.
-pub(crate) async fn wait_all(children: &mut [Child], timeout: Duration) -> Vec<ExitStatus> {
+pub(crate) async fn wait_all(children: &mut [ChildProcess], timeout: Duration) -> Vec<ExitStatus> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
     loop {
