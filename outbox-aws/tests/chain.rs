@@ -5,9 +5,8 @@
 
 mod common;
 
-use std::io::Read;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_aws::{Aws, AwsOpts, SyncAws};
 use outbox_tests::ChildProcess;
@@ -31,32 +30,7 @@ fn child(name: &str, env: &[(&str, &str)]) -> Output {
         cmd.env(k, v);
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    output_within(ChildProcess::spawn(&mut cmd), Duration::from_secs(120))
-}
-
-/// Waits at most `timeout` for `child` to exit and collects what it wrote to its piped stdout and stderr:
-/// `Child::wait_with_output`, bounded, for a child behind its guard. Past `timeout` it panics, and the guard
-/// kills the child's process group.
-fn output_within(mut child: ChildProcess, timeout: Duration) -> Output {
-    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    }
-    let (stdout, stderr) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
+    ChildProcess::spawn(&mut cmd).output_within(Duration::from_secs(120))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,8 @@
 //! The real `outbox` binary against real SQLite files, and against a PostgreSQL schema.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_core::{EnqueueOpts, Worker};
 use outbox_tests::{ChildProcess, Keyed, Probe, Signal, eventually, exec};
@@ -39,35 +38,10 @@ fn output(out: Output) -> Run {
     }
 }
 
-/// Waits at most `timeout` for `child` to exit and collects what it wrote to its piped stdout and stderr:
-/// `Child::wait_with_output`, bounded, for a child behind its guard. Past `timeout` it panics, and the guard
-/// kills the child's process group.
-fn output_within(mut child: ChildProcess, timeout: Duration) -> Output {
-    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    }
-    let (stdout, stderr) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
-}
-
 /// SIGTERM to a worker, then how it exited and what it wrote (it may finish running jobs first).
 fn stop(worker: ChildProcess) -> Run {
     worker.signal(Signal::TERM);
-    output(output_within(worker, Duration::from_secs(60)))
+    output(worker.output_within(Duration::from_secs(60)))
 }
 
 /// A temp dir with a database path and a root directory for file jobs.
@@ -616,7 +590,7 @@ async fn sigint_lets_the_running_job_finish() {
     assert!(interrupted, "the worker did not say it was interrupted: {}", stderr());
     assert_eq!(status_of(&env, &id), "claimed", "the job runs while the worker stops");
     std::fs::write(&gate, "").expect("open the gate");
-    let status = output_within(worker, Duration::from_secs(60)).status;
+    let status = worker.output_within(Duration::from_secs(60)).status;
     assert_eq!(status.code(), Some(0), "{}", stderr());
     // The job that was running when Ctrl-C came finished before the worker exited.
     assert_eq!(status_of(&env, &id), "completed");
@@ -678,7 +652,7 @@ fn payloads_that_are_not_utf8_exit_2_naming_their_source() {
             .stderr(Stdio::piped()),
     );
     child.stdin.take().expect("stdin").write_all(b"{\"path\": \"a.txt\", \"content\": \"\xff\"}").expect("write");
-    let run = output(output_within(child, Duration::from_secs(60)));
+    let run = output(child.output_within(Duration::from_secs(60)));
     assert_eq!(run.code, 2, "{}", run.stderr);
     run.error_naming("stdin is not UTF-8");
 

@@ -71,32 +71,7 @@ fn get(port: u16, path: &str, token: &str) -> Option<(u16, String)> {
 /// SIGTERM, then how it exited and what it wrote.
 fn stop(child: ChildProcess) -> Output {
     child.signal(Signal::TERM);
-    output_within(child, Duration::from_secs(60))
-}
-
-/// Waits at most `timeout` for `child` to exit and collects what it wrote to its piped stdout and stderr:
-/// `Child::wait_with_output`, bounded, for a child behind its guard. Past `timeout` it panics, and the guard
-/// kills the child's process group.
-fn output_within(mut child: ChildProcess, timeout: Duration) -> Output {
-    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    }
-    let (stdout, stderr) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
+    child.output_within(Duration::from_secs(60))
 }
 
 #[test]

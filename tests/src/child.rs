@@ -4,9 +4,11 @@
 //! chromedriver, a worker under a shell script) shares its group, and dropping the guard — at the end of the
 //! test or while a panic unwinds — SIGKILLs the whole group and reaps the child.
 
+use std::io::Read;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process_group};
 
@@ -59,6 +61,30 @@ impl ChildProcess {
         if let Some(pid) = i32::try_from(self.child.id()).ok().and_then(Pid::from_raw) {
             let _ = rustix::process::kill_process(pid, signal);
         }
+    }
+
+    /// `Child::wait_with_output`, bounded: waits at most `timeout` for the child to exit and collects what it
+    /// wrote to its piped stdout and stderr. Past `timeout` it panics, and the guard kills the child's group.
+    pub fn output_within(mut self, timeout: Duration) -> Output {
+        fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        }
+        let (stdout, stderr) = (read_all(self.child.stdout.take()), read_all(self.child.stderr.take()));
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the child") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
     }
 
     /// Sends `signal` to the child's whole process group.

@@ -1,10 +1,8 @@
 //! Pieces of the tests that capture what is logged, run a test alone in a child process (with canary
 //! secrets in its environment), and look for the canaries wherever the framework writes.
 
-use std::io::Read;
-use std::process::Output;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
@@ -83,38 +81,13 @@ pub fn run_child(name: &str, child_var: &str, setup: impl FnOnce(&mut std::proce
     setup(&mut command);
     command.env(child_var, "1").stdin(std::process::Stdio::null());
     command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let out = output_within(ChildProcess::spawn(&mut command), Duration::from_secs(300));
+    let out = ChildProcess::spawn(&mut command).output_within(Duration::from_secs(300));
     ChildRun {
         name: name.to_owned(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         success: out.status.success(),
     }
-}
-
-/// Waits at most `timeout` for `child` to exit and collects what it wrote to its piped stdout and stderr:
-/// `Child::wait_with_output`, bounded, for a child behind its guard. Past `timeout` it panics, and the guard
-/// kills the child's process group.
-fn output_within(mut child: ChildProcess, timeout: Duration) -> Output {
-    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    }
-    let (stdout, stderr) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
 }
 
 /// Every column of every row of an SQLite database's job and event tables, as text.
