@@ -187,17 +187,10 @@ const KEY: &str = "sk-ant-canary-0123456789";
 /// starts with them set.
 #[test]
 fn environment_is_allow_listed() {
-    let exe = std::env::current_exe().expect("test binary");
-    let out = std::process::Command::new(exe)
-        .args(["--exact", "environment_is_allow_listed_child", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(CANARY, "must-not-reach-the-child")
-        .env("ANTHROPIC_API_KEY", KEY)
-        .env("OUTBOX_VISIBLE_VAR", "visible")
-        .output()
-        .expect("run child test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child test failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("1 passed"), "child test did not run:\n{stdout}");
+    outbox_tests::run_child("environment_is_allow_listed_child", CANARY, |c| {
+        c.env("ANTHROPIC_API_KEY", KEY).env("OUTBOX_VISIBLE_VAR", "visible");
+    })
+    .assert_passed();
 }
 
 #[tokio::test]

@@ -17,16 +17,27 @@ use rustix::process::{Pid, Signal, kill_process_group};
 #[derive(Debug)]
 pub struct GroupGuard {
     pgid: u32,
+    /// When the leader started (clock ticks since boot), to tell it from a later process given its pid.
+    leader_start: Option<u64>,
 }
 
 impl GroupGuard {
-    /// Guards the group led by the process `pid` (spawned with `process_group(0)`).
+    /// Guards the group led by the process `pid` (spawned with `process_group(0)`), while it still runs.
     pub fn new(pid: u32) -> GroupGuard {
-        GroupGuard { pgid: pid }
+        GroupGuard { pgid: pid, leader_start: start_time(pid) }
     }
 
-    /// Sends `signal` to every process in the group; `false` once none is left.
+    /// Sends `signal` to every process in the group; `false` when there is none, or when the group's id now
+    /// belongs to a stranger.
     pub fn signal(&self, signal: Signal) -> bool {
+        // Linux keeps a pid from reuse while a process group of that id has a member, so the id can only have
+        // passed to a stranger once the group was empty and its leader reaped: then a process runs under the
+        // leader's pid that started at another time.
+        if let Some(now) = start_time(self.pgid)
+            && Some(now) != self.leader_start
+        {
+            return false;
+        }
         let Some(pid) = i32::try_from(self.pgid).ok().and_then(Pid::from_raw) else { return false };
         kill_process_group(pid, signal).is_ok()
     }
@@ -34,16 +45,21 @@ impl GroupGuard {
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        // Linux does not hand out a pid while a process group of that id exists, so this cannot reach a
-        // stranger even when the leader has been reaped already.
         self.signal(Signal::KILL);
     }
+}
+
+/// When the process `pid` started, in clock ticks since boot (`/proc/<pid>/stat`, field 22); `None` once it
+/// has been reaped.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces: the state is field 3.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 /// A [`Child`] in a process group of its own, killed with its group and reaped when dropped.
 #[derive(Debug)]
 pub struct ChildProcess {
-    // Declared first: dropped (the group killed) before the child is reaped below.
     group: GroupGuard,
     child: Child,
 }
@@ -84,6 +100,8 @@ impl ChildProcess {
             assert!(Instant::now() < deadline, "the child did not exit within {timeout:?}");
             std::thread::sleep(Duration::from_millis(20));
         };
+        // Whatever the child left running could hold the pipes open, and the reads below wait for their end.
+        self.group.signal(Signal::KILL);
         Output { status, stdout: stdout.join().expect("read stdout"), stderr: stderr.join().expect("read stderr") }
     }
 
@@ -133,7 +151,7 @@ mod tests {
                 break pid;
             }
             assert!(std::time::Instant::now() < deadline, "the shell never wrote its child's pid");
-            std::thread::yield_now();
+            std::thread::sleep(std::time::Duration::from_millis(10));
         };
         let alive = |pid: u32| {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -146,7 +164,7 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while alive(grandchild) {
             assert!(std::time::Instant::now() < deadline, "the grandchild {grandchild} outlived the guard");
-            std::thread::yield_now();
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
 }

@@ -168,12 +168,14 @@ impl Drop for TestSchema {
         // On a thread and runtime of its own: the test's runtime may be the one unwinding, or shutting down.
         let (server, name) = (self.server.clone(), self.name.clone());
         let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-            runtime.map(|rt| rt.block_on(drop_schema(&server, &name)))
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            runtime.block_on(drop_schema(&server, &name)).map_err(std::io::Error::other)
         })
         .join();
-        if !matches!(dropped, Ok(Ok(()))) {
-            eprintln!("could not drop the test schema {}: no runtime for it", self.name);
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("could not drop the test schema {}: {e}", self.name),
+            Err(_) => eprintln!("could not drop the test schema {}: connecting to the server panicked", self.name),
         }
     }
 }
@@ -209,20 +211,27 @@ where
     body(t).await;
 }
 
-/// Best effort: a schema still locked by a stray connection is not worth failing a test for; it is named.
-async fn drop_schema(server: &str, schema: &str) {
+/// Drops `schema`. A connection the test left holding a lock in it (a worker of a failed test, frozen with its
+/// runtime) is ended after a second of waiting, and the drop tried again; what still fails is named.
+async fn drop_schema(server: &str, schema: &str) -> Result<(), DbErr> {
     let admin = connect_pg_sized(&with_options(server, "-c synchronous_commit=off"), 1).await;
-    let dropped = async {
+    let attempt = async || {
         let txn = admin.begin().await?;
-        txn.execute_unprepared("SET LOCAL lock_timeout = '5s'").await?;
+        txn.execute_unprepared("SET LOCAL lock_timeout = '1s'").await?;
         txn.execute_unprepared(&format!("DROP SCHEMA {schema} CASCADE")).await?;
         txn.commit().await
-    }
-    .await;
-    if let Err(e) = dropped {
-        eprintln!("could not drop the test schema {schema}: {e}");
+    };
+    let mut dropped = attempt().await;
+    if dropped.is_err() {
+        let holders = format!(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{schema}' AND l.pid <> pg_backend_pid()"
+        );
+        admin.execute_unprepared(&holders).await?;
+        dropped = attempt().await;
     }
     let _ = admin.close().await;
+    dropped
 }
 
 /// Runs one test body on SQLite and on PostgreSQL, each on a fresh database of its own.

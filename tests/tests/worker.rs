@@ -558,11 +558,42 @@ async fn a_handler_can_extend_its_lease(t: TestDb) {
     handle.shutdown().await.expect("shutdown");
 }
 
-conformance!(an_enqueue_wakes_an_idle_worker, flavor = "current_thread");
+/// Set for the halves of `an_enqueue_wakes_an_idle_worker`, each run alone in a process of its own: wake-ups
+/// are process-wide, and another test's enqueue in this binary would wake the idle worker too.
+const ALONE: &str = "OUTBOX_TEST_WAKE_ALONE";
+
+#[test]
+fn an_enqueue_wakes_an_idle_worker() {
+    for half in ["sqlite", "postgres"] {
+        let name = format!("an_enqueue_wakes_an_idle_worker_alone::{half}");
+        outbox_tests::run_child(&name, ALONE, |_| {}).assert_passed();
+    }
+}
+
+mod an_enqueue_wakes_an_idle_worker_alone {
+    use outbox_tests::Backend;
+
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "half of an_enqueue_wakes_an_idle_worker, which runs it alone in a process"]
+    async fn sqlite() {
+        outbox_tests::child_half(super::ALONE, "an_enqueue_wakes_an_idle_worker");
+        outbox_tests::run(Backend::Sqlite, "an_enqueue_wakes_an_idle_worker::sqlite", super::wakes_an_idle_worker)
+            .await;
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "half of an_enqueue_wakes_an_idle_worker, which runs it alone in a process"]
+    async fn postgres() {
+        outbox_tests::child_half(super::ALONE, "an_enqueue_wakes_an_idle_worker");
+        let test = "an_enqueue_wakes_an_idle_worker::postgres";
+        outbox_tests::run(Backend::Postgres, test, super::wakes_an_idle_worker).await;
+    }
+}
+
 /// Enqueueing through the transaction helper wakes an idle worker of the same process at once: with an hour
 /// between polls, the job can only run because of the wake-up. The worker's claims are watched, so the job
 /// is enqueued only once the first (empty) claim is over, and the claim that takes it must be a wake-up's.
-async fn an_enqueue_wakes_an_idle_worker(t: TestDb) {
+async fn wakes_an_idle_worker(t: TestDb) {
     let log = outbox_tests::ClaimLog::default();
     let _recording = log.record();
     let handle = Worker::builder(&t.db)

@@ -349,14 +349,9 @@ impl WorkerBuilder {
         if let Some(e) = self.errors.drain(..).next() {
             return Err(e);
         }
-        // Settings that are wrong whatever the database holds fail before the database is touched.
+        // Settings that are wrong whatever the database holds fail before the database is touched: a worker
+        // started during an outage says so at once instead of retrying its start.
         self.retention.check()?;
-        storage::backend(&self.db)?;
-        let id = self.id.unwrap_or_else(default_worker_id);
-        // Operators' tools (the `outbox` command) validate and show kinds defined in any application.
-        let registered: Vec<&Kind> = self.handlers.values().map(|r| r.kind.as_ref()).collect();
-        let (db, config) = (&self.db, &self.config);
-        until_ok("recording its kinds", &id, config, || crate::kind::registry::record(db, &registered, &id)).await?;
         let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
         kinds.sort();
         all_handled("a concurrency limit", self.limits.keys(), &self.handlers, &kinds)?;
@@ -379,6 +374,12 @@ impl WorkerBuilder {
             }
             schedules.push(periodic::Ready::of(schedule)?);
         }
+        storage::backend(&self.db)?;
+        let id = self.id.unwrap_or_else(default_worker_id);
+        // Operators' tools (the `outbox` command) validate and show kinds defined in any application.
+        let registered: Vec<&Kind> = self.handlers.values().map(|r| r.kind.as_ref()).collect();
+        let (db, config) = (&self.db, &self.config);
+        until_ok("recording its kinds", &id, config, || crate::kind::registry::record(db, &registered, &id)).await?;
         let queues = self.queues.clone();
         let opts = WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues };
         let store =
@@ -470,6 +471,13 @@ mod tests {
     async fn registering_a_kind_twice_is_an_error() {
         let err = Worker::builder(&unmigrated().await).register(ok).register(ok).build().await.err();
         assert!(matches!(err, Some(Error::DuplicateKind { ref kind }) if kind == "ping"), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_limit_on_a_kind_without_a_handler_fails_before_the_database_is_read() {
+        let err = Worker::builder(&unmigrated().await).register(ok).concurrency_limit("nope", 1).build().await.err();
+        let err = err.map(|e| e.to_string());
+        assert!(err.as_deref().is_some_and(|e| e.contains("names kind `nope`")), "{err:?}");
     }
 
     #[tokio::test]

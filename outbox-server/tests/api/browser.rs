@@ -32,7 +32,8 @@ pub(crate) struct Browser {
 impl Drop for Browser {
     /// Ends the WebDriver session first, so chromedriver closes the browser it started; killing chromedriver
     /// alone would leave the browser running, re-parented to init. This runs while a failing test unwinds
-    /// too, and outside any runtime, so it speaks HTTP/1.1 over a blocking socket.
+    /// too, where nothing can be awaited, so it speaks HTTP/1.1 over a blocking socket (holding the test's
+    /// thread for as long as chromedriver takes to close the browser).
     fn drop(&mut self) {
         if let Err(e) = end_session(self.port, &self.session) {
             eprintln!("could not end the WebDriver session {}: {e}; killing its process group", self.session);

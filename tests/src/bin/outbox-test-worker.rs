@@ -104,7 +104,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()
         .await?;
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
-    std::fs::write(format!("{run_log}.ready"), format!("{} {started}", worker.id()))?;
+    // Written whole, then renamed into place: a test that sees the file reads all of it.
+    std::fs::write(format!("{run_log}.ready.part"), format!("{} {started}", worker.id()))?;
+    std::fs::rename(format!("{run_log}.ready.part"), format!("{run_log}.ready"))?;
     if mode == "schedule" {
         worker.run_until(outbox_core::shutdown_signal()).await?;
     } else if mode == "serve" {
