@@ -44,7 +44,6 @@ pub(crate) async fn serve(
 }
 
 pub(crate) fn client() -> Result<reqwest::Client, BoxError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     Ok(reqwest::Client::builder().no_proxy().pool_max_idle_per_host(CONNECTIONS as usize).build()?)
 }
 

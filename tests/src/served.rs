@@ -7,9 +7,8 @@ use futures_util::StreamExt;
 use outbox_server::ServerOpts;
 use sea_orm::DatabaseConnection;
 
-/// An HTTP client for loopback servers (no proxy; the TLS provider the client needs is installed).
+/// An HTTP client for loopback servers (plain http, no proxy).
 pub fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder().no_proxy().build().expect("http client")
 }
 

@@ -9,18 +9,20 @@
 //! | connection refused/reset, timeout, body cut off | `Retryable` |
 //! | 200 that is not a message | `Retryable`: a proxy or a cut-off body, not the API's answer |
 //! | 200 stopped by `max_tokens` or `refusal`, or without text | `Permanent`: the same request gets the same answer |
-//! | key variable missing, client cannot be built | `Permanent`, from [`AnthropicApi::new`] |
+//! | key variable missing, base url not http(s), client cannot be built | `Permanent`, from [`AnthropicApi::new`] |
 //!
 //! The key lives in an [`ApiKey`] and a header marked sensitive; errors and logs carry neither.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, HeaderValue};
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::{StatusCode, Uri};
 use serde::Deserialize;
 use tracing::Instrument;
 
+use super::https::{Answer, Failure, HttpsClient};
 use super::{ExtractError, ExtractRequest, Extraction, Extractor, WireUsage};
 
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -99,8 +101,8 @@ impl ApiOpts {
 /// Runs prompts through the Anthropic Messages API.
 #[derive(Clone)]
 pub struct AnthropicApi {
-    client: reqwest::Client,
-    url: String,
+    client: HttpsClient,
+    url: Uri,
     key: ApiKey,
     opts: ApiOpts,
 }
@@ -121,8 +123,8 @@ impl fmt::Debug for AnthropicApi {
 impl AnthropicApi {
     /// Resolves the key and builds the HTTP client. A missing key is a `Permanent` error naming the variable.
     ///
-    /// TLS uses rustls with the platform's trust store. When the process has no default rustls crypto
-    /// provider yet, this installs `ring`'s, which reqwest needs to build any client.
+    /// TLS is rustls on `ring` with the platform's trust store. The provider belongs to this client: the
+    /// process-wide default and the application's other HTTP clients are left as they are.
     pub fn new(mut opts: ApiOpts) -> Result<Self, ExtractError> {
         let unusable = |why: &str| {
             ExtractError::Permanent(format!("anthropic api key missing: environment variable {} {why}", opts.key_var))
@@ -139,27 +141,22 @@ impl AnthropicApi {
         if HeaderValue::from_str(&key.0).is_err() {
             return Err(ExtractError::Permanent("anthropic api key is not a valid http header value".into()));
         }
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Losing a race with another installer is fine: any installed provider will do.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = reqwest::Client::builder()
-            .timeout(opts.timeout)
-            .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|e| ExtractError::Permanent(format!("cannot build http client: {}", chain(&e))))?;
-        let url = format!("{}/v1/messages", opts.base_url.trim_end_matches('/'));
+        let url = messages_url(&opts.base_url)?;
+        let client = HttpsClient::new(opts.timeout, opts.timeout.min(Duration::from_secs(10)))
+            .map_err(|e| ExtractError::Permanent(format!("cannot build http client: {e}")))?;
         Ok(Self { client, url, key, opts })
     }
 
     fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
         if let Ok(mut key) = HeaderValue::from_str(&self.key.0) {
-            // Keeps the value out of reqwest's and hyper's Debug output.
+            // Keeps the value out of hyper's Debug output.
             key.set_sensitive(true);
             headers.insert("x-api-key", key);
         }
         headers.insert("anthropic-version", HeaderValue::from_static(ANTHROPIC_VERSION));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
         headers
     }
 
@@ -169,6 +166,7 @@ impl AnthropicApi {
             "max_tokens": self.opts.max_tokens,
             "messages": [{"role": "user", "content": request.prompt}],
         });
+        let body = Bytes::from(body.to_string());
         let mut attempt = 0;
         loop {
             let started = Instant::now();
@@ -199,27 +197,25 @@ impl AnthropicApi {
     }
 
     /// One request; returns the HTTP status (0 when none) for the logs.
-    async fn attempt(&self, body: &serde_json::Value) -> (u16, Outcome) {
-        let sent = self.client.post(&self.url).headers(self.headers()).json(body).send().await;
-        let response = match sent {
-            Ok(response) => response,
-            Err(e) => {
-                let error = ExtractError::Retryable(format!("anthropic api request failed: {}", chain(&e)));
-                // A refused connection never reached the API; a timeout may have, and already cost a slot.
-                let outcome =
-                    if e.is_connect() { Outcome::Again { error, wait: None } } else { Outcome::Done(Err(error)) };
-                return (0, outcome);
+    async fn attempt(&self, body: &Bytes) -> (u16, Outcome) {
+        let answer = match self.client.post(&self.url, self.headers(), body.clone()).await {
+            Ok(answer) => answer,
+            // A refused connection never reached the API; a timeout may have, and already cost a slot.
+            Err(Failure::Connect(why)) => {
+                let error = ExtractError::Retryable(format!("anthropic api request failed: {why}"));
+                return (0, Outcome::Again { error, wait: None });
             }
-        };
-        let status = response.status();
-        let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(|v| self.redact(v));
-        let bytes = match response.bytes().await {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                let error = ExtractError::Retryable(format!("anthropic api {status} body cut off: {}", chain(&e)));
+            Err(Failure::Send(why)) => {
+                let error = ExtractError::Retryable(format!("anthropic api request failed: {why}"));
+                return (0, Outcome::Done(Err(error)));
+            }
+            Err(Failure::Body { status, message }) => {
+                let error = ExtractError::Retryable(format!("anthropic api {status} body cut off: {message}"));
                 return (status.as_u16(), Outcome::Done(Err(error)));
             }
         };
+        let Answer { status, headers, body: bytes } = answer;
+        let retry_after = headers.get("retry-after").and_then(|v| v.to_str().ok()).map(|v| self.redact(v));
         if status.is_success() {
             return (status.as_u16(), judge(status, retry_after.as_deref(), &bytes));
         }
@@ -335,7 +331,13 @@ fn parse_message(status: StatusCode, body: &[u8]) -> Result<Extraction, ExtractE
     Ok(Extraction { text, model: message.model, usage: message.usage.into(), cost_usd: None })
 }
 
-/// An error and its sources, which hold the useful part ("connection refused", "operation timed out").
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    std::iter::successors(Some(error), |e| e.source()).map(ToString::to_string).collect::<Vec<_>>().join(": ")
+/// `<base>/v1/messages`, when `base` is an `http` or `https` URL with a host.
+fn messages_url(base: &str) -> Result<Uri, ExtractError> {
+    let invalid = |why: String| ExtractError::Permanent(format!("anthropic api base url {base:?} {why}"));
+    let url = format!("{}/v1/messages", base.trim_end_matches('/'));
+    let uri: Uri = url.parse().map_err(|e| invalid(format!("is not a valid url: {e}")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(uri),
+        _ => Err(invalid("is not an http or https url with a host".into())),
+    }
 }

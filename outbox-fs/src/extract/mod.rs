@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod https;
 
 use std::future::Future;
 use std::pin::Pin;
