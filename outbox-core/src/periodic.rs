@@ -364,16 +364,17 @@ impl Ready {
     /// Enqueues the job of `tick` unless another process already did; its id when this call did.
     async fn fire(&self, db: &DatabaseConnection, tick: i64) -> Result<Option<String>> {
         let row = self.row();
+        let at = from_ms(tick);
+        // The application's build function runs before the write lock is taken, however long it takes. A
+        // panicking one fails this tick, not every schedule of the worker.
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.build)(at))).map_err(|_| {
+            Error::Invalid(format!("the job builder of schedule `{}` panicked at tick {}", self.name, at.to_rfc3339()))
+        })??;
         let txn = storage::begin_write(db).await?;
         if !dispatch!(&txn, claim_tick(&txn, &row, tick, now_ms()))? {
             txn.rollback().await.map_err(Error::db(format!("rolling back tick {tick} of `{}`", self.name)))?;
             return Ok(None);
         }
-        let at = from_ms(tick);
-        // A panicking build function fails this tick, not every schedule of the worker.
-        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.build)(at))).map_err(|_| {
-            Error::Invalid(format!("the job builder of schedule `{}` panicked at tick {}", self.name, at.to_rfc3339()))
-        })??;
         let key = format!("{}@{}", self.name, at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
         let job = enqueue_raw(&txn, &self.kind, payload, self.opts.clone().idempotency_key(key)).await?;
         dispatch!(&txn, set_tick_job(&txn, &self.name, job.id()))?;

@@ -71,10 +71,16 @@ pub struct TestDb {
 impl TestDb {
     /// Another pool on the same database, sized like the first.
     pub async fn connect(&self) -> DatabaseConnection {
-        match self.backend {
-            Backend::Sqlite => outbox_core::connect(&self.url).await.expect("connect"),
-            Backend::Postgres => connect_pg(&self.url).await,
-        }
+        connect_to(self.backend, &self.url).await
+    }
+}
+
+/// A pool on the database `url` of `backend` names, sized like a test's first: for a test that needs one
+/// made on another runtime (a pool's PostgreSQL connections belong to the runtime that opened them).
+pub async fn connect_to(backend: Backend, url: &str) -> DatabaseConnection {
+    match backend {
+        Backend::Sqlite => outbox_core::connect(url).await.expect("connect"),
+        Backend::Postgres => connect_pg(url).await,
     }
 }
 

@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 pub use child::{ChildProcess, GroupGuard};
 pub use claims::{Claim, ClaimLog};
 pub use cluster::PgCluster;
-pub use database::{Backend, TestDb, TestSchema, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec};
+pub use database::{
+    Backend, TestDb, TestSchema, connect_to, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec,
+};
 pub use rustix::process::Signal;
 pub use secrets::{Captured, ChildRun, job_rows, leaks, run_child};
 pub use served::{Served, SseEvent, SseReader, http_client};

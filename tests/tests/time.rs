@@ -1,11 +1,14 @@
 //! Execution timeouts and retention, on every backend.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 
-use outbox_core::{EnqueueOpts, JobContext, JobError, JobStatus, Retention, RetryPolicy, Worker, ops};
+use outbox_core::{
+    EnqueueOpts, JobContext, JobError, JobEventKind, JobStatus, Retention, RetryPolicy, Worker, WorkerBuilder, ops,
+};
 use outbox_tests::{Probe, Step, TestDb, conformance, exec, scalar};
+use sea_orm::DatabaseConnection;
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -57,7 +60,7 @@ async fn a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_other
     assert!(polite_failed && deaf_failed, "both timed-out jobs fail once their attempts are used up");
     assert_eq!(asked.load(Ordering::SeqCst), 3, "each attempt was asked to stop through its context");
 
-    for (job, why) in [(&polite, "timed out after 200ms"), (&deaf, "ignored cancellation and was dropped")] {
+    for (job, why) in [(&polite, "timed out after 200ms"), (&deaf, "did not stop within the cancel grace of 300ms")] {
         let record = ops::get(&t.db, job.id()).await.expect("get");
         assert_eq!(record.attempts, 3);
         let error = record.last_error.expect("error");
@@ -219,4 +222,227 @@ async fn a_shutdown_during_a_start_up_step_stops_it_before_any_claim() {
     let stopped = tokio::time::timeout(Duration::from_secs(10), handle.shutdown()).await;
     assert!(stopped.is_ok_and(|r| r.is_ok()), "the shutdown did not wait for the step");
     assert_eq!(ops::get(&t.db, job.id()).await.expect("get").status, JobStatus::Pending, "nothing was claimed");
+}
+
+/// Handlers that block their thread until the test lets them go, and the worker they stall: built and run on a
+/// thread of its own, on a current-thread runtime, as an application running handlers there would.
+struct Stall {
+    /// The number of each job whose handler is holding its thread.
+    held: mpsc::Receiver<u64>,
+    held_tx: mpsc::Sender<u64>,
+    /// One message lets one holding handler go; dropping it lets them all go.
+    release: Option<mpsc::Sender<()>>,
+    release_rx: Arc<Mutex<mpsc::Receiver<()>>>,
+    /// Stops the worker; its thread ends once the worker has shut down.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<outbox_core::Result<()>>>,
+}
+
+/// What a handler holds its thread with.
+#[derive(Clone)]
+struct Holder {
+    held: mpsc::Sender<u64>,
+    release: Arc<Mutex<mpsc::Receiver<()>>>,
+}
+
+impl Holder {
+    /// Blocks this thread (not just this task) until the test releases it; a minute at most.
+    fn hold(&self, n: u64) {
+        let _ = self.held.send(n);
+        let release = self.release.lock().expect("release lock");
+        let _ = release.recv_timeout(Duration::from_secs(60));
+    }
+}
+
+impl Stall {
+    fn new() -> Stall {
+        let (held_tx, held) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        Stall {
+            held,
+            held_tx,
+            release: Some(release),
+            release_rx: Arc::new(Mutex::new(release_rx)),
+            stop: None,
+            thread: None,
+        }
+    }
+
+    fn holder(&self) -> Holder {
+        Holder { held: self.held_tx.clone(), release: Arc::clone(&self.release_rx) }
+    }
+
+    /// Builds and runs the worker `builder` makes on its own thread and current-thread runtime, with a pool of
+    /// its own to `t`'s database.
+    fn run(&mut self, t: &TestDb, builder: impl FnOnce(&DatabaseConnection) -> WorkerBuilder + Send + 'static) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (backend, url) = (t.backend, t.url.clone());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async move {
+                let db = outbox_tests::connect_to(backend, &url).await;
+                builder(&db)
+                    .build()
+                    .await?
+                    .run_until(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+            })
+        });
+        (self.stop, self.thread) = (Some(stop), Some(thread));
+    }
+
+    /// Waits until the handler of job `n` holds its thread.
+    async fn held(&self, n: u64) {
+        let got = tokio::task::block_in_place(|| self.held.recv_timeout(Duration::from_secs(30)));
+        assert_eq!(got.ok(), Some(n), "the handler of job {n} never started to hold its thread");
+    }
+
+    fn release_one(&self) {
+        self.release.as_ref().expect("not stopped").send(()).expect("release");
+    }
+
+    /// Lets every handler go, stops the worker and waits for its thread: its outcomes are all written or refused.
+    fn stop(&mut self) -> outbox_core::Result<()> {
+        drop(self.release.take());
+        drop(self.stop.take());
+        let Some(thread) = self.thread.take() else { return Ok(()) };
+        tokio::task::block_in_place(|| thread.join()).expect("the stalled worker's thread panicked")
+    }
+}
+
+impl Drop for Stall {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::block_in_place(|| thread.join());
+        }
+    }
+}
+
+/// `(event, attempt, worker)` of each entry of a job's history.
+async fn events(t: &TestDb, id: &str) -> Vec<(JobEventKind, i32, Option<String>)> {
+    let history = ops::history(&t.db, id).await.expect("history");
+    history.into_iter().map(|e| (e.event, e.attempt, e.worker)).collect()
+}
+
+conformance!(a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued);
+/// A handler that blocks its thread stalls its worker's runtime, whose retention passes every 10 ms. While it
+/// is stalled, the application enqueues on another pool at once (20 stalls), and a second worker rescues the
+/// stalled worker's expired claim and completes it; the stalled worker's late completion changes nothing.
+async fn a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued(t: TestDb) {
+    let mut stall = Stall::new();
+    let holder = stall.holder();
+    stall.run(&t, move |db| {
+        Worker::builder(db)
+            .id("stalled")
+            .concurrency(1)
+            .poll_interval(Duration::from_millis(20))
+            .lease(Duration::from_millis(300))
+            .retention(Retention::new().interval(Duration::from_millis(10)))
+            .register(move |job: Probe, ctx: JobContext| {
+                let holder = holder.clone();
+                async move {
+                    if job.n < 1_000 && ctx.attempt() == 1 {
+                        holder.hold(job.n);
+                    }
+                    Ok::<_, JobError>(())
+                }
+            })
+    });
+    let app = t.connect().await;
+    let mut took = Vec::new();
+    for round in 1..=20 {
+        outbox_core::enqueue(&t.db, &Probe { n: round }, EnqueueOpts::new()).await.expect("enqueue");
+        stall.held(round).await;
+        let started = Instant::now();
+        outbox_core::enqueue(&app, &Probe { n: 1_000 + round }, EnqueueOpts::new()).await.unwrap_or_else(|e| {
+            panic!("stall {round}: the application's enqueue failed while the worker stalled: {e}")
+        });
+        took.push(started.elapsed());
+        stall.release_one();
+    }
+    took.sort();
+    eprintln!("enqueue during a stall: median {:?}, max {:?} (20 stalls)", took[10], took[19]);
+
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 99 }, EnqueueOpts::new()).await.expect("enqueue");
+    stall.held(99).await;
+    let rescuer = Worker::builder(&t.db)
+        .id("rescuer")
+        .poll_interval(Duration::from_millis(20))
+        .rescue_interval(Duration::from_millis(50))
+        .retention(Retention::off())
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let rescued = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(30)).await;
+    assert!(
+        rescued,
+        "the stalled worker's expired claim was not rescued and completed: {:?}",
+        events(&t, job.id()).await
+    );
+    let record = ops::get(&t.db, job.id()).await.expect("get");
+    let history = events(&t, job.id()).await;
+    // The stalled handler returns `Ok` for attempt 1, and its worker writes it (or tries to) as it stops.
+    stall.stop().expect("the stalled worker stops cleanly");
+    rescuer.shutdown().await.expect("shutdown");
+    assert_eq!(format!("{:?}", ops::get(&t.db, job.id()).await.expect("get")), format!("{record:?}"));
+    assert_eq!(events(&t, job.id()).await, history, "the late completion changed the job's history");
+    let completed: Vec<_> = history.iter().filter(|(e, ..)| *e == JobEventKind::Completed).collect();
+    assert_eq!(completed, [&(JobEventKind::Completed, 2, Some("rescuer".into()))], "{history:?}");
+    assert!(history.contains(&(JobEventKind::Claimed, 1, Some("stalled".into()))), "{history:?}");
+    assert_eq!(record.attempts, 2);
+}
+
+conformance!(a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_outside);
+/// A handler blocks its worker's only thread past its 200 ms timeout: its attempt is failed and its claim
+/// given back while it still blocks, at the timeout plus the cancel grace; its late `Ok` is discarded and the
+/// retry completes the job.
+async fn a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_outside(t: TestDb) {
+    let mut stall = Stall::new();
+    let holder = stall.holder();
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    stall.run(&t, move |db| {
+        Worker::builder(db)
+            .id("blocked")
+            .poll_interval(Duration::from_millis(20))
+            .kind_timeout("probe", Duration::from_millis(200))
+            .cancel_grace(Duration::from_millis(300))
+            .retry_policy(RetryPolicy { base: Duration::from_millis(20), max: Duration::from_millis(50), jitter: 0.0 })
+            .register(move |job: Probe, ctx: JobContext| {
+                let holder = holder.clone();
+                async move {
+                    if ctx.attempt() == 1 {
+                        holder.hold(job.n);
+                    }
+                    Ok::<_, JobError>(())
+                }
+            })
+    });
+    stall.held(1).await;
+    let retried = || async { events(&t, job.id()).await.iter().any(|(e, ..)| *e == JobEventKind::Retried) };
+    let given_back = outbox_tests::eventually(Duration::from_secs(30), retried).await;
+    assert!(given_back, "the blocked attempt was not given back: {:?}", events(&t, job.id()).await);
+    let history = ops::history(&t.db, job.id()).await.expect("history");
+    let at = |kind: JobEventKind| history.iter().find(|e| e.event == kind).map(|e| e.at).expect("event");
+    let after = (at(JobEventKind::Retried) - at(JobEventKind::Claimed)).to_std().expect("retried after claimed");
+    eprintln!("claimed to given back: {after:?} (timeout 200ms + cancel grace 300ms)");
+    assert!(after < Duration::from_millis(1_500), "given back only after {after:?}");
+    let error = history.iter().find_map(|e| e.error.clone()).expect("error");
+    assert!(
+        error.contains("timed out after 200ms") && error.contains("did not stop within the cancel grace of 300ms"),
+        "{error}"
+    );
+    stall.release_one();
+    let done = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(30)).await;
+    stall.stop().expect("the worker stops cleanly");
+    assert!(done, "the retry did not complete the job: {:?}", events(&t, job.id()).await);
+    let kinds: Vec<JobEventKind> = events(&t, job.id()).await.into_iter().map(|(e, ..)| e).collect();
+    use JobEventKind::{Claimed, Completed, Enqueued, Retried};
+    assert_eq!(kinds, [Enqueued, Claimed, Retried, Claimed, Completed], "the late `Ok` of attempt 1 counted");
+    assert_eq!(ops::get(&t.db, job.id()).await.expect("get").attempts, 2);
 }

@@ -47,8 +47,13 @@ pub(crate) trait Driver {
     /// the payload as enqueue serialized it, for checks that can rule most payloads out without a walk.
     fn unstorable(payload: &serde_json::Value, text: &str) -> Vec<Violation>;
 
-    /// Opens the worker's own connection(s) for claims, completions, renewals, rescues and wake-ups.
-    async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore>;
+    /// Opens the worker's own connection(s) for claims, completions, renewals, rescues and wake-ups; tasks it
+    /// needs run on `bg`, the worker's background runtime.
+    async fn open_worker_store(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        bg: &tokio::runtime::Handle,
+    ) -> Result<WorkerStore>;
 
     /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
     async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool>;
@@ -547,8 +552,25 @@ pub(crate) fn unstorable(backend: Backend, payload: &serde_json::Value, text: &s
 }
 
 /// See [`Driver::open_worker_store`].
-pub(crate) async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore> {
-    dispatch!(db, open_worker_store(db, opts))
+pub(crate) async fn open_worker_store(
+    db: &DatabaseConnection,
+    opts: WorkerStoreOpts,
+    bg: &tokio::runtime::Handle,
+) -> Result<WorkerStore> {
+    dispatch!(db, open_worker_store(db, opts, bg))
+}
+
+/// How many connections a worker's own pool for its background chores opens at most.
+const OWN_POOL: u32 = 2;
+
+/// A small pool of a worker's own to `app`'s database, on `app`'s connection options, for the chores its
+/// background thread runs (retention, schedules, its registry entry). Opened lazily: call it inside the
+/// runtime that will use it, which the pool's housekeeping tasks join.
+pub(crate) fn own_pool(app: &DatabaseConnection, worker_id: &str) -> Result<DatabaseConnection> {
+    Ok(match backend(app)? {
+        Backend::Sqlite => sqlite::own_pool(app, OWN_POOL),
+        Backend::Postgres => postgres::own_pool(app, worker_id, OWN_POOL),
+    })
 }
 
 /// One migration of one backend: its statements and how to undo them.

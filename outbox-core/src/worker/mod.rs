@@ -1,10 +1,12 @@
 //! The worker: claims jobs in batches sized to its free slots, runs their handlers, renews their leases,
 //! records outcomes fenced by the claim, rescues expired claims, and shuts down gracefully.
 
+mod background;
 mod handler;
 mod presence;
 mod retry;
 mod run;
+mod watchdog;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,7 +28,9 @@ use crate::kind::Kind;
 use crate::periodic::{self, Schedule};
 use crate::retention::Retention;
 use crate::storage::{self, WorkerStore, WorkerStoreOpts};
+use background::Background;
 use handler::ErasedHandler;
+use watchdog::Watchdog;
 
 pub(crate) struct Registered {
     pub(crate) handler: ErasedHandler,
@@ -85,7 +89,7 @@ impl std::fmt::Debug for WorkerBuilder {
 /// A configured worker; start it with [`Worker::start`], [`Worker::run_until`] or [`Worker::drain`].
 pub struct Worker {
     pub(crate) store: WorkerStore,
-    /// The caller's pool, for the worker's registry entry.
+    /// The caller's pool, for the start-up steps.
     pub(crate) db: DatabaseConnection,
     /// The queues it serves; `None` for all.
     pub(crate) queues: Option<Vec<String>>,
@@ -97,6 +101,9 @@ pub struct Worker {
     pub(crate) schedules: Arc<Vec<periodic::Ready>>,
     pub(crate) retention: Retention,
     pub(crate) on_start: Vec<(String, StartHook)>,
+    /// The thread the worker's own database work runs on; taken when the worker runs.
+    pub(crate) background: Option<Background>,
+    pub(crate) watchdog: Watchdog,
 }
 
 impl std::fmt::Debug for Worker {
@@ -382,9 +389,15 @@ impl WorkerBuilder {
         until_ok("recording its kinds", &id, config, || crate::kind::registry::record(db, &registered, &id)).await?;
         let queues = self.queues.clone();
         let opts = WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues };
+        let background = Background::start(db, &id)?;
+        let bg = background.handle();
         let store =
-            until_ok("opening its connection", &id, config, || storage::open_worker_store(db, opts.clone())).await?;
+            until_ok("opening its connection", &id, config, || storage::open_worker_store(db, opts.clone(), bg))
+                .await?;
+        let watchdog = Watchdog::start(&background, store.clone(), id.clone());
         Ok(Worker {
+            background: Some(background),
+            watchdog,
             store,
             db: self.db,
             queues,

@@ -10,6 +10,7 @@ use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
 use super::Worker;
+use super::background::Background;
 use crate::record::ms_after;
 use crate::storage::{WorkerRow, dispatch, now_ms};
 
@@ -20,13 +21,12 @@ const MISSED: u32 = 3;
 pub(super) struct Presence {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
-    db: DatabaseConnection,
     id: String,
 }
 
 impl Presence {
-    /// Writes the entry and keeps it fresh in the background; `running` is read at each refresh.
-    pub(super) fn start(worker: &Worker, running: Arc<AtomicUsize>) -> Presence {
+    /// Writes the entry and keeps it fresh from the background thread; `running` is read at each refresh.
+    pub(super) fn start(worker: &Worker, background: &Background, running: Arc<AtomicUsize>) -> Presence {
         let interval = worker.config.presence_interval;
         let mut kinds: Vec<String> = worker.handlers.keys().cloned().collect();
         kinds.sort();
@@ -43,18 +43,21 @@ impl Presence {
             expires_at: 0,
         };
         let stop = CancellationToken::new();
-        let db = worker.db.clone();
-        let task = tokio::spawn(refresh(db.clone(), row, interval, running, stop.clone()));
-        Presence { stop, task, db, id: worker.id.clone() }
+        let task = background.spawn(refresh(background.db(), row, interval, running, stop.clone()));
+        Presence { stop, task, id: worker.id.clone() }
     }
 
     /// Stops refreshing and removes the entry.
-    pub(super) async fn stop(self) {
+    pub(super) async fn stop(self, background: &Background) {
         self.stop.cancel();
         let _ = self.task.await;
-        let db = &self.db;
-        let removed: crate::error::Result<()> = async { dispatch!(db, remove_worker(db, &self.id)) }.await;
-        if let Err(e) = removed {
+        let (db, id) = (background.db(), self.id.clone());
+        let removed = background.spawn(async move {
+            let db = &db;
+            let removed: crate::error::Result<()> = async { dispatch!(db, remove_worker(db, &id)) }.await;
+            removed
+        });
+        if let Ok(Err(e)) = removed.await {
             tracing::warn!(worker = %self.id, error = %e, "removing the worker from the registry failed; it expires on its own");
         }
     }

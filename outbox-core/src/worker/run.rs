@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handler::{JobContext, JobError};
 use super::presence::Presence;
+use super::watchdog::{self, Ticket};
 use super::{Registered, Worker};
 use crate::error::Result;
 use crate::record::ms_after;
@@ -27,12 +28,15 @@ type TaskResult = (HandlerResult, Option<TimedOut>);
 #[derive(Debug, Clone, Copy)]
 struct TimedOut {
     limit: std::time::Duration,
+    grace: std::time::Duration,
     dropped: bool,
 }
 
 struct InFlight {
     job: ClaimedJob,
     cancel: CancellationToken,
+    /// Its entry with the watchdog, when its kind has a timeout.
+    ticket: Option<Ticket>,
 }
 
 struct Loop {
@@ -60,7 +64,8 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
         running: Arc::default(),
     };
     tracing::info!(worker = %lp.worker.id, concurrency = lp.worker.config.concurrency, "worker started");
-    let presence = Presence::start(&lp.worker, Arc::clone(&lp.running));
+    let background = lp.worker.background.take().ok_or(crate::error::Error::WorkerStopped)?;
+    let presence = Presence::start(&lp.worker, &background, Arc::clone(&lp.running));
     for (name, step) in std::mem::take(&mut lp.worker.on_start) {
         tracing::info!(worker = %lp.worker.id, step = %name, "running a start-up step");
         // A shutdown asked for meanwhile (Ctrl-C during a long reconciliation) stops the step: nothing is claimed yet.
@@ -74,22 +79,33 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
             }
         }
     }
-    // Periodic jobs and retention run beside the loop, not in a drain (which ends when the queue is empty).
+    // Periodic jobs and retention run beside the loop, not in a drain (which ends when the queue is empty), on
+    // the background thread and its own connections: a handler that stalls this runtime cannot hold their
+    // transactions (and with them SQLite's write lock) open.
     let chores = CancellationToken::new();
-    let mut background = JoinSet::new();
+    let mut running_chores = Vec::new();
     if !drain {
-        let (db, id) = (&lp.worker.db, &lp.worker.id);
+        let (db, id) = (background.db(), &lp.worker.id);
         if !lp.worker.schedules.is_empty() {
             let schedules = Arc::clone(&lp.worker.schedules);
-            background.spawn(crate::periodic::run(db.clone(), schedules, id.clone(), chores.clone()));
+            running_chores.push(background.spawn(crate::periodic::run(
+                db.clone(),
+                schedules,
+                id.clone(),
+                chores.clone(),
+            )));
         }
-        background.spawn(crate::retention::run(db.clone(), lp.worker.retention.clone(), id.clone(), chores.clone()));
+        let retention = crate::retention::run(db, lp.worker.retention.clone(), id.clone(), chores.clone());
+        running_chores.push(background.spawn(retention));
     }
     let result = lp.work(&shutdown, drain).await;
     chores.cancel();
-    while background.join_next().await.is_some() {}
+    for chore in running_chores {
+        let _ = chore.await;
+    }
     let stopped = lp.stop().await;
-    presence.stop().await;
+    presence.stop(&background).await;
+    background.shutdown().await;
     tracing::info!(worker = %lp.worker.id, "worker stopped");
     result.and(stopped)
 }
@@ -211,11 +227,18 @@ impl Loop {
             store: self.worker.store.clone(),
         };
         let fut = (registered.handler)(job.payload.clone(), job.schema_hash.clone(), ctx);
-        let handle = match registered.timeout {
-            None => self.tasks.spawn(async move { (fut.await, None) }),
-            Some(limit) => self.tasks.spawn(with_timeout(fut, limit, self.worker.config.cancel_grace, cancel.clone())),
+        let (handle, ticket) = match registered.timeout {
+            None => (self.tasks.spawn(async move { (fut.await, None) }), None),
+            Some(limit) => {
+                // The task keeps the same deadlines as the watchdog, which acts if the task cannot.
+                let started = Instant::now();
+                let times = (limit, self.worker.config.cancel_grace);
+                let backoff = registered.retry.backoff(job.attempt);
+                let ticket = self.worker.watchdog.watch(&job, started, times, backoff, cancel.clone());
+                (self.tasks.spawn(with_timeout(fut, started, times, cancel.clone())), Some(ticket))
+            }
         };
-        self.in_flight.insert(handle.id(), InFlight { job, cancel });
+        self.in_flight.insert(handle.id(), InFlight { job, cancel, ticket });
         self.running.store(self.in_flight.len(), Ordering::Relaxed);
     }
 
@@ -225,8 +248,22 @@ impl Loop {
             Ok((id, (result, timed_out))) => (id, Ok(result), timed_out),
             Err(e) => (e.id(), Err(e), None),
         };
-        let Some(InFlight { job, cancel }) = self.in_flight.remove(&id) else { return Ok(()) };
+        let Some(InFlight { job, cancel, ticket }) = self.in_flight.remove(&id) else { return Ok(()) };
         self.running.store(self.in_flight.len(), Ordering::Relaxed);
+        self.freed |= job.sequenced || self.worker.limited.contains(&job.kind);
+        if let Some(ticket) = ticket
+            && !self.worker.watchdog.settle(ticket)
+        {
+            // The watchdog gave the claim back while the handler held its thread: what it returned now is
+            // too late to count (the claim's fence would refuse it too).
+            let dropped = timed_out.is_some_and(|t| t.dropped);
+            if !dropped {
+                tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt,
+                    succeeded = matches!(result, Ok(Ok(_))),
+                    "a handler returned after its timeout had given its claim back; its result is discarded");
+            }
+            return Ok(());
+        }
         let retry = self.worker.handlers.get(&job.kind);
         // Once the worker has asked a handler to stop, an error may be the interruption itself, whatever the
         // handler called it: the job is given back without using its attempt rather than failed or retried.
@@ -247,7 +284,6 @@ impl Loop {
             Err(_) if asked_to_stop => Outcome::Released,
             Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
         };
-        self.freed |= job.sequenced || self.worker.limited.contains(&job.kind);
         self.worker.store.finish(finished(&job, outcome))
     }
 
@@ -339,45 +375,46 @@ impl Loop {
     }
 }
 
-/// Runs `fut` for at most `limit`; then asks it to stop through `cancel` and drops it after `grace`.
+/// Runs `fut` from `started` for at most `limit`; then asks it to stop through `cancel` and drops it after
+/// `grace`. A handler that blocks its thread cannot be dropped: the watchdog acts for it.
 async fn with_timeout(
     mut fut: super::handler::HandlerFuture,
-    limit: std::time::Duration,
-    grace: std::time::Duration,
+    started: Instant,
+    (limit, grace): (std::time::Duration, std::time::Duration),
     cancel: CancellationToken,
 ) -> TaskResult {
     tokio::select! {
-        result = &mut fut => return (result, None),
-        _ = tokio::time::sleep(limit) => {}
+        result = &mut fut => {
+            // The watchdog asks at the same deadline: a handler that stopped because it was asked timed out.
+            let late = Instant::now() >= started + limit;
+            return (result, late.then_some(TimedOut { limit, grace, dropped: false }));
+        }
+        _ = sleep_until(started + limit) => {}
     }
     cancel.cancel();
     tokio::select! {
-        result = &mut fut => (result, Some(TimedOut { limit, dropped: false })),
-        _ = tokio::time::sleep(grace) => {
-            (Err(JobError::Retry(String::new())), Some(TimedOut { limit, dropped: true }))
+        result = &mut fut => (result, Some(TimedOut { limit, grace, dropped: false })),
+        _ = sleep_until(started + limit + grace) => {
+            (Err(JobError::Retry(String::new())), Some(TimedOut { limit, grace, dropped: true }))
         }
     }
 }
 
 impl TimedOut {
     fn message(&self) -> String {
-        let after = crate::record::short_duration(self.limit);
         if self.dropped {
-            format!("timed out after {after}; the handler ignored cancellation and was dropped")
+            watchdog::timeout_message(self.limit, self.grace)
         } else {
-            format!("timed out after {after}")
+            format!("timed out after {}", crate::record::short_duration(self.limit))
         }
     }
 }
 
 fn failure(job: &ClaimedJob, error: String, registered: Option<&Registered>) -> Outcome {
-    if job.attempt >= job.max_attempts {
-        return Outcome::Failed { error: format!("{error} (attempt {} of {})", job.attempt, job.max_attempts) };
-    }
     let backoff = registered
         .map(|r| r.retry.backoff(job.attempt))
         .unwrap_or_else(|| super::RetryPolicy::default().backoff(job.attempt));
-    Outcome::Retry { run_at: ms_after(now_ms(), backoff), error }
+    watchdog::failure(job.attempt, job.max_attempts, error, backoff)
 }
 
 fn finished(job: &ClaimedJob, outcome: Outcome) -> Finished {

@@ -12,9 +12,10 @@ mod schema;
 mod time;
 mod worker;
 
+use sea_orm::sqlx::postgres::PgPoolOptions;
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
-    TransactionTrait, Value,
+    ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlxPostgresConnector,
+    Statement, TransactionTrait, Value,
 };
 
 pub(super) use worker::PgStore;
@@ -35,6 +36,18 @@ pub(crate) struct Postgres;
 
 fn write_error(context: String, err: DbErr) -> Error {
     Error::db(context)(err)
+}
+
+/// See [`super::own_pool`]: `app`'s connection options, named `outbox-chores <worker>` in `pg_stat_activity`.
+pub(super) fn own_pool(app: &DatabaseConnection, worker_id: &str, max: u32) -> DatabaseConnection {
+    let options = app.get_postgres_connection_pool().connect_options().as_ref().clone();
+    let options = options.application_name(&worker::application_name("outbox-chores", worker_id));
+    let pool = PgPoolOptions::new()
+        .max_connections(max)
+        .min_connections(0)
+        .acquire_timeout(std::time::Duration::from_secs(30))
+        .connect_lazy_with(options);
+    SqlxPostgresConnector::from_sqlx_postgres_pool(pool)
 }
 
 /// The schema the outbox tables are found in (the first of the connection's `search_path` that exists).
@@ -259,7 +272,11 @@ impl Driver for Postgres {
         out
     }
 
-    async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore> {
+    async fn open_worker_store(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        bg: &tokio::runtime::Handle,
+    ) -> Result<WorkerStore> {
         let config = PgStoreConfig {
             kinds: opts.unlimited_kinds(),
             limited: opts.limits,
@@ -268,7 +285,7 @@ impl Driver for Postgres {
             schema: current_schema(db).await?,
             batched_events: batched_events(db).await?,
         };
-        Ok(WorkerStore::Postgres(PgStore::open(db.get_postgres_connection_pool(), config)))
+        Ok(WorkerStore::Postgres(PgStore::open(db.get_postgres_connection_pool(), config, bg)))
     }
 
     /// Inserts one job unless an active job of its kind holds its key. True when the row was written.

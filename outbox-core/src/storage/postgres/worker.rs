@@ -8,11 +8,13 @@
 //! lease would have run out anyway.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::sqlx::postgres::{PgPool, PgPoolOptions};
 use sea_orm::sqlx::{self, Row};
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 use super::listener::listen;
@@ -224,6 +226,9 @@ pub(crate) struct PgStore {
 struct Inner {
     pool: PgPool,
     config: PgStoreConfig,
+    /// The worker's background runtime, which runs every statement of the store: a handler that stalls the
+    /// worker's own runtime cannot hold a claim's transaction (and its advisory locks) open.
+    bg: Handle,
     tx: mpsc::UnboundedSender<Msg>,
     /// Finished attempts not yet written. Their leases are renewed until they are, and past one batch they
     /// keep their slots.
@@ -245,17 +250,21 @@ impl Drop for Inner {
     }
 }
 
+/// `role worker`, as PostgreSQL keeps it (the first 63 bytes).
+pub(super) fn application_name(role: &str, worker_id: &str) -> String {
+    let mut name = format!("{role} {worker_id}");
+    while name.len() > 63 {
+        name.pop();
+    }
+    name
+}
+
 impl PgStore {
-    /// Opens the worker's pool on the options of `caller` and starts the completion writer and the listener.
-    pub(crate) fn open(caller: &PgPool, config: PgStoreConfig) -> PgStore {
-        // PostgreSQL keeps the first 63 bytes of an application name.
-        let name = |role: &str| {
-            let mut name = format!("{role} {}", config.worker_id);
-            while name.len() > 63 {
-                name.pop();
-            }
-            name
-        };
+    /// Opens the worker's pool on the options of `caller` and starts the completion writer and the listener,
+    /// all on the runtime of `bg`.
+    pub(crate) fn open(caller: &PgPool, config: PgStoreConfig, bg: &Handle) -> PgStore {
+        let _entered = bg.enter();
+        let name = |role: &str| application_name(role, &config.worker_id);
         let options = caller.connect_options().as_ref().clone();
         let listen_options = options.clone().application_name(&name("outbox-listener"));
         // Planned for their values on every run: after five runs PostgreSQL would otherwise switch the claim
@@ -284,12 +293,29 @@ impl PgStore {
             Arc::clone(&unwritten),
         ));
         let listener = tokio::spawn(listen(listen_pool, config.schema.clone(), config.worker_id.clone()));
-        PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener }) }
+        PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener, bg: bg.clone() }) }
+    }
+
+    /// Runs `call` on the background runtime.
+    async fn on_bg<T, Fut>(&self, call: impl FnOnce(Arc<Inner>) -> Fut) -> Result<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.inner.bg.spawn(call(Arc::clone(&self.inner))).await.map_err(|e| {
+            if e.is_cancelled() {
+                Error::WorkerStopped
+            } else {
+                Error::Internal(format!("a worker store call failed: {e}"))
+            }
+        })?
     }
 
     /// Claims up to `limit` due jobs (see [`claim_rows`]).
     pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
-        let rows = claim_rows(&self.inner.pool, &self.inner.config, limit, now, lease_until).await?;
+        let rows = self
+            .on_bg(move |inner| async move { claim_rows(&inner.pool, &inner.config, limit, now, lease_until).await })
+            .await?;
         Ok(claimed_jobs(self, rows))
     }
 
@@ -310,55 +336,19 @@ impl PgStore {
     }
 
     pub(crate) async fn extend(&self, ids: Vec<String>, until: i64) -> Result<u64> {
-        let pool = &self.inner.pool;
-        let worker = &self.inner.config.worker_id;
-        retrying("renewing leases", || async {
-            let res = sqlx::query(EXTEND).bind(until).bind(worker).bind(&ids).execute(pool).await?;
-            Ok(res.rows_affected())
+        self.on_bg(move |inner| async move {
+            let (pool, worker) = (&inner.pool, &inner.config.worker_id);
+            retrying("renewing leases", || async {
+                let res = sqlx::query(EXTEND).bind(until).bind(worker).bind(&ids).execute(pool).await?;
+                Ok(res.rows_affected())
+            })
+            .await
         })
         .await
     }
 
     pub(crate) async fn rescue(&self, now: i64) -> Result<Vec<Rescued>> {
-        let pool = &self.inner.pool;
-        let schema = &self.inner.config.schema;
-        let released = retrying("letting waiting sequences go", || async {
-            let mut tx = pool.begin().await?;
-            let keys: Option<Vec<String>> = sqlx::query_scalar(SWEEP_LOCK).bind(schema).fetch_one(&mut *tx).await?;
-            let released = match keys {
-                Some(keys) => {
-                    let n = sqlx::query(SWEEP).bind(&keys).execute(&mut *tx).await?.rows_affected();
-                    if n > 0 {
-                        sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
-                    }
-                    n
-                }
-                None => 0,
-            };
-            tx.commit().await?;
-            Ok(released)
-        })
-        .await?;
-        if released > 0 {
-            tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
-            wake::wake();
-        }
-        retrying("rescuing expired claims", || async {
-            let rows = sqlx::query(RESCUE).bind(now).fetch_all(pool).await?;
-            rows.iter()
-                .map(|row| {
-                    Ok(Rescued {
-                        id: row.try_get(0)?,
-                        kind: row.try_get(1)?,
-                        queue: row.try_get(2)?,
-                        attempt: row.try_get(3)?,
-                        status: row.try_get(4)?,
-                        previous_owner: row.try_get(5)?,
-                    })
-                })
-                .collect()
-        })
-        .await
+        self.on_bg(move |inner| async move { rescue(&inner, now).await }).await
     }
 
     /// Resolves once every finish queued before it has been written (or given up on).
@@ -367,6 +357,49 @@ impl PgStore {
         self.inner.tx.send(Msg::Flush(reply)).map_err(|_| Error::WorkerStopped)?;
         rx.await.map_err(|_| Error::WorkerStopped)
     }
+}
+
+/// Lets go sequences that moved on, then rescues expired claims.
+async fn rescue(inner: &Inner, now: i64) -> Result<Vec<Rescued>> {
+    let pool = &inner.pool;
+    let schema = &inner.config.schema;
+    let released = retrying("letting waiting sequences go", || async {
+        let mut tx = pool.begin().await?;
+        let keys: Option<Vec<String>> = sqlx::query_scalar(SWEEP_LOCK).bind(schema).fetch_one(&mut *tx).await?;
+        let released = match keys {
+            Some(keys) => {
+                let n = sqlx::query(SWEEP).bind(&keys).execute(&mut *tx).await?.rows_affected();
+                if n > 0 {
+                    sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
+                }
+                n
+            }
+            None => 0,
+        };
+        tx.commit().await?;
+        Ok(released)
+    })
+    .await?;
+    if released > 0 {
+        tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
+        wake::wake();
+    }
+    retrying("rescuing expired claims", || async {
+        let rows = sqlx::query(RESCUE).bind(now).fetch_all(pool).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Rescued {
+                    id: row.try_get(0)?,
+                    kind: row.try_get(1)?,
+                    queue: row.try_get(2)?,
+                    attempt: row.try_get(3)?,
+                    status: row.try_get(4)?,
+                    previous_owner: row.try_get(5)?,
+                })
+            })
+            .collect()
+    })
+    .await
 }
 
 /// Claims up to `limit` due jobs for the worker `c` describes: first those of kinds with a fleet-wide limit,

@@ -10,10 +10,10 @@ mod worker;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqliteTransactionMode,
-    Statement, TransactionOptions, TransactionTrait, Value,
+    SqlxSqliteConnector, Statement, TransactionOptions, TransactionTrait, Value,
 };
 
 pub(super) use worker::SqliteStore;
@@ -81,6 +81,13 @@ fn database_file(db: &DatabaseConnection) -> Result<PathBuf> {
         ));
     }
     Ok(path.to_path_buf())
+}
+
+/// See [`super::own_pool`]: the same file, journal mode, durability and busy timeout as `app`'s pool.
+pub(super) fn own_pool(app: &DatabaseConnection, max: u32) -> DatabaseConnection {
+    let options = app.get_sqlite_connection_pool().connect_options().as_ref().clone();
+    let pool = SqlitePoolOptions::new().max_connections(max).min_connections(0).connect_lazy_with(options);
+    SqlxSqliteConnector::from_sqlx_sqlite_pool(pool)
 }
 
 /// The pool's `synchronous` setting, which the worker's connection copies.
@@ -252,7 +259,12 @@ impl Driver for Sqlite {
         Vec::new()
     }
 
-    async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<WorkerStore> {
+    /// The worker's connection has a thread of its own ([`SqliteStore`]); `bg` is not needed.
+    async fn open_worker_store(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        _bg: &tokio::runtime::Handle,
+    ) -> Result<WorkerStore> {
         Ok(WorkerStore::Sqlite(SqliteStore::open(store_config(db, opts).await?)?))
     }
 
