@@ -121,7 +121,8 @@ async fn a_deferred_transaction_that_cannot_write_names_the_fix(t: TestDb) {
         Backend::Sqlite => {
             let err = result.expect_err("SQLite cannot upgrade the snapshot");
             let text = err.to_string();
-            assert!(text.contains("outbox_core::transaction") && text.contains("locked"), "{text}");
+            assert!(text.contains("(code: 517)") && text.contains("began with a read"), "{text}");
+            assert!(text.contains("`outbox_core::transaction`") && text.contains("`outbox_core::begin`"), "{text}");
             txn.rollback().await.expect("rollback");
         }
         Backend::Postgres => {
@@ -130,6 +131,37 @@ async fn a_deferred_transaction_that_cannot_write_names_the_fix(t: TestDb) {
             assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
         }
     }
+}
+
+outbox_tests::sqlite_only!(a_locked_database_names_its_real_cause);
+/// SQLite's two "database is locked" errors name their own cause. A plain `db.begin()` that has read, while
+/// another connection holds the write lock, is failed at once (code 5, not 517): waiting cannot help, and the
+/// error names `outbox_core::transaction` / `begin`, not the busy timeout. An enqueue that waited its whole
+/// busy timeout behind a long write transaction is told to look for it or raise the timeout.
+async fn a_locked_database_names_its_real_cause(t: TestDb) {
+    use outbox_core::sea_orm::TransactionTrait;
+
+    exec(&t.db, "CREATE TABLE orders (id INTEGER PRIMARY KEY)", vec![]).await;
+    let other = t.connect().await;
+    let holder = outbox_core::begin(&other).await.expect("take the write lock");
+    exec(&holder, "INSERT INTO orders (id) VALUES (1)", vec![]).await;
+
+    let txn = t.db.begin().await.expect("begin");
+    assert_eq!(scalar(&txn, "SELECT COUNT(*) FROM orders").await, 0);
+    let err = outbox_core::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await.expect_err("locked");
+    let text = err.to_string();
+    assert!(text.contains("(code: 5)"), "{text}");
+    assert!(text.contains("began with a read") && text.contains("`outbox_core::transaction`"), "{text}");
+    assert!(text.contains("`outbox_core::begin`") && !text.contains("busy_timeout"), "{text}");
+    txn.rollback().await.expect("rollback");
+
+    let opts = outbox_core::ConnectOpts { busy_timeout: Duration::from_millis(200), ..Default::default() };
+    let impatient = outbox_core::connect_with(&t.url, opts).await.expect("connect");
+    let err = outbox_core::enqueue(&impatient, &Probe { n: 2 }, EnqueueOpts::new()).await.expect_err("locked");
+    let text = err.to_string();
+    assert!(text.contains("past the busy timeout of 200ms") && text.contains("`ConnectOpts::busy_timeout`"), "{text}");
+    assert!(!text.contains("began with a read"), "{text}");
+    holder.commit().await.expect("commit");
 }
 
 fn chrono_min() -> outbox_core::chrono::DateTime<outbox_core::chrono::Utc> {

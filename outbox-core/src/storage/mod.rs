@@ -663,8 +663,19 @@ pub(crate) struct Insert {
     /// Writes one row's placeholders (numbered from `values.len() + 1` where the backend numbers them) and
     /// pushes its values.
     pub(crate) push_row: fn(&mut String, &mut Vec<Value>, &NewJob),
-    /// Maps the backend's errors.
-    pub(crate) classify: fn(String, sea_orm::DbErr) -> Error,
+}
+
+/// Maps an enqueue's error; on SQLite a locked database's names its cause ([`sqlite::write_failed`]).
+async fn insert_failed<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    context: String,
+    err: sea_orm::DbErr,
+    started: std::time::Instant,
+) -> Error {
+    match conn.get_database_backend() {
+        DbBackend::Sqlite => sqlite::write_failed(conn, context, err, started).await,
+        _ => Error::db(context)(err),
+    }
 }
 
 /// The enqueue INSERT of `jobs`, skipping any whose key an active job holds, with its values.
@@ -692,11 +703,11 @@ async fn insert_job<C: ConnectionTrait + ?Sized>(
     job: &NewJob,
     insert: &Insert,
 ) -> Result<bool> {
-    let res = conn
-        .execute_raw(insert_statement(backend, &[job], insert, ""))
-        .await
-        .map_err(|e| (insert.classify)(format!("enqueuing a job of kind `{}`", job.kind), e))?;
-    Ok(res.rows_affected() == 1)
+    let started = std::time::Instant::now();
+    match conn.execute_raw(insert_statement(backend, &[job], insert, "")).await {
+        Ok(res) => Ok(res.rows_affected() == 1),
+        Err(e) => Err(insert_failed(conn, format!("enqueuing a job of kind `{}`", job.kind), e, started).await),
+    }
 }
 
 /// [`Driver::insert_jobs`] on the shared statement, `per_row` jobs (those for which it says so) written one
@@ -716,10 +727,11 @@ async fn insert_jobs<C: ConnectionTrait + ?Sized>(
     let chunks = batched.chunks(ROWS_PER_INSERT).chain(single.chunks(1));
     for chunk in chunks {
         let statement = insert_statement(backend, chunk, insert, " RETURNING id");
-        let rows = conn
-            .query_all_raw(statement)
-            .await
-            .map_err(|e| (insert.classify)("enqueuing a batch of jobs".into(), e))?;
+        let started = std::time::Instant::now();
+        let rows = match conn.query_all_raw(statement).await {
+            Ok(rows) => rows,
+            Err(e) => return Err(insert_failed(conn, "enqueuing a batch of jobs".into(), e, started).await),
+        };
         for row in rows {
             written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
         }

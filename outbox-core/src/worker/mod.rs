@@ -305,9 +305,10 @@ impl WorkerBuilder {
     /// is asked to stop through [`JobContext::cancelled`], dropped after the cancel grace if it has not, and
     /// the attempt counts as a retryable failure "timed out after …"; the job's claim is given back at once.
     ///
-    /// A handler that blocks its thread (a synchronous sleep, a blocking call) cannot be dropped: the job is
-    /// given back but the thread stays busy. Run blocking work with `tokio::task::spawn_blocking` and check
-    /// the context between steps.
+    /// A handler that blocks its thread (a synchronous sleep, a blocking call) cannot be dropped: the worker's
+    /// background thread fails its attempt and gives the claim back at the same deadline, and discards what it
+    /// returns later, but the thread stays busy until it does. Run blocking work with
+    /// `tokio::task::spawn_blocking` and check the context between steps.
     pub fn timeout(mut self, d: Duration) -> Self {
         self.config.timeout = Some(d.max(Duration::from_millis(1)));
         self

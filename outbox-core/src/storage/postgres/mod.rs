@@ -156,7 +156,7 @@ fn push_row(sql: &mut String, values: &mut Vec<Value>, job: &NewJob) {
 }
 
 /// Enqueue's INSERT on PostgreSQL.
-const INSERT: super::Insert = super::Insert { columns: "", push_row, classify: write_error };
+const INSERT: super::Insert = super::Insert { columns: "", push_row };
 
 fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)

@@ -8,12 +8,12 @@ mod time;
 mod worker;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqliteTransactionMode,
-    SqlxSqliteConnector, Statement, TransactionOptions, TransactionTrait, Value,
+    ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, ExecResult,
+    SqliteTransactionMode, SqlxSqliteConnector, Statement, TransactionOptions, TransactionTrait, Value,
 };
 
 pub(super) use worker::SqliteStore;
@@ -48,19 +48,64 @@ fn is_busy_snapshot(err: &DbErr) -> bool {
     err.to_string().contains("(code: 517)")
 }
 
-/// Maps an error of a write through the caller's connection, naming the cause and the fix of a locked
-/// database.
-fn write_error(context: String, err: DbErr) -> Error {
+/// Runs a write through the caller's connection; a locked database's error names its cause and its fix.
+async fn execute_write<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    statement: Statement,
+    context: impl FnOnce() -> String,
+) -> Result<ExecResult> {
+    let started = Instant::now();
+    match conn.execute_raw(statement).await {
+        Ok(res) => Ok(res),
+        Err(e) => Err(write_failed(conn, context(), e, started).await),
+    }
+}
+
+/// Maps the error of a write through the caller's connection that began at `started`. A locked database
+/// has two causes, told apart by how long the statement waited against the connection's busy timeout:
+/// SQLite fails at once a transaction that has read and now wants to write while another connection holds
+/// (or has since used) the write lock, since waiting could deadlock; otherwise it waits out the busy timeout.
+pub(super) async fn write_failed<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    context: String,
+    err: DbErr,
+    started: Instant,
+) -> Error {
+    let waited = started.elapsed();
+    let timeout = if is_busy(&err) && !is_busy_snapshot(&err) { busy_timeout(conn).await } else { None };
+    write_error(context, err, waited, timeout)
+}
+
+/// The connection's busy timeout, if it can be read.
+async fn busy_timeout<C: ConnectionTrait + ?Sized>(conn: &C) -> Option<Duration> {
+    let row = conn.query_one_raw(Statement::from_string(DbBackend::Sqlite, "PRAGMA busy_timeout")).await.ok()??;
+    let ms = row.try_get_by_index::<i64>(0).ok()?;
+    Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
+
+/// How a write failed: see [`write_failed`]. `timeout` is the connection's busy timeout where known.
+fn write_error(context: String, err: DbErr, waited: Duration, timeout: Option<Duration>) -> Error {
+    const USE_BEGIN: &str = "SQLite cannot turn a transaction that has read into a writer then, and waiting cannot \
+        help; open write transactions with `outbox_core::transaction` or `outbox_core::begin`, which take the \
+        write lock first";
+    // Well before the busy timeout: SQLite did not wait. Unknown timeout: a tenth of a second is no wait.
+    let spent = match timeout {
+        Some(t) => waited >= t.mul_f64(0.9),
+        None => waited >= Duration::from_millis(100),
+    };
     let context = if is_busy_snapshot(&err) {
+        format!("{context} (this transaction began with a read, and another writer committed since: {USE_BEGIN})")
+    } else if is_busy(&err) && !spent {
         format!(
-            "{context} (this transaction began with a read, and another writer committed since: SQLite cannot \
-             turn it into a writer, and waiting cannot help; open write transactions with \
-             `outbox_core::transaction` or `outbox_core::begin`, which take the write lock first)"
+            "{context} (this transaction began with a read while another connection held the write lock, and \
+             SQLite failed it after {} without waiting: {USE_BEGIN})",
+            crate::record::short_duration(waited)
         )
     } else if is_busy(&err) {
         format!(
-            "{context} (another connection held the write lock past the busy timeout: look for a long write \
-             transaction, or raise `ConnectOpts::busy_timeout`)"
+            "{context} (another connection held the write lock past the busy timeout{}: look for a long write \
+             transaction, or raise `ConnectOpts::busy_timeout`)",
+            timeout.map(|t| format!(" of {}", crate::record::short_duration(t))).unwrap_or_default()
         )
     } else {
         context
@@ -151,7 +196,7 @@ fn push_row(sql: &mut String, values: &mut Vec<Value>, job: &NewJob) {
 }
 
 /// Enqueue's INSERT on SQLite.
-const INSERT: super::Insert = super::Insert { columns: ", sequence_no, waiting", push_row, classify: write_error };
+const INSERT: super::Insert = super::Insert { columns: ", sequence_no, waiting", push_row };
 
 fn stmt(sql: impl Into<String>, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
@@ -686,14 +731,16 @@ impl Driver for Sqlite {
     }
 
     async fn remote_extend(db: &DatabaseConnection, owner: &str, id: &str, attempt: i32, until: i64) -> Result<bool> {
-        let res = db
-            .execute_raw(stmt(
+        let res = execute_write(
+            db,
+            stmt(
                 "UPDATE outbox_jobs SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?) \
                  WHERE id = ? AND status = 'claimed' AND locked_by = ? AND attempts = ?",
                 vec![until.into(), id.into(), owner.into(), attempt.into()],
-            ))
-            .await
-            .map_err(|e| write_error(format!("renewing the lease of job `{id}`"), e))?;
+            ),
+            || format!("renewing the lease of job `{id}`"),
+        )
+        .await?;
         Ok(res.rows_affected() == 1)
     }
 

@@ -2,7 +2,7 @@
 
 use sea_orm::ConnectionTrait;
 
-use super::{stmt, write_error};
+use super::{execute_write, stmt};
 use crate::error::{Error, Result};
 use crate::record::{ReconciliationRecord, ScheduleRecord};
 use crate::storage::{PruneRules, ScheduleRow, limit_value, rows};
@@ -13,14 +13,17 @@ pub(super) async fn register_schedule<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<Option<i64>> {
     let ctx = || format!("registering schedule `{}`", row.name);
-    conn.execute_raw(stmt(
-        "INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at) VALUES (?, ?, ?, ?, ?, ?) \
+    execute_write(
+        conn,
+        stmt(
+            "INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at) VALUES (?, ?, ?, ?, ?, ?) \
          ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, spec = excluded.spec, \
          time_zone = excluded.time_zone, missed = excluded.missed, updated_at = excluded.updated_at",
-        row.values(now),
-    ))
-    .await
-    .map_err(|e| write_error(ctx(), e))?;
+            row.values(now),
+        ),
+        &ctx,
+    )
+    .await?;
     let last = conn
         .query_one_raw(stmt("SELECT last_tick FROM outbox_schedules WHERE name = ?", vec![row.name.clone().into()]))
         .await
@@ -36,26 +39,28 @@ pub(super) async fn claim_tick<C: ConnectionTrait + ?Sized>(
 ) -> Result<bool> {
     let mut values = row.values(now);
     values.push(tick.into());
-    let res = conn
-        .execute_raw(stmt(
+    let res = execute_write(
+        conn,
+        stmt(
             "INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at, last_tick) \
              VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, \
              last_job_id = NULL, updated_at = excluded.updated_at \
              WHERE outbox_schedules.last_tick IS NULL OR outbox_schedules.last_tick < excluded.last_tick",
             values,
-        ))
-        .await
-        .map_err(|e| write_error(format!("taking tick {tick} of schedule `{}`", row.name), e))?;
+        ),
+        || format!("taking tick {tick} of schedule `{}`", row.name),
+    )
+    .await?;
     Ok(res.rows_affected() == 1)
 }
 
 pub(super) async fn set_tick_job<C: ConnectionTrait + ?Sized>(conn: &C, name: &str, job_id: &str) -> Result<()> {
-    conn.execute_raw(stmt(
-        "UPDATE outbox_schedules SET last_job_id = ? WHERE name = ?",
-        vec![job_id.into(), name.into()],
-    ))
-    .await
-    .map_err(|e| write_error(format!("recording the job of schedule `{name}`"), e))?;
+    execute_write(
+        conn,
+        stmt("UPDATE outbox_schedules SET last_job_id = ? WHERE name = ?", vec![job_id.into(), name.into()]),
+        || format!("recording the job of schedule `{name}`"),
+    )
+    .await?;
     Ok(())
 }
 
@@ -78,22 +83,27 @@ pub(super) async fn take_lock<C: ConnectionTrait + ?Sized>(
     now: i64,
     until: i64,
 ) -> Result<bool> {
-    let res = conn
-        .execute_raw(stmt(
+    let res = execute_write(
+        conn,
+        stmt(
             "INSERT INTO outbox_locks (name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE \
              SET holder = excluded.holder, expires_at = excluded.expires_at \
              WHERE outbox_locks.holder = excluded.holder OR outbox_locks.expires_at < ?",
             vec![name.into(), holder.into(), until.into(), now.into()],
-        ))
-        .await
-        .map_err(|e| write_error(format!("taking lease `{name}` for `{holder}`"), e))?;
+        ),
+        || format!("taking lease `{name}` for `{holder}`"),
+    )
+    .await?;
     Ok(res.rows_affected() == 1)
 }
 
 pub(super) async fn release_lock<C: ConnectionTrait + ?Sized>(conn: &C, name: &str, holder: &str) -> Result<()> {
-    conn.execute_raw(stmt("DELETE FROM outbox_locks WHERE name = ? AND holder = ?", vec![name.into(), holder.into()]))
-        .await
-        .map_err(|e| write_error(format!("giving up lease `{name}` of `{holder}`"), e))?;
+    execute_write(
+        conn,
+        stmt("DELETE FROM outbox_locks WHERE name = ? AND holder = ?", vec![name.into(), holder.into()]),
+        || format!("giving up lease `{name}` of `{holder}`"),
+    )
+    .await?;
     Ok(())
 }
 
@@ -101,19 +111,21 @@ pub(super) async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRu
     let (condition, mut values) = rules.condition(|_| "?".into(), |p| p.to_owned());
     values.push(limit_value(batch));
     let sql = format!("DELETE FROM outbox_jobs WHERE id IN (SELECT j.id FROM outbox_jobs j WHERE {condition} LIMIT ?)");
-    let res = conn.execute_raw(stmt(sql, values)).await.map_err(|e| write_error("pruning finished jobs".into(), e))?;
+    let res = execute_write(conn, stmt(sql, values), || "pruning finished jobs".into()).await?;
     Ok(res.rows_affected())
 }
 
 pub(super) async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64> {
-    let res = conn
-        .execute_raw(stmt(
+    let res = execute_write(
+        conn,
+        stmt(
             "DELETE FROM outbox_job_events WHERE id IN \
              (SELECT id FROM outbox_job_events WHERE job_id = '' AND at < ? ORDER BY id LIMIT ?)",
             vec![before.into(), limit_value(batch)],
-        ))
-        .await
-        .map_err(|e| write_error("pruning old feed rows".into(), e))?;
+        ),
+        || "pruning old feed rows".into(),
+    )
+    .await?;
     Ok(res.rows_affected())
 }
 
@@ -121,18 +133,21 @@ pub(super) async fn record_reconciliation<C: ConnectionTrait + ?Sized>(
     conn: &C,
     rec: &ReconciliationRecord,
 ) -> Result<()> {
-    conn.execute_raw(stmt(
-        "INSERT INTO outbox_reconciliations (reconciler, at, worker, report) VALUES (?, ?, ?, ?) \
+    execute_write(
+        conn,
+        stmt(
+            "INSERT INTO outbox_reconciliations (reconciler, at, worker, report) VALUES (?, ?, ?, ?) \
          ON CONFLICT (reconciler) DO UPDATE SET at = excluded.at, worker = excluded.worker, report = excluded.report",
-        vec![
-            rec.reconciler.clone().into(),
-            rec.at.timestamp_millis().into(),
-            rec.worker.clone().into(),
-            rec.report.to_string().into(),
-        ],
-    ))
-    .await
-    .map_err(|e| write_error(format!("recording the report of reconciler `{}`", rec.reconciler), e))?;
+            vec![
+                rec.reconciler.clone().into(),
+                rec.at.timestamp_millis().into(),
+                rec.worker.clone().into(),
+                rec.report.to_string().into(),
+            ],
+        ),
+        || format!("recording the report of reconciler `{}`", rec.reconciler),
+    )
+    .await?;
     Ok(())
 }
 
