@@ -104,9 +104,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()
         .await?;
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
-    // Written whole, then renamed into place: a test that sees the file reads all of it.
-    std::fs::write(format!("{run_log}.ready.part"), format!("{} {started}", worker.id()))?;
-    std::fs::rename(format!("{run_log}.ready.part"), format!("{run_log}.ready"))?;
+    // Written whole, then renamed into place: a test that sees the file reads all of it. The processes of a
+    // fleet share the run log, so each writes a part of its own (the last rename wins).
+    let part = format!("{run_log}.ready.{}.part", std::process::id());
+    std::fs::write(&part, format!("{} {started}", worker.id()))?;
+    std::fs::rename(&part, format!("{run_log}.ready"))?;
     if mode == "schedule" {
         worker.run_until(outbox_core::shutdown_signal()).await?;
     } else if mode == "serve" {
