@@ -32,6 +32,8 @@
 //! 100,000 unserved jobs of a higher priority stand ahead of it (deleted again before the drain), compares the
 //! worker's peak RSS with a drain of 100,000, and reports the database's size after the drain and after the
 //! completed jobs are deleted and the database vacuumed.
+//! `stall` runs a worker on a current-thread runtime whose handler blocks it for 2 s, 20 times a run, with
+//! retention passing every 10 ms, and times an application enqueue on another pool during each stall.
 
 mod dashboard;
 mod http;
@@ -44,6 +46,7 @@ mod raw_pg;
 mod reconcile;
 mod retention;
 mod scratch;
+mod stall;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -144,9 +147,10 @@ enum Case {
     Latency,
     LatencyLoaded,
     Million,
+    Stall,
 }
 
-const CASES: [Case; 15] = [
+const CASES: [Case; 16] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -162,6 +166,7 @@ const CASES: [Case; 15] = [
     Case::Latency,
     Case::LatencyLoaded,
     Case::Million,
+    Case::Stall,
 ];
 
 /// `--case` takes a case by its row name.
@@ -200,6 +205,7 @@ impl Case {
             Case::Latency => "latency",
             Case::LatencyLoaded => "latency_loaded",
             Case::Million => "million",
+            Case::Stall => "stall",
         }
     }
 
@@ -211,7 +217,8 @@ impl Case {
             | Case::ClaimSequenced
             | Case::Dashboard
             | Case::Retention
-            | Case::Million => &[SyncMode::Full],
+            | Case::Million
+            | Case::Stall => &[SyncMode::Full],
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -225,6 +232,7 @@ impl Case {
             (Case::Retention, _) => base,
             (Case::Latency | Case::LatencyLoaded, _) => LATENCY_JOBS,
             (Case::Million, _) => million::BIG,
+            (Case::Stall, _) => stall::ROUNDS,
             (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard, _) => base * 5,
         };
         n.max(1)
@@ -257,7 +265,15 @@ impl Case {
                 Some("outbox process: as many unsequenced jobs, same worker, same run")
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
-            (_, Case::ProcessMemory | Case::Reconcile | Case::Dashboard | Case::Latency | Case::LatencyLoaded) => None,
+            (
+                _,
+                Case::ProcessMemory
+                | Case::Reconcile
+                | Case::Dashboard
+                | Case::Latency
+                | Case::LatencyLoaded
+                | Case::Stall,
+            ) => None,
             (_, Case::Million) => Some("the same worker draining 20,000 jobs, same run"),
             (_, Case::Retention) => Some("the same drain beside the same old finished jobs, retention off"),
             (_, Case::Http) => Some("outbox enqueue in process: 16 tasks on the pool, one job per statement"),
@@ -368,6 +384,14 @@ struct Row {
     /// The latency cases: jobs that waited 100 ms or more, over all runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     start_waited_100ms: Option<u64>,
+    /// Case `stall`: an application enqueue on its own pool while a worker's runtime is stalled for 2 s (20
+    /// stalls a run): its time (medians over the runs), ms, and how many of all took 100 ms or more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stall_enqueue_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stall_enqueue_max_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stall_enqueue_waited_100ms: Option<u64>,
     /// Case `dashboard`: the jobs page's first requests, start to last answer, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     jobs_page_ms: Option<f64>,
@@ -456,7 +480,7 @@ impl Runner {
             Case::Process | Case::ProcessMemory => self.rt.block_on(outbox::backlog(target, n))?,
             Case::Reconcile => return Err("the reconcile case has no baseline".into()),
             Case::Http => return Err("the http case measures its baseline within its own run".into()),
-            Case::Dashboard | Case::Latency | Case::LatencyLoaded | Case::Million => {
+            Case::Dashboard | Case::Latency | Case::LatencyLoaded | Case::Million | Case::Stall => {
                 return Err(format!("the {} case has no baseline", case.name()).into());
             }
             Case::Retention => {
@@ -594,6 +618,7 @@ impl Runner {
         let mut memory = Vec::new();
         let mut latencies = Vec::new();
         let mut starts = Vec::new();
+        let mut stalls = Vec::new();
         let mut pages = Vec::new();
         let mut pruned = Vec::new();
         let mut scales = Vec::new();
@@ -649,6 +674,11 @@ impl Runner {
                     let loaded = case == Case::LatencyLoaded;
                     let (measure, l) = self.rt.block_on(latency::run(&target, n, loaded))?;
                     starts.push(l);
+                    measure
+                }
+                Case::Stall => {
+                    let (measure, l) = self.rt.block_on(stall::run(&target))?;
+                    stalls.push(l);
                     measure
                 }
                 Case::Dashboard => {
@@ -716,6 +746,9 @@ impl Runner {
             start_p99_ms: latency(&starts, |l| l.p99_ms),
             start_max_ms: latency(&starts, |l| l.max_ms),
             start_waited_100ms: (!starts.is_empty()).then(|| starts.iter().map(|l| l.waited).sum()),
+            stall_enqueue_p50_ms: latency(&stalls, |l| l.p50_ms),
+            stall_enqueue_max_ms: latency(&stalls, |l| l.max_ms),
+            stall_enqueue_waited_100ms: (!stalls.is_empty()).then(|| stalls.iter().map(|l| l.waited).sum()),
             jobs_page_ms: page_time(&pages, |p| p.jobs_page_ms),
             overview_ms: page_time(&pages, |p| p.overview_ms),
             orm_ceiling_jobs_per_sec: (!ceilings.is_empty()).then(|| round(median(&ceilings), 1)),
