@@ -365,9 +365,17 @@ impl Ready {
     async fn fire(&self, db: &DatabaseConnection, tick: i64) -> Result<Option<String>> {
         let row = self.row();
         let at = from_ms(tick);
-        // The application's build function runs before the write lock is taken, however long it takes. A
-        // panicking one fails this tick, not every schedule of the worker.
-        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.build)(at))).map_err(|_| {
+        // A tick another worker took is not built again (a race past this read is settled by `claim_tick`).
+        let taken = dispatch!(db, schedules(db))?
+            .into_iter()
+            .any(|s| s.name == self.name && s.last_tick.is_some_and(|t| t.timestamp_millis() >= tick));
+        if taken {
+            return Ok(None);
+        }
+        // The application's build function runs before the write lock is taken, and off the worker's background
+        // thread (a blocking pool), however long it takes. A panicking one fails this tick, not every schedule.
+        let build = Arc::clone(&self.build);
+        let payload = tokio::task::spawn_blocking(move || build(at)).await.map_err(|_| {
             Error::Invalid(format!("the job builder of schedule `{}` panicked at tick {}", self.name, at.to_rfc3339()))
         })??;
         let txn = storage::begin_write(db).await?;

@@ -446,3 +446,55 @@ async fn a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_outsi
     assert_eq!(kinds, [Enqueued, Claimed, Retried, Claimed, Completed], "the late `Ok` of attempt 1 counted");
     assert_eq!(ops::get(&t.db, job.id()).await.expect("get").attempts, 2);
 }
+
+conformance!(a_sequenced_handler_blocking_past_its_timeout_keeps_its_claim_until_rescued);
+/// A job of a sequence whose handler blocks past its timeout is not given back while its thread still runs
+/// (the next step could start beside it): its claim is kept, its lease left to expire, and a second worker
+/// rescues it; the next step starts only after that.
+async fn a_sequenced_handler_blocking_past_its_timeout_keeps_its_claim_until_rescued(t: TestDb) {
+    let first = outbox_core::enqueue(&t.db, &Step { key: 1, seq: 0, sleep_ms: 0 }, EnqueueOpts::new()).await;
+    let first = first.expect("enqueue");
+    let second = outbox_core::enqueue(&t.db, &Step { key: 1, seq: 1, sleep_ms: 0 }, EnqueueOpts::new()).await;
+    let second = second.expect("enqueue");
+    let mut stall = Stall::new();
+    let holder = stall.holder();
+    stall.run(&t, move |db| {
+        Worker::builder(db)
+            .id("blocked")
+            .poll_interval(Duration::from_millis(20))
+            .lease(Duration::from_secs(2))
+            .kind_timeout("step", Duration::from_millis(200))
+            .cancel_grace(Duration::from_millis(300))
+            .register(move |job: Step, ctx: JobContext| {
+                let holder = holder.clone();
+                async move {
+                    if ctx.attempt() == 1 && job.seq == 0 {
+                        holder.hold(0);
+                    }
+                    Ok::<_, JobError>(())
+                }
+            })
+    });
+    stall.held(0).await;
+    let rescuer = Worker::builder(&t.db)
+        .id("rescuer")
+        .poll_interval(Duration::from_millis(20))
+        .rescue_interval(Duration::from_millis(50))
+        .register(|_: Step, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let done = outbox_tests::wait_status(&t.db, second.id(), JobStatus::Completed, Duration::from_secs(30)).await;
+    rescuer.shutdown().await.expect("shutdown");
+    stall.stop().expect("the blocked worker stops cleanly");
+    assert!(done, "the sequence did not go on: {:?}", events(&t, first.id()).await);
+    let history = ops::history(&t.db, first.id()).await.expect("history");
+    let kinds: Vec<JobEventKind> = history.iter().map(|e| e.event).collect();
+    use JobEventKind::{Claimed, Completed, Enqueued, Rescued};
+    assert_eq!(kinds, [Enqueued, Claimed, Rescued, Claimed, Completed], "given back while its thread ran: {history:?}");
+    let rescued = history.iter().find(|e| e.event == Rescued).map(|e| e.at).expect("rescued");
+    let next = ops::history(&t.db, second.id()).await.expect("history");
+    let started = next.iter().find(|e| e.event == Claimed).map(|e| e.at).expect("claimed");
+    assert!(started >= rescued, "the next step started at {started} before the blocked one was rescued at {rescued}");
+}

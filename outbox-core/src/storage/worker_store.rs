@@ -86,6 +86,15 @@ impl WorkerStore {
         }
     }
 
+    /// Closes the store's connections once its outcomes are flushed; the worker is stopping. SQLite's
+    /// connection closes with its thread, once the last handle is dropped.
+    pub(crate) async fn close(&self) {
+        match self {
+            WorkerStore::Sqlite(_) => {}
+            WorkerStore::Postgres(s) => s.close().await,
+        }
+    }
+
     /// Resolves once every finish queued before it has been written (or given up on).
     pub(crate) async fn flush(&self) -> Result<()> {
         match self {

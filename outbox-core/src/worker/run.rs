@@ -100,11 +100,13 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
     }
     let result = lp.work(&shutdown, drain).await;
     chores.cancel();
+    // In-flight jobs first: their outcomes (and any the watchdog gave back) are written before anything stops.
+    let stopped = lp.stop().await;
     for chore in running_chores {
         let _ = chore.await;
     }
-    let stopped = lp.stop().await;
     presence.stop(&background).await;
+    lp.worker.store.close().await;
     background.shutdown().await;
     tracing::info!(worker = %lp.worker.id, "worker stopped");
     result.and(stopped)
@@ -234,8 +236,10 @@ impl Loop {
                 let started = Instant::now();
                 let times = (limit, self.worker.config.cancel_grace);
                 let backoff = registered.retry.backoff(job.attempt);
-                let ticket = self.worker.watchdog.watch(&job, started, times, backoff, cancel.clone());
-                (self.tasks.spawn(with_timeout(fut, started, times, cancel.clone())), Some(ticket))
+                let keep_claim = job.sequenced || self.worker.limited.contains(&job.kind);
+                let ticket = self.worker.watchdog.watch(&job, times, backoff, keep_claim, cancel.clone());
+                let task = with_timeout(fut, started, times, cancel.clone(), ticket.clone());
+                (self.tasks.spawn(task), Some(ticket))
             }
         };
         self.in_flight.insert(handle.id(), InFlight { job, cancel, ticket });
@@ -251,9 +255,13 @@ impl Loop {
         let Some(InFlight { job, cancel, ticket }) = self.in_flight.remove(&id) else { return Ok(()) };
         self.running.store(self.in_flight.len(), Ordering::Relaxed);
         self.freed |= job.sequenced || self.worker.limited.contains(&job.kind);
-        if let Some(ticket) = ticket
-            && !self.worker.watchdog.settle(ticket)
-        {
+        // Decided as the handler ended (its task called `returned` then); here only for a panic or an abort.
+        let ours = ticket.as_ref().is_none_or(|t| {
+            let ours = t.returned();
+            self.worker.watchdog.forget(t);
+            ours
+        });
+        if !ours {
             // The watchdog gave the claim back while the handler held its thread: what it returned now is
             // too late to count (the claim's fence would refuse it too).
             let dropped = timed_out.is_some_and(|t| t.dropped);
@@ -293,7 +301,9 @@ impl Loop {
         let config = &self.worker.config;
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + config.lease / 3;
-            let mut ids: Vec<String> = self.in_flight.values().map(|f| f.job.id.clone()).collect();
+            // A job past its timeout that keeps its claim for its sequence or limit is left to expire.
+            let renewed = self.in_flight.values().filter(|f| !f.ticket.as_ref().is_some_and(Ticket::abandoned));
+            let mut ids: Vec<String> = renewed.map(|f| f.job.id.clone()).collect();
             ids.extend(self.worker.store.unwritten());
             if !ids.is_empty()
                 && let Err(e) = self.worker.store.extend(ids, ms_after(now_ms(), config.lease)).await
@@ -376,13 +386,16 @@ impl Loop {
 }
 
 /// Runs `fut` from `started` for at most `limit`; then asks it to stop through `cancel` and drops it after
-/// `grace`. A handler that blocks its thread cannot be dropped: the watchdog acts for it.
+/// `grace`. A handler that blocks its thread cannot be dropped: the watchdog acts for it. The `ticket` is
+/// settled the moment the handler ends, however late the worker loop gets to its result.
 async fn with_timeout(
-    mut fut: super::handler::HandlerFuture,
+    fut: super::handler::HandlerFuture,
     started: Instant,
     (limit, grace): (std::time::Duration, std::time::Duration),
     cancel: CancellationToken,
+    ticket: Ticket,
 ) -> TaskResult {
+    let mut fut = settling(fut, ticket.clone());
     tokio::select! {
         result = &mut fut => {
             // The watchdog asks at the same deadline: a handler that stopped because it was asked timed out.
@@ -395,9 +408,30 @@ async fn with_timeout(
     tokio::select! {
         result = &mut fut => (result, Some(TimedOut { limit, grace, dropped: false })),
         _ = sleep_until(started + limit + grace) => {
+            ticket.returned();
             (Err(JobError::Retry(String::new())), Some(TimedOut { limit, grace, dropped: true }))
         }
     }
+}
+
+/// `fut`, settling `ticket` as it completes or panics.
+fn settling(
+    mut fut: super::handler::HandlerFuture,
+    ticket: Ticket,
+) -> impl std::future::Future<Output = HandlerResult> + Send {
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(ready) => {
+                ticket.returned();
+                ready
+            }
+            Err(panic) => {
+                ticket.returned();
+                std::panic::resume_unwind(panic)
+            }
+        }
+    })
 }
 
 impl TimedOut {

@@ -4,20 +4,35 @@
 //! call) is never polled again until it returns, so nothing in its task can act. The watchdog runs on the
 //! background runtime: at the timeout it asks the handler to stop (its context's `cancelled()`), and at the
 //! timeout plus the cancel grace it gives the claim back as a failed attempt, whatever the handler's thread
-//! is doing. Whoever settles a job first, the worker loop (the handler returned) or the watchdog, writes its
-//! outcome; the other's is dropped, and the claim's fence in the database refuses it anyway.
+//! is doing. Who settles a job is decided once, when its handler ends ([`Ticket::returned`], called by the
+//! handler's task, not when the worker loop gets to it) or at that deadline, whichever comes first; the other
+//! side's outcome is dropped, and the claim's fence in the database would refuse it anyway. A job of a
+//! sequence or of a limited kind keeps its claim instead, left to expire ([`ABANDONED`]).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 
 use super::background::Background;
 use crate::record::ms_after;
 use crate::storage::{ClaimedJob, Finished, Outcome, WorkerStore, now_ms};
+
+/// A watched job's handler is running.
+const RUNNING: u8 = 0;
+/// Its handler returned (or panicked, or was dropped): the worker writes its outcome.
+const RETURNED: u8 = 1;
+/// The watchdog gave its claim back: what the handler returns later is discarded.
+const TAKEN: u8 = 2;
+/// Past its deadline, a job of a sequence or of a kind with a fleet-wide limit keeps its claim, so that the
+/// next job of its sequence, or another under its limit, cannot start beside a thread that still runs it; its
+/// lease is no longer renewed, so another worker rescues it once the lease expires, unless the handler
+/// returns first.
+const ABANDONED: u8 = 3;
 
 /// Watches the running jobs that have a timeout. Clones share the watch list.
 #[derive(Clone)]
@@ -46,6 +61,9 @@ struct Watched {
     /// Whether the handler was asked to stop; the next deadline then gives the claim back.
     asked: bool,
     cancel: CancellationToken,
+    settled: Arc<AtomicU8>,
+    /// Whether the claim is kept past the deadline ([`ABANDONED`]) rather than given back.
+    keep_claim: bool,
     job: Finished,
     max_attempts: i32,
     /// The retry delay of this attempt.
@@ -58,9 +76,29 @@ impl Watched {
     }
 }
 
-/// A watched job, to hand back to [`Watchdog::settle`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Ticket(u64);
+/// A watched job: who settles it is decided once, by the first of [`Ticket::returned`] and the watchdog.
+#[derive(Debug, Clone)]
+pub(crate) struct Ticket {
+    key: u64,
+    settled: Arc<AtomicU8>,
+}
+
+impl Ticket {
+    /// The handler returned (or panicked, or was dropped): true when its outcome is the worker's to write,
+    /// false when the watchdog already gave the claim back. Call it as the handler ends; later calls give the
+    /// same answer.
+    pub(crate) fn returned(&self) -> bool {
+        match self.settled.compare_exchange(RUNNING, RETURNED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(state) => state != TAKEN,
+        }
+    }
+
+    /// Whether the job is past its deadline with its claim kept: its lease is no longer renewed.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.settled.load(Ordering::Acquire) == ABANDONED
+    }
+}
 
 /// What a job that ran past its timeout and its cancel grace failed with.
 pub(crate) fn timeout_message(limit: Duration, grace: Duration) -> String {
@@ -88,22 +126,26 @@ impl Watchdog {
         Watchdog { shared }
     }
 
-    /// Watches `job`, started at `started`, whose handler may run for `limit`, then `grace` after being asked
-    /// to stop through `cancel`; `backoff` is the delay its retry would take.
+    /// Watches `job`, whose handler may run for `limit`, then `grace` after being asked to stop through
+    /// `cancel`; `backoff` is the delay its retry would take. With `keep_claim` (a job of a sequence or of a
+    /// limited kind) the claim is left to expire instead of given back.
     pub(crate) fn watch(
         &self,
         job: &ClaimedJob,
-        started: Instant,
         (limit, grace): (Duration, Duration),
         backoff: Duration,
+        keep_claim: bool,
         cancel: CancellationToken,
     ) -> Ticket {
+        let settled = Arc::new(AtomicU8::new(RUNNING));
         let watched = Watched {
-            started,
+            started: Instant::now(),
             limit,
             grace,
             asked: false,
             cancel,
+            settled: Arc::clone(&settled),
+            keep_claim,
             job: Finished {
                 id: job.id.clone(),
                 kind: job.kind.clone(),
@@ -125,19 +167,16 @@ impl Watchdog {
         if first {
             self.shared.earlier.notify_one();
         }
-        Ticket(key)
+        Ticket { key, settled }
     }
 
-    /// Stops watching the job of `ticket`, whose handler returned: true when its outcome is the worker's to
-    /// write, false when the watchdog already gave its claim back.
-    pub(crate) fn settle(&self, ticket: Ticket) -> bool {
+    /// Stops watching the job of `ticket` once the worker has settled it. It waits for a give-back the watchdog
+    /// is making to be queued, so that a flush after it writes that too.
+    pub(crate) fn forget(&self, ticket: &Ticket) {
         let mut state = self.shared.lock();
-        match state.jobs.remove(&ticket.0) {
-            Some(watched) => {
-                state.due.remove(&(watched.deadline(), ticket.0));
-                true
-            }
-            None => false,
+        if let Some(watched) = state.jobs.remove(&ticket.key) {
+            let deadline = watched.deadline();
+            state.due.remove(&(deadline, ticket.key));
         }
     }
 }
@@ -153,7 +192,6 @@ impl Shared {
 async fn watch(shared: Arc<Shared>, store: WorkerStore, worker: String) {
     loop {
         let now = Instant::now();
-        let mut expired = Vec::new();
         let next = {
             let mut state = shared.lock();
             while let Some(&(at, key)) = state.due.first() {
@@ -162,25 +200,21 @@ async fn watch(shared: Arc<Shared>, store: WorkerStore, worker: String) {
                 }
                 state.due.pop_first();
                 let Some(watched) = state.jobs.get_mut(&key) else { continue };
-                if watched.asked {
-                    if let Some(watched) = state.jobs.remove(&key) {
-                        expired.push(watched);
-                    }
-                } else {
+                if !watched.asked {
                     watched.asked = true;
                     watched.cancel.cancel();
                     let deadline = watched.deadline();
                     state.due.insert((deadline, key));
+                } else if let Some(watched) = state.jobs.remove(&key) {
+                    // Under the lock: [`Watchdog::forget`] returns only once the give-back is queued.
+                    expired(&store, &worker, watched);
                 }
             }
             state.due.first().map(|(at, _)| *at)
         };
-        for watched in expired {
-            give_back(&store, &worker, watched);
-        }
         let wait = async {
             match next {
-                Some(at) => sleep_until(at).await,
+                Some(at) => sleep_until(at.into()).await,
                 None => std::future::pending().await,
             }
         };
@@ -191,9 +225,19 @@ async fn watch(shared: Arc<Shared>, store: WorkerStore, worker: String) {
     }
 }
 
-/// Writes the failed attempt of a handler that outlived its timeout and grace.
-fn give_back(store: &WorkerStore, worker: &str, watched: Watched) {
-    let Watched { limit, grace, mut job, max_attempts, backoff, .. } = watched;
+/// A handler outlived its timeout and grace: its claim is given back as a failed attempt, or kept to expire.
+fn expired(store: &WorkerStore, worker: &str, watched: Watched) {
+    let Watched { limit, grace, mut job, max_attempts, backoff, keep_claim, settled, .. } = watched;
+    let next = if keep_claim { ABANDONED } else { TAKEN };
+    if settled.compare_exchange(RUNNING, next, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return; // The handler returned meanwhile: the worker writes its outcome.
+    }
+    if keep_claim {
+        tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt, timeout = ?limit, grace = ?grace,
+            worker, "handler timed out and did not stop within its cancel grace; its claim is kept for its \
+            sequence or limit and left to expire");
+        return;
+    }
     tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt, timeout = ?limit, grace = ?grace,
         worker, "handler timed out and did not stop within its cancel grace; its claim is given back");
     job.outcome = failure(job.attempt, max_attempts, timeout_message(limit, grace), backoff);

@@ -351,6 +351,21 @@ impl PgStore {
         self.on_bg(move |inner| async move { rescue(&inner, now).await }).await
     }
 
+    /// Stops the listener and closes the worker's pool (`outbox-worker <id>`), on the background runtime where
+    /// their connections live.
+    pub(crate) async fn close(&self) {
+        let closed = self
+            .on_bg(|inner| async move {
+                inner.listener.abort();
+                inner.pool.close().await;
+                Ok(())
+            })
+            .await;
+        if let Err(e) = closed {
+            tracing::debug!(worker = %self.inner.config.worker_id, error = %e, "closing the worker's connections failed");
+        }
+    }
+
     /// Resolves once every finish queued before it has been written (or given up on).
     pub(crate) async fn flush(&self) -> Result<()> {
         let (reply, rx) = oneshot::channel();

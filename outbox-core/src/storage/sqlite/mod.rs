@@ -93,6 +93,8 @@ fn write_error(context: String, err: DbErr, waited: Duration, timeout: Option<Du
         Some(t) => waited >= t.mul_f64(0.9),
         None => waited >= Duration::from_millis(100),
     };
+    // A busy timeout this short cannot tell the causes apart: both are named.
+    let short = timeout.is_some_and(|t| t < Duration::from_millis(100));
     let context = if is_busy_snapshot(&err) {
         format!("{context} (this transaction began with a read, and another writer committed since: {USE_BEGIN})")
     } else if is_busy(&err) && !spent {
@@ -100,6 +102,12 @@ fn write_error(context: String, err: DbErr, waited: Duration, timeout: Option<Du
             "{context} (this transaction began with a read while another connection held the write lock, and \
              SQLite failed it after {} without waiting: {USE_BEGIN})",
             crate::record::short_duration(waited)
+        )
+    } else if is_busy(&err) && short {
+        format!(
+            "{context} (another connection held the write lock, and this connection's busy timeout is only {}: \
+             raise `ConnectOpts::busy_timeout`; if this transaction began with a read, {USE_BEGIN})",
+            crate::record::short_duration(timeout.unwrap_or_default())
         )
     } else if is_busy(&err) {
         format!(
@@ -277,6 +285,7 @@ impl Driver for Sqlite {
         };
         let mut retry = Backoff::new(Duration::from_millis(10), Duration::MAX);
         let mut tries = 0;
+        let started = Instant::now();
         loop {
             tries += 1;
             match db.begin_with_options(opts).await {
@@ -285,7 +294,8 @@ impl Driver for Sqlite {
                     tracing::debug!(error = %e, tries, "database busy at begin; retrying");
                     retry.sleep().await;
                 }
-                Err(e) => return Err(Error::db("beginning a write transaction")(e)),
+                // `BEGIN IMMEDIATE` reads nothing first: a busy one always waited out the busy timeout.
+                Err(e) => return Err(write_error("beginning a write transaction".into(), e, started.elapsed(), None)),
             }
         }
     }
@@ -482,16 +492,18 @@ impl Driver for Sqlite {
     /// Failed or cancelled back to pending with its attempts reset. `Ok(false)` when no such job is in a
     /// Failed or cancelled back to pending with its attempts reset, unless an active job holds its key.
     async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
-        let res = conn
-            .execute_raw(stmt(
+        let res = execute_write(
+            conn,
+            stmt(
                 "UPDATE outbox_jobs SET status = 'pending', attempts = 0, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, run_at = ?, lease_expires_at = NULL, \
                  updated_at = ? WHERE id = ? AND status IN ('failed', 'cancelled') AND (idempotency_key IS NULL \
                  OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = outbox_jobs.kind \
                  AND a.idempotency_key = outbox_jobs.idempotency_key AND a.status IN ('pending', 'claimed')))",
                 vec![now.into(), now.into(), id.into()],
-            ))
-            .await
-            .map_err(Error::db(format!("retrying job `{id}`")))?;
+            ),
+            || format!("retrying job `{id}`"),
+        )
+        .await?;
         Ok(res.rows_affected() == 1)
     }
 
@@ -520,21 +532,23 @@ impl Driver for Sqlite {
         let mut values: Vec<Value> = vec![now.into(), now.into()];
         values.extend(kind.map(Value::from));
         values.extend(error.map(Value::from));
-        let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("retrying failed jobs"))?;
+        let res = execute_write(conn, stmt(sql, values), || "retrying failed jobs".into()).await?;
         Ok(res.rows_affected())
     }
 
     /// Pending to cancelled. `Ok(false)` when the job is not pending.
     async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
-        let res = conn
-            .execute_raw(stmt(
+        let res = execute_write(
+            conn,
+            stmt(
                 "UPDATE outbox_jobs SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' \
                  THEN sequence_hold ELSE 2 END, updated_at = ? WHERE id = ? AND (status = 'pending' \
                  OR (status IN ('failed', 'cancelled') AND sequence_key IS NOT NULL AND sequence_hold = 1))",
                 vec![now.into(), id.into()],
-            ))
-            .await
-            .map_err(Error::db(format!("cancelling job `{id}`")))?;
+            ),
+            || format!("cancelling job `{id}`"),
+        )
+        .await?;
         Ok(res.rows_affected() == 1)
     }
 
@@ -548,11 +562,14 @@ impl Driver for Sqlite {
         let mut values: Vec<Value> = terminal.iter().map(|s| (*s).into()).collect();
         values.push(before.into());
         let sql = format!("DELETE FROM outbox_jobs WHERE status IN ({marks}) AND updated_at < ? {HELD_KEPT}");
-        let res = conn.execute_raw(stmt(sql, values)).await.map_err(Error::db("purging finished jobs"))?;
+        let res = execute_write(conn, stmt(sql, values), || "purging finished jobs".into()).await?;
         // Workers' feed rows list many jobs and belong to none: they go by the same age.
-        conn.execute_raw(stmt("DELETE FROM outbox_job_events WHERE job_id = '' AND at < ?", vec![before.into()]))
-            .await
-            .map_err(Error::db("purging old feed rows"))?;
+        execute_write(
+            conn,
+            stmt("DELETE FROM outbox_job_events WHERE job_id = '' AND at < ?", vec![before.into()]),
+            || "purging old feed rows".into(),
+        )
+        .await?;
         Ok(res.rows_affected())
     }
 
@@ -561,8 +578,7 @@ impl Driver for Sqlite {
         let sql = format!(
             "DELETE FROM outbox_jobs WHERE id = ? AND status IN ('completed', 'failed', 'cancelled') {HELD_KEPT}"
         );
-        let res =
-            conn.execute_raw(stmt(sql, vec![id.into()])).await.map_err(Error::db(format!("deleting job `{id}`")))?;
+        let res = execute_write(conn, stmt(sql, vec![id.into()]), || format!("deleting job `{id}`")).await?;
         Ok(res.rows_affected() == 1)
     }
 
@@ -629,8 +645,10 @@ impl Driver for Sqlite {
         now: i64,
     ) -> Result<()> {
         for kind in kinds {
-            conn.execute_raw(stmt(
-                "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
+            execute_write(
+                conn,
+                stmt(
+                    "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, \
              key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (name) DO UPDATE SET schema = excluded.schema, schema_hash = excluded.schema_hash, \
@@ -638,10 +656,11 @@ impl Driver for Sqlite {
              is_unique = excluded.is_unique, key_fields = excluded.key_fields, \
              recorded_by = excluded.recorded_by, updated_at = excluded.updated_at, sequence = excluded.sequence, \
              on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency",
-                kind.values(worker, now, 2),
-            ))
-            .await
-            .map_err(Error::db(format!("recording kind `{}`", kind.name)))?;
+                    kind.values(worker, now, 2),
+                ),
+                || format!("recording kind `{}`", kind.name),
+            )
+            .await?;
         }
         Ok(())
     }
@@ -705,9 +724,10 @@ impl Driver for Sqlite {
     }
 
     async fn remove_worker<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<()> {
-        conn.execute_raw(stmt("DELETE FROM outbox_workers WHERE id = ?", vec![id.into()]))
-            .await
-            .map_err(Error::db(format!("removing worker `{id}` from the registry")))?;
+        execute_write(conn, stmt("DELETE FROM outbox_workers WHERE id = ?", vec![id.into()]), || {
+            format!("removing worker `{id}` from the registry")
+        })
+        .await?;
         Ok(())
     }
 
