@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
 use serde_json::Value;
 
-use crate::error::{Error, Result, Violation, pointer_token};
+use crate::error::{Error, Result, pointer_token};
+use crate::job::Violation;
 use crate::job::{Job, SequenceFailure};
 use crate::kind::{Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes};
 use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS, duration_ms};

@@ -1,25 +1,9 @@
 //! The framework's error type. What a handler says about a job is [`crate::JobError`], not this.
 
-use std::fmt;
+use crate::job::Violation;
 
 /// Result alias with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// One violation of a kind's JSON Schema: where in the payload, and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// JSON pointer into the payload (`/items/0/name`); empty for the payload as a whole.
-    pub path: String,
-    /// What the schema requires there.
-    pub message: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() { "/" } else { &self.path };
-        write!(f, "at {path}: {}", self.message)
-    }
-}
 
 /// `key` as one token of a JSON pointer (`~` and `/` escaped), for a [`Violation`]'s path.
 pub(crate) fn pointer_token(key: &str) -> String {

@@ -1,9 +1,10 @@
-//! Job kinds: the `Job` trait implemented by `#[derive(Job)]`, and the per-kind options.
+//! Job kinds: the `Job` trait implemented by `#[derive(Job)]`, the per-kind options, and what a payload that
+//! breaks its kind's schema is told (`Violation`).
 
 use schemars::JsonSchema;
-use serde::{Serialize, de::DeserializeOwned};
+use std::fmt;
 
-use crate::error::Violation;
+use serde::{Serialize, de::DeserializeOwned};
 
 /// A typed job kind: the payload struct of one kind of side effect.
 ///
@@ -114,5 +115,21 @@ impl KindOpts {
 impl Default for KindOpts {
     fn default() -> Self {
         Self::DEFAULT
+    }
+}
+
+/// One violation of a kind's JSON Schema: where in the payload, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON pointer into the payload (`/items/0/name`); empty for the payload as a whole.
+    pub path: String,
+    /// What the schema requires there.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = if self.path.is_empty() { "/" } else { &self.path };
+        write!(f, "at {path}: {}", self.message)
     }
 }

@@ -10,8 +10,14 @@ mod migration;
 pub mod ops;
 mod periodic;
 mod record;
+/// The remote-worker protocol `outbox-server` speaks for workers outside the process. For the sibling
+/// crates: not part of the public API, and not covered by semver.
+#[doc(hidden)]
 pub mod remote;
 mod retention;
+/// Paged scans of completed jobs for the reconcilers of `outbox-fs` and `outbox-aws`. For the sibling crates:
+/// not part of the public API, and not covered by semver.
+#[doc(hidden)]
 pub mod scan;
 mod stats;
 mod storage;
@@ -20,8 +26,8 @@ mod worker;
 
 pub use connect::{ConnectOpts, connect, connect_with};
 pub use enqueue::{EnqueueOpts, Enqueued, begin, enqueue, enqueue_batch, enqueue_batch_raw, enqueue_raw, transaction};
-pub use error::{Error, Result, Violation};
-pub use job::{Job, KindOpts, SequenceFailure};
+pub use error::{Error, Result};
+pub use job::{Job, KindOpts, SequenceFailure, Violation};
 pub use kind::{
     DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes, set_max_payload_bytes,
 };

@@ -8,7 +8,8 @@ use std::sync::{Arc, OnceLock, RwLock};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result, Violation, pointer_token};
+use crate::error::{Error, Result, pointer_token};
+use crate::job::Violation;
 use crate::job::{Job, KindOpts, SequenceFailure};
 
 pub(crate) mod registry;

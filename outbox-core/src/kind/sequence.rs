@@ -3,7 +3,8 @@
 use serde_json::Value;
 
 use super::{MAX_KEY_BYTES, canonical_json, sha256_hex};
-use crate::error::{Violation, pointer_token};
+use crate::error::pointer_token;
+use crate::job::Violation;
 
 /// A parsed sequence-key template: literal text and `{field}` / `{field:path}` placeholders (`{{` and `}}`
 /// stand for braces).

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, Value};
 
-pub(crate) use worker_store::{WorkerStore, WorkerStoreOpts};
+pub(crate) use worker_store::{Store, WorkerStoreOpts};
 
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, Result};
+use crate::job::Violation;
 use crate::record::{
     FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord,
     WorkerRecord,
@@ -53,7 +54,7 @@ pub(crate) trait Driver {
         db: &DatabaseConnection,
         opts: WorkerStoreOpts,
         bg: &tokio::runtime::Handle,
-    ) -> Result<WorkerStore>;
+    ) -> Result<Store>;
 
     /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
     async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool>;
@@ -556,7 +557,7 @@ pub(crate) async fn open_worker_store(
     db: &DatabaseConnection,
     opts: WorkerStoreOpts,
     bg: &tokio::runtime::Handle,
-) -> Result<WorkerStore> {
+) -> Result<Store> {
     dispatch!(db, open_worker_store(db, opts, bg))
 }
 

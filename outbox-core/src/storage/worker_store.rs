@@ -1,7 +1,9 @@
 //! The worker's own connection to the database, whichever backend holds it.
 
-use super::postgres::PgStore;
-use super::sqlite::SqliteStore;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use super::{ClaimedJob, Finished, Rescued};
 use crate::error::Result;
 
@@ -31,75 +33,46 @@ pub(crate) fn limited_share(left: usize, others: bool) -> usize {
     if others { left.div_ceil(2) } else { left }
 }
 
-/// The worker's claim/complete path: claims, completions, renewals, rescues.
-#[derive(Clone)]
-pub(crate) enum WorkerStore {
-    Sqlite(SqliteStore),
-    Postgres(PgStore),
-}
+/// What a [`WorkerStore`] call returns.
+pub(crate) type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
-impl WorkerStore {
-    pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
-        match self {
-            WorkerStore::Sqlite(s) => s.claim(limit, now, lease_until).await,
-            WorkerStore::Postgres(s) => s.claim(limit, now, lease_until).await,
-        }
-    }
+/// The worker's claim/complete path, on connections of the worker's own: claims, completions, renewals,
+/// rescues. Each backend implements it (`sqlite::worker::SqliteStore`, `postgres::worker::PgStore`); the
+/// worker holds it as a [`Store`].
+pub(crate) trait WorkerStore: Send + Sync {
+    /// Claims up to `limit` due jobs, leased until `lease_until`.
+    fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>>;
 
     /// Queues a finished attempt; it is written with whatever else finished meanwhile.
-    pub(crate) fn finish(&self, finished: Finished) -> Result<()> {
-        match self {
-            WorkerStore::Sqlite(s) => s.finish(finished),
-            WorkerStore::Postgres(s) => s.finish(finished),
-        }
-    }
+    fn finish(&self, finished: Finished) -> Result<()>;
 
     /// Jobs whose attempt has finished but whose outcome is not written yet: they still hold their claim and
     /// keep their leases renewed, and past one batch of them they count against the worker's concurrency.
-    /// Always empty where the store writes queued outcomes before it claims.
-    pub(crate) fn unwritten(&self) -> Vec<String> {
-        match self {
-            WorkerStore::Sqlite(_) => Vec::new(),
-            WorkerStore::Postgres(s) => s.unwritten(),
-        }
+    /// Empty where the store writes queued outcomes before it claims.
+    fn unwritten(&self) -> Vec<String> {
+        Vec::new()
     }
 
     /// How many of [`WorkerStore::unwritten`] there are.
-    pub(crate) fn unwritten_count(&self) -> usize {
-        match self {
-            WorkerStore::Sqlite(_) => 0,
-            WorkerStore::Postgres(s) => s.unwritten_count(),
-        }
+    fn unwritten_count(&self) -> usize {
+        0
     }
 
-    pub(crate) async fn extend(&self, ids: Vec<String>, until: i64) -> Result<u64> {
-        match self {
-            WorkerStore::Sqlite(s) => s.extend(ids, until).await,
-            WorkerStore::Postgres(s) => s.extend(ids, until).await,
-        }
-    }
+    /// Renews the leases of the worker's claimed jobs among `ids` until `until`; how many it renewed.
+    fn extend(&self, ids: Vec<String>, until: i64) -> StoreFuture<'_, u64>;
 
-    pub(crate) async fn rescue(&self, now: i64) -> Result<Vec<Rescued>> {
-        match self {
-            WorkerStore::Sqlite(s) => s.rescue(now).await,
-            WorkerStore::Postgres(s) => s.rescue(now).await,
-        }
-    }
-
-    /// Closes the store's connections once its outcomes are flushed; the worker is stopping. SQLite's
-    /// connection closes with its thread, once the last handle is dropped.
-    pub(crate) async fn close(&self) {
-        match self {
-            WorkerStore::Sqlite(_) => {}
-            WorkerStore::Postgres(s) => s.close().await,
-        }
-    }
+    /// Takes back claims whose lease expired (anyone's), and lets go sequences that moved on.
+    fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>>;
 
     /// Resolves once every finish queued before it has been written (or given up on).
-    pub(crate) async fn flush(&self) -> Result<()> {
-        match self {
-            WorkerStore::Sqlite(s) => s.flush().await,
-            WorkerStore::Postgres(s) => s.flush().await,
-        }
+    fn flush(&self) -> StoreFuture<'_, ()>;
+
+    /// Closes the store's connections once its outcomes are flushed; the worker is stopping. Where a
+    /// connection closes with its last handle, nothing to do.
+    fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async {})
     }
 }
+
+/// A worker's store, shared by its loop, its handlers' contexts and its watchdog.
+pub(crate) type Store = Arc<dyn WorkerStore>;

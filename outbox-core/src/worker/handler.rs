@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Result, join_violations};
 use crate::job::Job;
 use crate::kind::Kind;
-use crate::storage::WorkerStore;
+use crate::storage::Store;
 use crate::storage::now_ms;
 
 /// What a handler says about a job that did not succeed. Distinct from the framework's [`crate::Error`].
@@ -93,7 +93,7 @@ pub struct JobContext {
     pub(crate) max_attempts: i32,
     pub(crate) run: i32,
     pub(crate) cancel: CancellationToken,
-    pub(crate) store: WorkerStore,
+    pub(crate) store: Store,
 }
 
 impl fmt::Debug for JobContext {

@@ -27,7 +27,7 @@ use crate::job::Job;
 use crate::kind::Kind;
 use crate::periodic::{self, Schedule};
 use crate::retention::Retention;
-use crate::storage::{self, WorkerStore, WorkerStoreOpts};
+use crate::storage::{self, Store, WorkerStoreOpts};
 use background::Background;
 use handler::ErasedHandler;
 use watchdog::Watchdog;
@@ -88,7 +88,7 @@ impl std::fmt::Debug for WorkerBuilder {
 
 /// A configured worker; start it with [`Worker::start`], [`Worker::run_until`] or [`Worker::drain`].
 pub struct Worker {
-    pub(crate) store: WorkerStore,
+    pub(crate) store: Store,
     /// The caller's pool, for the start-up steps.
     pub(crate) db: DatabaseConnection,
     /// The queues it serves; `None` for all.

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::background::Background;
 use crate::record::ms_after;
-use crate::storage::{ClaimedJob, Finished, Outcome, WorkerStore, now_ms};
+use crate::storage::{ClaimedJob, Finished, Outcome, Store, now_ms};
 
 /// A watched job's handler is running.
 const RUNNING: u8 = 0;
@@ -120,7 +120,7 @@ pub(crate) fn failure(attempt: i32, max_attempts: i32, error: String, backoff: D
 
 impl Watchdog {
     /// Starts watching on the background thread; outcomes go to `store`.
-    pub(crate) fn start(background: &Background, store: WorkerStore, worker: String) -> Watchdog {
+    pub(crate) fn start(background: &Background, store: Store, worker: String) -> Watchdog {
         let shared = Arc::new(Shared { state: Mutex::default(), earlier: Notify::new() });
         background.spawn(watch(Arc::clone(&shared), store, worker));
         Watchdog { shared }
@@ -189,7 +189,7 @@ impl Shared {
 }
 
 /// The watchdog's loop, until the background runtime stops.
-async fn watch(shared: Arc<Shared>, store: WorkerStore, worker: String) {
+async fn watch(shared: Arc<Shared>, store: Store, worker: String) {
     loop {
         let now = Instant::now();
         let next = {
@@ -226,7 +226,7 @@ async fn watch(shared: Arc<Shared>, store: WorkerStore, worker: String) {
 }
 
 /// A handler outlived its timeout and grace: its claim is given back as a failed attempt, or kept to expire.
-fn expired(store: &WorkerStore, worker: &str, watched: Watched) {
+fn expired(store: &Store, worker: &str, watched: Watched) {
     let Watched { limit, grace, mut job, max_attempts, backoff, keep_claim, settled, .. } = watched;
     let next = if keep_claim { ABANDONED } else { TAKEN };
     if settled.compare_exchange(RUNNING, next, Ordering::AcqRel, Ordering::Acquire).is_err() {

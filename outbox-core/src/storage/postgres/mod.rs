@@ -21,10 +21,11 @@ use sea_orm::{
 pub(super) use worker::PgStore;
 
 use super::{
-    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, PruneRules, ScanRow, ScheduleRow, StoredEvent,
-    Tuning, WorkerRow, WorkerStore, WorkerStoreOpts, limit_value, rows,
+    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, PruneRules, ScanRow, ScheduleRow, Store,
+    StoredEvent, Tuning, WorkerRow, WorkerStoreOpts, limit_value, rows,
 };
-use crate::error::{Error, Result, Violation, pointer_token};
+use crate::error::{Error, Result, pointer_token};
+use crate::job::Violation;
 use crate::record::{
     FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord, WorkerRecord,
 };
@@ -276,7 +277,7 @@ impl Driver for Postgres {
         db: &DatabaseConnection,
         opts: WorkerStoreOpts,
         bg: &tokio::runtime::Handle,
-    ) -> Result<WorkerStore> {
+    ) -> Result<Store> {
         let config = PgStoreConfig {
             kinds: opts.unlimited_kinds(),
             limited: opts.limits,
@@ -285,7 +286,7 @@ impl Driver for Postgres {
             schema: current_schema(db).await?,
             batched_events: batched_events(db).await?,
         };
-        Ok(WorkerStore::Postgres(PgStore::open(db.get_postgres_connection_pool(), config, bg)))
+        Ok(std::sync::Arc::new(PgStore::open(db.get_postgres_connection_pool(), config, bg)))
     }
 
     /// Inserts one job unless an active job of its kind holds its key. True when the row was written.

@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use super::ts;
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::storage::transient;
-use crate::storage::worker_store::limited_share;
+use crate::storage::worker_store::{StoreFuture, WorkerStore, limited_share};
 use crate::storage::{ClaimedJob, Finished, Outcome, Rescued, Unreadable};
 use crate::wake;
 
@@ -310,67 +311,75 @@ impl PgStore {
             }
         })?
     }
+}
 
+/// Claims, renewals and rescues run on the background runtime; finished attempts queue for the writer there.
+impl WorkerStore for PgStore {
     /// Claims up to `limit` due jobs (see [`claim_rows`]).
-    pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
-        let rows = self
-            .on_bg(move |inner| async move { claim_rows(&inner.pool, &inner.config, limit, now, lease_until).await })
-            .await?;
-        Ok(claimed_jobs(self, rows))
+    fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
+        Box::pin(async move {
+            let rows = self
+                .on_bg(
+                    move |inner| async move { claim_rows(&inner.pool, &inner.config, limit, now, lease_until).await },
+                )
+                .await?;
+            Ok(claimed_jobs(self, rows))
+        })
     }
 
     /// Queues a finished attempt; it is written with whatever else finished meanwhile, in one statement.
-    pub(crate) fn finish(&self, finished: Finished) -> Result<()> {
+    fn finish(&self, finished: Finished) -> Result<()> {
         unwritten_ids(&self.inner.unwritten).insert(finished.id.clone());
         self.inner.tx.send(Msg::Finish(finished)).map_err(|_| Error::WorkerStopped)
     }
 
     /// Finished attempts the writer has not written yet; their jobs are still claimed.
-    pub(crate) fn unwritten(&self) -> Vec<String> {
+    fn unwritten(&self) -> Vec<String> {
         unwritten_ids(&self.inner.unwritten).iter().cloned().collect()
     }
 
-    /// How many finished attempts wait for the writer.
-    pub(crate) fn unwritten_count(&self) -> usize {
+    fn unwritten_count(&self) -> usize {
         unwritten_ids(&self.inner.unwritten).len()
     }
 
-    pub(crate) async fn extend(&self, ids: Vec<String>, until: i64) -> Result<u64> {
-        self.on_bg(move |inner| async move {
+    fn extend(&self, ids: Vec<String>, until: i64) -> StoreFuture<'_, u64> {
+        Box::pin(self.on_bg(move |inner| async move {
             let (pool, worker) = (&inner.pool, &inner.config.worker_id);
             retrying("renewing leases", || async {
                 let res = sqlx::query(EXTEND).bind(until).bind(worker).bind(&ids).execute(pool).await?;
                 Ok(res.rows_affected())
             })
             .await
-        })
-        .await
+        }))
     }
 
-    pub(crate) async fn rescue(&self, now: i64) -> Result<Vec<Rescued>> {
-        self.on_bg(move |inner| async move { rescue(&inner, now).await }).await
+    fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>> {
+        Box::pin(self.on_bg(move |inner| async move { rescue(&inner, now).await }))
     }
 
     /// Stops the listener and closes the worker's pool (`outbox-worker <id>`), on the background runtime where
     /// their connections live.
-    pub(crate) async fn close(&self) {
-        let closed = self
-            .on_bg(|inner| async move {
-                inner.listener.abort();
-                inner.pool.close().await;
-                Ok(())
-            })
-            .await;
-        if let Err(e) = closed {
-            tracing::debug!(worker = %self.inner.config.worker_id, error = %e, "closing the worker's connections failed");
-        }
+    fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let closed = self
+                .on_bg(|inner| async move {
+                    inner.listener.abort();
+                    inner.pool.close().await;
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = closed {
+                tracing::debug!(worker = %self.inner.config.worker_id, error = %e, "closing the worker's connections failed");
+            }
+        })
     }
 
-    /// Resolves once every finish queued before it has been written (or given up on).
-    pub(crate) async fn flush(&self) -> Result<()> {
-        let (reply, rx) = oneshot::channel();
-        self.inner.tx.send(Msg::Flush(reply)).map_err(|_| Error::WorkerStopped)?;
-        rx.await.map_err(|_| Error::WorkerStopped)
+    fn flush(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            self.inner.tx.send(Msg::Flush(reply)).map_err(|_| Error::WorkerStopped)?;
+            rx.await.map_err(|_| Error::WorkerStopped)
+        })
     }
 }
 

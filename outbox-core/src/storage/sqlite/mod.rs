@@ -8,6 +8,7 @@ mod time;
 mod worker;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -19,11 +20,12 @@ use sea_orm::{
 pub(super) use worker::SqliteStore;
 
 use super::{
-    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, PruneRules, ScanRow, ScheduleRow, StoredEvent,
-    Tuning, WorkerRow, WorkerStore, WorkerStoreOpts, limit_value, rows,
+    ClaimedJob, Driver, Finished, HELD_KEPT, KindRow, Migration, NewJob, PruneRules, ScanRow, ScheduleRow, Store,
+    StoredEvent, Tuning, WorkerRow, WorkerStoreOpts, limit_value, rows,
 };
 use crate::backoff::Backoff;
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, Result};
+use crate::job::Violation;
 use crate::record::{
     FeedEvent, JobFilter, JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord, WorkerRecord,
 };
@@ -319,8 +321,8 @@ impl Driver for Sqlite {
         db: &DatabaseConnection,
         opts: WorkerStoreOpts,
         _bg: &tokio::runtime::Handle,
-    ) -> Result<WorkerStore> {
-        Ok(WorkerStore::Sqlite(SqliteStore::open(store_config(db, opts).await?)?))
+    ) -> Result<Store> {
+        Ok(Arc::new(SqliteStore::open(store_config(db, opts).await?)?))
     }
 
     /// Inserts one job unless an active job of its kind holds its key. True when the row was written.

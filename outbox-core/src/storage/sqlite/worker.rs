@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-use crate::storage::worker_store::limited_share;
+use crate::storage::worker_store::{StoreFuture, WorkerStore, limited_share};
 use crate::storage::{ClaimedJob, Finished, Outcome, Rescued, Unreadable};
 
 /// How the worker's connection is opened and what it may claim.
@@ -68,27 +68,30 @@ impl SqliteStore {
         self.tx.send(make(reply)).map_err(|_| Error::WorkerStopped)?;
         rx.await.map_err(|_| Error::WorkerStopped)
     }
+}
 
-    pub(crate) async fn claim(&self, limit: usize, now: i64, lease_until: i64) -> Result<Vec<ClaimedJob>> {
-        self.ask(|reply| Cmd::Claim { limit, now, lease_until, reply }).await?
+/// Every call is a command to the connection's thread; queued outcomes are written before the next claim, so
+/// none waits unwritten.
+impl WorkerStore for SqliteStore {
+    fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
+        Box::pin(async move { self.ask(|reply| Cmd::Claim { limit, now, lease_until, reply }).await? })
     }
 
     /// Queues a finished attempt; it is written with whatever else finished meanwhile, in one transaction.
-    pub(crate) fn finish(&self, finished: Finished) -> Result<()> {
+    fn finish(&self, finished: Finished) -> Result<()> {
         self.tx.send(Cmd::Finish(finished)).map_err(|_| Error::WorkerStopped)
     }
 
-    pub(crate) async fn extend(&self, ids: Vec<String>, until: i64) -> Result<u64> {
-        self.ask(|reply| Cmd::Extend { ids, until, reply }).await?
+    fn extend(&self, ids: Vec<String>, until: i64) -> StoreFuture<'_, u64> {
+        Box::pin(async move { self.ask(|reply| Cmd::Extend { ids, until, reply }).await? })
     }
 
-    pub(crate) async fn rescue(&self, now: i64) -> Result<Vec<Rescued>> {
-        self.ask(|reply| Cmd::Rescue { now, reply }).await?
+    fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>> {
+        Box::pin(async move { self.ask(|reply| Cmd::Rescue { now, reply }).await? })
     }
 
-    /// Resolves once every finish queued before it has been written (or given up on).
-    pub(crate) async fn flush(&self) -> Result<()> {
-        self.ask(|reply| Cmd::Flush { reply }).await
+    fn flush(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.ask(|reply| Cmd::Flush { reply }))
     }
 }
 
