@@ -146,7 +146,8 @@ impl JobContext {
         self.cancel.cancelled().await
     }
     /// Keeps the claim for at least `by` from now. Leases are also renewed automatically while the handler
-    /// runs; this is for handlers that know they will take longer than one lease.
+    /// runs (until its timeout and cancel grace are spent); this is for handlers that know they will take longer
+    /// than one lease.
     pub async fn extend_lease(&self, by: Duration) -> Result<()> {
         let until = crate::record::ms_after(now_ms(), by);
         self.store.extend(vec![self.id.clone()], until).await.map(|_| ())

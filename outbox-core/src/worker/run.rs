@@ -252,7 +252,7 @@ impl Loop {
             Ok((id, (result, timed_out))) => (id, Ok(result), timed_out),
             Err(e) => (e.id(), Err(e), None),
         };
-        let Some(InFlight { job, cancel, ticket }) = self.in_flight.remove(&id) else { return Ok(()) };
+        let Some(InFlight { job, ticket, .. }) = self.in_flight.remove(&id) else { return Ok(()) };
         self.running.store(self.in_flight.len(), Ordering::Relaxed);
         self.freed |= job.sequenced || self.worker.limited.contains(&job.kind);
         // Decided as the handler ended (its task called `returned` then); here only for a panic or an abort.
@@ -276,7 +276,8 @@ impl Loop {
         // Once the worker has asked a handler to stop, an error may be the interruption itself, whatever the
         // handler called it: the job is given back without using its attempt rather than failed or retried.
         // A handler stopped for its timeout was not interrupted by the worker's shutdown: its error is the timeout.
-        let asked_to_stop = cancelling || (cancel.is_cancelled() && timed_out.is_none());
+        // (Its token may also have been cancelled by the watchdog at its limit after it returned in time.)
+        let asked_to_stop = cancelling;
         let outcome = match result {
             Ok(Ok(output)) => Outcome::Completed { output: output.map(|v| v.to_string()) },
             Ok(Err(JobError::Snooze(after))) => Outcome::Snoozed { run_at: ms_after(now_ms(), after) },
@@ -414,12 +415,14 @@ async fn with_timeout(
     }
 }
 
-/// `fut`, settling `ticket` as it completes or panics.
+/// `fut`, settling `ticket` as it completes, panics or is dropped (an aborted task).
 fn settling(
     mut fut: super::handler::HandlerFuture,
     ticket: Ticket,
 ) -> impl std::future::Future<Output = HandlerResult> + Send {
+    let on_drop = SettleOnDrop(ticket.clone());
     std::future::poll_fn(move |cx| {
+        let _ = &on_drop;
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
             Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
             Ok(ready) => {
@@ -463,6 +466,15 @@ fn panic_message(e: JoinError) -> String {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a non-string panic payload".into()),
         Err(e) => e.to_string(),
+    }
+}
+
+/// Settles its ticket when dropped: the handler's future went with it.
+struct SettleOnDrop(Ticket);
+
+impl Drop for SettleOnDrop {
+    fn drop(&mut self) {
+        self.0.returned();
     }
 }
 

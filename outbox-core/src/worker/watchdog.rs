@@ -200,7 +200,10 @@ async fn watch(shared: Arc<Shared>, store: Store, worker: String) {
                 }
                 state.due.pop_first();
                 let Some(watched) = state.jobs.get_mut(&key) else { continue };
-                if !watched.asked {
+                if watched.settled.load(Ordering::Acquire) != RUNNING {
+                    // The handler returned; the worker loop has yet to settle it. Nothing to ask or give back.
+                    state.jobs.remove(&key);
+                } else if !watched.asked {
                     watched.asked = true;
                     watched.cancel.cancel();
                     let deadline = watched.deadline();

@@ -297,7 +297,10 @@ impl Driver for Sqlite {
                     retry.sleep().await;
                 }
                 // `BEGIN IMMEDIATE` reads nothing first: a busy one always waited out the busy timeout.
-                Err(e) => return Err(write_error("beginning a write transaction".into(), e, started.elapsed(), None)),
+                Err(e) => {
+                    let timeout = busy_timeout(db).await;
+                    return Err(write_error("beginning a write transaction".into(), e, started.elapsed(), timeout));
+                }
             }
         }
     }
