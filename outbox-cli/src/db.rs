@@ -4,7 +4,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
-use sea_orm_migration::MigratorTrait;
 
 use crate::fail::{Failure, Result};
 
@@ -72,16 +71,17 @@ async fn try_open(arg: &str, create: bool) -> std::result::Result<DatabaseConnec
         (failure, transient)
     })?;
     if !create {
-        let pending = outbox_core::Migrator::get_pending_migrations(&db).await.map_err(|e| {
+        let pending = outbox_core::pending_migrations(&db).await.map_err(|e| {
             let message = e.to_string();
+            let transient = e.is_transient();
             let mut failure = Failure::error(format!("reading the migrations of `{}`: {message}", shown(&url)));
             if message.contains("is missing") {
                 failure = failure.hint("a newer outbox migrated this database: run a binary at least as new as it");
             }
-            (failure, outbox_core::Error::from(e).is_transient())
+            (failure, transient)
         })?;
         if !pending.is_empty() {
-            let names: Vec<String> = pending.iter().map(|m| m.name().to_owned()).collect();
+            let names = pending;
             let failure = Failure::error(format!(
                 "database `{}` lacks {} outbox migration(s): {}",
                 shown(&url),

@@ -40,7 +40,7 @@ pub async fn connect(url: &str) -> Result<DatabaseConnection> {
 pub async fn connect_with(url: &str, opts: ConnectOpts) -> Result<DatabaseConnection> {
     let mut options = ConnectOptions::new(url.to_owned());
     options.max_connections(opts.max_connections.max(2)).test_before_acquire(false).sqlx_logging(false);
-    storage::tune(url, &mut options, &Tuning { full_sync: opts.full_sync, busy_timeout: opts.busy_timeout });
+    storage::tune(url, &mut options, &Tuning { full_sync: opts.full_sync, busy_timeout: opts.busy_timeout })?;
     Database::connect(options).await.map_err(Error::db(format!("connecting to {}", redacted(url))))
 }
 

@@ -13,7 +13,8 @@ use crate::job::Violation;
 use crate::job::{Job, SequenceFailure};
 use crate::kind::{Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes};
 use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS, duration_ms};
-use crate::storage::{self, Backend, NewJob, dispatch, now_ms};
+use crate::storage::enqueue::NewJob;
+use crate::storage::{self, Backend, now_ms};
 use crate::wake;
 
 /// Per-enqueue overrides of a kind's defaults.
@@ -244,16 +245,16 @@ pub async fn enqueue_raw<C: ConnectionTrait>(
     payload: Value,
     opts: EnqueueOpts,
 ) -> Result<Enqueued> {
-    let job = prepare(storage::backend(conn)?, kind, &payload, &opts, now_ms())?;
+    let job = prepare(Backend::of(conn)?, kind, &payload, &opts, now_ms())?;
     // A conflicting active job can finish between the failed insert and the lookup; then insert again.
     for _ in 0..3 {
-        if dispatch!(conn, insert_job(conn, &job))? {
+        if storage::enqueue::insert_job(conn, &job).await? {
             tracing::debug!(job_id = %job.id, kind = %job.kind, queue = %job.queue, attempt = 0, "job enqueued");
             wake::wake();
             return Ok(Enqueued::New(job.id));
         }
         let Some(key) = &job.key else { break };
-        if let Some(id) = dispatch!(conn, find_active(conn, &job.kind, key))? {
+        if let Some(id) = storage::enqueue::find_active(conn, &job.kind, key).await? {
             tracing::debug!(job_id = %id, kind = %job.kind, "duplicate enqueue collapsed onto the active job");
             return Ok(Enqueued::Existing(id));
         }
@@ -280,7 +281,7 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
     payloads: Vec<Value>,
     opts: EnqueueOpts,
 ) -> Result<Vec<Enqueued>> {
-    let backend = storage::backend(conn)?;
+    let backend = Backend::of(conn)?;
     let now = now_ms();
     let mut rows = Vec::with_capacity(payloads.len());
     // For each input: Ok(index into rows) for a row to write, Err(index) for a duplicate of an earlier input.
@@ -298,7 +299,8 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
         slots.push(Ok(rows.len()));
         rows.push(job);
     }
-    let written: std::collections::HashSet<String> = dispatch!(conn, insert_jobs(conn, &rows))?.into_iter().collect();
+    let written: std::collections::HashSet<String> =
+        storage::enqueue::insert_jobs(conn, &rows).await?.into_iter().collect();
     let mut resolved: Vec<Enqueued> = Vec::with_capacity(rows.len());
     for job in &rows {
         if written.contains(&job.id) {
@@ -306,7 +308,7 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
             continue;
         }
         let key = job.key.as_deref().unwrap_or_default();
-        match dispatch!(conn, find_active(conn, &job.kind, key))? {
+        match storage::enqueue::find_active(conn, &job.kind, key).await? {
             Some(id) => resolved.push(Enqueued::Existing(id)),
             None => {
                 // The twin finished in between: enqueue this one on its own.

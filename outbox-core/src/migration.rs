@@ -1,12 +1,13 @@
-//! Schema migrations, tracked in the library's own `outbox_migrations` table so they never mix with the
-//! application's. Each backend keeps its statements (and their undo) in its storage folder.
+//! The schema migration, tracked in the library's own `outbox_migrations` table so it never mixes with the
+//! application's. The statements are each backend's `schema.sql`; a database an earlier build created is
+//! refused with what to do.
 
 use sea_orm::sea_query::{Alias, IntoIden};
 use sea_orm::{ConnectionTrait, DbErr, DynIden};
 use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager, async_trait};
 
 use crate::error::{Error, Result};
-use crate::storage::{self, MIGRATION_NAMES};
+use crate::storage::schema;
 
 /// The migrator of the outbox tables. Run it with [`migrate`], or call `Migrator::up` from the application's
 /// own start-up; it keeps its state in `outbox_migrations`.
@@ -16,11 +17,7 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        MIGRATION_NAMES
-            .iter()
-            .enumerate()
-            .map(|(index, name)| Box::new(Step { name, index }) as Box<dyn MigrationTrait>)
-            .collect()
+        vec![Box::new(Schema)]
     }
 
     fn migration_table_name() -> DynIden {
@@ -28,60 +25,52 @@ impl MigratorTrait for Migrator {
     }
 }
 
-/// Brings the outbox tables up to date on `db`. Safe to call at every start-up.
+/// Brings the outbox tables up to date on `db`. Safe to call at every start-up. A database whose tables an
+/// earlier build created is refused ([`Error::Unsupported`], saying what to do) and left untouched.
 pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
+    schema::refuse_legacy(db).await?;
     Migrator::up(db, None).await.map_err(Error::db("running outbox migrations"))
 }
 
 /// The names of the migrations this build has that `db` has not applied yet: empty when its schema is
-/// current. A database without the outbox tables lists them all.
+/// current. A database without the outbox tables lists them all; one an earlier build created is refused,
+/// as by [`migrate`].
 pub async fn pending_migrations(db: &sea_orm::DatabaseConnection) -> Result<Vec<String>> {
+    schema::refuse_legacy(db).await?;
     let pending =
         Migrator::get_pending_migrations(db).await.map_err(Error::db("reading the applied outbox migrations"))?;
     Ok(pending.iter().map(|m| m.name().to_owned()).collect())
 }
 
-/// One migration, whose statements depend on the backend it runs on.
-struct Step {
-    name: &'static str,
-    index: usize,
-}
+/// The one migration: the schema as it is.
+struct Schema;
 
-impl MigrationName for Step {
+impl MigrationName for Schema {
     fn name(&self) -> &str {
-        self.name
+        schema::MIGRATION
     }
 }
 
-impl Step {
-    fn statements(&self, manager: &SchemaManager<'_>) -> std::result::Result<storage::Migration, DbErr> {
-        let backend = manager.get_database_backend();
-        storage::migration(backend, self.index).ok_or_else(|| {
-            DbErr::Migration(format!("outbox does not support the {backend:?} backend; see `outbox_core::connect`"))
-        })
-    }
-}
-
-async fn run_all(manager: &SchemaManager<'_>, statements: &[&str]) -> std::result::Result<(), DbErr> {
-    for sql in statements {
-        manager.get_connection().execute_unprepared(sql).await?;
-    }
-    Ok(())
+fn statements(manager: &SchemaManager<'_>) -> std::result::Result<(&'static str, &'static str), DbErr> {
+    let backend = manager.get_database_backend();
+    schema::statements(backend).ok_or_else(|| {
+        DbErr::Migration(format!(
+            "this build of outbox does not support the {backend:?} backend; see `outbox_core::connect`"
+        ))
+    })
 }
 
 #[async_trait::async_trait]
-impl MigrationTrait for Step {
+impl MigrationTrait for Schema {
     async fn up(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
-        run_all(manager, self.statements(manager)?.up).await
+        manager.get_connection().execute_unprepared(statements(manager)?.0).await.map(drop)
     }
 
     async fn down(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
-        run_all(manager, self.statements(manager)?.down).await
+        manager.get_connection().execute_unprepared(statements(manager)?.1).await.map(drop)
     }
 
-    /// Every backend, SQLite included, applies a migration and records it in one transaction on one
-    /// connection: a migration that rebuilds a table must never be seen half done, nor its statements spread
-    /// over the pool's connections.
+    /// Applied and recorded in one transaction on one connection: never seen half done.
     fn use_transaction(&self) -> Option<bool> {
         Some(true)
     }

@@ -7,20 +7,21 @@ use std::time::Duration;
 use sea_orm::ConnectionTrait;
 
 pub use crate::kind::registry::{kind, kinds};
-pub use crate::record::{FeedEvent, JobEvent, JobEventKind, JobFilter, KindRecord, WorkerRecord};
 pub use crate::stats::{
     ActivityPoint, BlockedSequence, DuplicateKey, FailureGroup, KindDurations, QueueCounts, Stats, StatusCount,
 };
 
 use crate::error::{Error, Result};
-use crate::record::{JobRecord, JobStatus, ReconciliationRecord, ScheduleRecord, from_ms};
-use crate::storage::{self, dispatch, now_ms};
+use crate::record::{
+    FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, ReconciliationRecord, ScheduleRecord, WorkerRecord, from_ms,
+};
+use crate::storage::{self, now_ms};
 use crate::wake;
 
 /// Job counts of every queue: available, scheduled, waiting behind their sequence, claimed, stuck, completed,
 /// failed, cancelled.
 pub async fn queues<C: ConnectionTrait>(conn: &C) -> Result<Vec<QueueCounts>> {
-    dispatch!(conn, queues(conn, now_ms()))
+    storage::stats::queues(conn, now_ms()).await
 }
 
 fn since(window: Duration) -> i64 {
@@ -29,13 +30,13 @@ fn since(window: Duration) -> i64 {
 
 /// Job counts by kind and status.
 pub async fn counts<C: ConnectionTrait>(conn: &C) -> Result<Vec<StatusCount>> {
-    dispatch!(conn, counts(conn))
+    storage::stats::counts(conn).await
 }
 
 /// Jobs matching `filter`, newest first; with [`JobFilter::sequence`], the latest `limit` jobs of the
 /// sequence in sequence order.
 pub async fn list<C: ConnectionTrait>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
-    let mut jobs = dispatch!(conn, list(conn, filter))?;
+    let mut jobs = storage::jobs::list(conn, filter).await?;
     if filter.sequence.is_some() {
         jobs.reverse();
     }
@@ -44,60 +45,13 @@ pub async fn list<C: ConnectionTrait>(conn: &C, filter: &JobFilter) -> Result<Ve
 
 /// One job by id.
 pub async fn get<C: ConnectionTrait>(conn: &C, id: &str) -> Result<JobRecord> {
-    dispatch!(conn, get(conn, id))?.ok_or_else(|| Error::NotFound { id: id.to_owned() })
+    storage::jobs::get(conn, id).await?.ok_or_else(|| Error::NotFound { id: id.to_owned() })
 }
 
 /// The lifecycle of one job, oldest first: when it was enqueued, every claim, retry (with its error),
 /// failure, rescue, snooze, release, cancel and operator retry, and its completion.
 pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
-    let job = get(conn, id).await?;
-    let stored = dispatch!(conn, history(conn, id))?;
-    Ok(assemble_history(&job, stored))
-}
-
-/// A job's history from its stored rows and the row itself. Workers record their claims and completions
-/// in feed rows of many jobs, which this does not read: the claim an attempt ended is noted on the row that
-/// ended it, and the current claim and completion are on the job. A job enqueued before every transition
-/// was recorded gets its enqueue from the row too. Where a claim or completion is also stored by itself
-/// (written by another tool, or before batch rows), it is shown once.
-fn assemble_history(job: &JobRecord, stored: Vec<crate::storage::StoredEvent>) -> Vec<JobEvent> {
-    use JobEventKind::{Claimed, Completed, Enqueued};
-    let milestone = |event, at, attempt, worker: Option<String>| JobEvent { at, event, attempt, worker, error: None };
-    let mut events = Vec::with_capacity(stored.len() * 2 + 3);
-    if !stored.first().is_some_and(|e| e.event.event == Enqueued) {
-        events.push(milestone(Enqueued, job.created_at, 0, None));
-    }
-    for s in stored {
-        if let Some(at) = s.ended_claim {
-            events.push(milestone(Claimed, at, s.event.attempt, s.event.worker.clone()));
-        }
-        if let Some(at) = s.ended_completion {
-            events.push(milestone(Completed, at, s.event.attempt, s.event.worker.clone()));
-        }
-        events.push(s.event);
-    }
-    if let (Some(at), JobStatus::Claimed | JobStatus::Completed) = (job.claimed_at, job.status) {
-        events.push(milestone(Claimed, at, job.attempts, job.locked_by.clone()));
-    }
-    if let Some(at) = job.completed_at.filter(|_| job.status == JobStatus::Completed) {
-        events.push(milestone(Completed, at, job.attempts, job.locked_by.clone()));
-    }
-    // Within one stretch of claim and completion (up to the next retry, failure, snooze or operator
-    // action) each attempt's claim and completion appear once: the first is the stored one.
-    let mut seen: Vec<(JobEventKind, i32)> = Vec::new();
-    events.retain(|e| match e.event {
-        Claimed | Completed => {
-            let first = !seen.contains(&(e.event, e.attempt));
-            seen.push((e.event, e.attempt));
-            first
-        }
-        Enqueued => true,
-        _ => {
-            seen.clear();
-            true
-        }
-    });
-    events
+    storage::events::history(conn, id).await
 }
 
 /// Up to `limit` events of the feed after position `after` (an event's id, or [`feed_head`]), oldest
@@ -106,7 +60,7 @@ fn assemble_history(job: &JobRecord, stored: Vec<crate::storage::StoredEvent>) -
 /// since, with nothing skipped and nothing twice. On PostgreSQL an event shows once every transaction
 /// that began before it has ended, so a transaction left open holds the feed back.
 pub async fn feed<C: ConnectionTrait>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
-    dispatch!(conn, feed(conn, after, limit))
+    storage::events::feed(conn, after, limit).await
 }
 
 /// Resolves when this process next writes a change (an enqueue, an outcome, an operator action), so a
@@ -118,18 +72,18 @@ pub fn changed() -> tokio::sync::futures::Notified<'static> {
 
 /// The feed's current end: [`feed`] after it returns only events committed from now on.
 pub async fn feed_head<C: ConnectionTrait>(conn: &C) -> Result<String> {
-    dispatch!(conn, feed_head(conn))
+    storage::events::feed_head(conn).await
 }
 
 /// The workers (in-process and remote) that announced themselves and are still heartbeating, oldest first.
 /// A worker that stops heartbeating drops out once its presence expires.
 pub async fn workers<C: ConnectionTrait>(conn: &C) -> Result<Vec<WorkerRecord>> {
-    dispatch!(conn, workers(conn, now_ms()))
+    storage::workers::list(conn, now_ms()).await
 }
 
 /// Claimed jobs whose lease has expired: their worker died or hangs, and no rescuer has run since.
 pub async fn stuck<C: ConnectionTrait>(conn: &C) -> Result<Vec<JobRecord>> {
-    dispatch!(conn, stuck(conn, now_ms()))
+    storage::jobs::stuck(conn, now_ms()).await
 }
 
 /// The most recent failed jobs, each with its last error.
@@ -139,22 +93,22 @@ pub async fn failed<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<JobR
 
 /// Run and wait times of jobs completed within `window`, by kind.
 pub async fn durations<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Vec<KindDurations>> {
-    dispatch!(conn, durations(conn, since(window)))
+    storage::stats::durations(conn, since(window)).await
 }
 
 /// Idempotency keys carried by more than one job, most repeated first.
 pub async fn duplicates<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>> {
-    dispatch!(conn, duplicates(conn, limit))
+    storage::stats::duplicates(conn, limit).await
 }
 
 /// What finished (completed, failed, cancelled) within `window`, by kind and status.
 pub async fn recent<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Vec<StatusCount>> {
-    dispatch!(conn, finished_since(conn, since(window)))
+    storage::stats::finished_since(conn, since(window)).await
 }
 
 /// How many sequences a failed or cancelled job holds, and the first `limit` of them with their heads.
 pub async fn blocked<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
-    dispatch!(conn, blocked(conn, limit))
+    storage::stats::blocked(conn, limit).await
 }
 
 /// The six answers at once; `window` bounds durations and recent activity (an hour is typical).
@@ -176,17 +130,17 @@ pub async fn stats<C: ConnectionTrait>(conn: &C, window: Duration) -> Result<Sta
 
 /// The latest report of every reconciler, by name.
 pub async fn reconciliations<C: ConnectionTrait>(conn: &C) -> Result<Vec<ReconciliationRecord>> {
-    dispatch!(conn, reconciliations(conn))
+    storage::reconciliations::list(conn).await
 }
 
 /// Replaces the latest report of reconciler `rec.reconciler` (the `report` is shown by `outbox stats`).
 pub async fn record_reconciliation<C: ConnectionTrait>(conn: &C, rec: &ReconciliationRecord) -> Result<()> {
-    dispatch!(conn, record_reconciliation(conn, rec))
+    storage::reconciliations::record(conn, rec).await
 }
 
 /// Every registered schedule with its last tick and its next one from now.
 pub async fn schedules<C: ConnectionTrait>(conn: &C) -> Result<Vec<ScheduleRecord>> {
-    let mut schedules = dispatch!(conn, schedules(conn))?;
+    let mut schedules = storage::schedules::list(conn).await?;
     let now = now_ms();
     for s in &mut schedules {
         s.next_tick = crate::periodic::next_stored(&s.spec, &s.time_zone, now).ok().flatten().map(from_ms);
@@ -215,7 +169,7 @@ async fn transition_error<C: ConnectionTrait>(
 /// Puts a failed or cancelled job back to pending with its attempts reset. Refused when an active job of the
 /// same kind holds its idempotency key: that job already carries the intent.
 pub async fn retry<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
-    if dispatch!(conn, retry(conn, id, now_ms()))? {
+    if storage::jobs::retry(conn, id, now_ms()).await? {
         tracing::info!(job_id = id, "job retried by operator");
         wake::wake();
         return Ok(());
@@ -238,7 +192,7 @@ pub async fn retry_failed<C: ConnectionTrait>(conn: &C, kind: Option<&str>) -> R
 /// Like [`retry_failed`], for the failed jobs of `kind` (when given) whose last error is exactly `error`
 /// (when given): one group of [`failure_groups`].
 pub async fn retry_failed_with<C: ConnectionTrait>(conn: &C, kind: Option<&str>, error: Option<&str>) -> Result<u64> {
-    let n = dispatch!(conn, retry_failed(conn, kind, error, now_ms()))?;
+    let n = storage::jobs::retry_failed(conn, kind, error, now_ms()).await?;
     tracing::info!(jobs = n, kind = kind.unwrap_or("*"), by_error = error.is_some(), "failed jobs retried by operator");
     if n > 0 {
         wake::wake();
@@ -253,7 +207,7 @@ pub async fn activity<C: ConnectionTrait>(conn: &C, window: Duration, bucket: Du
     let bucket_ms = crate::record::duration_ms(bucket).max(1);
     let now = now_ms();
     let first = now.saturating_sub(crate::record::duration_ms(window)).div_euclid(bucket_ms) * bucket_ms;
-    let counted = dispatch!(conn, activity(conn, first, bucket_ms))?;
+    let counted = storage::stats::activity(conn, first, bucket_ms).await?;
     let mut counted = counted.into_iter().peekable();
     let mut points = Vec::new();
     let mut at = first;
@@ -270,13 +224,13 @@ pub async fn activity<C: ConnectionTrait>(conn: &C, window: Duration, bucket: Du
 
 /// Failed jobs grouped by kind and last error, largest group first, at most `limit` groups.
 pub async fn failure_groups<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<FailureGroup>> {
-    dispatch!(conn, failure_groups(conn, limit))
+    storage::stats::failure_groups(conn, limit).await
 }
 
 /// Cancels a pending job. A cancelled job of a kind whose sequences hold on failure holds its sequence like a
 /// failed one; cancelling such a held head (failed or cancelled) again lets the jobs behind it run.
 pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
-    if dispatch!(conn, cancel(conn, id, now_ms()))? {
+    if storage::jobs::cancel(conn, id, now_ms()).await? {
         tracing::info!(job_id = id, "job cancelled");
         wake::outcome_written();
         return Ok(());
@@ -290,7 +244,7 @@ pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
 /// Deletes one finished job (completed, failed or cancelled) and its history. Refused for an active job,
 /// and for a failed or cancelled one that holds its sequence: retry it, or cancel it to let the sequence go.
 pub async fn delete<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
-    if dispatch!(conn, delete(conn, id))? {
+    if storage::jobs::delete(conn, id).await? {
         tracing::info!(job_id = id, "job deleted by operator");
         return Ok(());
     }
@@ -305,13 +259,13 @@ pub async fn delete<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
 
 /// Deletes jobs in the given terminal statuses last changed more than `older_than` ago; returns how many.
 pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_than: Duration) -> Result<u64> {
-    storage::backend(conn)?;
+    storage::Backend::of(conn)?;
     if let Some(active) = statuses.iter().find(|s| !s.is_terminal()) {
         return Err(Error::Invalid(format!(
             "cannot purge {active} jobs: only completed, failed and cancelled jobs can be purged"
         )));
     }
-    let n = dispatch!(conn, purge(conn, statuses, since(older_than)))?;
+    let n = storage::jobs::purge(conn, statuses, since(older_than)).await?;
     tracing::info!(jobs = n, "finished jobs purged");
     Ok(n)
 }

@@ -17,7 +17,8 @@ use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::kind::Kind;
 use crate::record::from_ms;
-use crate::storage::{self, ScheduleRow, dispatch, now_ms};
+use crate::storage::schedules::ScheduleRow;
+use crate::storage::{self, now_ms};
 use crate::wake;
 
 /// What a schedule does about ticks that passed while no worker running it was up.
@@ -366,7 +367,8 @@ impl Ready {
         let row = self.row();
         let at = from_ms(tick);
         // A tick another worker took is not built again (a race past this read is settled by `claim_tick`).
-        let taken = dispatch!(db, schedules(db))?
+        let taken = storage::schedules::list(db)
+            .await?
             .into_iter()
             .any(|s| s.name == self.name && s.last_tick.is_some_and(|t| t.timestamp_millis() >= tick));
         if taken {
@@ -379,13 +381,13 @@ impl Ready {
             Error::Invalid(format!("the job builder of schedule `{}` panicked at tick {}", self.name, at.to_rfc3339()))
         })??;
         let txn = storage::begin_write(db).await?;
-        if !dispatch!(&txn, claim_tick(&txn, &row, tick, now_ms()))? {
+        if !storage::schedules::claim_tick(&txn, &row, tick, now_ms()).await? {
             txn.rollback().await.map_err(Error::db(format!("rolling back tick {tick} of `{}`", self.name)))?;
             return Ok(None);
         }
         let key = format!("{}@{}", self.name, at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
         let job = enqueue_raw(&txn, &self.kind, payload, self.opts.clone().idempotency_key(key)).await?;
-        dispatch!(&txn, set_tick_job(&txn, &self.name, job.id()))?;
+        storage::schedules::set_tick_job(&txn, &self.name, job.id()).await?;
         txn.commit().await.map_err(Error::db(format!("committing tick {tick} of schedule `{}`", self.name)))?;
         wake::wake();
         Ok(Some(job.id().to_owned()))
@@ -400,7 +402,7 @@ pub(crate) async fn run(db: DatabaseConnection, schedules: Arc<Vec<Ready>>, work
         let now = now_ms();
         let conn = &db;
         let row = s.row();
-        let last: Result<Option<i64>> = async { dispatch!(conn, register_schedule(conn, &row, now)) }.await;
+        let last: Result<Option<i64>> = storage::schedules::register(conn, &row, now).await;
         let last = last.unwrap_or_else(|e| {
             tracing::warn!(schedule = %s.name, worker, error = %e, "registering the schedule failed");
             None

@@ -14,7 +14,8 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::kind::{Kind, MAX_NAME_BYTES};
 use crate::record::{JobStatus, from_ms, ms_after};
-use crate::storage::{self, ClaimedJob, Finished, Outcome, WorkerRow, WorkerStoreOpts, dispatch, now_ms};
+use crate::storage::workers::WorkerRow;
+use crate::storage::{self, ClaimedJob, Finished, Outcome, WorkerStoreOpts, now_ms};
 use crate::worker::RetryPolicy;
 
 /// The most jobs one claim may take.
@@ -118,10 +119,10 @@ pub async fn claim(db: &DatabaseConnection, req: &ClaimRequest) -> Result<Vec<Re
         now,
         expires_at: ms_after(now, req.lease.max(Duration::from_secs(30))),
     };
-    dispatch!(db, upsert_worker(db, &presence))?;
+    storage::workers::upsert(db, &presence).await?;
     let opts = WorkerStoreOpts { worker_id: req.worker.clone(), kinds, limits, queues: req.queues.clone() };
     let lease_until = ms_after(now, req.lease);
-    let claimed = dispatch!(db, remote_claim(db, opts, req.limit, now, lease_until))?;
+    let claimed = storage::remote::claim(db, opts, req.limit, now, lease_until).await?;
     let mut jobs = Vec::with_capacity(claimed.len());
     for job in claimed {
         match payload_of(&job, recorded.get(&job.kind)) {
@@ -139,7 +140,7 @@ pub async fn claim(db: &DatabaseConnection, req: &ClaimRequest) -> Result<Vec<Re
             }
             Err(error) => {
                 let failed = finished(&job.id, &job.kind, &job.queue, job.attempt, Outcome::Failed { error });
-                dispatch!(db, remote_finish(db, &req.worker, failed))?;
+                storage::remote::finish(db, &req.worker, failed).await?;
             }
         }
     }
@@ -185,7 +186,7 @@ pub async fn heartbeat(
 ) -> Result<DateTime<Utc>> {
     check_lease(lease)?;
     let until = ms_after(now_ms(), lease);
-    if !dispatch!(db, remote_extend(db, worker, id, attempt, until))? {
+    if !storage::remote::extend(db, worker, id, attempt, until).await? {
         return Err(stale(id, worker, attempt));
     }
     Ok(from_ms(until))
@@ -207,8 +208,8 @@ async fn current(db: &DatabaseConnection, worker: &str, id: &str, attempt: i32) 
 
 async fn write(db: &DatabaseConnection, worker: &str, f: Finished) -> Result<()> {
     let (id, attempt) = (f.id.clone(), f.attempt);
-    storage::backend(db)?;
-    if !dispatch!(db, remote_finish(db, worker, f))? {
+    storage::Backend::of(db)?;
+    if !storage::remote::finish(db, worker, f).await? {
         return Err(stale(&id, worker, attempt));
     }
     crate::wake::outcome_written();

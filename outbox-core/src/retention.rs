@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::record::{JobStatus, ms_after};
-use crate::storage::{self, PruneRules, dispatch, now_ms};
+use crate::storage::retention::PruneRules;
+use crate::storage::{self, now_ms};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -133,7 +134,7 @@ pub(crate) async fn run(db: DatabaseConnection, retention: Retention, worker: St
         }
     }
     let conn = &db;
-    let released: Result<()> = async { dispatch!(conn, release_lock(conn, LEASE, &worker)) }.await;
+    let released: Result<()> = storage::locks::release(conn, LEASE, &worker).await;
     if let Err(e) = released {
         tracing::debug!(worker, error = %e, "giving up the retention lease failed; it expires on its own");
     }
@@ -154,13 +155,13 @@ async fn pass(
         let now = now_ms();
         let lease_until = ms_after(now, retention.interval * 2 + Duration::from_secs(60));
         let txn = storage::begin_write(db).await?;
-        if !dispatch!(&txn, take_lock(&txn, LEASE, worker, now, lease_until))? {
+        if !storage::locks::take(&txn, LEASE, worker, now, lease_until).await? {
             drop(txn);
             return Ok((jobs, feed_rows));
         }
-        let pruned = dispatch!(&txn, prune(&txn, &retention.rules(now), retention.batch))?;
+        let pruned = storage::retention::prune(&txn, &retention.rules(now), retention.batch).await?;
         let feed = match retention.feed_cutoff(now) {
-            Some(before) if !feed_done => dispatch!(&txn, prune_feed(&txn, before, retention.batch))?,
+            Some(before) if !feed_done => storage::retention::prune_feed(&txn, before, retention.batch).await?,
             _ => 0,
         };
         txn.commit().await.map_err(Error::db("committing a retention batch"))?;

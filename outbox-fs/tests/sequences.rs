@@ -26,7 +26,7 @@ async fn two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees(t
     }
     // The second job of every path waits behind the first: only the first ones are claimable.
     let waiting =
-        ops::list(&e.db, &ops::JobFilter { sequence: Some("fs:rewritten/0.txt".into()), ..Default::default() })
+        ops::list(&e.db, &outbox_core::JobFilter { sequence: Some("fs:rewritten/0.txt".into()), ..Default::default() })
             .await
             .expect("list the sequence");
     assert_eq!(waiting.len(), 2);
@@ -99,6 +99,7 @@ async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it
     assert_eq!(ops::blocked(&e.db, 10).await.expect("blocked").0, 0);
 
     // A held head retried by an operator runs first, then the job behind it.
+    let from = ops::feed_head(&e.db).await.expect("feed head");
     std::fs::write(e.root_dir.join("c.txt"), "someone else's").expect("seed");
     let fails = CreateFile { path: "c.txt".into(), content: "mine".into(), overwrite: false };
     let head = outbox_core::enqueue(&e.db, &fails, EnqueueOpts::new()).await.expect("enqueue");
@@ -113,7 +114,14 @@ async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it
     let head = ops::get(&e.db, head.id()).await.expect("get");
     let behind = ops::get(&e.db, behind.id()).await.expect("get");
     assert_eq!((head.status, behind.status), (JobStatus::Completed, JobStatus::Completed));
-    assert!(head.completed_at <= behind.claimed_at, "the retried head ran first");
+    // In commit order (the feed's), not by timestamps: a claim's time is read before its statement runs, so a
+    // claim can carry a time a few milliseconds before a completion that committed ahead of it.
+    let feed = ops::feed(&e.db, &from, 1_000).await.expect("feed");
+    let at = |id: &str, event: outbox_core::JobEventKind| {
+        feed.iter().position(|f| f.job_id == id && f.event == event).unwrap_or_else(|| panic!("{event:?} of {id}"))
+    };
+    let head_done = at(&head.id, outbox_core::JobEventKind::Completed);
+    assert!(head_done < at(&behind.id, outbox_core::JobEventKind::Claimed), "the retried head ran first: {feed:#?}");
     assert_eq!(std::fs::read_to_string(e.root_dir.join("c.txt")).expect("c"), "after");
 }
 

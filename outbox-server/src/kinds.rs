@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use outbox_core::Kind;
-use outbox_core::ops::{self, KindRecord};
+use outbox_core::KindRecord;
+use outbox_core::ops;
 use sea_orm::ConnectionTrait;
 
 use crate::error::{Error, Result};

@@ -145,8 +145,9 @@ async fn stats_answer_the_six_questions(t: TestDb) {
     assert_eq!(stats.duplicates[0].key, r#"{"userId":1}"#);
     assert!(stats.recent.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Completed && c.count == 1));
     assert!(stats.recent.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Failed && c.count == 1));
-    let listed =
-        ops::list(&t.db, &ops::JobFilter { kind: Some("keyed".into()), ..Default::default() }).await.expect("list");
+    let listed = ops::list(&t.db, &outbox_core::JobFilter { kind: Some("keyed".into()), ..Default::default() })
+        .await
+        .expect("list");
     assert_eq!(listed.len(), 2);
     assert!(serde_json::to_string(&stats).expect("stats serialize").contains("smtp said no"));
 }
@@ -220,6 +221,35 @@ async fn queues_count_available_scheduled_claimed_and_stuck_jobs(t: TestDb) {
     assert_eq!((queues[1].queue.as_str(), queues[1].available), ("mail", 1));
     let stuck = ops::stuck(&t.db).await.expect("stuck");
     assert_eq!(stuck[0].runs, 1);
+}
+
+conformance!(a_database_an_earlier_build_created_is_refused_and_left_untouched);
+async fn a_database_an_earlier_build_created_is_refused_and_left_untouched(t: TestDb) {
+    // The tables an earlier build's nine migrations left are the ones the squashed schema creates; only the
+    // migration table tells them apart.
+    let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    exec(&t.db, "DELETE FROM outbox_migrations", vec![]).await;
+    for (n, name) in ["m20261122_000001_create_outbox_jobs", "m20261127_000009_schedules_locks_reconciliations"]
+        .into_iter()
+        .enumerate()
+    {
+        let sql = format!("INSERT INTO outbox_migrations (version, applied_at) VALUES ('{name}', {n})");
+        exec(&t.db, &sql, vec![]).await;
+    }
+    let said = |e: outbox_core::Error| {
+        let text = e.to_string();
+        assert!(matches!(e, outbox_core::Error::Unsupported(_)), "{text}");
+        assert!(text.contains("earlier build of outbox") && text.contains("outbox migrate"), "{text}");
+    };
+    said(outbox_core::migrate(&t.db).await.expect_err("migrate refuses it"));
+    said(outbox_core::pending_migrations(&t.db).await.expect_err("pending_migrations refuses it"));
+    let worker = outbox_core::Worker::builder(&t.db)
+        .register(|_: Probe, _: outbox_core::JobContext| async { Ok::<_, outbox_core::JobError>(()) });
+    said(worker.build().await.err().expect("the worker refuses to start on it"));
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_migrations").await, 2, "its migrations are untouched");
+    let job = ops::get(&t.db, &id).await.expect("its job is still there");
+    assert_eq!((job.status, job.attempts), (JobStatus::Pending, 0), "and was not run");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_kinds").await, 0, "no kind was recorded");
 }
 
 conformance!(migrations_undo_and_redo_cleanly);

@@ -157,8 +157,9 @@ async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: Test
     assert_eq!(scalar(&t.db, completed).await, 10);
     let failed = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe' AND status = 'failed'";
     assert_eq!(scalar(&t.db, failed).await, 1);
-    let steps =
-        ops::list(&t.db, &ops::JobFilter { kind: Some("step".into()), ..Default::default() }).await.expect("list");
+    let steps = ops::list(&t.db, &outbox_core::JobFilter { kind: Some("step".into()), ..Default::default() })
+        .await
+        .expect("list");
     assert_eq!(steps.len(), 1, "the sequence keeps its latest completed job");
     assert_eq!(steps[0].payload["seq"], 3);
     let orphans = "SELECT COUNT(*) FROM outbox_job_events e WHERE e.job_id <> '' \

@@ -32,7 +32,7 @@ async fn completes_jobs_and_records_output(t: TestDb) {
         .await
         .expect("build");
     worker.drain().await.expect("drain");
-    let done = ops::list(&t.db, &ops::JobFilter { status: Some(JobStatus::Completed), ..Default::default() })
+    let done = ops::list(&t.db, &outbox_core::JobFilter { status: Some(JobStatus::Completed), ..Default::default() })
         .await
         .expect("list");
     assert_eq!(done.len(), 20);

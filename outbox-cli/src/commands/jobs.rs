@@ -1,6 +1,7 @@
 //! Commands on jobs: enqueue, list, get, retry, cancel, purge.
 
-use outbox_core::ops::{self, JobFilter};
+use outbox_core::JobFilter;
+use outbox_core::ops;
 use outbox_core::{EnqueueOpts, JobRecord, JobStatus};
 use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};

@@ -14,7 +14,7 @@ pub(crate) use serve::opts as serve_opts;
 
 use crate::cli::{Cli, Command};
 use crate::db;
-use crate::fail::{Failure, Result, code};
+use crate::fail::{Result, code};
 use crate::render::{self, Format};
 
 /// Runs the command; the exit code on success (reconcile may return one for discrepancies).
@@ -48,11 +48,7 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
 }
 
 async fn migrate(db: &DatabaseConnection, url: &str, format: Format) -> Result<u8> {
-    use sea_orm_migration::MigratorTrait;
-    let pending = outbox_core::Migrator::get_pending_migrations(db)
-        .await
-        .map_err(|e| Failure::error(format!("reading the migrations: {e}")))?;
-    let applied: Vec<String> = pending.iter().map(|m| m.name().to_owned()).collect();
+    let applied = outbox_core::pending_migrations(db).await?;
     outbox_core::migrate(db).await?;
     match format {
         Format::Json => render::json(&json!({ "database": db::shown(&db::url(url)), "applied": applied }))?,

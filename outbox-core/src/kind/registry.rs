@@ -6,12 +6,13 @@ use sea_orm::ConnectionTrait;
 use super::Kind;
 use crate::error::{Error, Result};
 use crate::record::KindRecord;
-use crate::storage::{KindRow, dispatch, now_ms};
+use crate::storage::kinds::KindRow;
+use crate::storage::{self, now_ms};
 
 /// Records each kind's JSON Schema and options (workers do this when they are built).
 pub(crate) async fn record<C: ConnectionTrait>(conn: &C, kinds: &[&Kind], recorded_by: &str) -> Result<()> {
     let rows = kinds.iter().map(|kind| row(kind)).collect::<Result<Vec<_>>>()?;
-    dispatch!(conn, record_kinds(conn, &rows, recorded_by, now_ms()))
+    storage::kinds::record(conn, &rows, recorded_by, now_ms()).await
 }
 
 fn row(kind: &Kind) -> Result<KindRow> {
@@ -34,10 +35,10 @@ fn row(kind: &Kind) -> Result<KindRow> {
 
 /// Every kind a worker has recorded, by name.
 pub async fn kinds<C: ConnectionTrait>(conn: &C) -> Result<Vec<KindRecord>> {
-    dispatch!(conn, kinds(conn, None))
+    storage::kinds::list(conn, None).await
 }
 
 /// The recorded kind `name`, if a worker has recorded it.
 pub async fn kind<C: ConnectionTrait>(conn: &C, name: &str) -> Result<Option<KindRecord>> {
-    Ok(dispatch!(conn, kinds(conn, Some(name)))?.pop())
+    Ok(storage::kinds::list(conn, Some(name)).await?.pop())
 }

@@ -382,11 +382,12 @@ impl WorkerBuilder {
             }
             schedules.push(periodic::Ready::of(schedule)?);
         }
-        storage::backend(&self.db)?;
+        storage::Backend::of(&self.db)?;
         let id = self.id.unwrap_or_else(default_worker_id);
         // Operators' tools (the `outbox` command) validate and show kinds defined in any application.
         let registered: Vec<&Kind> = self.handlers.values().map(|r| r.kind.as_ref()).collect();
         let (db, config) = (&self.db, &self.config);
+        until_ok("checking its schema", &id, config, || storage::schema::refuse_legacy(db)).await?;
         until_ok("recording its kinds", &id, config, || crate::kind::registry::record(db, &registered, &id)).await?;
         let queues = self.queues.clone();
         let opts = WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues };

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::Worker;
 use super::background::Background;
 use crate::record::ms_after;
-use crate::storage::{WorkerRow, dispatch, now_ms};
+use crate::storage::workers::WorkerRow;
+use crate::storage::{self, now_ms};
 
 /// How many refreshes may be missed before the entry expires.
 const MISSED: u32 = 3;
@@ -54,7 +55,7 @@ impl Presence {
         let (db, id) = (background.db(), self.id.clone());
         let removed = background.spawn(async move {
             let db = &db;
-            let removed: crate::error::Result<()> = async { dispatch!(db, remove_worker(db, &id)) }.await;
+            let removed: crate::error::Result<()> = storage::workers::remove(db, &id).await;
             removed
         });
         if let Ok(Err(e)) = removed.await {
@@ -75,7 +76,7 @@ async fn refresh(
         row.expires_at = ms_after(row.now, interval * MISSED);
         row.running = i64::try_from(running.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
         let conn = &db;
-        let written: crate::error::Result<()> = async { dispatch!(conn, upsert_worker(conn, &row)) }.await;
+        let written: crate::error::Result<()> = storage::workers::upsert(conn, &row).await;
         if let Err(e) = written {
             tracing::warn!(worker = %row.id, error = %e, "refreshing the worker's registry entry failed");
         }

@@ -4,13 +4,10 @@
 
 use sea_orm::QueryResult;
 
-use super::{ScanRow, StoredEvent};
+use super::scans::ScanRow;
 use crate::error::{Error, Result};
 use crate::job::SequenceFailure;
-use crate::record::{
-    FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord,
-    WorkerRecord, from_ms,
-};
+use crate::record::{JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord, WorkerRecord, from_ms};
 use crate::stats::{DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 
 /// A stored JSON document as a value. Text that is not JSON (written behind the framework's back) is kept
@@ -146,29 +143,6 @@ pub(super) fn duplicates(rows: &[QueryResult]) -> Result<Vec<DuplicateKey>> {
         .collect()
 }
 
-/// History rows: at, event, attempt, worker, error, the claim and the completion it ended (ms).
-pub(super) fn history(rows: &[QueryResult], id: &str) -> Result<Vec<StoredEvent>> {
-    let ctx = || Error::db(format!("reading the history of job `{id}`"));
-    rows.iter()
-        .map(|row| {
-            let event = JobEvent {
-                at: from_ms(row.try_get_by_index(0).map_err(ctx())?),
-                event: row.try_get_by_index::<String>(1).map_err(ctx())?.parse::<JobEventKind>().map_err(|reason| {
-                    Error::CorruptRow { id: id.to_owned(), reason: format!("its history: {reason}") }
-                })?,
-                attempt: row.try_get_by_index(2).map_err(ctx())?,
-                worker: row.try_get_by_index(3).map_err(ctx())?,
-                error: row.try_get_by_index(4).map_err(ctx())?,
-            };
-            Ok(StoredEvent {
-                event,
-                ended_claim: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?.map(from_ms),
-                ended_completion: row.try_get_by_index::<Option<i64>>(6).map_err(ctx())?.map(from_ms),
-            })
-        })
-        .collect()
-}
-
 pub(super) fn path_scan_page(rows: &[QueryResult]) -> Result<Vec<ScanRow>> {
     let ctx = || Error::db("reading a page of the path scan");
     rows.iter()
@@ -243,77 +217,6 @@ pub(super) fn queues(rows: &[QueryResult]) -> Result<Vec<QueueCounts>> {
             })
         })
         .collect()
-}
-
-/// Feed rows: position, job, kind, queue, event, attempt, worker, error, at (ms), and the jobs of a batch row.
-/// A batch row gives one event per job, each with the id `<position>.<n>`. The rows start at the reader's
-/// position `after`, the row it read last: that row is skipped, or for `<position>.<n>` the events of it up
-/// to `n`. At most `limit` events.
-pub(super) fn feed(rows: &[QueryResult], after: (&str, Option<usize>), limit: u64) -> Result<Vec<FeedEvent>> {
-    let ctx = || Error::db("reading the event feed");
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let mut events = Vec::with_capacity(rows.len().min(limit));
-    for row in rows {
-        if events.len() >= limit {
-            break;
-        }
-        let position: String = row.try_get_by_index(0).map_err(ctx())?;
-        let job_id: String = row.try_get_by_index(1).map_err(ctx())?;
-        let event = row.try_get_by_index::<String>(4).map_err(ctx())?.parse::<JobEventKind>().map_err(|reason| {
-            // A worker's row of many jobs belongs to none: it is named by its place in the feed.
-            let id = if job_id.is_empty() { format!("event {position}") } else { job_id.clone() };
-            Error::CorruptRow { id, reason: format!("its history: {reason}") }
-        })?;
-        let worker: Option<String> = row.try_get_by_index(6).map_err(ctx())?;
-        let at = from_ms(row.try_get_by_index(8).map_err(ctx())?);
-        let jobs: Option<String> = row.try_get_by_index(9).map_err(ctx())?;
-        // `None`: nothing of this row was read; `Some(None)`: all of it; `Some(Some(n))`: up to event `n`.
-        let read_through = (position == after.0).then_some(after.1);
-        let Some(jobs) = jobs else {
-            // A reader never stops inside a row of one event: resuming "inside" it means after it.
-            if read_through.is_none() {
-                events.push(FeedEvent {
-                    id: position,
-                    job_id,
-                    kind: row.try_get_by_index(2).map_err(ctx())?,
-                    queue: row.try_get_by_index(3).map_err(ctx())?,
-                    event,
-                    attempt: row.try_get_by_index(5).map_err(ctx())?,
-                    worker,
-                    error: row.try_get_by_index(7).map_err(ctx())?,
-                    at,
-                });
-            }
-            continue;
-        };
-        let listed: Vec<(String, String, String, i32)> =
-            serde_json::from_str(&jobs).map_err(|e| Error::CorruptRow {
-                id: format!("event {position}"),
-                reason: format!("its job list is not a JSON array of [id, kind, queue, attempt]: {e}"),
-            })?;
-        let first = match read_through {
-            None => 0,
-            Some(None) => continue,
-            Some(Some(n)) => n + 1,
-        };
-        for (n, (job_id, kind, queue, attempt)) in listed.into_iter().enumerate().skip(first) {
-            if events.len() >= limit {
-                break;
-            }
-            events.push(FeedEvent {
-                id: format!("{position}.{n}"),
-                job_id,
-                kind,
-                queue,
-                event,
-                attempt,
-                worker: worker.clone(),
-                error: None,
-                at,
-            });
-        }
-    }
-    Ok(events)
 }
 
 /// Worker rows: id, host, pid, queues (JSON text), kinds (JSON text), concurrency, running, remote, started,

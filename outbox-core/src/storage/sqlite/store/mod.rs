@@ -1,4 +1,5 @@
-//! The worker's own SQLite connection: claims, fenced completions, lease renewals and rescues.
+//! The worker's own SQLite connection, on a thread of its own: claims (`claim.rs`), fenced completions
+//! (`complete.rs`), lease renewals and rescues, batched into one write transaction per cycle.
 //!
 //! The hot path does not go through the caller's sea-orm pool: sqlx-sqlite hands every statement to a
 //! per-connection thread (about fifteen context switches per transaction), so the worker owns one rusqlite
@@ -8,14 +9,19 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::{mpsc, oneshot};
 
+mod claim;
+mod complete;
+
+pub(super) use claim::claim;
+pub(super) use complete::write_finished;
+
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-use crate::storage::worker_store::{StoreFuture, WorkerStore, limited_share};
-use crate::storage::{ClaimedJob, Finished, Outcome, Rescued, Unreadable};
+use crate::storage::store::StoreFuture;
+use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
 
 /// How the worker's connection is opened and what it may claim.
 #[derive(Debug, Clone)]
@@ -30,10 +36,6 @@ pub(crate) struct StoreConfig {
     pub(crate) limited: Vec<(String, u32)>,
     /// JSON array of the queues it serves; `None` for all.
     pub(crate) queues_json: Option<String>,
-    /// Whether the schema has migration 7: claims and batched completions are then recorded one feed row
-    /// per statement by the worker, else one row per job by the transition trigger. Read off the connection
-    /// that claims ([`has_batched_events`]).
-    pub(crate) batched_events: bool,
 }
 
 enum Cmd {
@@ -52,9 +54,8 @@ pub(crate) struct SqliteStore {
 
 impl SqliteStore {
     /// Opens the connection on its own thread. The thread ends when every handle is dropped.
-    pub(crate) fn open(mut config: StoreConfig) -> Result<SqliteStore> {
+    pub(crate) fn open(config: StoreConfig) -> Result<SqliteStore> {
         let conn = open_connection(&config)?;
-        config.batched_events = has_batched_events(&conn)?;
         let (tx, rx) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
@@ -95,7 +96,7 @@ impl WorkerStore for SqliteStore {
     }
 }
 
-pub(super) fn open_connection(config: &StoreConfig) -> Result<Connection> {
+pub(in crate::storage::sqlite) fn open_connection(config: &StoreConfig) -> Result<Connection> {
     let ctx = || Error::db(format!("opening {}", config.path.display()));
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(&config.path, flags).map_err(ctx())?;
@@ -142,14 +143,6 @@ fn wait_for_lock(tries: i32) -> bool {
         std::thread::sleep(step);
         true
     })
-}
-
-/// Whether the schema has migration 7's batched feed rows (see [`StoreConfig::batched_events`]).
-pub(super) fn has_batched_events(conn: &Connection) -> Result<bool> {
-    conn.prepare_cached("SELECT COUNT(*) FROM pragma_table_info('outbox_jobs') WHERE name = 'event_flip'")
-        .and_then(|mut s| s.query_row([], |row| row.get::<_, i64>(0)))
-        .map(|n| n > 0)
-        .map_err(Error::db("reading the outbox schema's columns"))
 }
 
 struct Actor {
@@ -221,7 +214,7 @@ impl Actor {
                 // another completed in it (the next of a sequence) is never recorded as claimed before that
                 // completion, however long the claim waited for its turn.
                 let now = crate::storage::now_ms();
-                let applied = write_finished(&tx, &config.worker_id, &finished, now, config.batched_events)?;
+                let applied = write_finished(&tx, &config.worker_id, &finished, now)?;
                 let mut claimed = Vec::with_capacity(claims.len());
                 let mut unreadable = Vec::new();
                 for c in &claims {
@@ -264,13 +257,13 @@ impl Actor {
     fn finish_with_retries(&mut self, batch: &[Finished]) {
         let mut retry = Backoff::new(Duration::from_millis(20), Duration::from_secs(30));
         for attempt in 1..=FINISH_TRIES {
-            let (worker_id, batched) = (&self.config.worker_id, self.config.batched_events);
+            let worker_id = &self.config.worker_id;
             let result = self
                 .conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(Error::db("beginning a worker transaction"))
                 .and_then(|tx| {
-                    let applied = write_finished(&tx, worker_id, batch, crate::storage::now_ms(), batched)?;
+                    let applied = write_finished(&tx, worker_id, batch, crate::storage::now_ms())?;
                     tx.commit().map_err(Error::db("committing finished jobs"))?;
                     Ok(applied)
                 });
@@ -316,18 +309,18 @@ impl Actor {
         // Writers take turns here, so the triggers never miss a job to let go; rows written or changed by hand
         // can still leave one waiting with nothing ahead of it. A sequence with a job running or free to run is
         // moving and left alone (its first waiting job may be one retried behind the running one).
+        let sql = format!(
+            "UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h \
+             WHERE h.sequence_key = k.sequence_key AND {} ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT \
+             w.sequence_key FROM outbox_jobs w WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS \
+             (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = w.sequence_key \
+             AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) \
+             AND status = 'pending' AND waiting = 1",
+            crate::storage::jobs::blocking("h")
+        );
         let released = self
             .conn
-            .prepare_cached(concat!(
-                "UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h \
-                 WHERE h.sequence_key = k.sequence_key AND ",
-                crate::storage::blocking!("h"),
-                " ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT w.sequence_key FROM outbox_jobs w \
-                 WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS (SELECT 1 FROM outbox_jobs c \
-                 WHERE c.sequence_key = w.sequence_key \
-                 AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) \
-                 AND status = 'pending' AND waiting = 1"
-            ))
+            .prepare_cached(&sql)
             .and_then(|mut s| s.execute([]))
             .map_err(Error::db("letting waiting sequences go"))?;
         if released > 0 {
@@ -363,277 +356,10 @@ impl Actor {
     }
 }
 
-/// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
-/// leaves (the count and the claim share the write transaction, so no other claimer can slip in between;
-/// the count reads claimed rows through the lease index, at most the fleet's concurrency of them), then the
-/// others.
-pub(super) fn claim(
-    conn: &Connection,
-    config: &StoreConfig,
-    limit: usize,
-    now: i64,
-    lease_until: i64,
-    unreadable: &mut Vec<Unreadable>,
-) -> Result<Vec<ClaimedJob>> {
-    let mut claimed = Vec::new();
-    for (kinds_json, cap) in &config.limited {
-        let left = limit - claimed.len();
-        if left == 0 {
-            return Ok(claimed);
-        }
-        let running: i64 = conn
-            .prepare_cached(
-                "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed' \
-                 AND kind IN (SELECT value FROM json_each(?1))",
-            )
-            .and_then(|mut s| s.query_row(params![kinds_json], |row| row.get(0)))
-            .map_err(Error::db("counting running jobs of a limited kind"))?;
-        let room =
-            usize::try_from(i64::from(*cap) - running).unwrap_or(0).min(limited_share(left, config.kinds_json != "[]"));
-        if room > 0 {
-            claimed.extend(claim_of(conn, config, kinds_json, room, now, lease_until, unreadable)?);
-        }
-    }
-    let left = limit - claimed.len();
-    if left > 0 && config.kinds_json != "[]" {
-        claimed.extend(claim_of(conn, config, &config.kinds_json, left, now, lease_until, unreadable)?);
-    }
-    Ok(claimed)
-}
-
-/// Claims up to `limit` due jobs of `kinds_json` that nothing in their sequence holds back. A claimed row
-/// that cannot be read is failed by itself in the same transaction (by rowid: even its id may be unreadable)
-/// and the rest are returned.
-fn claim_of(
-    conn: &Connection,
-    config: &StoreConfig,
-    kinds_json: &str,
-    limit: usize,
-    now: i64,
-    lease_until: i64,
-    unreadable: &mut Vec<Unreadable>,
-) -> Result<Vec<ClaimedJob>> {
-    let queue_filter = if config.queues_json.is_some() {
-        " AND queue IN (SELECT value FROM json_each(?6))"
-    } else {
-        " AND ?6 IS NULL"
-    };
-    let flip = if config.batched_events { ", event_flip = 1 - event_flip" } else { "" };
-    // Rows are picked by rowid, which the ready index holds: by id, each picked row cost one more descent of
-    // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare
-    // bound LIMIT into the plan and prepares the statement again whenever the value changes, which a claim's
-    // room does nearly every time.
-    let sql = format!(
-        "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
-         locked_at = ?2, \
-         claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2{flip} \
-         WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
-         AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
-         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
-         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
-         sequence_key IS NOT NULL, rowid"
-    );
-    let ctx = || Error::db("claiming jobs");
-    let mut claimed = Vec::new();
-    let mut listed_before = 0;
-    // Rows that could not be read take no slot: claim again past them, so a head of the queue made of
-    // them never looks like an empty queue.
-    loop {
-        let want = i64::try_from(limit - claimed.len()).unwrap_or(i64::MAX);
-        let mut bad = Vec::new();
-        {
-            let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
-            let mut rows = stmt
-                .query(params![config.worker_id, now, lease_until, kinds_json, want, config.queues_json])
-                .map_err(ctx())?;
-            while let Some(row) = rows.next().map_err(ctx())? {
-                match claimed_row(row) {
-                    Ok(job) => claimed.push(job),
-                    Err(u) => bad.push((
-                        row.get::<_, i64>(9).map_err(ctx())?,
-                        u,
-                        shown(row, 2),
-                        row.get::<_, i64>(4).ok().and_then(|n| i32::try_from(n).ok()).unwrap_or(0),
-                    )),
-                }
-            }
-        }
-        // The claim's feed row lists every row it took, the unreadable ones as well as they can be named.
-        if config.batched_events {
-            let mut listed: Vec<(&str, &str, &str, i32)> = claimed[listed_before..]
-                .iter()
-                .map(|j| (j.id.as_str(), j.kind.as_str(), j.queue.as_str(), j.attempt))
-                .collect();
-            listed.extend(
-                bad.iter().map(|(_, u, queue, attempt)| (u.id.as_str(), u.kind.as_str(), queue.as_str(), *attempt)),
-            );
-            insert_batch_event(conn, "claimed", &config.worker_id, now, &listed)?;
-        }
-        listed_before = claimed.len();
-        if bad.is_empty() {
-            return Ok(claimed);
-        }
-        for (rowid, u, _, _) in bad {
-            conn.prepare_cached(
-                "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, \
-                 updated_at = ?2 WHERE rowid = ?3",
-            )
-            .and_then(|mut s| s.execute(params![u.error(), now, rowid]))
-            .map_err(Error::db(format!("failing unreadable job `{}`", u.id)))?;
-            unreadable.push(u);
-        }
-        if claimed.len() == limit {
-            return Ok(claimed);
-        }
-    }
-}
-
-/// One row of the claim, each column checked for the type that belongs there.
-fn claimed_row(row: &rusqlite::Row<'_>) -> std::result::Result<ClaimedJob, Unreadable> {
-    let at = |column: &'static str| move |found| Unreadable { id: shown(row, 0), kind: shown(row, 1), column, found };
-    Ok(ClaimedJob {
-        id: text(row, 0).map_err(at("id"))?,
-        kind: text(row, 1).map_err(at("kind"))?,
-        queue: text(row, 2).map_err(at("queue"))?,
-        payload: text(row, 3).map_err(at("payload"))?,
-        attempt: int(row, 4).map_err(at("attempts"))?,
-        max_attempts: int(row, 5).map_err(at("max_attempts"))?,
-        schema_hash: text(row, 6).map_err(at("schema_hash"))?,
-        run: int(row, 7).map_err(at("runs"))?,
-        sequenced: int(row, 8).map_err(at("sequence_key"))? != 0,
-    })
-}
-
-fn text(row: &rusqlite::Row<'_>, i: usize) -> std::result::Result<String, String> {
-    match row.get_ref(i) {
-        Ok(ValueRef::Text(bytes)) => {
-            std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| "text that is not UTF-8".to_owned())
-        }
-        Ok(other) => Err(found(other)),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn int(row: &rusqlite::Row<'_>, i: usize) -> std::result::Result<i32, String> {
-    match row.get_ref(i) {
-        Ok(ValueRef::Integer(n)) => i32::try_from(n).map_err(|_| format!("{n}, out of range")),
-        Ok(other) => Err(found(other)),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// What a value is, for an error: never its content, which may be anything.
-fn found(value: ValueRef<'_>) -> String {
-    match value {
-        ValueRef::Null => "NULL".into(),
-        ValueRef::Integer(n) => format!("the INTEGER {n}"),
-        ValueRef::Real(x) => format!("the REAL {x}"),
-        ValueRef::Text(t) => format!("TEXT of {} bytes", t.len()),
-        ValueRef::Blob(b) => format!("a BLOB of {} bytes", b.len()),
-    }
-}
-
-/// A column as well as it can be shown, for naming an unreadable job.
-fn shown(row: &rusqlite::Row<'_>, i: usize) -> String {
-    match row.get_ref(i) {
-        Ok(ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
-        Ok(ValueRef::Integer(n)) => n.to_string(),
-        Ok(ValueRef::Blob(b)) => format!("x'{}'", b.iter().map(|b| format!("{b:02X}")).collect::<String>()),
-        _ => "?".into(),
-    }
-}
-
-/// The fence of every write after the claim: this job, still claimed, by this owner, in this attempt.
-macro_rules! fence {
-    () => {
-        "WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3"
-    };
-}
-
-/// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
-///
-/// A batch of distinct jobs is one statement over a JSON array, with one feed row for its completions: one
-/// statement per job costs several times more (each execution builds the status check's and the partial
-/// indexes' value lists again). A batch that names a job twice (never the worker's own) is written row by row,
-/// so the second write meets the fence the first one moved, and so is every batch on a schema from before
-/// migration 7 (whose trigger records each job).
-pub(super) fn write_finished(
-    tx: &Connection,
-    owner: &str,
-    batch: &[Finished],
-    now: i64,
-    batched_events: bool,
-) -> Result<Vec<bool>> {
-    if batched_events && batch.len() > 1 {
-        let mut ids: Vec<&str> = batch.iter().map(|f| f.id.as_str()).collect();
-        ids.sort_unstable();
-        if ids.windows(2).all(|w| w[0] != w[1]) {
-            return write_batch(tx, owner, batch, now);
-        }
-    }
-    write_rows(tx, owner, batch, now)
-}
-
-/// One finished attempt as [`FINISH_BATCH`] reads it: id, attempt, new status, attempts given back, output,
-/// error, next run.
-#[derive(serde::Serialize)]
-struct BatchRow<'a> {
-    i: &'a str,
-    a: i32,
-    s: &'static str,
-    g: i32,
-    o: Option<&'a str>,
-    e: Option<&'a str>,
-    r: Option<i64>,
-}
-
-/// The outcomes of a batch, each with the same columns and fence as in [`write_rows`].
-const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', attempts = attempts - (f.value ->> 'g'), \
-     output = CASE WHEN f.value ->> 's' = 'completed' THEN f.value ->> 'o' ELSE output END, \
-     completed_at = CASE WHEN f.value ->> 's' = 'completed' THEN ?3 ELSE completed_at END, \
-     last_error = COALESCE(f.value ->> 'e', last_error), run_at = COALESCE(f.value ->> 'r', run_at), \
-     lease_expires_at = NULL, updated_at = ?3, \
-     event_flip = CASE WHEN f.value ->> 's' = 'completed' THEN 1 - event_flip ELSE event_flip END \
-     FROM json_each(?1) AS f \
-     WHERE outbox_jobs.id = f.value ->> 'i' AND outbox_jobs.status = 'claimed' AND outbox_jobs.locked_by = ?2 \
-     AND outbox_jobs.attempts = f.value ->> 'a' \
-     RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
-
-fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
-    let rows: Vec<BatchRow<'_>> = batch
-        .iter()
-        .map(|f| {
-            let c = f.outcome.columns(now);
-            BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at }
-        })
-        .collect();
-    let json = serde_json::to_string(&rows).map_err(|e| Error::Internal(format!("encoding finished jobs: {e}")))?;
-    let ctx = || Error::db("writing finished jobs");
-    let mut stmt = tx.prepare_cached(FINISH_BATCH).map_err(ctx())?;
-    let mut written = std::collections::HashSet::with_capacity(batch.len());
-    let mut completed: Vec<(String, String, String, i32)> = Vec::with_capacity(batch.len());
-    let mut rows = stmt.query(params![json, owner, now]).map_err(ctx())?;
-    while let Some(row) = rows.next().map_err(ctx())? {
-        let id: String = row.get(0).map_err(ctx())?;
-        if row.get_ref(3).map_err(ctx())?.as_str().ok() == Some("completed") {
-            completed.push((
-                id.clone(),
-                row.get(1).map_err(ctx())?,
-                row.get(2).map_err(ctx())?,
-                row.get(4).map_err(ctx())?,
-            ));
-        }
-        written.insert(id);
-    }
-    drop(rows);
-    insert_batch_event(tx, "completed", owner, now, &completed)?;
-    Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
-}
-
 /// The feed row of one worker statement's `event` (`claimed` or `completed`) for `jobs`, listed as
 /// `[id, kind, queue, attempt]`; nothing when the statement took no job. The statement flipped `event_flip`
 /// on these jobs, so the transition trigger left them to it.
-fn insert_batch_event<T: serde::Serialize>(
+pub(super) fn insert_batch_event<T: serde::Serialize>(
     conn: &Connection,
     event: &str,
     worker: &str,
@@ -654,56 +380,6 @@ fn insert_batch_event<T: serde::Serialize>(
     Ok(())
 }
 
-/// Writes each outcome by itself.
-fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
-    let ctx = || Error::db("writing finished jobs");
-    let mut applied = Vec::with_capacity(batch.len());
-    {
-        for f in batch {
-            let n = match &f.outcome {
-                Outcome::Completed { output } => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
-                         lease_expires_at = NULL, updated_at = ?5 ",
-                        fence!()
-                    ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now])),
-                Outcome::Retry { run_at, error } => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, last_error = ?5, \
-                         lease_expires_at = NULL, updated_at = ?6 ",
-                        fence!()
-                    ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, error, now])),
-                Outcome::Failed { error } => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'failed', last_error = ?4, lease_expires_at = NULL, \
-                         updated_at = ?5 ",
-                        fence!()
-                    ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, error, now])),
-                Outcome::Snoozed { run_at } => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                         lease_expires_at = NULL, updated_at = ?5 ",
-                        fence!()
-                    ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, now])),
-                Outcome::Released => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                         lease_expires_at = NULL, updated_at = ?4 ",
-                        fence!()
-                    ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, now])),
-            }
-            .map_err(ctx())?;
-            applied.push(n == 1);
-        }
-    }
-    Ok(applied)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -717,7 +393,6 @@ mod tests {
             kinds_json: "[]".into(),
             limited: Vec::new(),
             queues_json: None,
-            batched_events: false,
         }
     }
 

@@ -1,0 +1,1 @@
+//! Driver-level conformance: each storage operation called directly on every backend.

@@ -1,0 +1,151 @@
+//! The enqueue INSERT: one job or a batch, skipping any whose key an active job holds.
+
+use sea_orm::{ConnectionTrait, Value};
+
+use super::{Backend, write_failed};
+use crate::error::{Error, Result};
+
+/// A job row about to be written by enqueue.
+#[derive(Debug, Clone)]
+pub(crate) struct NewJob {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) queue: String,
+    pub(crate) payload: String,
+    pub(crate) priority: i32,
+    pub(crate) max_attempts: i32,
+    pub(crate) run_at: i64,
+    pub(crate) key: Option<String>,
+    pub(crate) schema_hash: String,
+    pub(crate) created_at: i64,
+    /// The sequence the job runs in, if any.
+    pub(crate) sequence_key: Option<String>,
+    /// Whether the job holds its sequence when it fails for good or is cancelled.
+    pub(crate) hold: bool,
+}
+
+/// The columns enqueue writes on every backend; SQLite adds the sequence's (below).
+const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold";
+/// Rows per batch statement: 16 values a row at most, 32,000 values under every backend's parameter limit
+/// (32,766 and 65,535).
+const ROWS_PER_INSERT: usize = 2_000;
+
+/// One row of the INSERT, its placeholders numbered after the values already pushed. A sequenced job takes
+/// the next place in its sequence and waits when a job of the sequence holds it back: on SQLite here (one
+/// writer at a time, so places are taken in commit order), on PostgreSQL in the insert trigger, under the
+/// sequence's advisory lock.
+fn push_row(b: Backend, sql: &mut String, p: &mut super::backend::Params, job: &NewJob) {
+    let row = [
+        p.push(job.id.clone()),
+        p.push(job.kind.clone()),
+        p.push(job.queue.clone()),
+        b.json(&p.push(job.payload.clone())),
+        "'pending'".to_owned(),
+        p.push(job.priority),
+        "0".to_owned(),
+        p.push(job.max_attempts),
+        b.ts(&p.push(job.run_at)),
+        p.push(job.key.clone()),
+        p.push(job.schema_hash.clone()),
+        b.ts(&p.push(job.created_at)),
+        b.ts(&p.push(job.created_at)),
+        p.push(job.sequence_key.clone()),
+        p.push(i16::from(job.hold)),
+    ];
+    sql.push('(');
+    sql.push_str(&row.join(", "));
+    match (b, &job.sequence_key) {
+        #[cfg(feature = "sqlite")]
+        (Backend::Sqlite, Some(key)) => {
+            let key = p.push(key.clone());
+            sql.push_str(&format!(
+                ", (SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = {key}), \
+                 EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = {key} AND (b.status IN ('pending', \
+                 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1))))"
+            ));
+        }
+        #[cfg(feature = "sqlite")]
+        (Backend::Sqlite, None) => sql.push_str(", NULL, 0)"),
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres, _) => sql.push(')'),
+    }
+}
+
+/// The INSERT of `jobs`, skipping any whose key an active job holds.
+fn insert_statement(b: Backend, jobs: &[&NewJob], returning: &str) -> sea_orm::Statement {
+    let mut sql = String::with_capacity(INSERT_COLUMNS.len() + jobs.len() * 112 + 96);
+    sql.push_str(INSERT_COLUMNS);
+    #[cfg(feature = "sqlite")]
+    if b == Backend::Sqlite {
+        sql.push_str(", sequence_no, waiting");
+    }
+    sql.push_str(") VALUES ");
+    let mut p = super::backend::Params(Vec::with_capacity(jobs.len() * 16));
+    for (i, job) in jobs.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        push_row(b, &mut sql, &mut p, job);
+    }
+    sql.push_str(" ON CONFLICT DO NOTHING");
+    sql.push_str(returning);
+    b.stmt(sql, p.0)
+}
+
+/// Inserts one job unless an active job of its kind holds its key. True when the row was written.
+pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
+    let started = std::time::Instant::now();
+    match conn.execute_raw(insert_statement(Backend::of(conn)?, &[job], "")).await {
+        Ok(res) => Ok(res.rows_affected() == 1),
+        Err(e) => Err(write_failed(conn, format!("enqueuing a job of kind `{}`", job.kind), e, started).await),
+    }
+}
+
+/// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written. Sequenced
+/// jobs go in order of their keys, so that two batches never wait for each other's sequences in opposite
+/// orders. On SQLite a statement's subqueries may read the table before any of its rows is written, so
+/// sequenced jobs take their places one statement each.
+pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
+    let b = Backend::of(conn)?;
+    let mut order: Vec<&NewJob> = jobs.iter().collect();
+    order.sort_by(|a, b| a.sequence_key.cmp(&b.sequence_key));
+    let per_row = |j: &NewJob| match b {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => j.sequence_key.is_some(),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => {
+            let _ = j;
+            false
+        }
+    };
+    let (single, batched): (Vec<&NewJob>, Vec<&NewJob>) = order.into_iter().partition(|j| per_row(j));
+    let mut written = Vec::with_capacity(jobs.len());
+    for chunk in batched.chunks(ROWS_PER_INSERT).chain(single.chunks(1)) {
+        let started = std::time::Instant::now();
+        let rows = match conn.query_all_raw(insert_statement(b, chunk, " RETURNING id")).await {
+            Ok(rows) => rows,
+            Err(e) => return Err(write_failed(conn, "enqueuing a batch of jobs".into(), e, started).await),
+        };
+        for row in rows {
+            written.push(row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))?);
+        }
+    }
+    Ok(written)
+}
+
+/// The id of the active (pending or claimed) job of `kind` holding `key`.
+pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kind: &str,
+    key: &str,
+) -> Result<Option<String>> {
+    let b = Backend::of(conn)?;
+    let sql = "SELECT id FROM outbox_jobs WHERE kind = $1 AND idempotency_key = $2 \
+         AND status IN ('pending', 'claimed') LIMIT 1";
+    let row = conn
+        .query_one_raw(b.stmt(sql, vec![Value::from(kind), Value::from(key)]))
+        .await
+        .map_err(Error::db(format!("looking up the active job of kind `{kind}` by key")))?;
+    row.map(|r| r.try_get_by_index::<String>(0)).transpose().map_err(Error::db("reading a job id"))
+}

@@ -1,0 +1,202 @@
+//! Jobs as operators see and change them: one job, a filtered list, stuck claims; retry, cancel, delete and
+//! purge.
+
+use sea_orm::{ConnectionTrait, Value};
+
+use super::backend::Params;
+use super::{Backend, decode, execute_write, limit_value};
+use crate::error::{Error, Result};
+use crate::record::{JobFilter, JobRecord, JobStatus};
+
+/// Whether the row `r` (`NEW`, `OLD`, a table alias) holds back the later jobs of its sequence: it has not
+/// run yet, is running, or failed for good or was cancelled under the hold policy (`sequence_hold = 1`; 0 is
+/// the continue policy, 2 a hold an operator released). `schema.sql` spells the same condition out.
+pub(crate) fn blocking(r: &str) -> String {
+    format!(
+        "({r}.status IN ('pending', 'claimed') OR ({r}.status IN ('failed', 'cancelled') AND {r}.sequence_hold = 1))"
+    )
+}
+
+/// The condition purge and delete add: a failed or cancelled job that holds its sequence stays until an
+/// operator retries or releases it, so removing jobs never lets a held sequence go on its own.
+pub(crate) const HELD_KEPT: &str =
+    "AND NOT (sequence_key IS NOT NULL AND sequence_hold = 1 AND status IN ('failed', 'cancelled'))";
+
+/// The columns of a job record, in the order [`decode::record`] reads them.
+pub(crate) fn record_columns(b: Backend) -> String {
+    format!(
+        "id, kind, queue, {payload}, status, priority, attempts, max_attempts, {run_at}, locked_by, {locked_at}, \
+         {lease}, last_error, idempotency_key, schema_hash, {output}, {created}, {claimed}, {completed}, {updated}, \
+         runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM \
+         outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND {blocking} \
+         ORDER BY h.sequence_no LIMIT 1) END, \
+         (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)",
+        payload = b.text("payload"),
+        run_at = b.ms("run_at"),
+        locked_at = b.ms("locked_at"),
+        lease = b.ms("lease_expires_at"),
+        output = b.text("output"),
+        created = b.ms("created_at"),
+        claimed = b.ms("claimed_at"),
+        completed = b.ms("completed_at"),
+        updated = b.ms("updated_at"),
+        blocking = blocking("h"),
+    )
+}
+
+pub(crate) async fn records<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    what: impl FnOnce() -> String,
+    s: sea_orm::Statement,
+) -> Result<Vec<JobRecord>> {
+    let rows = conn.query_all_raw(s).await.map_err(Error::db(what()))?;
+    rows.iter().map(decode::record).collect()
+}
+
+/// One job by id.
+pub(crate) async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<JobRecord>> {
+    let b = Backend::of(conn)?;
+    let sql = format!("SELECT {} FROM outbox_jobs WHERE id = $1", record_columns(b));
+    Ok(records(conn, || format!("reading job `{id}`"), b.stmt(sql, vec![id.into()])).await?.into_iter().next())
+}
+
+/// Jobs matching a filter, newest first (by place, in a sequence).
+pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
+    let b = Backend::of(conn)?;
+    let mut sql = format!("SELECT {} FROM outbox_jobs WHERE TRUE", record_columns(b));
+    let mut p = Params::default();
+    if let Some(status) = filter.status {
+        sql.push_str(&format!(" AND status = {}", p.push(status.as_str())));
+    }
+    if let Some(kind) = &filter.kind {
+        sql.push_str(&format!(" AND kind = {}", p.push(kind.clone())));
+    }
+    if let Some(queue) = &filter.queue {
+        sql.push_str(&format!(" AND queue = {}", p.push(queue.clone())));
+    }
+    if let Some(since) = filter.since {
+        sql.push_str(&format!(" AND updated_at >= {}", b.ts(&p.push(since.timestamp_millis()))));
+    }
+    if let Some(key) = &filter.key {
+        sql.push_str(&format!(" AND idempotency_key = {}", p.push(key.clone())));
+    }
+    let order = match &filter.sequence {
+        Some(key) => {
+            sql.push_str(&format!(" AND sequence_key = {}", p.push(key.clone())));
+            "sequence_no DESC"
+        }
+        None => {
+            if let Some(before) = &filter.before {
+                sql.push_str(&format!(" AND id < {}", p.push(before.clone())));
+            }
+            "id DESC"
+        }
+    };
+    sql.push_str(&format!(" ORDER BY {order} LIMIT {}", p.push(limit_value(filter.limit))));
+    records(conn, || "listing jobs".into(), b.stmt(sql, p.0)).await
+}
+
+/// Claimed jobs whose lease ran out before `now`: their worker died or hung and no rescuer has run since.
+pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<JobRecord>> {
+    let b = Backend::of(conn)?;
+    let sql = format!(
+        "SELECT {} FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < {} ORDER BY lease_expires_at",
+        record_columns(b),
+        b.ts("$1")
+    );
+    records(conn, || "listing stuck jobs".into(), b.stmt(sql, vec![now.into()])).await
+}
+
+/// What an operator's retry sets: back to pending with its attempts reset and a released hold restored.
+const RETRY_SET: &str = "status = 'pending', attempts = 0, \
+     sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL";
+
+/// No active job (pending or claimed) of the same kind holds the key of the job `j`.
+fn key_free(j: &str) -> String {
+    format!(
+        "({j}.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = {j}.kind \
+         AND a.idempotency_key = {j}.idempotency_key AND a.status IN ('pending', 'claimed')))"
+    )
+}
+
+/// Failed or cancelled back to pending with its attempts reset, unless an active job holds its key;
+/// `Ok(false)` when it is not in such a status.
+pub(crate) async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
+    let b = Backend::of(conn)?;
+    let sql = format!(
+        "UPDATE outbox_jobs SET {RETRY_SET}, run_at = {now}, updated_at = {now} \
+         WHERE id = $2 AND status IN ('failed', 'cancelled') AND {}",
+        key_free("outbox_jobs"),
+        now = b.ts("$1"),
+    );
+    let res = execute_write(conn, b.stmt(sql, vec![now.into(), id.into()]), || format!("retrying job `{id}`")).await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Every failed job (of `kind`, with `error` as its last error) back to pending: of several sharing a key only
+/// the latest (by last change, then id), and none whose key an active job holds.
+pub(crate) async fn retry_failed<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    kind: Option<&str>,
+    error: Option<&str>,
+    now: i64,
+) -> Result<u64> {
+    let b = Backend::of(conn)?;
+    let mut p = Params::default();
+    let now = b.ts(&p.push(now));
+    let kind_filter = kind.map(|k| format!(" AND f.kind = {}", p.push(k))).unwrap_or_default();
+    let error_filter = error.map(|e| format!(" AND f.last_error = {}", p.push(e))).unwrap_or_default();
+    let sql = format!(
+        "UPDATE outbox_jobs SET {RETRY_SET}, run_at = {now}, updated_at = {now} WHERE status = 'failed' AND id IN ( \
+             SELECT id FROM (SELECT f.id, ROW_NUMBER() OVER ( \
+                 PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) \
+                 ORDER BY f.updated_at DESC, f.id DESC) AS rn \
+             FROM outbox_jobs f WHERE f.status = 'failed'{kind_filter}{error_filter} AND {}) r WHERE rn = 1)",
+        key_free("f")
+    );
+    let res = execute_write(conn, b.stmt(sql, p.0), || "retrying failed jobs".into()).await?;
+    Ok(res.rows_affected())
+}
+
+/// Pending to cancelled, or a held failed or cancelled job's hold released; `Ok(false)` when neither applies.
+pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
+    let b = Backend::of(conn)?;
+    let sql = format!(
+        "UPDATE outbox_jobs SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' \
+         THEN sequence_hold ELSE 2 END, updated_at = {} WHERE id = $2 AND (status = 'pending' \
+         OR (status IN ('failed', 'cancelled') AND sequence_key IS NOT NULL AND sequence_hold = 1))",
+        b.ts("$1")
+    );
+    let res =
+        execute_write(conn, b.stmt(sql, vec![now.into(), id.into()]), || format!("cancelling job `{id}`")).await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Deletes terminal jobs of the given statuses last changed before `before`, and workers' feed rows as old.
+pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64> {
+    let terminal: Vec<&str> = statuses.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
+    if terminal.is_empty() {
+        return Ok(0);
+    }
+    let b = Backend::of(conn)?;
+    let mut p = Params::default();
+    let cutoff = b.ts(&p.push(before));
+    let marks: Vec<String> = terminal.iter().map(|s| p.push(*s)).collect();
+    let sql =
+        format!("DELETE FROM outbox_jobs WHERE status IN ({}) AND updated_at < {cutoff} {HELD_KEPT}", marks.join(", "));
+    let res = execute_write(conn, b.stmt(sql, p.0), || "purging finished jobs".into()).await?;
+    // Workers' feed rows list many jobs and belong to none: they go by the same age.
+    let sql = format!("DELETE FROM outbox_job_events WHERE job_id = '' AND at < {}", b.ts("$1"));
+    execute_write(conn, b.stmt(sql, vec![Value::from(before)]), || "purging old feed rows".into()).await?;
+    Ok(res.rows_affected())
+}
+
+/// Deletes one finished (completed, failed, cancelled) job that does not hold its sequence; `Ok(false)` when
+/// there is no such job.
+pub(crate) async fn delete<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool> {
+    let b = Backend::of(conn)?;
+    let sql =
+        format!("DELETE FROM outbox_jobs WHERE id = $1 AND status IN ('completed', 'failed', 'cancelled') {HELD_KEPT}");
+    let res = execute_write(conn, b.stmt(sql, vec![id.into()]), || format!("deleting job `{id}`")).await?;
+    Ok(res.rows_affected() == 1)
+}

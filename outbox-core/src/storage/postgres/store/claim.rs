@@ -1,0 +1,207 @@
+//! The claim: due jobs of the worker's kinds and queues, `FOR UPDATE SKIP LOCKED`, fleet-wide limits first
+//! under each limited kind's advisory lock.
+
+use sea_orm::sqlx::postgres::PgPool;
+use sea_orm::sqlx::{self, Row};
+
+use super::{PgStore, PgStoreConfig, retrying};
+use crate::error::{Error, Result};
+use crate::storage::postgres::ts;
+use crate::storage::store::limited_share;
+use crate::storage::{ClaimedJob, Finished, Outcome, Unreadable, WorkerStore};
+
+/// The claim of due jobs, with one feed row for them all.
+macro_rules! claim_sql {
+    ($queue_filter:literal) => {
+        concat!(
+            "WITH c AS MATERIALIZED (",
+            claim_sql!(@pick $queue_filter),
+            "), u AS (UPDATE outbox_jobs j SET ",
+            claim_sql!(@set),
+            ", event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, \
+             j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, \
+             j.sequence_key IS NOT NULL AS sequenced), \
+             e AS (",
+            feed_row!("$2", "claimed", "$1", ""),
+            ") SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced FROM u"
+        )
+    };
+    (@pick $queue_filter:literal) => {
+        concat!(
+            "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND run_at <= ",
+            ts!("$2"),
+            " AND kind = ANY($4)",
+            $queue_filter,
+            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
+        )
+    };
+    (@set) => {
+        concat!(
+            "status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = ",
+            ts!("$2"),
+            ", claimed_at = ",
+            ts!("$2"),
+            ", lease_expires_at = ",
+            ts!("$3"),
+            ", updated_at = ",
+            ts!("$2")
+        )
+    };
+}
+
+const CLAIM_ANY_QUEUE: &str = claim_sql!("");
+const CLAIM_QUEUES: &str = claim_sql!(" AND queue = ANY($6)");
+
+/// Claims up to `limit` due jobs for the worker `c` describes: first those of kinds with a fleet-wide limit,
+/// each up to what its limit leaves, then the others. The in-process worker and remote claims share it.
+pub(in crate::storage::postgres) async fn claim_rows(
+    pool: &PgPool,
+    c: &PgStoreConfig,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let mut rows = Vec::new();
+    for (kind, cap) in &c.limited {
+        let left = limit - rows.len();
+        if left == 0 {
+            return Ok(rows);
+        }
+        let share = limited_share(left, !c.kinds.is_empty());
+        match claim_limited(pool, c, kind, *cap, share, now, lease_until).await {
+            Ok(claimed) => rows.extend(claimed),
+            Err(e) => return keep_claimed(rows, e),
+        }
+    }
+    let left = limit - rows.len();
+    if left > 0 && !c.kinds.is_empty() {
+        let kinds = &c.kinds;
+        let claimed =
+            retrying("claiming jobs", || async { claim_query(c, kinds, left, now, lease_until).fetch_all(pool).await })
+                .await;
+        match claimed {
+            Ok(claimed) => rows.extend(claimed),
+            Err(e) => return keep_claimed(rows, e),
+        }
+    }
+    Ok(rows)
+}
+
+/// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts the
+/// running jobs and claims what the limit leaves: claimers on every machine take turns.
+async fn claim_limited(
+    pool: &PgPool,
+    c: &PgStoreConfig,
+    kind: &str,
+    cap: u32,
+    left: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let kinds = [kind.to_owned()];
+    retrying("claiming jobs of a limited kind", || async {
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || $1, 0))")
+            .bind(kind)
+            .execute(&mut *tx)
+            .await?;
+        let running: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_jobs WHERE status = 'claimed' AND kind = $1")
+                .bind(kind)
+                .fetch_one(&mut *tx)
+                .await?;
+        let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
+        if room == 0 {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let rows = claim_query(c, &kinds, room, now, lease_until).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    })
+    .await
+}
+
+/// Jobs already claimed (and committed) by an earlier step of a claim are run even when a later step fails:
+/// dropping them would leave them claimed until their leases ran out, each with an attempt used.
+fn keep_claimed<T>(claimed: Vec<T>, e: Error) -> Result<Vec<T>> {
+    if claimed.is_empty() {
+        return Err(e);
+    }
+    tracing::warn!(error = %e, jobs = claimed.len(), "claiming failed after some jobs were claimed; running those");
+    Ok(claimed)
+}
+
+/// The claim of up to `limit` due jobs of `kinds`.
+fn claim_query<'q>(
+    c: &'q PgStoreConfig,
+    kinds: &'q [String],
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let sql = if c.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ANY_QUEUE };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut q = sqlx::query(sql).bind(&c.worker_id).bind(now).bind(lease_until).bind(kinds).bind(limit);
+    if let Some(queues) = &c.queues {
+        q = q.bind(queues);
+    }
+    q
+}
+
+/// The claimed rows; one that cannot be read is failed by itself through the fenced writer (the column
+/// types make that all but impossible here, but one bad row must never stop a claim).
+pub(super) fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) -> Vec<ClaimedJob> {
+    let mut jobs = Vec::with_capacity(rows.len());
+    for row in &rows {
+        match claimed_job(row) {
+            Ok(job) => jobs.push(job),
+            Err((u, attempt)) => {
+                // An id that cannot be read (possible only on a database whose encoding does not check text)
+                // fences nothing: that job keeps its claim until the lease runs out, and the rescuer fails it
+                // once its attempts are spent.
+                u.log(&store.inner.config.worker_id);
+                let error = u.error();
+                let (id, kind) = (u.id, u.kind);
+                let finished = Finished {
+                    id,
+                    kind,
+                    queue: row.try_get(2).unwrap_or_default(),
+                    attempt,
+                    outcome: Outcome::Failed { error },
+                };
+                if let Err(e) = store.finish(finished) {
+                    tracing::warn!(error = %e, "cannot fail an unreadable job; its lease will run out");
+                }
+            }
+        }
+    }
+    jobs
+}
+
+pub(in crate::storage::postgres) fn claimed_job(
+    row: &sqlx::postgres::PgRow,
+) -> std::result::Result<ClaimedJob, (Unreadable, i32)> {
+    let at = |column: &'static str| {
+        move |e: sqlx::Error| {
+            let unreadable = Unreadable {
+                id: row.try_get(0).unwrap_or_else(|_| "?".to_owned()),
+                kind: row.try_get(1).unwrap_or_else(|_| "?".to_owned()),
+                column,
+                found: format!("a value that cannot be decoded ({e})"),
+            };
+            (unreadable, row.try_get(4).unwrap_or(0))
+        }
+    };
+    Ok(ClaimedJob {
+        id: row.try_get(0).map_err(at("id"))?,
+        kind: row.try_get(1).map_err(at("kind"))?,
+        queue: row.try_get(2).map_err(at("queue"))?,
+        payload: row.try_get(3).map_err(at("payload"))?,
+        attempt: row.try_get(4).map_err(at("attempts"))?,
+        max_attempts: row.try_get(5).map_err(at("max_attempts"))?,
+        schema_hash: row.try_get(6).map_err(at("schema_hash"))?,
+        run: row.try_get(7).map_err(at("runs"))?,
+        sequenced: row.try_get(8).map_err(at("sequence_key"))?,
+    })
+}

@@ -1,0 +1,353 @@
+//! The worker's own PostgreSQL connections: `SKIP LOCKED` claims (`claim.rs`), batched fenced completions
+//! (`complete.rs`), lease renewals, rescues, and the `LISTEN` connection that wakes the worker when jobs are
+//! enqueued.
+//!
+//! The worker opens its own small pool (from the caller's connection options, named `outbox-worker <id>` in
+//! `pg_stat_activity`) so handlers and the application cannot starve the claim path, plus one connection
+//! for `LISTEN` (`outbox-listener <id>`). A connection the server drops (restart, failover, `pg_terminate_backend`) costs one failed
+//! statement: every call is retried on a fresh connection, completions until they are written or their
+//! lease would have run out anyway.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::sqlx::postgres::{PgPool, PgPoolOptions};
+use sea_orm::sqlx::{self, Row};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot};
+
+use super::listener::listen;
+use super::ts;
+use crate::error::{Error, Result};
+use crate::storage::store::StoreFuture;
+use crate::storage::transient;
+use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
+use crate::wake;
+pub(super) use claim::claim_rows;
+use claim::claimed_jobs;
+use complete::write_finished;
+
+/// What the worker claims and who it is.
+#[derive(Debug, Clone)]
+pub(crate) struct PgStoreConfig {
+    pub(crate) worker_id: String,
+    /// Kinds this worker has handlers for and no fleet-wide limit.
+    pub(crate) kinds: Vec<String>,
+    /// Kinds with a fleet-wide limit on running jobs, and the limit.
+    pub(crate) limited: Vec<(String, u32)>,
+    /// Queues it serves; `None` for all.
+    pub(crate) queues: Option<Vec<String>>,
+    /// The schema holding the outbox tables; notifications from other schemas are ignored.
+    pub(crate) schema: String,
+}
+
+/// The feed row of a worker statement's `$event` at `$at` by `$worker` (placeholders), listing the jobs of the
+/// updated rows `u` that pass `$filter`; none when no job does.
+macro_rules! feed_row {
+    ($at:literal, $event:literal, $worker:literal, $filter:literal) => {
+        concat!(
+            "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+             SELECT '', '', '', ",
+            ts!($at),
+            ", '",
+            $event,
+            "', 0, ",
+            $worker,
+            ", json_agg(json_build_array(id, kind, queue, attempts)) FROM u",
+            $filter,
+            " HAVING count(*) > 0"
+        )
+    };
+}
+
+mod claim;
+mod complete;
+
+pub(in crate::storage::postgres) use claim::claimed_job;
+pub(in crate::storage::postgres) use complete::write_batch;
+
+/// Never shortens a lease a handler extended further than the heartbeat does.
+const EXTEND: &str = concat!(
+    "UPDATE outbox_jobs SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, TIMESTAMPTZ 'epoch'), ",
+    ts!("$1"),
+    ") WHERE status = 'claimed' AND locked_by = $2 AND id = ANY($3)"
+);
+
+/// Rescuers on several machines skip each other's rows instead of queueing behind them.
+const RESCUE: &str = concat!(
+    "WITH r AS (SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < ",
+    ts!("$1"),
+    " FOR UPDATE SKIP LOCKED) \
+     UPDATE outbox_jobs j SET \
+     status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END, \
+     last_error = 'lease expired while claimed by ' || COALESCE(j.locked_by, 'an unknown worker') \
+     || CASE WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END, \
+     lease_expires_at = NULL, run_at = ",
+    ts!("$1"),
+    ", updated_at = ",
+    ts!("$1"),
+    " FROM r WHERE j.id = r.id RETURNING j.id, j.kind, j.queue, j.attempts, j.status, j.locked_by"
+);
+
+/// The sequences with a waiting job whose lock is free (taken for the transaction), as an array: the first
+/// half of the sweep.
+/// Only a sequence none of whose jobs is running or free to run is a candidate: a sequence moving on its own
+/// is never locked here, so the sweep does not contend with the release of its next job.
+const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT w.sequence_key AS k FROM outbox_jobs w \
+     WHERE w.status = 'pending' AND w.waiting AND NOT EXISTS (SELECT 1 FROM outbox_jobs c \
+     WHERE c.sequence_key = w.sequence_key AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
+     ORDER BY 1) s \
+     WHERE pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0))";
+
+/// The second half, in the same transaction and so with a snapshot taken under those locks: lets go the first
+/// job of each sequence when it waits with nothing ahead of it holding it and no job of the sequence running
+/// or free to run (a job retried after its sequence went on waits for the later one that runs). The release triggers skip a
+/// sequence an enqueuing transaction holds, and a transaction that enqueued under an older snapshot
+/// (`REPEATABLE READ`) may have seen a job ahead that has finished since; the sweep catches both.
+const SWEEP: &str = concat!(
+    "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
+     WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND ",
+    "(h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1))",
+    " ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
+     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k \
+     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))"
+);
+
+/// The worker's own connections: claims, the completion writer, renewals and rescues.
+const POOL: u32 = 4;
+/// Attempts at one claim, renewal or rescue: a dropped connection fails one statement; after a server restart
+/// every pooled connection may be dead, so there are more attempts than connections.
+const CALL_TRIES: u32 = POOL + 2;
+/// How long finished attempts are retried before they are left to the lease.
+const FINISH_GIVE_UP: Duration = Duration::from_secs(300);
+/// Finished attempts written per statement at most.
+const FINISH_BATCH: usize = 1_000;
+
+enum Msg {
+    Finish(Finished),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Handle to the worker's PostgreSQL connections. Clones share them.
+#[derive(Clone)]
+pub(crate) struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    config: PgStoreConfig,
+    /// The worker's background runtime, which runs every statement of the store: a handler that stalls the
+    /// worker's own runtime cannot hold a claim's transaction (and its advisory locks) open.
+    bg: Handle,
+    tx: mpsc::UnboundedSender<Msg>,
+    /// Finished attempts not yet written. Their leases are renewed until they are, and past one batch they
+    /// keep their slots.
+    unwritten: Unwritten,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+/// Ids of finished attempts waiting for the completion writer.
+type Unwritten = Arc<std::sync::Mutex<HashSet<String>>>;
+
+fn unwritten_ids(unwritten: &Unwritten) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    // The set holds plain ids; a panic elsewhere while it was locked leaves nothing half-done in it.
+    unwritten.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// `role worker`, as PostgreSQL keeps it (the first 63 bytes).
+pub(super) fn application_name(role: &str, worker_id: &str) -> String {
+    let mut name = format!("{role} {worker_id}");
+    while name.len() > 63 {
+        name.pop();
+    }
+    name
+}
+
+impl PgStore {
+    /// Opens the worker's pool on the options of `caller` and starts the completion writer and the listener,
+    /// all on the runtime of `bg`.
+    pub(crate) fn open(caller: &PgPool, config: PgStoreConfig, bg: &Handle) -> PgStore {
+        let _entered = bg.enter();
+        let name = |role: &str| application_name(role, &config.worker_id);
+        let options = caller.connect_options().as_ref().clone();
+        let listen_options = options.clone().application_name(&name("outbox-listener"));
+        // Planned for their values on every run: after five runs PostgreSQL would otherwise switch the claim
+        // and the batch completion to generic plans that scan the whole table (measured: 30 times slower).
+        let options =
+            options.application_name(&name("outbox-worker")).options([("plan_cache_mode", "force_custom_plan")]);
+        // No ping before each statement (it cost 13 % of throughput): a connection a server restart or
+        // `pg_terminate_backend` left dead fails one statement, is dropped, and the call is retried.
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(30))
+            .test_before_acquire(false)
+            .connect_lazy_with(options);
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_lazy_with(listen_options);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let unwritten = Unwritten::default();
+        tokio::spawn(write_finished(pool.clone(), config.worker_id.clone(), rx, Arc::clone(&unwritten)));
+        let listener = tokio::spawn(listen(listen_pool, config.schema.clone(), config.worker_id.clone()));
+        PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener, bg: bg.clone() }) }
+    }
+
+    /// Runs `call` on the background runtime.
+    async fn on_bg<T, Fut>(&self, call: impl FnOnce(Arc<Inner>) -> Fut) -> Result<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.inner.bg.spawn(call(Arc::clone(&self.inner))).await.map_err(|e| {
+            if e.is_cancelled() {
+                Error::WorkerStopped
+            } else {
+                Error::Internal(format!("a worker store call failed: {e}"))
+            }
+        })?
+    }
+}
+
+/// Claims, renewals and rescues run on the background runtime; finished attempts queue for the writer there.
+impl WorkerStore for PgStore {
+    /// Claims up to `limit` due jobs (see [`claim_rows`]).
+    fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
+        Box::pin(async move {
+            let rows = self
+                .on_bg(
+                    move |inner| async move { claim_rows(&inner.pool, &inner.config, limit, now, lease_until).await },
+                )
+                .await?;
+            Ok(claimed_jobs(self, rows))
+        })
+    }
+
+    /// Queues a finished attempt; it is written with whatever else finished meanwhile, in one statement.
+    fn finish(&self, finished: Finished) -> Result<()> {
+        unwritten_ids(&self.inner.unwritten).insert(finished.id.clone());
+        self.inner.tx.send(Msg::Finish(finished)).map_err(|_| Error::WorkerStopped)
+    }
+
+    /// Finished attempts the writer has not written yet; their jobs are still claimed.
+    fn unwritten(&self) -> Vec<String> {
+        unwritten_ids(&self.inner.unwritten).iter().cloned().collect()
+    }
+
+    fn unwritten_count(&self) -> usize {
+        unwritten_ids(&self.inner.unwritten).len()
+    }
+
+    fn extend(&self, ids: Vec<String>, until: i64) -> StoreFuture<'_, u64> {
+        Box::pin(self.on_bg(move |inner| async move {
+            let (pool, worker) = (&inner.pool, &inner.config.worker_id);
+            retrying("renewing leases", || async {
+                let res = sqlx::query(EXTEND).bind(until).bind(worker).bind(&ids).execute(pool).await?;
+                Ok(res.rows_affected())
+            })
+            .await
+        }))
+    }
+
+    fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>> {
+        Box::pin(self.on_bg(move |inner| async move { rescue(&inner, now).await }))
+    }
+
+    /// Stops the listener and closes the worker's pool (`outbox-worker <id>`), on the background runtime where
+    /// their connections live.
+    fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let closed = self
+                .on_bg(|inner| async move {
+                    inner.listener.abort();
+                    inner.pool.close().await;
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = closed {
+                tracing::debug!(worker = %self.inner.config.worker_id, error = %e, "closing the worker's connections failed");
+            }
+        })
+    }
+
+    fn flush(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            self.inner.tx.send(Msg::Flush(reply)).map_err(|_| Error::WorkerStopped)?;
+            rx.await.map_err(|_| Error::WorkerStopped)
+        })
+    }
+}
+
+/// Lets go sequences that moved on, then rescues expired claims.
+async fn rescue(inner: &Inner, now: i64) -> Result<Vec<Rescued>> {
+    let pool = &inner.pool;
+    let schema = &inner.config.schema;
+    let released = retrying("letting waiting sequences go", || async {
+        let mut tx = pool.begin().await?;
+        let keys: Option<Vec<String>> = sqlx::query_scalar(SWEEP_LOCK).bind(schema).fetch_one(&mut *tx).await?;
+        let released = match keys {
+            Some(keys) => {
+                let n = sqlx::query(SWEEP).bind(&keys).execute(&mut *tx).await?.rows_affected();
+                if n > 0 {
+                    sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
+                }
+                n
+            }
+            None => 0,
+        };
+        tx.commit().await?;
+        Ok(released)
+    })
+    .await?;
+    if released > 0 {
+        tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
+        wake::wake();
+    }
+    retrying("rescuing expired claims", || async {
+        let rows = sqlx::query(RESCUE).bind(now).fetch_all(pool).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Rescued {
+                    id: row.try_get(0)?,
+                    kind: row.try_get(1)?,
+                    queue: row.try_get(2)?,
+                    attempt: row.try_get(3)?,
+                    status: row.try_get(4)?,
+                    previous_owner: row.try_get(5)?,
+                })
+            })
+            .collect()
+    })
+    .await
+}
+
+pub(super) async fn retrying<T, F, Fut>(what: &str, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tries < CALL_TRIES && transient::sqlx(&e) => {
+                tracing::debug!(error = %e, tries, "{what} failed on a dropped connection; retrying");
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(tries - 1))).await;
+            }
+            Err(e) => return Err(Error::db(what)(e)),
+        }
+    }
+}

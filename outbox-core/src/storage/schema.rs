@@ -1,0 +1,83 @@
+//! The schema: one migration per backend creating the tables as they are (`sqlite/schema.sql`,
+//! `postgres/schema.sql`), and the refusal of a database created by a build from before it.
+
+use sea_orm::{ConnectionTrait, DbBackend};
+
+use super::Backend;
+use crate::error::{Error, Result};
+
+/// The one migration's name.
+pub(crate) const MIGRATION: &str = "m20261128_000001_outbox_schema";
+
+/// The migrations of builds before the schema was written as one. Their tables may match, but a database that
+/// lists them grew through nine steps this build cannot vouch for: it is refused, never modified.
+const LEGACY: [&str; 9] = [
+    "m20261122_000001_create_outbox_jobs",
+    "m20261122_000002_create_outbox_job_events",
+    "m20261122_000003_create_outbox_kinds",
+    "m20261123_000004_sequences_and_limits",
+    "m20261123_000005_enforced_types",
+    "m20261124_000006_event_feed_and_workers",
+    "m20261125_000007_batched_worker_events",
+    "m20261126_000008_inline_feed_rows",
+    "m20261127_000009_schedules_locks_reconciliations",
+];
+
+/// The statements creating the schema on `backend`, and those dropping it.
+pub(crate) fn statements(backend: DbBackend) -> Option<(&'static str, &'static str)> {
+    match backend {
+        #[cfg(feature = "sqlite")]
+        DbBackend::Sqlite => Some((
+            include_str!("sqlite/schema.sql"),
+            "DROP TABLE IF EXISTS outbox_reconciliations; DROP TABLE IF EXISTS outbox_locks; \
+             DROP TABLE IF EXISTS outbox_schedules; DROP TABLE IF EXISTS outbox_workers; \
+             DROP TABLE IF EXISTS outbox_kinds; DROP TABLE IF EXISTS outbox_jobs; \
+             DROP TABLE IF EXISTS outbox_job_events;",
+        )),
+        #[cfg(feature = "postgres")]
+        DbBackend::Postgres => Some((
+            include_str!("postgres/schema.sql"),
+            "DROP TABLE IF EXISTS outbox_reconciliations, outbox_locks, outbox_schedules, outbox_workers, \
+             outbox_kinds, outbox_jobs, outbox_job_events; DROP SEQUENCE IF EXISTS outbox_jobs_sequence_no; \
+             DROP FUNCTION IF EXISTS outbox_jobs_notify(), outbox_jobs_sequence_insert(), \
+             outbox_jobs_sequence_note(), outbox_jobs_sequence_next(), outbox_jobs_sequence_rejoin(), \
+             outbox_jobs_enqueued(), outbox_jobs_purged(), outbox_jobs_transition();",
+        )),
+        _ => None,
+    }
+}
+
+/// Refuses a database whose outbox tables an earlier build created, saying what to do; a database without
+/// them, or with this build's, passes.
+pub(crate) async fn refuse_legacy<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<()> {
+    let b = Backend::of(conn)?;
+    let exists = match b {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox_migrations'",
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => {
+            "SELECT COUNT(*) FROM pg_tables WHERE schemaname = current_schema() \
+             AND tablename = 'outbox_migrations'"
+        }
+    };
+    let ctx = || Error::db("reading the applied outbox migrations");
+    let count = |row: Option<sea_orm::QueryResult>| -> Result<i64> {
+        row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(ctx()).map(Option::unwrap_or_default)
+    };
+    if count(conn.query_one_raw(b.stmt(exists, vec![])).await.map_err(ctx())?)? == 0 {
+        return Ok(());
+    }
+    let marks = (1..=LEGACY.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+    let sql = format!("SELECT COUNT(*) FROM outbox_migrations WHERE version IN ({marks})");
+    let legacy: Vec<sea_orm::Value> = LEGACY.iter().map(|n| (*n).into()).collect();
+    if count(conn.query_one_raw(b.stmt(sql, legacy)).await.map_err(ctx())?)? == 0 {
+        return Ok(());
+    }
+    Err(Error::Unsupported(
+        "this database's outbox tables were created by an earlier build of outbox (its `outbox_migrations` lists \
+         `m20261122_000001_create_outbox_jobs`), whose nine migrations this build replaces with one: it cannot be \
+         upgraded in place and was left untouched. Let the old build's workers finish the jobs, then drop the \
+         outbox tables (`outbox_*`; on SQLite a file of their own can be deleted) and run `outbox migrate`"
+            .into(),
+    ))
+}

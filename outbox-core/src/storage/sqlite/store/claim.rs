@@ -1,0 +1,188 @@
+//! The claim: due jobs of the worker's kinds and queues, fleet-wide limits first, in one statement each.
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, params};
+
+use super::{StoreConfig, insert_batch_event};
+use crate::error::{Error, Result};
+use crate::storage::store::limited_share;
+use crate::storage::{ClaimedJob, Unreadable};
+
+/// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
+/// leaves (the count and the claim share the write transaction, so no other claimer can slip in between;
+/// the count reads claimed rows through the lease index, at most the fleet's concurrency of them), then the
+/// others.
+pub(in crate::storage::sqlite) fn claim(
+    conn: &Connection,
+    config: &StoreConfig,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<ClaimedJob>> {
+    let mut claimed = Vec::new();
+    for (kinds_json, cap) in &config.limited {
+        let left = limit - claimed.len();
+        if left == 0 {
+            return Ok(claimed);
+        }
+        let running: i64 = conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed' \
+                 AND kind IN (SELECT value FROM json_each(?1))",
+            )
+            .and_then(|mut s| s.query_row(params![kinds_json], |row| row.get(0)))
+            .map_err(Error::db("counting running jobs of a limited kind"))?;
+        let room =
+            usize::try_from(i64::from(*cap) - running).unwrap_or(0).min(limited_share(left, config.kinds_json != "[]"));
+        if room > 0 {
+            claimed.extend(claim_of(conn, config, kinds_json, room, now, lease_until, unreadable)?);
+        }
+    }
+    let left = limit - claimed.len();
+    if left > 0 && config.kinds_json != "[]" {
+        claimed.extend(claim_of(conn, config, &config.kinds_json, left, now, lease_until, unreadable)?);
+    }
+    Ok(claimed)
+}
+
+/// Claims up to `limit` due jobs of `kinds_json` that nothing in their sequence holds back. A claimed row
+/// that cannot be read is failed by itself in the same transaction (by rowid: even its id may be unreadable)
+/// and the rest are returned.
+fn claim_of(
+    conn: &Connection,
+    config: &StoreConfig,
+    kinds_json: &str,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<ClaimedJob>> {
+    let queue_filter = if config.queues_json.is_some() {
+        " AND queue IN (SELECT value FROM json_each(?6))"
+    } else {
+        " AND ?6 IS NULL"
+    };
+    // Rows are picked by rowid, which the ready index holds: by id, each picked row cost one more descent of
+    // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare
+    // bound LIMIT into the plan and prepares the statement again whenever the value changes, which a claim's
+    // room does nearly every time.
+    let sql = format!(
+        "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
+         locked_at = ?2, \
+         claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip \
+         WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
+         AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
+         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
+         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
+         sequence_key IS NOT NULL, rowid"
+    );
+    let ctx = || Error::db("claiming jobs");
+    let mut claimed = Vec::new();
+    let mut listed_before = 0;
+    // Rows that could not be read take no slot: claim again past them, so a head of the queue made of
+    // them never looks like an empty queue.
+    loop {
+        let want = i64::try_from(limit - claimed.len()).unwrap_or(i64::MAX);
+        let mut bad = Vec::new();
+        {
+            let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
+            let mut rows = stmt
+                .query(params![config.worker_id, now, lease_until, kinds_json, want, config.queues_json])
+                .map_err(ctx())?;
+            while let Some(row) = rows.next().map_err(ctx())? {
+                match claimed_row(row) {
+                    Ok(job) => claimed.push(job),
+                    Err(u) => bad.push((
+                        row.get::<_, i64>(9).map_err(ctx())?,
+                        u,
+                        shown(row, 2),
+                        row.get::<_, i64>(4).ok().and_then(|n| i32::try_from(n).ok()).unwrap_or(0),
+                    )),
+                }
+            }
+        }
+        // The claim's feed row lists every row it took, the unreadable ones as well as they can be named.
+        {
+            let mut listed: Vec<(&str, &str, &str, i32)> = claimed[listed_before..]
+                .iter()
+                .map(|j| (j.id.as_str(), j.kind.as_str(), j.queue.as_str(), j.attempt))
+                .collect();
+            listed.extend(
+                bad.iter().map(|(_, u, queue, attempt)| (u.id.as_str(), u.kind.as_str(), queue.as_str(), *attempt)),
+            );
+            insert_batch_event(conn, "claimed", &config.worker_id, now, &listed)?;
+        }
+        listed_before = claimed.len();
+        if bad.is_empty() {
+            return Ok(claimed);
+        }
+        for (rowid, u, _, _) in bad {
+            conn.prepare_cached(
+                "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, \
+                 updated_at = ?2 WHERE rowid = ?3",
+            )
+            .and_then(|mut s| s.execute(params![u.error(), now, rowid]))
+            .map_err(Error::db(format!("failing unreadable job `{}`", u.id)))?;
+            unreadable.push(u);
+        }
+        if claimed.len() == limit {
+            return Ok(claimed);
+        }
+    }
+}
+
+/// One row of the claim, each column checked for the type that belongs there.
+fn claimed_row(row: &rusqlite::Row<'_>) -> std::result::Result<ClaimedJob, Unreadable> {
+    let at = |column: &'static str| move |found| Unreadable { id: shown(row, 0), kind: shown(row, 1), column, found };
+    Ok(ClaimedJob {
+        id: text(row, 0).map_err(at("id"))?,
+        kind: text(row, 1).map_err(at("kind"))?,
+        queue: text(row, 2).map_err(at("queue"))?,
+        payload: text(row, 3).map_err(at("payload"))?,
+        attempt: int(row, 4).map_err(at("attempts"))?,
+        max_attempts: int(row, 5).map_err(at("max_attempts"))?,
+        schema_hash: text(row, 6).map_err(at("schema_hash"))?,
+        run: int(row, 7).map_err(at("runs"))?,
+        sequenced: int(row, 8).map_err(at("sequence_key"))? != 0,
+    })
+}
+
+fn text(row: &rusqlite::Row<'_>, i: usize) -> std::result::Result<String, String> {
+    match row.get_ref(i) {
+        Ok(ValueRef::Text(bytes)) => {
+            std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| "text that is not UTF-8".to_owned())
+        }
+        Ok(other) => Err(found(other)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn int(row: &rusqlite::Row<'_>, i: usize) -> std::result::Result<i32, String> {
+    match row.get_ref(i) {
+        Ok(ValueRef::Integer(n)) => i32::try_from(n).map_err(|_| format!("{n}, out of range")),
+        Ok(other) => Err(found(other)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What a value is, for an error: never its content, which may be anything.
+fn found(value: ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Null => "NULL".into(),
+        ValueRef::Integer(n) => format!("the INTEGER {n}"),
+        ValueRef::Real(x) => format!("the REAL {x}"),
+        ValueRef::Text(t) => format!("TEXT of {} bytes", t.len()),
+        ValueRef::Blob(b) => format!("a BLOB of {} bytes", b.len()),
+    }
+}
+
+/// A column as well as it can be shown, for naming an unreadable job.
+fn shown(row: &rusqlite::Row<'_>, i: usize) -> String {
+    match row.get_ref(i) {
+        Ok(ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
+        Ok(ValueRef::Integer(n)) => n.to_string(),
+        Ok(ValueRef::Blob(b)) => format!("x'{}'", b.iter().map(|b| format!("{b:02X}")).collect::<String>()),
+        _ => "?".into(),
+    }
+}

@@ -1,0 +1,143 @@
+//! Outcomes: each finished attempt written fenced by its claim, a batch of them in one statement.
+
+use rusqlite::{Connection, params};
+
+use super::insert_batch_event;
+use crate::error::{Error, Result};
+use crate::storage::{Finished, Outcome};
+
+/// The fence of every write after the claim: this job, still claimed, by this owner, in this attempt.
+macro_rules! fence {
+    () => {
+        "WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3"
+    };
+}
+
+/// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
+///
+/// A batch of distinct jobs is one statement over a JSON array, with one feed row for its completions: one
+/// statement per job costs several times more (each execution builds the status check's and the partial
+/// indexes' value lists again). A batch that names a job twice (never the worker's own) is written row by row,
+/// so the second write meets the fence the first one moved; so is a single outcome, which the transition
+/// trigger records.
+pub(in crate::storage::sqlite) fn write_finished(
+    tx: &Connection,
+    owner: &str,
+    batch: &[Finished],
+    now: i64,
+) -> Result<Vec<bool>> {
+    if batch.len() > 1 {
+        let mut ids: Vec<&str> = batch.iter().map(|f| f.id.as_str()).collect();
+        ids.sort_unstable();
+        if ids.windows(2).all(|w| w[0] != w[1]) {
+            return write_batch(tx, owner, batch, now);
+        }
+    }
+    write_rows(tx, owner, batch, now)
+}
+
+/// One finished attempt as [`FINISH_BATCH`] reads it: id, attempt, new status, attempts given back, output,
+/// error, next run.
+#[derive(serde::Serialize)]
+struct BatchRow<'a> {
+    i: &'a str,
+    a: i32,
+    s: &'static str,
+    g: i32,
+    o: Option<&'a str>,
+    e: Option<&'a str>,
+    r: Option<i64>,
+}
+
+/// The outcomes of a batch, each with the same columns and fence as in [`write_rows`].
+const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', attempts = attempts - (f.value ->> 'g'), \
+     output = CASE WHEN f.value ->> 's' = 'completed' THEN f.value ->> 'o' ELSE output END, \
+     completed_at = CASE WHEN f.value ->> 's' = 'completed' THEN ?3 ELSE completed_at END, \
+     last_error = COALESCE(f.value ->> 'e', last_error), run_at = COALESCE(f.value ->> 'r', run_at), \
+     lease_expires_at = NULL, updated_at = ?3, \
+     event_flip = CASE WHEN f.value ->> 's' = 'completed' THEN 1 - event_flip ELSE event_flip END \
+     FROM json_each(?1) AS f \
+     WHERE outbox_jobs.id = f.value ->> 'i' AND outbox_jobs.status = 'claimed' AND outbox_jobs.locked_by = ?2 \
+     AND outbox_jobs.attempts = f.value ->> 'a' \
+     RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
+
+fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
+    let rows: Vec<BatchRow<'_>> = batch
+        .iter()
+        .map(|f| {
+            let c = f.outcome.columns(now);
+            BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at }
+        })
+        .collect();
+    let json = serde_json::to_string(&rows).map_err(|e| Error::Internal(format!("encoding finished jobs: {e}")))?;
+    let ctx = || Error::db("writing finished jobs");
+    let mut stmt = tx.prepare_cached(FINISH_BATCH).map_err(ctx())?;
+    let mut written = std::collections::HashSet::with_capacity(batch.len());
+    let mut completed: Vec<(String, String, String, i32)> = Vec::with_capacity(batch.len());
+    let mut rows = stmt.query(params![json, owner, now]).map_err(ctx())?;
+    while let Some(row) = rows.next().map_err(ctx())? {
+        let id: String = row.get(0).map_err(ctx())?;
+        if row.get_ref(3).map_err(ctx())?.as_str().ok() == Some("completed") {
+            completed.push((
+                id.clone(),
+                row.get(1).map_err(ctx())?,
+                row.get(2).map_err(ctx())?,
+                row.get(4).map_err(ctx())?,
+            ));
+        }
+        written.insert(id);
+    }
+    drop(rows);
+    insert_batch_event(tx, "completed", owner, now, &completed)?;
+    Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
+}
+
+/// Writes each outcome by itself.
+fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
+    let ctx = || Error::db("writing finished jobs");
+    let mut applied = Vec::with_capacity(batch.len());
+    {
+        for f in batch {
+            let n = match &f.outcome {
+                Outcome::Completed { output } => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
+                         lease_expires_at = NULL, updated_at = ?5 ",
+                        fence!()
+                    ))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now])),
+                Outcome::Retry { run_at, error } => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, last_error = ?5, \
+                         lease_expires_at = NULL, updated_at = ?6 ",
+                        fence!()
+                    ))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, error, now])),
+                Outcome::Failed { error } => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'failed', last_error = ?4, lease_expires_at = NULL, \
+                         updated_at = ?5 ",
+                        fence!()
+                    ))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, error, now])),
+                Outcome::Snoozed { run_at } => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
+                         lease_expires_at = NULL, updated_at = ?5 ",
+                        fence!()
+                    ))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, now])),
+                Outcome::Released => tx
+                    .prepare_cached(concat!(
+                        "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
+                         lease_expires_at = NULL, updated_at = ?4 ",
+                        fence!()
+                    ))
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, now])),
+            }
+            .map_err(ctx())?;
+            applied.push(n == 1);
+        }
+    }
+    Ok(applied)
+}

@@ -1,0 +1,221 @@
+//! The worker's path through storage: the [`WorkerStore`] trait each backend implements on connections of the
+//! worker's own (`sqlite/store/`, `postgres/store/`), and what crosses it: claimed jobs, outcomes, rescues.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::error::Result;
+
+/// Who the worker is and what it may claim.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerStoreOpts {
+    pub(crate) worker_id: String,
+    /// Kinds this worker has handlers for, sorted.
+    pub(crate) kinds: Vec<String>,
+    /// Of those, the kinds with a fleet-wide limit on running jobs, and the limit.
+    pub(crate) limits: Vec<(String, u32)>,
+    /// Queues it serves; `None` for all.
+    pub(crate) queues: Option<Vec<String>>,
+}
+
+impl WorkerStoreOpts {
+    /// The kinds without a fleet-wide limit.
+    pub(crate) fn unlimited_kinds(&self) -> Vec<String> {
+        self.kinds.iter().filter(|k| !self.limits.iter().any(|(l, _)| l == *k)).cloned().collect()
+    }
+}
+
+/// The slots of a claim a kind with a fleet-wide limit may take: all that are left, or half of them when the
+/// worker serves kinds without a limit too, so that a limit above the worker's concurrency cannot starve
+/// them (the limited kinds are claimed first).
+pub(crate) fn limited_share(left: usize, others: bool) -> usize {
+    if others { left.div_ceil(2) } else { left }
+}
+
+/// What a [`WorkerStore`] call returns.
+pub(crate) type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// The worker's claim/complete path, on connections of the worker's own: claims, completions, renewals,
+/// rescues. Each backend implements it (`sqlite::store::SqliteStore`, `postgres::store::PgStore`); the
+/// worker holds it as a [`Store`].
+pub(crate) trait WorkerStore: Send + Sync {
+    /// Claims up to `limit` due jobs, leased until `lease_until`.
+    fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>>;
+
+    /// Queues a finished attempt; it is written with whatever else finished meanwhile.
+    fn finish(&self, finished: Finished) -> Result<()>;
+
+    /// Jobs whose attempt has finished but whose outcome is not written yet: they still hold their claim and
+    /// keep their leases renewed, and past one batch of them they count against the worker's concurrency.
+    /// Empty where the store writes queued outcomes before it claims.
+    fn unwritten(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// How many of [`WorkerStore::unwritten`] there are.
+    fn unwritten_count(&self) -> usize {
+        0
+    }
+
+    /// Renews the leases of the worker's claimed jobs among `ids` until `until`; how many it renewed.
+    fn extend(&self, ids: Vec<String>, until: i64) -> StoreFuture<'_, u64>;
+
+    /// Takes back claims whose lease expired (anyone's), and lets go sequences that moved on.
+    fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>>;
+
+    /// Resolves once every finish queued before it has been written (or given up on).
+    fn flush(&self) -> StoreFuture<'_, ()>;
+
+    /// Closes the store's connections once its outcomes are flushed; the worker is stopping. Where a
+    /// connection closes with its last handle, nothing to do.
+    fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async {})
+    }
+}
+
+/// A worker's store, shared by its loop, its handlers' contexts and its watchdog.
+pub(crate) type Store = Arc<dyn WorkerStore>;
+
+/// A job just claimed by a worker.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimedJob {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) queue: String,
+    pub(crate) payload: String,
+    pub(crate) attempt: i32,
+    pub(crate) max_attempts: i32,
+    pub(crate) schema_hash: String,
+    /// How many times the job has been claimed, this claim included; never given back.
+    pub(crate) run: i32,
+    /// Whether it runs in a sequence.
+    pub(crate) sequenced: bool,
+}
+
+/// A claimed row the worker cannot read (a value of the wrong SQL type or text that is not UTF-8, written
+/// behind the framework's back): it is failed by itself, without running, and the rest of the claim goes on.
+#[derive(Debug, Clone)]
+pub(crate) struct Unreadable {
+    /// The job's id, or what could be read of it.
+    pub(crate) id: String,
+    /// The job's kind, or what could be read of it.
+    pub(crate) kind: String,
+    /// The first column that could not be read.
+    pub(crate) column: &'static str,
+    /// What it holds instead of what belongs there: `a BLOB of 12 bytes`, `text that is not UTF-8`, ...
+    pub(crate) found: String,
+}
+
+impl Unreadable {
+    /// The error recorded on the job.
+    pub(crate) fn error(&self) -> String {
+        format!(
+            "job `{}` cannot be read: its `{}` column holds {}; failed without running",
+            self.id, self.column, self.found
+        )
+    }
+
+    pub(crate) fn log(&self, worker: &str) {
+        tracing::error!(
+            job_id = %self.id, kind = %self.kind, column = self.column, found = %self.found, worker,
+            "claimed a job that cannot be read; failed it without running"
+        );
+    }
+}
+
+/// How a claimed job ends its attempt.
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome {
+    /// Handler succeeded.
+    Completed { output: Option<String> },
+    /// Back to pending after `run_at`, the attempt used.
+    Retry { run_at: i64, error: String },
+    /// Terminal failure.
+    Failed { error: String },
+    /// Back to pending after `run_at`, the attempt given back.
+    Snoozed { run_at: i64 },
+    /// Back to pending now, the attempt given back (shutdown).
+    Released,
+}
+
+/// How an outcome changes its job's row, as every batched completion writes it: the new status, the attempts
+/// given back, the output, the error and the next run.
+pub(crate) struct OutcomeColumns<'a> {
+    pub(crate) status: &'static str,
+    pub(crate) give_back: i32,
+    pub(crate) output: Option<&'a str>,
+    pub(crate) error: Option<&'a str>,
+    pub(crate) run_at: Option<i64>,
+}
+
+impl Outcome {
+    /// The columns this outcome writes; a released job runs again at `now`.
+    pub(crate) fn columns(&self, now: i64) -> OutcomeColumns<'_> {
+        let (status, give_back, output, error, run_at) = match self {
+            Outcome::Completed { output } => ("completed", 0, output.as_deref(), None, None),
+            Outcome::Retry { run_at, error } => ("pending", 0, None, Some(error.as_str()), Some(*run_at)),
+            Outcome::Failed { error } => ("failed", 0, None, Some(error.as_str()), None),
+            Outcome::Snoozed { run_at } => ("pending", 1, None, None, Some(*run_at)),
+            Outcome::Released => ("pending", 1, None, None, Some(now)),
+        };
+        OutcomeColumns { status, give_back, output, error, run_at }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Outcome::Completed { .. } => "completed",
+            Outcome::Retry { .. } => "retried",
+            Outcome::Failed { .. } => "failed",
+            Outcome::Snoozed { .. } => "snoozed",
+            Outcome::Released => "released",
+        }
+    }
+}
+
+/// The end of one attempt, fenced by the claim it belongs to.
+#[derive(Debug, Clone)]
+pub(crate) struct Finished {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) queue: String,
+    pub(crate) attempt: i32,
+    pub(crate) outcome: Outcome,
+}
+
+/// A claim returned to pending or failed by the rescuer.
+#[derive(Debug, Clone)]
+pub(crate) struct Rescued {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) queue: String,
+    pub(crate) attempt: i32,
+    pub(crate) status: String,
+    pub(crate) previous_owner: Option<String>,
+}
+
+/// Logs a written (or discarded) outcome; every backend's completion writer calls it.
+pub(crate) fn log_finished(f: &Finished, applied: bool, worker: &str) {
+    let (job_id, kind, queue, attempt) = (f.id.as_str(), f.kind.as_str(), f.queue.as_str(), f.attempt);
+    if !applied {
+        tracing::warn!(
+            job_id,
+            kind,
+            queue,
+            attempt,
+            worker,
+            outcome = f.outcome.name(),
+            "discarded a stale result: the job's claim had expired and was rescued"
+        );
+        return;
+    }
+    match &f.outcome {
+        Outcome::Completed { .. } => tracing::debug!(job_id, kind, queue, attempt, "job completed"),
+        Outcome::Retry { run_at, error } => {
+            tracing::warn!(job_id, kind, queue, attempt, run_at, error = %error, "job failed; will retry")
+        }
+        Outcome::Failed { error } => tracing::error!(job_id, kind, queue, attempt, error = %error, "job failed"),
+        Outcome::Snoozed { run_at } => tracing::debug!(job_id, kind, queue, attempt, run_at, "job snoozed"),
+        Outcome::Released => tracing::info!(job_id, kind, queue, attempt, "job released at shutdown"),
+    }
+}
