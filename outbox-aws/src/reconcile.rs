@@ -230,9 +230,7 @@ pub fn reconcile_at_start(builder: outbox_core::WorkerBuilder, aws: &Aws) -> out
             "should_be_absent": report.should_be_absent,
             "check_failed": report.check_failed,
         });
-        let at = outbox_core::chrono::Utc::now();
-        let record =
-            outbox_core::ReconciliationRecord { reconciler: "aws".into(), at, worker: Some(worker), report: counts };
+        let record = outbox_core::ReconciliationRecord::new("aws", Some(worker), counts);
         outbox_core::ops::record_reconciliation(&db, &record).await
     })
 }

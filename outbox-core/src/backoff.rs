@@ -6,6 +6,7 @@ use std::time::Duration;
 /// A wait that starts at `first` and doubles after each use, up to `max`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     first: Duration,
     next: Duration,
     max: Duration,
@@ -34,6 +35,7 @@ impl Backoff {
     }
 
     /// Back to the first wait, once the thing tried has worked.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn reset(&mut self) {
         self.next = self.first;
     }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::error::{Error, Result, pointer_token};
 use crate::job::Violation;
 use crate::job::{Job, SequenceFailure};
-use crate::kind::{Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes};
+use crate::kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES};
 use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS, duration_ms};
 use crate::storage::enqueue::NewJob;
 use crate::storage::{self, Backend, now_ms};
@@ -35,6 +35,9 @@ pub struct EnqueueOpts {
     /// Explicit sequence key (default: the kind's sequence template applied to the payload). Jobs sharing a
     /// sequence key, of any kind, run one at a time in the order they were enqueued.
     pub sequence: Option<String>,
+    /// The largest serialized payload this enqueue accepts (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 256 KiB).
+    /// Set where the jobs are produced (a service that accepts bigger documents), not for the whole process.
+    pub max_payload_bytes: Option<usize>,
 }
 
 impl EnqueueOpts {
@@ -75,6 +78,11 @@ impl EnqueueOpts {
     /// Puts the job in the sequence `key` (`agent:42`), whatever its kind's template says.
     pub fn sequence(mut self, key: impl Into<String>) -> Self {
         self.sequence = Some(key.into());
+        self
+    }
+    /// Sets the largest serialized payload accepted.
+    pub fn max_payload_bytes(mut self, limit: usize) -> Self {
+        self.max_payload_bytes = Some(limit);
         self
     }
 }
@@ -167,7 +175,7 @@ fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         return Err(Error::InvalidPayload { kind: kind.name().into(), violations: vec![violation] });
     }
     let text = serde_json::to_string(payload).map_err(|source| Error::Serde { kind: kind.name().into(), source })?;
-    let limit = max_payload_bytes();
+    let limit = opts.max_payload_bytes.unwrap_or(DEFAULT_MAX_PAYLOAD_BYTES);
     if text.len() > limit {
         return Err(Error::PayloadTooLarge { kind: kind.name().into(), size: text.len(), limit });
     }

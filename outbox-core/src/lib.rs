@@ -28,9 +28,7 @@ pub use connect::{ConnectOpts, connect, connect_with};
 pub use enqueue::{EnqueueOpts, Enqueued, begin, enqueue, enqueue_batch, enqueue_batch_raw, enqueue_raw, transaction};
 pub use error::{Error, Result};
 pub use job::{Job, KindOpts, SequenceFailure, Violation};
-pub use kind::{
-    DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, max_payload_bytes, set_max_payload_bytes,
-};
+pub use kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES};
 pub use migration::{Migrator, migrate, pending_migrations};
 pub use outbox_macros::Job;
 pub use periodic::{MissedTicks, Schedule};

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 /// Where a job is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum JobStatus {
     /// Waiting to be claimed once `run_at` has passed.
     Pending,
@@ -58,6 +59,7 @@ impl std::str::FromStr for JobStatus {
 
 /// One job row as stored.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct JobRecord {
     /// Time-ordered id (UUIDv7).
     pub id: String,
@@ -260,6 +262,7 @@ impl std::str::FromStr for JobEventKind {
 
 /// One lifecycle transition of a job.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct JobEvent {
     /// When it happened.
     pub at: DateTime<Utc>,
@@ -276,6 +279,7 @@ pub struct JobEvent {
 /// A kind as a worker recorded it when it started: what tools without the Rust type need to validate and
 /// show its jobs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct KindRecord {
     /// Kind name.
     pub name: String,
@@ -310,6 +314,7 @@ pub struct KindRecord {
 /// One entry of the event feed: a lifecycle transition of any job, written by whichever process made it, in
 /// the order the database committed them (see [`crate::ops::feed`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct FeedEvent {
     /// Its place in the feed: pass it back to [`crate::ops::feed`] to read what came after. Opaque; its form
     /// depends on the backend.
@@ -334,6 +339,7 @@ pub struct FeedEvent {
 
 /// A worker process (or a remote worker over HTTP) that announced itself and is still heartbeating.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct WorkerRecord {
     /// The worker's id, as recorded in `locked_by` of the jobs it claims.
     pub id: String,
@@ -361,6 +367,7 @@ pub struct WorkerRecord {
 
 /// A periodic schedule as registered by the workers that run it (see [`crate::Schedule`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct ScheduleRecord {
     /// The schedule's name, unique across the fleet.
     pub name: String,
@@ -384,6 +391,7 @@ pub struct ScheduleRecord {
 
 /// The latest report of one reconciler (run at a worker's start or by hand).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct ReconciliationRecord {
     /// Which reconciler: `fs` or `aws`.
     pub reconciler: String,
@@ -393,4 +401,11 @@ pub struct ReconciliationRecord {
     pub worker: Option<String>,
     /// Its counts (discrepancies by type, what it checked, temp files removed), as JSON.
     pub report: serde_json::Value,
+}
+
+impl ReconciliationRecord {
+    /// The report of `reconciler` finished now, run at the start of `worker` if one did.
+    pub fn new(reconciler: impl Into<String>, worker: Option<String>, report: serde_json::Value) -> Self {
+        ReconciliationRecord { reconciler: reconciler.into(), at: Utc::now(), worker, report }
+    }
 }

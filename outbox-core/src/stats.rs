@@ -6,6 +6,7 @@ use crate::record::{JobRecord, JobStatus};
 
 /// How many jobs of one kind are in one status.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct StatusCount {
     /// Kind name.
     pub kind: String,
@@ -19,6 +20,7 @@ pub struct StatusCount {
 
 /// Run and wait times of completed jobs of one kind.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct KindDurations {
     /// Kind name.
     pub kind: String,
@@ -34,6 +36,7 @@ pub struct KindDurations {
 
 /// An idempotency key carried by more than one job over time.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct DuplicateKey {
     /// Kind name.
     pub kind: String,
@@ -49,6 +52,7 @@ pub struct DuplicateKey {
 
 /// Jobs that completed and failed in one stretch of time (see [`crate::ops::activity`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct ActivityPoint {
     /// Start of the stretch.
     pub at: DateTime<Utc>,
@@ -60,6 +64,7 @@ pub struct ActivityPoint {
 
 /// Failed jobs of one kind sharing one last error (see [`crate::ops::failure_groups`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct FailureGroup {
     /// Kind name.
     pub kind: String,
@@ -75,6 +80,7 @@ pub struct FailureGroup {
 
 /// All six answers at once.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// Counts of every kind and status (pending and claimed are what is outstanding).
     pub counts: Vec<StatusCount>,
@@ -100,6 +106,7 @@ pub struct Stats {
 
 /// Jobs of one queue by state.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct QueueCounts {
     /// Queue name.
     pub queue: String,
@@ -126,6 +133,7 @@ pub struct QueueCounts {
 /// A sequence held by a job that failed for good or was cancelled: the jobs behind it wait until an operator
 /// retries the head (and it completes) or cancels it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct BlockedSequence {
     /// The sequence key.
     pub sequence_key: String,

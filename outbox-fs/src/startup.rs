@@ -51,8 +51,7 @@ pub fn reconcile_at_start(builder: WorkerBuilder, root: &Root) -> WorkerBuilder 
             "temp_files_removed": removed,
             "temp_files_not_removed": failed,
         });
-        let record =
-            ReconciliationRecord { reconciler: "fs".into(), at: chrono::Utc::now(), worker: Some(worker), report: counts };
+        let record = ReconciliationRecord::new("fs", Some(worker), counts);
         outbox_core::ops::record_reconciliation(&db, &record).await
     })
 }

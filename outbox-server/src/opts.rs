@@ -133,6 +133,7 @@ pub struct ServerOpts {
     pub(crate) cors_origins: Vec<HeaderValue>,
     pub(crate) request_timeout: Duration,
     pub(crate) body_limit: Option<usize>,
+    pub(crate) max_payload_bytes: usize,
     pub(crate) events_poll: Duration,
 }
 
@@ -144,6 +145,7 @@ impl Default for ServerOpts {
             cors_origins: Vec::new(),
             request_timeout: Duration::from_secs(30),
             body_limit: None,
+            max_payload_bytes: outbox_core::DEFAULT_MAX_PAYLOAD_BYTES,
             events_poll: Duration::from_millis(100),
         }
     }
@@ -205,10 +207,17 @@ impl ServerOpts {
         self
     }
 
-    /// Refuses request bodies over `bytes` with 413 `payload_too_large`. By default, the process's payload
-    /// limit ([`outbox_core::max_payload_bytes`]) plus 64 KiB for the rest of the request.
+    /// Refuses request bodies over `bytes` with 413 `payload_too_large`. By default, the payload limit
+    /// ([`ServerOpts::max_payload_bytes`]) plus 64 KiB for the rest of the request.
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = Some(bytes);
+        self
+    }
+
+    /// The largest serialized payload `POST /api/jobs` enqueues (413 `payload_too_large` past it); by default
+    /// [`outbox_core::DEFAULT_MAX_PAYLOAD_BYTES`], 256 KiB.
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload_bytes = bytes;
         self
     }
 
@@ -229,6 +238,6 @@ impl ServerOpts {
     }
 
     pub(crate) fn effective_body_limit(&self) -> usize {
-        self.body_limit.unwrap_or_else(|| outbox_core::max_payload_bytes().saturating_add(ENVELOPE_BYTES))
+        self.body_limit.unwrap_or_else(|| self.max_payload_bytes.saturating_add(ENVELOPE_BYTES))
     }
 }

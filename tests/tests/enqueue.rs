@@ -124,6 +124,14 @@ async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing(t: Test
         .expect_err("too large");
     assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err}");
     assert!(err.to_string().contains("kind `blob`") && err.to_string().contains("262144"), "{err}");
+    // A producer of bigger documents raises its own cap; the next enqueue without it still has the default.
+    let bigger = EnqueueOpts::new().max_payload_bytes(outbox_core::DEFAULT_MAX_PAYLOAD_BYTES * 2);
+    outbox_core::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), bigger).await.expect("raised cap");
+    let err = outbox_core::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), EnqueueOpts::new())
+        .await
+        .expect_err("the default cap is per enqueue, not raised for the process");
+    assert!(matches!(err, Error::PayloadTooLarge { limit: 262_144, .. }), "{err}");
+    exec(&t.db, "DELETE FROM outbox_jobs", vec![]).await;
 
     // Bad options.
     let err = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().max_attempts(0)).await.expect_err("0");

@@ -2,7 +2,6 @@
 
 use std::any::TypeId;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use serde_json::Value;
@@ -24,20 +23,9 @@ pub const MAX_KEY_BYTES: usize = 512;
 /// The longest kind or queue name.
 pub const MAX_NAME_BYTES: usize = 255;
 
-/// Default cap on a serialized payload: 256 KiB.
+/// Default cap on a serialized payload at enqueue: 256 KiB ([`crate::EnqueueOpts::max_payload_bytes`] sets
+/// another).
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
-
-static MAX_PAYLOAD_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_PAYLOAD_BYTES);
-
-/// Sets the process-wide cap on serialized payload size enforced at enqueue.
-pub fn set_max_payload_bytes(limit: usize) {
-    MAX_PAYLOAD_BYTES.store(limit, Ordering::Relaxed);
-}
-
-/// The process-wide cap on serialized payload size.
-pub fn max_payload_bytes() -> usize {
-    MAX_PAYLOAD_BYTES.load(Ordering::Relaxed)
-}
 
 /// A job kind at run time: what enqueue and the worker need to validate and store its jobs.
 ///

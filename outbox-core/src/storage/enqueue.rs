@@ -31,44 +31,57 @@ const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload,
 /// (32,766 and 65,535).
 const ROWS_PER_INSERT: usize = 2_000;
 
-/// One row of the INSERT, its placeholders numbered after the values already pushed. A sequenced job takes
-/// the next place in its sequence and waits when a job of the sequence holds it back: on SQLite here (one
-/// writer at a time, so places are taken in commit order), on PostgreSQL in the insert trigger, under the
+/// One row of the INSERT, its placeholders numbered after the values already pushed (plain `?` on SQLite,
+/// written here rather than by [`Backend::stmt`]: this is the statement with the most values). A sequenced
+/// job takes the next place in its sequence and waits when a job of the sequence holds it back: on SQLite here
+/// (one writer at a time, so places are taken in commit order), on PostgreSQL in the insert trigger, under the
 /// sequence's advisory lock.
-fn push_row(b: Backend, sql: &mut String, p: &mut super::backend::Params, job: &NewJob) {
-    let row = [
-        p.push(job.id.clone()),
-        p.push(job.kind.clone()),
-        p.push(job.queue.clone()),
-        b.json(&p.push(job.payload.clone())),
-        "'pending'".to_owned(),
-        p.push(job.priority),
-        "0".to_owned(),
-        p.push(job.max_attempts),
-        b.ts(&p.push(job.run_at)),
-        p.push(job.key.clone()),
-        p.push(job.schema_hash.clone()),
-        b.ts(&p.push(job.created_at)),
-        b.ts(&p.push(job.created_at)),
-        p.push(job.sequence_key.clone()),
-        p.push(i16::from(job.hold)),
-    ];
+fn push_row(b: Backend, sql: &mut String, values: &mut Vec<Value>, job: &NewJob) {
+    use std::fmt::Write;
+    let mut mark = |sql: &mut String, value: Value, wrap: fn(Backend, &str) -> String| {
+        values.push(value);
+        let p = match b {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => "?".to_owned(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!("${}", values.len()),
+        };
+        let _ = write!(sql, "{}, ", wrap(b, &p));
+    };
+    let plain: fn(Backend, &str) -> String = |_, p| p.to_owned();
     sql.push('(');
-    sql.push_str(&row.join(", "));
+    mark(sql, job.id.clone().into(), plain);
+    mark(sql, job.kind.clone().into(), plain);
+    mark(sql, job.queue.clone().into(), plain);
+    mark(sql, job.payload.clone().into(), Backend::json);
+    sql.push_str("'pending', ");
+    mark(sql, job.priority.into(), plain);
+    sql.push_str("0, ");
+    mark(sql, job.max_attempts.into(), plain);
+    mark(sql, job.run_at.into(), Backend::ts);
+    mark(sql, job.key.clone().into(), plain);
+    mark(sql, job.schema_hash.clone().into(), plain);
+    mark(sql, job.created_at.into(), Backend::ts);
+    mark(sql, job.created_at.into(), Backend::ts);
+    mark(sql, job.sequence_key.clone().into(), plain);
+    mark(sql, i16::from(job.hold).into(), plain);
     match (b, &job.sequence_key) {
         #[cfg(feature = "sqlite")]
         (Backend::Sqlite, Some(key)) => {
-            let key = p.push(key.clone());
-            sql.push_str(&format!(
-                ", (SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = {key}), \
-                 EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = {key} AND (b.status IN ('pending', \
-                 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1))))"
-            ));
+            values.extend([Value::from(key.clone()), Value::from(key.clone())]);
+            sql.push_str(
+                "(SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), \
+                 EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND (b.status IN ('pending', \
+                 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1))))",
+            );
         }
         #[cfg(feature = "sqlite")]
-        (Backend::Sqlite, None) => sql.push_str(", NULL, 0)"),
+        (Backend::Sqlite, None) => sql.push_str("NULL, 0)"),
         #[cfg(feature = "postgres")]
-        (Backend::Postgres, _) => sql.push(')'),
+        (Backend::Postgres, _) => {
+            sql.truncate(sql.len() - 2);
+            sql.push(')');
+        }
     }
 }
 
@@ -81,16 +94,16 @@ fn insert_statement(b: Backend, jobs: &[&NewJob], returning: &str) -> sea_orm::S
         sql.push_str(", sequence_no, waiting");
     }
     sql.push_str(") VALUES ");
-    let mut p = super::backend::Params(Vec::with_capacity(jobs.len() * 16));
+    let mut values = Vec::with_capacity(jobs.len() * 16);
     for (i, job) in jobs.iter().enumerate() {
         if i > 0 {
             sql.push_str(", ");
         }
-        push_row(b, &mut sql, &mut p, job);
+        push_row(b, &mut sql, &mut values, job);
     }
     sql.push_str(" ON CONFLICT DO NOTHING");
     sql.push_str(returning);
-    b.stmt(sql, p.0)
+    b.stmt(sql, values)
 }
 
 /// Inserts one job unless an active job of its kind holds its key. True when the row was written.

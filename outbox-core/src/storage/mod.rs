@@ -8,7 +8,10 @@
 //! Not an extension point: users bring a sea-orm connection and never implement storage.
 
 mod backend;
+/// The driver-level conformance suite: every operation of this module on every backend. It lives beside the
+/// crate's other tests and is compiled in here, where the operations are visible.
 #[cfg(test)]
+#[path = "../../tests/driver/conformance.rs"]
 mod conformance;
 pub(crate) mod decode;
 pub(crate) mod enqueue;
@@ -56,6 +59,7 @@ pub(crate) fn limit_value(n: u64) -> sea_orm::Value {
 
 /// Maps the error of a write through the caller's connection that began at `started`; on SQLite a locked
 /// database's error names its cause and its fix.
+#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
 pub(crate) async fn write_failed<C: ConnectionTrait + ?Sized>(
     conn: &C,
     context: String,
@@ -65,10 +69,7 @@ pub(crate) async fn write_failed<C: ConnectionTrait + ?Sized>(
     match Backend::of(conn) {
         #[cfg(feature = "sqlite")]
         Ok(Backend::Sqlite) => sqlite::write_failed(conn, context, err, started).await,
-        _ => {
-            let _ = started;
-            Error::db(context)(err)
-        }
+        _ => Error::db(context)(err),
     }
 }
 
@@ -100,6 +101,7 @@ pub(crate) async fn query_write<C: ConnectionTrait + ?Sized>(
 
 /// Connection settings [`tune`] applies where the backend has them.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) struct Tuning {
     pub(crate) full_sync: bool,
     pub(crate) busy_timeout: Duration,
@@ -107,14 +109,13 @@ pub(crate) struct Tuning {
 
 /// Applies the settings of the backend `url` names (journal mode, durability, busy timeout) to a pool's
 /// options; an unsupported scheme is refused.
+#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
 pub(crate) fn tune(url: &str, options: &mut ConnectOptions, settings: &Tuning) -> Result<()> {
     match Backend::of_url(url)? {
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => sqlite::tune(options, settings),
         #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            let _ = (options, settings);
-        }
+        Backend::Postgres => {}
     }
     Ok(())
 }
@@ -146,13 +147,11 @@ pub(crate) async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransa
 
 /// What of a valid payload the backend cannot store, each at its JSON path (empty: all of it). `text` is the
 /// payload as enqueue serialized it, for checks that can rule most payloads out without a walk.
+#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
 pub(crate) fn unstorable(backend: Backend, payload: &serde_json::Value, text: &str) -> Vec<Violation> {
     match backend {
         #[cfg(feature = "sqlite")]
-        Backend::Sqlite => {
-            let _ = (payload, text);
-            Vec::new()
-        }
+        Backend::Sqlite => Vec::new(),
         #[cfg(feature = "postgres")]
         Backend::Postgres => postgres::unstorable(payload, text),
     }
@@ -160,6 +159,7 @@ pub(crate) fn unstorable(backend: Backend, payload: &serde_json::Value, text: &s
 
 /// Opens the worker's own connection(s) for claims, completions, renewals, rescues and wake-ups; tasks it
 /// needs run on `bg`, the worker's background runtime.
+#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
 pub(crate) async fn open_worker_store(
     db: &DatabaseConnection,
     opts: WorkerStoreOpts,
@@ -167,10 +167,7 @@ pub(crate) async fn open_worker_store(
 ) -> Result<Store> {
     match Backend::of(db)? {
         #[cfg(feature = "sqlite")]
-        Backend::Sqlite => {
-            let _ = bg;
-            sqlite::open_worker_store(db, opts).await
-        }
+        Backend::Sqlite => sqlite::open_worker_store(db, opts).await,
         #[cfg(feature = "postgres")]
         Backend::Postgres => postgres::open_worker_store(db, opts, bg).await,
     }
@@ -182,13 +179,11 @@ const OWN_POOL: u32 = 2;
 /// A small pool of a worker's own to `app`'s database, on `app`'s connection options, for the chores its
 /// background thread runs (retention, schedules, its registry entry). Opened lazily: call it inside the
 /// runtime that will use it, which the pool's housekeeping tasks join.
+#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
 pub(crate) fn own_pool(app: &DatabaseConnection, worker_id: &str) -> Result<DatabaseConnection> {
     Ok(match Backend::of(app)? {
         #[cfg(feature = "sqlite")]
-        Backend::Sqlite => {
-            let _ = worker_id;
-            sqlite::own_pool(app, OWN_POOL)
-        }
+        Backend::Sqlite => sqlite::own_pool(app, OWN_POOL),
         #[cfg(feature = "postgres")]
         Backend::Postgres => postgres::own_pool(app, worker_id, OWN_POOL),
     })

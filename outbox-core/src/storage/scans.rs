@@ -1,7 +1,7 @@
 //! Scans of completed jobs for the reconcilers: the latest completed job of every path (or key) materialized
 //! into a scratch table of the scan's transaction, read in pages in path order.
 
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::{ConnectionTrait, QueryResult, Value};
 
 use super::backend::Params;
 use super::{Backend, decode, limit_value};
@@ -104,13 +104,16 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
     key_sql: &str,
 ) -> Result<(u64, u64)> {
     let ctx = || Error::db("building the latest completed job per path");
-    // The temp schema's name, an integer that is SQLite's rowid, a table gone with its transaction, bytewise order.
-    let (tmp, int, create, bytewise) = match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => ("temp", "INTEGER", "", ""),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => ("pg_temp", "BIGINT", " ON COMMIT DROP", " COLLATE \"C\""),
-    };
+    // An integer that is SQLite's rowid, a table gone with its transaction, bytewise order.
+    let (tmp, (int, create, bytewise)) = (
+        temp(b),
+        match b {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => ("INTEGER", "", ""),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => ("BIGINT", " ON COMMIT DROP", " COLLATE \"C\""),
+        },
+    );
     conn.execute_unprepared(&format!("DROP TABLE IF EXISTS {tmp}.outbox_path_scan")).await.map_err(ctx())?;
     conn.execute_unprepared(&format!(
         "CREATE TEMP TABLE outbox_path_scan (seq {int} PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, \
@@ -146,19 +149,41 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 /// The scratch table's entries numbered after `after`, at most `limit`.
 pub(crate) async fn page<C: ConnectionTrait + ?Sized>(conn: &C, after: i64, limit: u64) -> Result<Vec<ScanRow>> {
     let b = Backend::of(conn)?;
-    let tmp = match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => "temp",
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => "pg_temp",
-    };
     let sql = format!(
-        "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM {tmp}.outbox_path_scan \
-         WHERE seq > $1 ORDER BY seq LIMIT $2"
+        "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM {}.outbox_path_scan \
+         WHERE seq > $1 ORDER BY seq LIMIT $2",
+        temp(b)
     );
     let rows = conn
         .query_all_raw(b.stmt(sql, vec![Value::from(after), limit_value(limit)]))
         .await
         .map_err(Error::db("reading a page of the path scan"))?;
-    decode::path_scan_page(&rows)
+    decode_page(&rows)
+}
+
+/// The connection's temp schema, which holds the scratch table.
+fn temp(b: Backend) -> &'static str {
+    match b {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => "temp",
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => "pg_temp",
+    }
+}
+
+fn decode_page(rows: &[QueryResult]) -> Result<Vec<ScanRow>> {
+    let ctx = || Error::db("reading a page of the path scan");
+    rows.iter()
+        .map(|row| {
+            Ok(ScanRow {
+                seq: row.try_get_by_index(0).map_err(ctx())?,
+                path: row.try_get_by_index(1).map_err(ctx())?,
+                job_id: row.try_get_by_index(2).map_err(ctx())?,
+                kind: row.try_get_by_index(3).map_err(ctx())?,
+                output: row.try_get_by_index::<Option<String>>(4).map_err(ctx())?.map(decode::json),
+                completed_at: row.try_get_by_index::<Option<i64>>(5).map_err(ctx())?,
+                jobs: decode::count(row, 6).map_err(ctx())?,
+            })
+        })
+        .collect()
 }

@@ -11,17 +11,10 @@ pub(crate) const MIGRATION: &str = "m20261128_000001_outbox_schema";
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
 /// lists them grew through nine steps this build cannot vouch for: it is refused, never modified.
-const LEGACY: [&str; 9] = [
-    "m20261122_000001_create_outbox_jobs",
-    "m20261122_000002_create_outbox_job_events",
-    "m20261122_000003_create_outbox_kinds",
-    "m20261123_000004_sequences_and_limits",
-    "m20261123_000005_enforced_types",
-    "m20261124_000006_event_feed_and_workers",
-    "m20261125_000007_batched_worker_events",
-    "m20261126_000008_inline_feed_rows",
-    "m20261127_000009_schedules_locks_reconciliations",
-];
+const LEGACY: &str = "m20261122_000001_create_outbox_jobs m20261122_000002_create_outbox_job_events \
+    m20261122_000003_create_outbox_kinds m20261123_000004_sequences_and_limits m20261123_000005_enforced_types \
+    m20261124_000006_event_feed_and_workers m20261125_000007_batched_worker_events m20261126_000008_inline_feed_rows \
+    m20261127_000009_schedules_locks_reconciliations";
 
 /// The statements creating the schema on `backend`, and those dropping it.
 pub(crate) fn statements(backend: DbBackend) -> Option<(&'static str, &'static str)> {
@@ -67,9 +60,9 @@ pub(crate) async fn refuse_legacy<C: ConnectionTrait + ?Sized>(conn: &C) -> Resu
     if count(conn.query_one_raw(b.stmt(exists, vec![])).await.map_err(ctx())?)? == 0 {
         return Ok(());
     }
-    let marks = (1..=LEGACY.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+    let legacy: Vec<sea_orm::Value> = LEGACY.split_whitespace().map(Into::into).collect();
+    let marks = (1..=legacy.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
     let sql = format!("SELECT COUNT(*) FROM outbox_migrations WHERE version IN ({marks})");
-    let legacy: Vec<sea_orm::Value> = LEGACY.iter().map(|n| (*n).into()).collect();
     if count(conn.query_one_raw(b.stmt(sql, legacy)).await.map_err(ctx())?)? == 0 {
         return Ok(());
     }

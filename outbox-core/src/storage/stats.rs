@@ -24,7 +24,7 @@ pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<
         "SELECT kind, status, COUNT(*), {} FROM outbox_jobs GROUP BY kind, status ORDER BY kind, status",
         b.ms("MIN(created_at)")
     );
-    decode::status_counts(rows(conn, "counting jobs", sql, vec![]).await?)
+    decode::status_counts(&rows(conn, "counting jobs", sql, vec![]).await?)
 }
 
 /// Jobs that finished since `since`, by kind and status.
@@ -36,7 +36,7 @@ pub(crate) async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since:
         b.ms("MIN(created_at)"),
         b.ts("$1")
     );
-    decode::status_counts(rows(conn, "counting recently finished jobs", sql, vec![since.into()]).await?)
+    decode::status_counts(&rows(conn, "counting recently finished jobs", sql, vec![since.into()]).await?)
 }
 
 /// Jobs completed and failed since `since`, counted per `bucket_ms` of their last change: each bucket's start

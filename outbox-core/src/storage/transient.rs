@@ -12,6 +12,7 @@ use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
 pub(crate) fn any(e: &(dyn StdError + 'static)) -> bool {
     let mut next = Some(e);
     while let Some(e) = next {
+        #[cfg(feature = "sqlite")]
         if let Some(e) = e.downcast_ref::<rusqlite::Error>() {
             return rusqlite(e);
         }
@@ -36,10 +37,12 @@ pub(crate) fn any(e: &(dyn StdError + 'static)) -> bool {
 /// SQLite's primary result codes that a later try can get past: busy (5), locked (6), read-only (8, a file
 /// whose permissions an operator fixes), I/O error (10), full (13), cannot open (14, a directory or lock
 /// file on a full or unmounted disk), protocol (15: a lock race in WAL mode).
+#[cfg(feature = "sqlite")]
 fn sqlite_code(code: i32) -> bool {
     matches!(code & 0xff, 5 | 6 | 8 | 10 | 13 | 14 | 15)
 }
 
+#[cfg(feature = "sqlite")]
 fn rusqlite(e: &rusqlite::Error) -> bool {
     match e {
         rusqlite::Error::SqliteFailure(f, _) => sqlite_code(f.extended_code),
@@ -52,6 +55,7 @@ pub(crate) fn sqlx(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => {
             let code = db.code().unwrap_or_default();
+            #[cfg(feature = "sqlite")]
             if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
                 return code.parse().is_ok_and(sqlite_code);
             }

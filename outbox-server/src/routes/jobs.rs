@@ -80,7 +80,7 @@ pub(super) struct NewJob {
 
 pub(super) async fn enqueue(State(state): State<AppState>, Json(new): Json<NewJob>) -> Reply {
     let field = |name: &str, message: &str| ApiError::invalid(format!("field `{name}`: {message}"));
-    let mut opts = EnqueueOpts::new();
+    let mut opts = EnqueueOpts::new().max_payload_bytes(state.max_payload_bytes);
     opts.queue = new.queue;
     opts.priority = new.priority;
     opts.max_attempts = new.max_attempts;

@@ -34,6 +34,8 @@ pub(crate) struct AppState {
     pub(crate) kinds: KnownKinds,
     /// How often event readers look for other processes' events.
     pub(crate) events_poll: Duration,
+    /// The largest payload `POST /api/jobs` enqueues.
+    pub(crate) max_payload_bytes: usize,
     /// The fleet's job counters for `/metrics`, driven by the event feed.
     pub(crate) counters: Arc<FleetCounters>,
 }
@@ -49,7 +51,13 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
     let auth = Auth::new(&opts);
     let counters = FleetCounters::new();
     counters.follow(db.clone(), opts.events_poll);
-    let state = AppState { db, kinds: KnownKinds::new(opts.kinds.clone()), events_poll: opts.events_poll, counters };
+    let state = AppState {
+        db,
+        kinds: KnownKinds::new(opts.kinds.clone()),
+        events_poll: opts.events_poll,
+        max_payload_bytes: opts.max_payload_bytes,
+        counters,
+    };
     let session = {
         let auth = std::sync::Arc::clone(&auth);
         get(move |headers: axum::http::HeaderMap| async move { axum::Json(auth.session(&headers)) })

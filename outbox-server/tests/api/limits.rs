@@ -18,7 +18,7 @@ async fn oversized_bodies_and_payloads_are_refused(t: TestDb) {
 
     // Within the body limit but over the payload limit of the queue.
     let server = Server::with(&t, harness::opts().body_limit(4 << 20)).await;
-    let limit = outbox_core::max_payload_bytes();
+    let limit = outbox_core::DEFAULT_MAX_PAYLOAD_BYTES;
     let answer = server.enqueue(json!({"kind": "probe", "payload": {"n": 1, "pad": "x".repeat(limit)}})).await;
     assert!(answer.error(413, "payload_too_large").contains(&format!("over the limit of {limit} bytes")));
 
@@ -26,6 +26,14 @@ async fn oversized_bodies_and_payloads_are_refused(t: TestDb) {
     let default = Server::start(&t).await;
     let answer = default.enqueue(json!({"kind": "probe", "payload": {"n": 1, "pad": "x".repeat(limit)}})).await;
     assert!(answer.error(413, "payload_too_large").contains("over the limit"), "the queue's limit, not the body's");
+
+    // A server of its own may take bigger payloads; the body limit follows, and nothing else in the process
+    // changes (the default server above still refuses them).
+    let big = Server::with(&t, harness::opts().max_payload_bytes(limit * 2)).await;
+    let payload = json!({"n": 1, "pad": "x".repeat(limit)});
+    big.enqueue(json!({"kind": "probe", "payload": payload})).await.ok(201);
+    let answer = default.enqueue(json!({"kind": "probe", "payload": payload})).await;
+    assert!(answer.error(413, "payload_too_large").contains(&format!("over the limit of {limit} bytes")));
 }
 
 conformance!(slow_clients_time_out);

@@ -85,10 +85,7 @@ async fn schedules_and_reconciliations_are_served(t: TestDb) {
     let handle = Worker::builder(&t.db)
         .schedule(schedule)
         .on_start("record a reconciliation", |db, worker| async move {
-            let at = outbox_core::chrono::Utc::now();
-            let report = json!({"missing": 2});
-            let record =
-                outbox_core::ReconciliationRecord { reconciler: "fs".into(), at, worker: Some(worker), report };
+            let record = outbox_core::ReconciliationRecord::new("fs", Some(worker), json!({"missing": 2}));
             outbox_core::ops::record_reconciliation(&db, &record).await
         })
         .register(|_: Probe, _| async { Ok::<_, JobError>(()) })

@@ -1,1 +1,0 @@
-//! Driver-level conformance: each storage operation called directly on every backend.

@@ -1,0 +1,1079 @@
+//! Driver-level conformance: each storage operation called directly on every backend.
+//!
+//! Every test body below runs once per backend of [`driver_tests!`], each on a fresh database of its own (a
+//! file in a temp dir, a PostgreSQL schema dropped even when the test panics); a backend added there runs
+//! them all. Jobs are put into states with plain SQL written once for every backend ([`set`]).
+
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
+
+use super::enqueue::{self, NewJob};
+use super::kinds::{self, KindRow};
+use super::retention::{self, PruneRules};
+use super::schedules::{self, ScheduleRow};
+use super::workers::{self, WorkerRow};
+use super::{Backend, Finished, Outcome, WorkerStoreOpts, events, jobs, locks, reconciliations, remote, scans, stats};
+use crate::error::{Error, Result};
+use crate::record::{FeedEvent, JobEventKind, JobFilter, JobRecord, JobStatus, ReconciliationRecord, from_ms};
+use crate::stats::{DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
+
+/// One test per body and backend, `<backend>::<body>`: the list of backends, each behind its feature.
+macro_rules! driver_tests {
+    ($($test:ident),* $(,)?) => {
+        driver_tests!(@on "sqlite", sqlite, Sqlite; $($test),*);
+        driver_tests!(@on "postgres", postgres, Postgres; $($test),*);
+    };
+    (@on $feature:literal, $module:ident, $variant:ident; $($test:ident),*) => {
+        #[cfg(feature = $feature)]
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let name = concat!(stringify!($module), "::", stringify!($test));
+                    super::run(crate::storage::Backend::$variant, name, super::$test).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Runs `body` on a fresh migrated database of `backend`, and closes it.
+async fn run(backend: Backend, test: &str, body: impl AsyncFnOnce(&DatabaseConnection) -> Result<()>) {
+    let (db, _owned): (DatabaseConnection, Box<dyn std::any::Any>) = match backend {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("outbox.db").display());
+            (crate::connect(&url).await.expect("open the SQLite file"), Box::new(dir))
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => {
+            let Some(server) = pg_server(test) else { return };
+            let schema = PgSchema { name: format!("d_{:016x}", fastrand::u64(..)), server };
+            let url = with_options(&schema.server, &format!("-c search_path={}", schema.name));
+            let opts = crate::ConnectOpts { max_connections: 3, ..Default::default() };
+            let db = crate::connect_with(&url, opts).await.expect("connect to PostgreSQL");
+            db.execute_unprepared(&format!("CREATE SCHEMA {}", schema.name)).await.expect("create the schema");
+            (db, Box::new(schema))
+        }
+    };
+    crate::migrate(&db).await.expect("migrate");
+    body(&db).await.unwrap_or_else(|e| panic!("{test}: {e}"));
+    db.close().await.expect("close the database");
+}
+
+#[cfg(feature = "postgres")]
+const PG_VAR: &str = "OUTBOX_TEST_PG_URL";
+
+/// The server of `OUTBOX_TEST_PG_URL`; unset, the test is skipped with a line past the harness's capture,
+/// and fails under CI.
+#[cfg(feature = "postgres")]
+fn pg_server(test: &str) -> Option<String> {
+    match std::env::var(PG_VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => panic!("{PG_VAR} is unset under CI"),
+        _ => {
+            // Straight to stderr: the harness captures what `eprintln!` prints, and a skip must be seen.
+            let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("SKIPPED {test}: set {PG_VAR}\n"));
+            None
+        }
+    }
+}
+
+/// `server` with PostgreSQL command-line `options` as its connection options.
+#[cfg(feature = "postgres")]
+fn with_options(server: &str, options: &str) -> String {
+    let separator = if server.contains('?') { '&' } else { '?' };
+    format!("{server}{separator}options={}", options.replace(' ', "%20").replace('=', "%3D"))
+}
+
+/// A test's schema, dropped with this: on a thread, runtime and connection of its own, since the test's
+/// runtime may be the one unwinding. Whoever still holds a lock in it (a transaction of the failed test) is
+/// ended first.
+#[cfg(feature = "postgres")]
+struct PgSchema {
+    name: String,
+    server: String,
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || -> std::result::Result<(), String> {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            runtime.map_err(|e| e.to_string())?.block_on(async {
+                let opts = crate::ConnectOpts { max_connections: 1, ..Default::default() };
+                let admin = crate::connect_with(&server, opts).await.map_err(|e| e.to_string())?;
+                let holders = format!(
+                    "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{name}' \
+                     AND l.pid <> pg_backend_pid()"
+                );
+                admin.execute_unprepared(&holders).await.map_err(|e| e.to_string())?;
+                let drop = format!("DROP SCHEMA IF EXISTS {name} CASCADE");
+                admin.execute_unprepared(&drop).await.map_err(|e| e.to_string())?;
+                admin.close().await.map_err(|e| e.to_string())
+            })
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the dropping thread panicked".into()));
+        match dropped {
+            Ok(()) => {}
+            Err(e) if std::thread::panicking() => eprintln!("could not drop the test schema {}: {e}", self.name),
+            Err(e) => panic!("could not drop the test schema {}: {e}", self.name),
+        }
+    }
+}
+
+driver_tests!(
+    insert_job_writes_a_pending_job,
+    insert_job_skips_an_active_key,
+    insert_job_takes_a_key_its_holder_left,
+    insert_jobs_returns_the_ids_written,
+    insert_jobs_puts_the_second_of_a_sequence_waiting,
+    insert_job_waits_only_behind_a_blocking_job,
+    get_of_an_unknown_id_is_none,
+    list_filters_by_status_kind_queue_and_key,
+    list_pages_newest_first,
+    list_of_a_sequence_and_since,
+    stuck_lists_expired_claims,
+    retry_puts_a_failed_job_back,
+    retry_refuses_a_key_an_active_job_holds,
+    retry_failed_takes_the_latest_of_each_key,
+    cancel_cancels_pending_jobs_only,
+    cancel_releases_a_held_sequence,
+    purge_deletes_old_finished_jobs,
+    delete_removes_one_finished_job,
+    counts_by_kind_and_status,
+    finished_since_counts_recent_finished_jobs,
+    activity_counts_per_bucket,
+    failure_groups_by_kind_and_error,
+    durations_of_completed_jobs,
+    duplicates_lists_repeated_keys,
+    queues_count_every_state,
+    blocked_lists_held_sequences,
+    history_lists_the_transitions,
+    history_of_an_unknown_job_is_not_found,
+    feed_pages_through_single_and_batch_rows,
+    feed_after_the_head_shows_only_later_events,
+    feed_refuses_an_invalid_id,
+    kinds_are_recorded_and_listed,
+    kinds_refresh_keeps_first_seen,
+    workers_upsert_list_and_remove,
+    schedules_register_returns_the_last_tick,
+    schedules_claim_each_tick_once,
+    locks_refuse_another_holder_until_expiry,
+    locks_release_by_the_holder_only,
+    prune_keeps_the_latest_of_a_sequence,
+    prune_feed_deletes_old_worker_rows,
+    reconciliations_keep_the_latest_report,
+    path_scan_keeps_the_latest_completed_job_per_path,
+    key_scan_groups_by_values,
+    remote_claim_takes_due_jobs_of_its_kinds_and_queues,
+    remote_claim_honours_limits_and_sequences,
+    remote_finish_is_fenced,
+    remote_extend_is_fenced_and_never_shortens,
+    refuse_legacy_refuses_an_old_schema,
+    store_claims_and_finishes,
+    store_extends_its_own_claims,
+    store_rescues_expired_claims,
+);
+
+/// A fixed time long past (ms): jobs enqueued at it are due.
+const T0: i64 = 1_700_000_000_000;
+
+fn job(id: &str) -> NewJob {
+    NewJob {
+        id: id.into(),
+        kind: "k".into(),
+        queue: "default".into(),
+        payload: r#"{"n":1}"#.into(),
+        priority: 0,
+        max_attempts: 3,
+        run_at: T0,
+        key: None,
+        schema_hash: "hash".into(),
+        created_at: T0,
+        sequence_key: None,
+        hold: true,
+    }
+}
+
+fn keyed(id: &str, key: &str) -> NewJob {
+    NewJob { key: Some(key.into()), ..job(id) }
+}
+
+fn sequenced(id: &str, sequence: &str) -> NewJob {
+    NewJob { sequence_key: Some(sequence.into()), ..job(id) }
+}
+
+/// Enqueues each job, which must be written.
+async fn add(db: &DatabaseConnection, jobs: &[NewJob]) -> Result<()> {
+    for j in jobs {
+        assert!(enqueue::insert_job(db, j).await?, "job `{}` was not written", j.id);
+    }
+    Ok(())
+}
+
+/// `UPDATE outbox_jobs SET <assignments> WHERE id = <id>`, where `{0}`, `{1}`, ... in `assignments` stand for
+/// the times `at` (ms) in the columns' type; the job must exist.
+async fn set(db: &DatabaseConnection, id: &str, assignments: &str, at: &[i64]) -> Result<()> {
+    let b = Backend::of(db)?;
+    let mut sql = format!("UPDATE outbox_jobs SET {assignments} WHERE id = $1");
+    let mut values = vec![Value::from(id)];
+    for (i, t) in at.iter().enumerate() {
+        sql = sql.replace(&format!("{{{i}}}"), &b.ts(&format!("${}", i + 2)));
+        values.push((*t).into());
+    }
+    assert_eq!(db.execute_raw(b.stmt(sql, values)).await?.rows_affected(), 1, "no job `{id}`");
+    Ok(())
+}
+
+async fn mark_claimed(db: &DatabaseConnection, id: &str, at: i64, lease: i64) -> Result<()> {
+    let sql = "status = 'claimed', attempts = attempts + 1, locked_by = 'w', locked_at = {0}, claimed_at = {0}, \
+               lease_expires_at = {1}, updated_at = {0}";
+    set(db, id, sql, &[at, lease]).await
+}
+
+async fn mark_completed(db: &DatabaseConnection, id: &str, at: i64) -> Result<()> {
+    let sql = "status = 'completed', attempts = 1, claimed_at = {0}, completed_at = {0}, updated_at = {0}";
+    set(db, id, sql, &[at]).await
+}
+
+async fn mark_failed(db: &DatabaseConnection, id: &str, error: &str, at: i64) -> Result<()> {
+    set(db, id, &format!("status = 'failed', attempts = 1, last_error = '{error}', updated_at = {{0}}"), &[at]).await
+}
+
+async fn get(db: &DatabaseConnection, id: &str) -> Result<JobRecord> {
+    Ok(jobs::get(db, id).await?.unwrap_or_else(|| panic!("no job `{id}`")))
+}
+
+fn ids(records: &[JobRecord]) -> Vec<&str> {
+    records.iter().map(|r| r.id.as_str()).collect()
+}
+
+fn opts(worker: &str, kinds: &[&str]) -> WorkerStoreOpts {
+    let kinds = kinds.iter().map(|k| (*k).to_owned()).collect();
+    WorkerStoreOpts { worker_id: worker.into(), kinds, limits: Vec::new(), queues: None }
+}
+
+fn finished(id: &str, attempt: i32, outcome: Outcome) -> Finished {
+    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt, outcome }
+}
+
+fn completed() -> Outcome {
+    Outcome::Completed { output: Some(r#"{"ok":true}"#.into()) }
+}
+
+async fn insert_job_writes_a_pending_job(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[NewJob { queue: "q".into(), priority: 5, max_attempts: 7, run_at: T0 + 9, ..job("a") }]).await?;
+    let a = get(db, "a").await?;
+    assert_eq!((a.status, a.kind.as_str(), a.queue.as_str(), a.priority), (JobStatus::Pending, "k", "q", 5));
+    assert_eq!((a.attempts, a.max_attempts, a.runs, a.run_at), (0, 7, 0, from_ms(T0 + 9)));
+    assert_eq!((a.payload, a.schema_hash.as_str()), (serde_json::json!({"n": 1}), "hash"));
+    assert_eq!((a.created_at, a.updated_at, a.sequence_key, a.waiting_for), (from_ms(T0), from_ms(T0), None, None));
+    Ok(())
+}
+
+async fn insert_job_skips_an_active_key(db: &DatabaseConnection) -> Result<()> {
+    assert!(enqueue::insert_job(db, &keyed("a", "x")).await?);
+    assert!(!enqueue::insert_job(db, &keyed("b", "x")).await?, "the key is held by `a`");
+    assert!(enqueue::insert_job(db, &NewJob { kind: "other".into(), ..keyed("c", "x") }).await?);
+    assert_eq!(enqueue::find_active(db, "k", "x").await?.as_deref(), Some("a"));
+    assert_eq!(enqueue::find_active(db, "other", "x").await?.as_deref(), Some("c"));
+    assert_eq!(enqueue::find_active(db, "k", "y").await?, None);
+    assert!(jobs::get(db, "b").await?.is_none());
+    Ok(())
+}
+
+async fn insert_job_takes_a_key_its_holder_left(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[keyed("a", "x")]).await?;
+    mark_claimed(db, "a", T0, T0 + 1_000).await?;
+    assert!(!enqueue::insert_job(db, &keyed("b", "x")).await?, "a claimed job holds its key");
+    mark_completed(db, "a", T0 + 10).await?;
+    assert_eq!(enqueue::find_active(db, "k", "x").await?, None);
+    assert!(enqueue::insert_job(db, &keyed("b", "x")).await?);
+    assert_eq!(enqueue::find_active(db, "k", "x").await?.as_deref(), Some("b"));
+    Ok(())
+}
+
+async fn insert_jobs_returns_the_ids_written(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[keyed("a", "x")]).await?;
+    let batch = [keyed("b", "x"), keyed("c", "y"), keyed("d", "y"), job("e")];
+    let mut written = enqueue::insert_jobs(db, &batch).await?;
+    written.sort();
+    assert_eq!(written, ["c", "e"], "`b` meets the active `a`, `d` the `c` of its own batch");
+    assert!(jobs::get(db, "b").await?.is_none() && jobs::get(db, "d").await?.is_none());
+    assert_eq!(enqueue::insert_jobs(db, &[]).await?, Vec::<String>::new());
+    Ok(())
+}
+
+async fn insert_jobs_puts_the_second_of_a_sequence_waiting(db: &DatabaseConnection) -> Result<()> {
+    let written = enqueue::insert_jobs(db, &[sequenced("s1", "s"), sequenced("s2", "s"), job("free")]).await?;
+    assert_eq!(written.len(), 3);
+    let (s1, s2) = (get(db, "s1").await?, get(db, "s2").await?);
+    assert_eq!((s1.waiting_for, s2.waiting_for.as_deref()), (None, Some("s1")));
+    assert!(s1.sequence_no.expect("a place") < s2.sequence_no.expect("a place"));
+    assert_eq!(get(db, "free").await?.sequence_no, None);
+    Ok(())
+}
+
+async fn insert_job_waits_only_behind_a_blocking_job(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[sequenced("a1", "a"), sequenced("b1", "b"), NewJob { hold: false, ..sequenced("c1", "c") }]).await?;
+    mark_completed(db, "a1", T0 + 1).await?;
+    mark_failed(db, "b1", "boom", T0 + 1).await?;
+    mark_failed(db, "c1", "boom", T0 + 1).await?;
+    add(db, &[sequenced("a2", "a"), sequenced("b2", "b"), sequenced("c2", "c")]).await?;
+    assert_eq!(get(db, "a2").await?.waiting_for, None, "behind a completed job");
+    assert_eq!(get(db, "b2").await?.waiting_for.as_deref(), Some("b1"), "behind a failed job that holds");
+    assert_eq!(get(db, "c2").await?.waiting_for, None, "behind a failed job that lets go");
+    assert!(get(db, "b1").await?.holds_sequence && !get(db, "c1").await?.holds_sequence);
+    Ok(())
+}
+
+async fn get_of_an_unknown_id_is_none(db: &DatabaseConnection) -> Result<()> {
+    assert_eq!(jobs::get(db, "nope").await?, None);
+    Ok(())
+}
+
+async fn list_filters_by_status_kind_queue_and_key(db: &DatabaseConnection) -> Result<()> {
+    let other = |id: &str| NewJob { kind: "other".into(), ..job(id) };
+    add(db, &[keyed("a", "x"), other("b"), NewJob { queue: "q2".into(), ..job("c") }, job("d")]).await?;
+    mark_completed(db, "d", T0 + 1).await?;
+    let list = async |filter: JobFilter| jobs::list(db, &JobFilter { limit: 10, ..filter }).await;
+    assert_eq!(ids(&list(JobFilter { status: Some(JobStatus::Completed), ..Default::default() }).await?), ["d"]);
+    assert_eq!(ids(&list(JobFilter { kind: Some("k".into()), ..Default::default() }).await?), ["d", "c", "a"]);
+    let q = JobFilter { kind: Some("k".into()), queue: Some("default".into()), ..Default::default() };
+    assert_eq!(ids(&list(q).await?), ["d", "a"]);
+    assert_eq!(ids(&list(JobFilter { key: Some("x".into()), ..Default::default() }).await?), ["a"]);
+    Ok(())
+}
+
+async fn list_pages_newest_first(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("j1"), job("j2"), job("j3"), job("j4"), job("j5")]).await?;
+    let page = async |before: Option<&str>| {
+        jobs::list(db, &JobFilter { before: before.map(Into::into), limit: 2, ..Default::default() }).await
+    };
+    assert_eq!(ids(&page(None).await?), ["j5", "j4"]);
+    assert_eq!(ids(&page(Some("j4")).await?), ["j3", "j2"]);
+    assert_eq!(ids(&page(Some("j2")).await?), ["j1"]);
+    assert_eq!(ids(&page(Some("j1")).await?), Vec::<&str>::new());
+    Ok(())
+}
+
+async fn list_of_a_sequence_and_since(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[sequenced("s1", "s"), sequenced("s2", "s"), sequenced("s3", "s"), job("a")]).await?;
+    let in_sequence = JobFilter { sequence: Some("s".into()), limit: 2, ..Default::default() };
+    assert_eq!(ids(&jobs::list(db, &in_sequence).await?), ["s3", "s2"]);
+    mark_completed(db, "a", T0 + 5_000).await?;
+    let since = JobFilter { since: Some(from_ms(T0 + 1_000)), ..Default::default() };
+    assert_eq!(ids(&jobs::list(db, &since).await?), ["a"]);
+    Ok(())
+}
+
+async fn stuck_lists_expired_claims(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c")]).await?;
+    mark_claimed(db, "a", T0, T0 + 10_000).await?;
+    mark_claimed(db, "b", T0, T0 + 100).await?;
+    assert_eq!(ids(&jobs::stuck(db, T0 + 1_000).await?), ["b"]);
+    assert_eq!(ids(&jobs::stuck(db, T0 + 20_000).await?), ["b", "a"]);
+    assert!(jobs::stuck(db, T0).await?.is_empty());
+    Ok(())
+}
+
+async fn retry_puts_a_failed_job_back(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a")]).await?;
+    assert!(!jobs::retry(db, "a", T0 + 1).await?, "a pending job is not retried");
+    mark_failed(db, "a", "boom", T0 + 1).await?;
+    assert!(jobs::retry(db, "a", T0 + 50).await?);
+    let a = get(db, "a").await?;
+    assert_eq!(
+        (a.status, a.attempts, a.run_at, a.updated_at),
+        (JobStatus::Pending, 0, from_ms(T0 + 50), from_ms(T0 + 50))
+    );
+    assert!(!jobs::retry(db, "nope", T0).await?);
+    Ok(())
+}
+
+async fn retry_refuses_a_key_an_active_job_holds(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[keyed("a", "x")]).await?;
+    mark_failed(db, "a", "boom", T0 + 1).await?;
+    add(db, &[keyed("b", "x")]).await?;
+    assert!(!jobs::retry(db, "a", T0 + 2).await?);
+    assert_eq!(get(db, "a").await?.status, JobStatus::Failed);
+    Ok(())
+}
+
+async fn retry_failed_takes_the_latest_of_each_key(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[keyed("a", "x")]).await?;
+    mark_failed(db, "a", "boom", T0 + 1).await?;
+    add(db, &[keyed("b", "x"), job("c"), NewJob { kind: "other".into(), ..job("d") }]).await?;
+    mark_failed(db, "b", "boom", T0 + 2).await?;
+    mark_failed(db, "c", "bad", T0 + 2).await?;
+    mark_failed(db, "d", "boom", T0 + 2).await?;
+    assert_eq!(jobs::retry_failed(db, Some("k"), Some("boom"), T0 + 10).await?, 1);
+    assert_eq!((get(db, "a").await?.status, get(db, "b").await?.status), (JobStatus::Failed, JobStatus::Pending));
+    // `a`'s key is held by `b` now: only `c` and `d` go.
+    assert_eq!(jobs::retry_failed(db, None, None, T0 + 20).await?, 2);
+    assert_eq!(get(db, "a").await?.status, JobStatus::Failed);
+    assert_eq!(get(db, "d").await?.run_at, from_ms(T0 + 20));
+    Ok(())
+}
+
+async fn cancel_cancels_pending_jobs_only(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b")]).await?;
+    mark_completed(db, "b", T0 + 1).await?;
+    assert!(jobs::cancel(db, "a", T0 + 5).await?);
+    let a = get(db, "a").await?;
+    assert_eq!((a.status, a.updated_at), (JobStatus::Cancelled, from_ms(T0 + 5)));
+    assert!(!jobs::cancel(db, "a", T0 + 6).await?, "already cancelled");
+    assert!(!jobs::cancel(db, "b", T0 + 6).await?, "completed");
+    assert!(!jobs::cancel(db, "nope", T0 + 6).await?);
+    Ok(())
+}
+
+async fn cancel_releases_a_held_sequence(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    mark_failed(db, "s1", "boom", T0 + 1).await?;
+    assert!(get(db, "s1").await?.holds_sequence);
+    assert_eq!(get(db, "s2").await?.waiting_for.as_deref(), Some("s1"));
+    assert!(jobs::cancel(db, "s1", T0 + 2).await?);
+    let s1 = get(db, "s1").await?;
+    assert_eq!((s1.status, s1.holds_sequence), (JobStatus::Cancelled, false));
+    assert_eq!(get(db, "s2").await?.waiting_for, None);
+    assert!(!jobs::cancel(db, "s1", T0 + 3).await?, "the hold is released already");
+    Ok(())
+}
+
+async fn purge_deletes_old_finished_jobs(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c"), job("d"), sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    mark_completed(db, "a", T0 + 1_000).await?;
+    mark_failed(db, "b", "boom", T0 + 1_000).await?;
+    mark_completed(db, "c", T0 + 9_000).await?;
+    mark_failed(db, "s1", "boom", T0 + 1_000).await?;
+    assert_eq!(jobs::purge(db, &[JobStatus::Pending], T0 + 5_000).await?, 0);
+    let all = [JobStatus::Pending, JobStatus::Completed, JobStatus::Failed];
+    assert_eq!(jobs::purge(db, &all, T0 + 5_000).await?, 2);
+    let left = jobs::list(db, &JobFilter::default()).await?;
+    assert_eq!(ids(&left), ["s2", "s1", "d", "c"], "the held `s1` stays");
+    Ok(())
+}
+
+async fn delete_removes_one_finished_job(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    assert!(!jobs::delete(db, "a").await?, "pending");
+    mark_completed(db, "a", T0 + 1).await?;
+    assert!(jobs::delete(db, "a").await?);
+    assert_eq!(jobs::get(db, "a").await?, None);
+    assert!(!jobs::delete(db, "a").await?);
+    mark_failed(db, "s1", "boom", T0 + 1).await?;
+    assert!(!jobs::delete(db, "s1").await?, "it holds its sequence");
+    Ok(())
+}
+
+async fn counts_by_kind_and_status(db: &DatabaseConnection) -> Result<()> {
+    let other = NewJob { kind: "other".into(), created_at: T0 + 7, ..job("d") };
+    add(db, &[job("a"), NewJob { created_at: T0 + 5, ..job("b") }, job("c"), other]).await?;
+    mark_completed(db, "c", T0 + 9).await?;
+    mark_failed(db, "d", "boom", T0 + 9).await?;
+    let count =
+        |kind: &str, status, count, oldest| StatusCount { kind: kind.into(), status, count, oldest: from_ms(oldest) };
+    let expected = [
+        count("k", JobStatus::Completed, 1, T0),
+        count("k", JobStatus::Pending, 2, T0),
+        count("other", JobStatus::Failed, 1, T0 + 7),
+    ];
+    assert_eq!(stats::counts(db).await?, expected);
+    Ok(())
+}
+
+async fn finished_since_counts_recent_finished_jobs(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c"), job("d")]).await?;
+    mark_completed(db, "a", T0 + 1_000).await?;
+    mark_failed(db, "b", "boom", T0 + 9_000).await?;
+    mark_completed(db, "c", T0 + 9_000).await?;
+    let since = stats::finished_since(db, T0 + 5_000).await?;
+    let count = |status, count| StatusCount { kind: "k".into(), status, count, oldest: from_ms(T0) };
+    assert_eq!(since, [count(JobStatus::Completed, 1), count(JobStatus::Failed, 1)]);
+    Ok(())
+}
+
+async fn activity_counts_per_bucket(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c"), job("d"), job("e")]).await?;
+    mark_completed(db, "a", T0 + 1_000).await?;
+    mark_failed(db, "b", "boom", T0 + 2_000).await?;
+    set(db, "c", "status = 'cancelled', updated_at = {0}", &[T0 + 2_000]).await?;
+    mark_completed(db, "d", T0 + 120_000).await?;
+    mark_completed(db, "e", T0 - 600_000).await?;
+    let bucket = |t: i64| t / 60_000 * 60_000;
+    let expected = [(bucket(T0 + 1_000), 1, 1), (bucket(T0 + 120_000), 1, 0)];
+    assert_eq!(stats::activity(db, T0, 60_000).await?, expected);
+    Ok(())
+}
+
+async fn failure_groups_by_kind_and_error(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c"), job("d")]).await?;
+    mark_failed(db, "a", "boom", T0 + 1).await?;
+    mark_failed(db, "b", "boom", T0 + 3).await?;
+    mark_failed(db, "c", "bad", T0 + 2).await?;
+    let group = |error: &str, count, at, id: &str| FailureGroup {
+        kind: "k".into(),
+        error: Some(error.into()),
+        count,
+        latest_at: from_ms(at),
+        latest_id: id.into(),
+    };
+    assert_eq!(stats::failure_groups(db, 10).await?, [group("boom", 2, T0 + 3, "b"), group("bad", 1, T0 + 2, "c")]);
+    assert_eq!(stats::failure_groups(db, 1).await?.len(), 1);
+    Ok(())
+}
+
+async fn durations_of_completed_jobs(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c")]).await?;
+    let done = "status = 'completed', attempts = 1, claimed_at = {0}, completed_at = {1}, updated_at = {1}";
+    set(db, "a", done, &[T0 + 1_000, T0 + 1_100]).await?;
+    set(db, "b", done, &[T0 + 3_000, T0 + 3_300]).await?;
+    let expected =
+        KindDurations { kind: "k".into(), completed: 2, avg_run_ms: 200.0, max_run_ms: 300, avg_wait_ms: 2_000.0 };
+    assert_eq!(stats::durations(db, T0).await?, [expected]);
+    assert!(stats::durations(db, T0 + 5_000).await?.is_empty());
+    Ok(())
+}
+
+async fn duplicates_lists_repeated_keys(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[keyed("a", "x"), keyed("u", "unique")]).await?;
+    mark_completed(db, "a", T0 + 1).await?;
+    add(db, &[keyed("b", "x")]).await?;
+    mark_completed(db, "b", T0 + 2).await?;
+    add(db, &[keyed("c", "x")]).await?;
+    let expected = DuplicateKey { kind: "k".into(), key: "x".into(), jobs: 3, active: 1, completed: 2 };
+    assert_eq!(stats::duplicates(db, 10).await?, [expected]);
+    Ok(())
+}
+
+async fn queues_count_every_state(db: &DatabaseConnection) -> Result<()> {
+    let later = NewJob { run_at: T0 + 60_000, ..job("b") };
+    add(db, &[job("a"), later, job("c"), job("d"), job("e"), job("f"), job("g")]).await?;
+    add(db, &[sequenced("h", "s"), sequenced("i", "s"), NewJob { queue: "q2".into(), run_at: T0 + 1_000, ..job("j") }])
+        .await?;
+    mark_claimed(db, "c", T0, T0 + 20_000).await?;
+    mark_claimed(db, "d", T0, T0 + 5_000).await?;
+    mark_completed(db, "e", T0 + 1).await?;
+    mark_failed(db, "f", "boom", T0 + 1).await?;
+    assert!(jobs::cancel(db, "g", T0 + 1).await?);
+    // Available, scheduled, waiting, claimed, stuck, completed, failed, cancelled; the oldest available.
+    let counts = |queue: &str,
+                  [available, scheduled, waiting, claimed, stuck, completed, failed, cancelled]: [u64; 8],
+                  oldest| {
+        let oldest_available = Some(from_ms(oldest));
+        QueueCounts {
+            queue: queue.into(),
+            available,
+            scheduled,
+            waiting,
+            claimed,
+            stuck,
+            completed,
+            failed,
+            cancelled,
+            oldest_available,
+        }
+    };
+    let (default, q2) =
+        (counts("default", [2, 1, 1, 2, 1, 1, 1, 1], T0), counts("q2", [1, 0, 0, 0, 0, 0, 0, 0], T0 + 1_000));
+    assert_eq!(stats::queues(db, T0 + 10_000).await?, [default, q2]);
+    Ok(())
+}
+
+async fn blocked_lists_held_sequences(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[sequenced("s1", "s"), sequenced("s2", "s"), sequenced("s3", "s")]).await?;
+    add(db, &[NewJob { hold: false, ..sequenced("t1", "t") }, sequenced("u1", "u"), sequenced("u2", "u")]).await?;
+    mark_failed(db, "s1", "boom", T0 + 1).await?;
+    mark_failed(db, "t1", "boom", T0 + 1).await?;
+    add(db, &[sequenced("t2", "t")]).await?;
+    let (count, heads) = stats::blocked(db, 10).await?;
+    assert_eq!(count, 1);
+    assert_eq!(heads.len(), 1);
+    assert_eq!((heads[0].sequence_key.as_str(), heads[0].head.id.as_str(), heads[0].waiting), ("s", "s1", 2));
+    assert!(heads[0].head.holds_sequence);
+    assert_eq!(stats::blocked(db, 0).await?.0, 1);
+    Ok(())
+}
+
+async fn history_lists_the_transitions(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a")]).await?;
+    mark_claimed(db, "a", T0 + 10, T0 + 1_000).await?;
+    mark_failed(db, "a", "boom", T0 + 20).await?;
+    assert!(jobs::retry(db, "a", T0 + 30).await?);
+    let history = events::history(db, "a").await?;
+    let kinds: Vec<JobEventKind> = history.iter().map(|e| e.event).collect();
+    use JobEventKind::{Claimed, Enqueued, Failed, RetriedByOperator};
+    assert_eq!(kinds, [Enqueued, Claimed, Failed, RetriedByOperator]);
+    let at: Vec<i64> = history.iter().map(|e| e.at.timestamp_millis()).collect();
+    assert_eq!(at, [T0, T0 + 10, T0 + 20, T0 + 30]);
+    assert_eq!((history[1].attempt, history[1].worker.as_deref()), (1, Some("w")));
+    assert_eq!((history[2].attempt, history[2].error.as_deref()), (1, Some("boom")));
+    Ok(())
+}
+
+async fn history_of_an_unknown_job_is_not_found(db: &DatabaseConnection) -> Result<()> {
+    let err = events::history(db, "nope").await;
+    assert!(matches!(&err, Err(Error::NotFound { id }) if id == "nope"), "{err:?}");
+    Ok(())
+}
+
+/// The feed after `after`, read `limit` events a page, each page after the last event of the one before,
+/// until `want` events came. On PostgreSQL an event shows once every transaction older than its own has ended
+/// (of any test on the server), so an empty page is read again, for 30 s at most.
+async fn feed_pages(db: &DatabaseConnection, after: &str, limit: u64, want: usize) -> Result<Vec<FeedEvent>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut position, mut events) = (after.to_owned(), Vec::new());
+    while events.len() < want {
+        assert!(Instant::now() < deadline, "the feed after `{after}` showed {events:?} of {want} events");
+        let page = events::feed(db, &position, limit).await?;
+        assert!(page.len() as u64 <= limit, "{} events in a page of {limit}", page.len());
+        match page.last() {
+            Some(last) => position = last.id.clone(),
+            None => tokio::task::yield_now().await,
+        }
+        events.extend(page);
+    }
+    Ok(events)
+}
+
+async fn feed_pages_through_single_and_batch_rows(db: &DatabaseConnection) -> Result<()> {
+    let head = events::feed_head(db).await?;
+    assert_eq!(enqueue::insert_jobs(db, &[job("a"), job("b"), job("c")]).await?.len(), 3);
+    let now = super::now_ms();
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?.len(), 3);
+    let one_by_one = feed_pages(db, &head, 1, 6).await?;
+    assert_eq!(feed_pages(db, &head, 4, 6).await?, one_by_one, "pages of 4 read the same as pages of 1");
+    assert_eq!(feed_pages(db, &head, 100, 6).await?, one_by_one);
+    let seen: Vec<(&str, JobEventKind)> = one_by_one.iter().map(|e| (e.job_id.as_str(), e.event)).collect();
+    assert_eq!(
+        seen[..3],
+        [("a", JobEventKind::Enqueued), ("b", JobEventKind::Enqueued), ("c", JobEventKind::Enqueued)]
+    );
+    let mut claimed: Vec<&str> = seen[3..].iter().map(|(id, _)| *id).collect();
+    claimed.sort_unstable();
+    assert_eq!(claimed, ["a", "b", "c"]);
+    assert!(one_by_one[3..].iter().all(|e| e.event == JobEventKind::Claimed && e.worker.as_deref() == Some("r")));
+    assert!(one_by_one[3..].iter().all(|e| (e.kind.as_str(), e.queue.as_str(), e.attempt) == ("k", "default", 1)));
+    let batch_ids: Vec<&str> = one_by_one[3..].iter().map(|e| e.id.as_str()).collect();
+    let row = batch_ids[0].strip_suffix(".0").expect("a batch row's first event ends in .0");
+    assert_eq!(batch_ids, [format!("{row}.0"), format!("{row}.1"), format!("{row}.2")]);
+    assert!(one_by_one[..3].iter().all(|e| !e.id.contains('.')));
+    assert!(events::feed(db, &one_by_one[5].id, 10).await?.is_empty(), "nothing after the last event");
+    Ok(())
+}
+
+async fn feed_after_the_head_shows_only_later_events(db: &DatabaseConnection) -> Result<()> {
+    let start = events::feed_head(db).await?;
+    add(db, &[job("before")]).await?;
+    // Once `before` shows, every transaction up to its own has ended: a head read now is past it.
+    assert_eq!(feed_pages(db, &start, 10, 1).await?[0].job_id, "before");
+    let head = events::feed_head(db).await?;
+    add(db, &[job("after")]).await?;
+    let later = feed_pages(db, &head, 10, 1).await?;
+    assert_eq!(
+        later.iter().map(|e| (e.job_id.as_str(), e.event)).collect::<Vec<_>>(),
+        [("after", JobEventKind::Enqueued)]
+    );
+    assert_eq!(events::feed(db, &head, 10).await?, later);
+    Ok(())
+}
+
+async fn feed_refuses_an_invalid_id(db: &DatabaseConnection) -> Result<()> {
+    for id in ["x.y", "nope", "-5", "1.x"] {
+        let err = events::feed(db, id, 10).await;
+        assert!(matches!(err, Err(Error::Invalid(_))), "`{id}`: {err:?}");
+    }
+    Ok(())
+}
+
+fn kind_row(name: &str) -> KindRow {
+    KindRow {
+        name: name.into(),
+        schema: r#"{"type":"object"}"#.into(),
+        schema_hash: "hash".into(),
+        queue: "default".into(),
+        priority: 1,
+        max_attempts: 5,
+        unique: true,
+        key_fields: r#"["id"]"#.into(),
+        sequence: Some("s:{id}".into()),
+        on_sequence_failure: "hold",
+        concurrency: Some(4),
+    }
+}
+
+async fn kinds_are_recorded_and_listed(db: &DatabaseConnection) -> Result<()> {
+    let b =
+        KindRow { unique: false, sequence: None, on_sequence_failure: "continue", concurrency: None, ..kind_row("b") };
+    kinds::record(db, &[b, kind_row("a")], "w1", T0).await?;
+    let all = kinds::list(db, None).await?;
+    assert_eq!(all.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    let a = &all[0];
+    assert_eq!(
+        (a.schema.clone(), a.key_fields.clone()),
+        (serde_json::json!({"type": "object"}), vec!["id".to_owned()])
+    );
+    assert_eq!(
+        (a.unique, a.sequence.as_deref(), a.concurrency, a.priority, a.max_attempts),
+        (true, Some("s:{id}"), Some(4), 1, 5)
+    );
+    assert_eq!((a.recorded_by.as_deref(), a.first_seen_at, a.updated_at), (Some("w1"), from_ms(T0), from_ms(T0)));
+    let b = kinds::list(db, Some("b")).await?;
+    assert_eq!(b.len(), 1);
+    assert_eq!(
+        (b[0].unique, b[0].on_sequence_failure, b[0].concurrency),
+        (false, crate::SequenceFailure::Continue, None)
+    );
+    assert!(kinds::list(db, Some("nope")).await?.is_empty());
+    Ok(())
+}
+
+async fn kinds_refresh_keeps_first_seen(db: &DatabaseConnection) -> Result<()> {
+    kinds::record(db, &[kind_row("a")], "w1", T0).await?;
+    kinds::record(db, &[KindRow { queue: "other".into(), ..kind_row("a") }], "w2", T0 + 1_000).await?;
+    let a = kinds::list(db, Some("a")).await?.pop().expect("kind `a`");
+    assert_eq!((a.queue.as_str(), a.recorded_by.as_deref()), ("other", Some("w2")));
+    assert_eq!((a.first_seen_at, a.updated_at), (from_ms(T0), from_ms(T0 + 1_000)));
+    Ok(())
+}
+
+fn worker_row(id: &str, now: i64, expires_at: i64) -> WorkerRow {
+    WorkerRow {
+        id: id.into(),
+        host: "host".into(),
+        pid: Some(42),
+        queues: Some(r#"["q"]"#.into()),
+        kinds: r#"["k"]"#.into(),
+        concurrency: Some(8),
+        running: 2,
+        remote: false,
+        now,
+        expires_at,
+    }
+}
+
+async fn workers_upsert_list_and_remove(db: &DatabaseConnection) -> Result<()> {
+    workers::upsert(db, &worker_row("w1", T0, T0 + 30_000)).await?;
+    workers::upsert(db, &WorkerRow { queues: None, remote: true, ..worker_row("w2", T0, T0 + 5_000) }).await?;
+    assert_eq!(workers::list(db, T0 + 1).await?.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(), ["w1", "w2"]);
+    let w = workers::list(db, T0 + 10_000).await?;
+    assert_eq!(w.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(), ["w1"], "`w2` expired");
+    assert_eq!((w[0].queues.clone(), w[0].kinds.clone()), (Some(vec!["q".to_owned()]), vec!["k".to_owned()]));
+    assert_eq!((w[0].pid, w[0].concurrency, w[0].running, w[0].remote), (Some(42), Some(8), 2, false));
+    workers::upsert(db, &WorkerRow { running: 3, ..worker_row("w1", T0 + 20_000, T0 + 50_000) }).await?;
+    let w = workers::list(db, T0 + 1).await?;
+    assert_eq!(w.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(), ["w1"], "the refresh forgot `w2`");
+    assert_eq!((w[0].started_at, w[0].last_seen_at, w[0].running), (from_ms(T0), from_ms(T0 + 20_000), 3));
+    workers::remove(db, "w1").await?;
+    assert!(workers::list(db, T0 + 1).await?.is_empty());
+    Ok(())
+}
+
+fn schedule(name: &str) -> ScheduleRow {
+    ScheduleRow {
+        name: name.into(),
+        kind: "k".into(),
+        spec: "every 1m".into(),
+        time_zone: "UTC".into(),
+        missed: "skip".into(),
+    }
+}
+
+async fn schedules_register_returns_the_last_tick(db: &DatabaseConnection) -> Result<()> {
+    assert_eq!(schedules::register(db, &schedule("s"), T0).await?, None);
+    assert!(schedules::claim_tick(db, &schedule("s"), T0 + 60_000, T0 + 1).await?);
+    let changed = ScheduleRow { spec: "every 2m".into(), ..schedule("s") };
+    assert_eq!(schedules::register(db, &changed, T0 + 2).await?, Some(T0 + 60_000));
+    let listed = schedules::list(db).await?;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].spec.as_str(), listed[0].last_tick, listed[0].updated_at),
+        ("every 2m", Some(from_ms(T0 + 60_000)), from_ms(T0 + 2))
+    );
+    Ok(())
+}
+
+async fn schedules_claim_each_tick_once(db: &DatabaseConnection) -> Result<()> {
+    let s = schedule("s");
+    assert!(schedules::claim_tick(db, &s, T0 + 60_000, T0).await?, "an unregistered schedule's first tick");
+    assert!(!schedules::claim_tick(db, &s, T0 + 60_000, T0).await?, "the same tick");
+    assert!(!schedules::claim_tick(db, &s, T0, T0).await?, "an earlier tick");
+    schedules::set_tick_job(db, "s", "job1").await?;
+    let listed = schedules::list(db).await?;
+    assert_eq!((listed[0].last_tick, listed[0].last_job_id.as_deref()), (Some(from_ms(T0 + 60_000)), Some("job1")));
+    assert!(schedules::claim_tick(db, &s, T0 + 120_000, T0 + 1).await?);
+    let listed = schedules::list(db).await?;
+    assert_eq!((listed[0].last_tick, listed[0].last_job_id.as_deref()), (Some(from_ms(T0 + 120_000)), None));
+    Ok(())
+}
+
+async fn locks_refuse_another_holder_until_expiry(db: &DatabaseConnection) -> Result<()> {
+    assert!(locks::take(db, "retention", "a", T0, T0 + 1_000).await?);
+    assert!(!locks::take(db, "retention", "b", T0 + 500, T0 + 1_500).await?);
+    assert!(locks::take(db, "retention", "a", T0 + 900, T0 + 2_000).await?, "the holder renews");
+    assert!(!locks::take(db, "retention", "b", T0 + 1_500, T0 + 2_500).await?, "renewed until T0 + 2000");
+    assert!(locks::take(db, "other", "b", T0, T0 + 1_000).await?, "another name");
+    assert!(locks::take(db, "retention", "b", T0 + 2_001, T0 + 3_000).await?, "expired");
+    assert!(!locks::take(db, "retention", "a", T0 + 2_002, T0 + 3_000).await?);
+    Ok(())
+}
+
+async fn locks_release_by_the_holder_only(db: &DatabaseConnection) -> Result<()> {
+    assert!(locks::take(db, "retention", "a", T0, T0 + 1_000).await?);
+    locks::release(db, "retention", "b").await?;
+    assert!(!locks::take(db, "retention", "b", T0, T0 + 1_000).await?, "`b` released nothing");
+    locks::release(db, "retention", "a").await?;
+    assert!(locks::take(db, "retention", "b", T0, T0 + 1_000).await?);
+    Ok(())
+}
+
+async fn prune_keeps_the_latest_of_a_sequence(db: &DatabaseConnection) -> Result<()> {
+    let slow = NewJob { kind: "slow".into(), ..job("e") };
+    add(db, &[job("a"), job("b"), job("c"), slow, sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    for id in ["a", "e", "s1", "s2"] {
+        mark_completed(db, id, T0 + 1_000).await?;
+    }
+    mark_completed(db, "b", T0 + 9_000).await?;
+    mark_failed(db, "c", "boom", T0 + 1_000).await?;
+    let rules = PruneRules { statuses: vec![(JobStatus::Completed, T0 + 5_000, vec![("slow".into(), T0)])] };
+    assert_eq!(retention::prune(db, &rules, 1).await?, 1, "one batch of one");
+    assert_eq!(retention::prune(db, &rules, 100).await?, 1);
+    assert_eq!(retention::prune(db, &rules, 100).await?, 0);
+    let left = jobs::list(db, &JobFilter::default()).await?;
+    assert_eq!(ids(&left), ["s2", "e", "c", "b"], "`a` and `s1` went");
+    Ok(())
+}
+
+async fn prune_feed_deletes_old_worker_rows(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b")]).await?;
+    let now = super::now_ms();
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?.len(), 2);
+    assert_eq!(retention::prune_feed(db, now - 60_000, 10).await?, 0, "the claim's row is newer");
+    assert_eq!(retention::prune_feed(db, now + 60_000, 10).await?, 1, "one row for both claims; enqueues stay");
+    assert_eq!(retention::prune_feed(db, now + 60_000, 10).await?, 0);
+    assert_eq!(events::history(db, "a").await?[0].event, JobEventKind::Enqueued);
+    Ok(())
+}
+
+async fn reconciliations_keep_the_latest_report(db: &DatabaseConnection) -> Result<()> {
+    let report = |name: &str, at, n| ReconciliationRecord {
+        reconciler: name.into(),
+        at: from_ms(at),
+        worker: Some("w".into()),
+        report: serde_json::json!({ "checked": n }),
+    };
+    reconciliations::record(db, &report("fs", T0, 1)).await?;
+    reconciliations::record(db, &ReconciliationRecord { worker: None, ..report("aws", T0, 2) }).await?;
+    reconciliations::record(db, &report("fs", T0 + 5, 3)).await?;
+    let expected = [ReconciliationRecord { worker: None, ..report("aws", T0, 2) }, report("fs", T0 + 5, 3)];
+    assert_eq!(reconciliations::list(db).await?, expected);
+    Ok(())
+}
+
+async fn path_scan_keeps_the_latest_completed_job_per_path(db: &DatabaseConnection) -> Result<()> {
+    let write = |id: &str, path: &str| NewJob {
+        kind: "fs.write".into(),
+        payload: format!(r#"{{"path":"{path}"}}"#),
+        ..job(id)
+    };
+    let other = NewJob { kind: "other".into(), ..write("e", "a") };
+    add(db, &[write("a", "b"), write("b", "a"), write("c", "a"), write("d", "c"), other]).await?;
+    for (id, at) in [("a", T0 + 1), ("b", T0 + 1), ("c", T0 + 5), ("e", T0 + 9)] {
+        mark_completed(db, id, at).await?;
+    }
+    set(db, "c", r#"output = '{"etag":"x"}', updated_at = {0}"#, &[T0 + 5]).await?;
+    let txn = super::begin_read(db).await?;
+    assert_eq!(scans::open_path_scan(&txn, &[("fs.write", "$.path")]).await?, (3, 2));
+    let first = scans::page(&txn, 0, 1).await?;
+    assert_eq!(first.len(), 1);
+    let (a, output) = (&first[0], Some(serde_json::json!({"etag": "x"})));
+    assert_eq!((a.seq, a.path.as_deref(), a.job_id.as_str(), a.kind.as_str()), (1, Some("a"), "c", "fs.write"));
+    assert_eq!((&a.output, a.completed_at, a.jobs), (&output, Some(T0 + 5), 2));
+    let rest = scans::page(&txn, a.seq, 10).await?;
+    assert_eq!(
+        rest.iter().map(|r| (r.seq, r.path.as_deref(), r.job_id.as_str(), r.jobs)).collect::<Vec<_>>(),
+        [(2, Some("b"), "a", 1)]
+    );
+    assert!(scans::page(&txn, 2, 10).await?.is_empty());
+    txn.commit().await?;
+    Ok(())
+}
+
+async fn key_scan_groups_by_values(db: &DatabaseConnection) -> Result<()> {
+    let put = |id: &str, bucket: &str, n: i64| NewJob {
+        kind: "aws.put".into(),
+        payload: format!(r#"{{"bucket":"{bucket}","n":{n},"x":true}}"#),
+        ..job(id)
+    };
+    add(db, &[put("a", "y", 2), put("b", "x", 1), put("c", "x", 1)]).await?;
+    for id in ["a", "b", "c"] {
+        mark_completed(db, id, T0 + 1).await?;
+    }
+    let txn = super::begin_read(db).await?;
+    assert_eq!(scans::open_key_scan(&txn, "aws.put", &["$.bucket", "$.n"]).await?, (3, 2));
+    let rows = scans::page(&txn, 0, 10).await?;
+    let keys: Vec<(Option<&str>, &str, u64)> =
+        rows.iter().map(|r| (r.path.as_deref(), r.job_id.as_str(), r.jobs)).collect();
+    assert_eq!(keys, [(Some(r#"["x",1]"#), "c", 2), (Some(r#"["y",2]"#), "a", 1)]);
+    txn.commit().await?;
+    Ok(())
+}
+
+async fn remote_claim_takes_due_jobs_of_its_kinds_and_queues(db: &DatabaseConnection) -> Result<()> {
+    let now = super::now_ms();
+    let other = NewJob { kind: "other".into(), ..job("b") };
+    let (later, urgent) =
+        (NewJob { run_at: now + 3_600_000, ..job("c") }, NewJob { queue: "q2".into(), priority: 5, ..job("d") });
+    add(db, &[job("a"), other, later, urgent, job("e")]).await?;
+    let in_default = WorkerStoreOpts { queues: Some(vec!["default".into()]), ..opts("r", &["k"]) };
+    let claimed = remote::claim(db, in_default, 1, now, now + 30_000).await?;
+    assert_eq!(
+        claimed.iter().map(|c| (c.id.as_str(), c.attempt, c.run, c.sequenced)).collect::<Vec<_>>(),
+        [("a", 1, 1, false)]
+    );
+    assert_eq!((claimed[0].payload.replace(' ', ""), claimed[0].max_attempts), (r#"{"n":1}"#.to_owned(), 3));
+    let a = get(db, "a").await?;
+    assert_eq!(
+        (a.status, a.locked_by.as_deref(), a.lease_expires_at),
+        (JobStatus::Claimed, Some("r"), Some(from_ms(now + 30_000)))
+    );
+    let rest = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;
+    assert_eq!(rest.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["d", "e"], "by priority; `c` is not due");
+    Ok(())
+}
+
+async fn remote_claim_honours_limits_and_sequences(db: &DatabaseConnection) -> Result<()> {
+    let now = super::now_ms();
+    add(db, &[job("a"), job("b"), sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    let limited = WorkerStoreOpts { limits: vec![("k".into(), 1)], ..opts("r", &["k"]) };
+    assert_eq!(remote::claim(db, limited.clone(), 10, now, now + 30_000).await?.len(), 1);
+    assert!(remote::claim(db, limited, 10, now, now + 30_000).await?.is_empty(), "one is running");
+    let claimed = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;
+    let mut got: Vec<(&str, bool)> = claimed.iter().map(|c| (c.id.as_str(), c.sequenced)).collect();
+    got.sort_unstable();
+    assert_eq!(got, [("b", false), ("s1", true)], "`s2` waits for `s1`");
+    assert!(remote::finish(db, "r", finished("s1", 1, completed())).await?);
+    let next = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;
+    assert_eq!(next.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["s2"]);
+    Ok(())
+}
+
+async fn remote_finish_is_fenced(db: &DatabaseConnection) -> Result<()> {
+    let now = super::now_ms();
+    add(db, &[job("a"), job("b")]).await?;
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?.len(), 2);
+    assert!(!remote::finish(db, "other", finished("a", 1, completed())).await?, "another owner");
+    assert!(!remote::finish(db, "r", finished("a", 2, completed())).await?, "another attempt");
+    assert_eq!(get(db, "a").await?.status, JobStatus::Claimed);
+    assert!(remote::finish(db, "r", finished("a", 1, completed())).await?);
+    let a = get(db, "a").await?;
+    assert_eq!(
+        (a.status, a.output, a.lease_expires_at),
+        (JobStatus::Completed, Some(serde_json::json!({"ok": true})), None)
+    );
+    assert!(a.completed_at.is_some());
+    assert!(!remote::finish(db, "r", finished("a", 1, completed())).await?, "written already");
+    let retry = Outcome::Retry { run_at: now + 60_000, error: "later".into() };
+    assert!(remote::finish(db, "r", finished("b", 1, retry)).await?);
+    let b = get(db, "b").await?;
+    assert_eq!(
+        (b.status, b.attempts, b.last_error.as_deref(), b.run_at),
+        (JobStatus::Pending, 1, Some("later"), from_ms(now + 60_000))
+    );
+    Ok(())
+}
+
+async fn remote_extend_is_fenced_and_never_shortens(db: &DatabaseConnection) -> Result<()> {
+    let now = super::now_ms();
+    add(db, &[job("a")]).await?;
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 1_000).await?.len(), 1);
+    assert!(remote::extend(db, "r", "a", 1, now + 60_000).await?);
+    assert_eq!(get(db, "a").await?.lease_expires_at, Some(from_ms(now + 60_000)));
+    assert!(remote::extend(db, "r", "a", 1, now + 10).await?);
+    assert_eq!(get(db, "a").await?.lease_expires_at, Some(from_ms(now + 60_000)), "never shortened");
+    assert!(!remote::extend(db, "other", "a", 1, now + 90_000).await?);
+    assert!(!remote::extend(db, "r", "a", 2, now + 90_000).await?);
+    assert!(!remote::extend(db, "r", "nope", 1, now + 90_000).await?);
+    Ok(())
+}
+
+async fn refuse_legacy_refuses_an_old_schema(db: &DatabaseConnection) -> Result<()> {
+    super::schema::refuse_legacy(db).await?;
+    let b = Backend::of(db)?;
+    let legacy =
+        "INSERT INTO outbox_migrations (version, applied_at) VALUES ('m20261122_000001_create_outbox_jobs', 0)";
+    db.execute_raw(b.stmt(legacy, vec![])).await?;
+    let err = super::schema::refuse_legacy(db).await;
+    assert!(matches!(&err, Err(Error::Unsupported(m)) if m.contains("outbox migrate")), "{err:?}");
+    Ok(())
+}
+
+async fn store_claims_and_finishes(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c")]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    let claimed = store.claim(2, now, now + 30_000).await?;
+    assert_eq!(claimed.iter().map(|c| (c.id.as_str(), c.attempt)).collect::<Vec<_>>(), [("a", 1), ("b", 1)]);
+    store.finish(finished("a", 1, completed()))?;
+    store.finish(finished("b", 1, Outcome::Failed { error: "boom".into() }))?;
+    store.flush().await?;
+    let (a, b) = (get(db, "a").await?, get(db, "b").await?);
+    assert_eq!(
+        (a.status, a.output, a.locked_by.as_deref()),
+        (JobStatus::Completed, Some(serde_json::json!({"ok": true})), Some("w1"))
+    );
+    assert_eq!((b.status, b.last_error.as_deref()), (JobStatus::Failed, Some("boom")));
+    assert_eq!(get(db, "c").await?.status, JobStatus::Pending);
+    let history: Vec<JobEventKind> = events::history(db, "a").await?.iter().map(|e| e.event).collect();
+    assert_eq!(history, [JobEventKind::Enqueued, JobEventKind::Claimed, JobEventKind::Completed]);
+    store.close().await;
+    Ok(())
+}
+
+async fn store_extends_its_own_claims(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b")]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    assert_eq!(store.claim(1, now, now + 1_000).await?.len(), 1);
+    assert_eq!(remote::claim(db, opts("w2", &["k"]), 1, now, now + 1_000).await?.len(), 1);
+    let until = now + 90_000;
+    assert_eq!(store.extend(vec!["a".into(), "b".into(), "nope".into()], until).await?, 1, "only its own");
+    assert_eq!(get(db, "a").await?.lease_expires_at, Some(from_ms(until)));
+    assert_eq!(get(db, "b").await?.lease_expires_at, Some(from_ms(now + 1_000)));
+    store.close().await;
+    Ok(())
+}
+
+async fn store_rescues_expired_claims(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), NewJob { max_attempts: 1, ..job("b") }]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    assert_eq!(store.claim(10, now, now + 30_000).await?.len(), 2);
+    assert!(store.rescue(now).await?.is_empty(), "the leases run for 30 s");
+    let later = now + 3_600_000;
+    let mut rescued = store.rescue(later).await?;
+    rescued.sort_by(|x, y| x.id.cmp(&y.id));
+    let got: Vec<_> =
+        rescued.iter().map(|r| (r.id.as_str(), r.status.as_str(), r.attempt, r.previous_owner.as_deref())).collect();
+    assert_eq!(got, [("a", "pending", 1, Some("w1")), ("b", "failed", 1, Some("w1"))]);
+    let (a, b) = (get(db, "a").await?, get(db, "b").await?);
+    assert_eq!((a.status, a.lease_expires_at, a.run_at), (JobStatus::Pending, None, from_ms(later)));
+    assert_eq!(a.last_error.as_deref(), Some("lease expired while claimed by w1"));
+    assert_eq!(b.last_error.as_deref(), Some("lease expired while claimed by w1; no attempts left"));
+    assert_eq!(events::history(db, "a").await?.last().map(|e| e.event), Some(JobEventKind::Rescued));
+    assert_eq!(events::history(db, "b").await?.last().map(|e| e.event), Some(JobEventKind::RescuedFailed));
+    assert!(store.rescue(later).await?.is_empty());
+    // The rescued attempt's outcome meets the fence.
+    store.finish(finished("a", 1, completed()))?;
+    store.flush().await?;
+    assert_eq!(get(db, "a").await?.status, JobStatus::Pending);
+    store.close().await;
+    Ok(())
+}
