@@ -81,12 +81,11 @@ async fn try_open(arg: &str, create: bool) -> std::result::Result<DatabaseConnec
             (failure, transient)
         })?;
         if !pending.is_empty() {
-            let names = pending;
             let failure = Failure::error(format!(
                 "database `{}` lacks {} outbox migration(s): {}",
                 shown(&url),
-                names.len(),
-                names.join(", ")
+                pending.len(),
+                pending.join(", ")
             ))
             .hint("run `outbox migrate` first");
             return Err((failure, false));

@@ -145,6 +145,16 @@ fn wait_for_lock(tries: i32) -> bool {
     })
 }
 
+/// Lets go the first blocking job of every sequence that has jobs waiting and none running or free to run
+/// (the blocking condition of `schema.sql`, spelled out as there).
+const RELEASE_STRANDED: &str = "UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h \
+     WHERE h.sequence_key = k.sequence_key AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', \
+     'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT \
+     w.sequence_key FROM outbox_jobs w WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS \
+     (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = w.sequence_key \
+     AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) \
+     AND status = 'pending' AND waiting = 1";
+
 struct Actor {
     conn: Connection,
     config: StoreConfig,
@@ -309,18 +319,9 @@ impl Actor {
         // Writers take turns here, so the triggers never miss a job to let go; rows written or changed by hand
         // can still leave one waiting with nothing ahead of it. A sequence with a job running or free to run is
         // moving and left alone (its first waiting job may be one retried behind the running one).
-        let sql = format!(
-            "UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h \
-             WHERE h.sequence_key = k.sequence_key AND {} ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT \
-             w.sequence_key FROM outbox_jobs w WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS \
-             (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = w.sequence_key \
-             AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) \
-             AND status = 'pending' AND waiting = 1",
-            crate::storage::jobs::blocking("h")
-        );
         let released = self
             .conn
-            .prepare_cached(&sql)
+            .prepare_cached(RELEASE_STRANDED)
             .and_then(|mut s| s.execute([]))
             .map_err(Error::db("letting waiting sequences go"))?;
         if released > 0 {
