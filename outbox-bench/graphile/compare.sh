@@ -1,6 +1,7 @@
 #!/bin/sh
 # outbox's `process` case against graphile-worker with its performance settings, on one PostgreSQL server,
-# durable commits, the same number of no-op jobs, medians of 3 runs each, ours and theirs alternating runs:
+# durable commits, the same number of no-op jobs, medians of 3 runs each, ours and theirs alternating runs,
+# with each side's WAL bytes per job over the jobs' whole life (added, then drained) and for the drain alone:
 #
 #   outbox-bench/graphile/compare.sh <postgres url> [jobs = 20000]
 #
@@ -22,10 +23,16 @@ $(node "$here/bench.mjs" "$url" "$jobs" 1 2>/dev/null)"
 $("$bench" --pg-url "$url" --backend postgres --case process --sync full --jobs "$jobs" --runs 1 --json 2>/dev/null)"
 done
 node --input-type=module -e '
-const [ours, theirs] = process.argv.slice(1).map((s) => s.trim().split("\n").map((l) => JSON.parse(l).jobs_per_sec));
+const [ours, theirs] = process.argv.slice(1, 3).map((s) => s.trim().split("\n").map((l) => JSON.parse(l)));
 const median = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
-const [o, t] = [median(ours), median(theirs)];
+const of = (runs, field) => median(runs.map((r) => r[field]));
+const [o, t] = [of(ours, "jobs_per_sec"), of(theirs, "jobs_per_sec")];
+const [ow, tw] = [of(ours, "wal_bytes_per_job"), of(theirs, "wal_bytes_per_job")];
 console.log(JSON.stringify({ case: "process", backend: "postgres", sync: "on", jobs: Number(process.argv[3]),
-  outbox_runs: ours, graphile_runs: theirs, outbox_jobs_per_sec: o, graphile_jobs_per_sec: t,
-  ratio: Math.round((o / t) * 1000) / 1000 }));
+  outbox_runs: ours.map((r) => r.jobs_per_sec), graphile_runs: theirs.map((r) => r.jobs_per_sec),
+  outbox_jobs_per_sec: o, graphile_jobs_per_sec: t, ratio: Math.round((o / t) * 1000) / 1000,
+  outbox_wal_bytes_per_job: ow, graphile_wal_bytes_per_job: tw,
+  outbox_wal_bytes_per_job_drain: of(ours, "wal_bytes_per_job_drain"),
+  graphile_wal_bytes_per_job_drain: of(theirs, "wal_bytes_per_job_drain"),
+  wal_ratio: Math.round((ow / tw) * 1000) / 1000 }));
 ' "$ours" "$theirs" "$jobs"

@@ -34,6 +34,10 @@
 //! completed jobs are deleted and the database vacuumed.
 //! `stall` runs a worker on a current-thread runtime whose handler blocks it for 2 s, 20 times a run, with
 //! retention passing every 10 ms, and times an application enqueue on another pool during each stall.
+//! `process` and `held_snapshot` also report the database's work per job (`work.rs`): WAL bytes while the
+//! jobs were enqueued, while they were drained and in all, rows written and commits, and the dead tuples left.
+//! `held_snapshot` (PostgreSQL only) drains 5×N jobs while another connection holds a `REPEATABLE READ`
+//! snapshot from before the drain to after it, against the same drain without it, alternating run by run.
 
 mod dashboard;
 mod http;
@@ -47,6 +51,7 @@ mod reconcile;
 mod retention;
 mod scratch;
 mod stall;
+mod work;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -148,9 +153,10 @@ enum Case {
     LatencyLoaded,
     Million,
     Stall,
+    HeldSnapshot,
 }
 
-const CASES: [Case; 16] = [
+const CASES: [Case; 17] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -167,6 +173,7 @@ const CASES: [Case; 16] = [
     Case::LatencyLoaded,
     Case::Million,
     Case::Stall,
+    Case::HeldSnapshot,
 ];
 
 /// `--case` takes a case by its row name.
@@ -206,6 +213,7 @@ impl Case {
             Case::LatencyLoaded => "latency_loaded",
             Case::Million => "million",
             Case::Stall => "stall",
+            Case::HeldSnapshot => "held_snapshot",
         }
     }
 
@@ -218,7 +226,8 @@ impl Case {
             | Case::Dashboard
             | Case::Retention
             | Case::Million
-            | Case::Stall => &[SyncMode::Full],
+            | Case::Stall
+            | Case::HeldSnapshot => &[SyncMode::Full],
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -233,7 +242,10 @@ impl Case {
             (Case::Latency | Case::LatencyLoaded, _) => LATENCY_JOBS,
             (Case::Million, _) => million::BIG,
             (Case::Stall, _) => stall::ROUNDS,
-            (Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard, _) => base * 5,
+            (
+                Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard | Case::HeldSnapshot,
+                _,
+            ) => base * 5,
         };
         n.max(1)
     }
@@ -241,6 +253,12 @@ impl Case {
     /// Whether the case's jobs carry the default payload-hash idempotency key.
     fn unique(self) -> bool {
         matches!(self, Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch | Case::Reconcile | Case::Http)
+    }
+
+    /// Whether the case runs on `backend`: a held snapshot is a PostgreSQL matter (SQLite readers hold back
+    /// only checkpoints, never the reuse of a row's space).
+    fn runs_on(self, backend: Backend) -> bool {
+        self != Case::HeldSnapshot || backend == Backend::Postgres
     }
 
     fn baseline(self, backend: Backend) -> Option<&'static str> {
@@ -275,6 +293,7 @@ impl Case {
                 | Case::Stall,
             ) => None,
             (_, Case::Million) => Some("the same worker draining 20,000 jobs, same run"),
+            (_, Case::HeldSnapshot) => Some("the same drain with no snapshot held, runs alternating"),
             (_, Case::Retention) => Some("the same drain beside the same old finished jobs, retention off"),
             (_, Case::Http) => Some("outbox enqueue in process: 16 tasks on the pool, one job per statement"),
         }
@@ -424,6 +443,27 @@ struct Row {
     db_mb_after_drain: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     db_mb_after_vacuum: Option<f64>,
+    /// The database's work per job (cases `process` and `held_snapshot`, medians over the runs): WAL bytes
+    /// written while the jobs were enqueued, while they were drained, and in all (PostgreSQL; on SQLite the
+    /// bytes this process wrote: WAL frames and checkpoints), rows written and commits (PostgreSQL), and the
+    /// dead tuples left in the tables after the drain (PostgreSQL).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wal_bytes_per_job_enqueue: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wal_bytes_per_job_drain: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wal_bytes_per_job: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rows_per_job: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commits_per_job: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dead_tuples: Option<i64>,
+    /// Case `held_snapshot`: the same figures of the drain with no snapshot held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline_wal_bytes_per_job_drain: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline_dead_tuples: Option<i64>,
     /// Case `retention`: finished jobs older than their age when the drain starts.
     #[serde(skip_serializing_if = "Option::is_none")]
     old_jobs: Option<u64>,
@@ -473,7 +513,7 @@ impl Runner {
     fn baseline_run(&self, case: Case, target: &Target, n: u64) -> Result<Measure, BoxError> {
         let prepared = match case {
             Case::ProcessSequenced | Case::ProcessSequenced100 => {
-                return self.rt.block_on(outbox::process(target, n, CONCURRENCY));
+                return Ok(self.rt.block_on(outbox::process(target, n, CONCURRENCY))?.0);
             }
             Case::ClaimSequenced => return self.claim_run(target, n, false),
             Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch => self.rt.block_on(outbox::empty(target))?,
@@ -482,6 +522,9 @@ impl Runner {
             Case::Http => return Err("the http case measures its baseline within its own run".into()),
             Case::Dashboard | Case::Latency | Case::LatencyLoaded | Case::Million | Case::Stall => {
                 return Err(format!("the {} case has no baseline", case.name()).into());
+            }
+            Case::HeldSnapshot => {
+                return Ok(self.rt.block_on(outbox::held_snapshot(target, n, CONCURRENCY, false))?.0);
             }
             Case::Retention => {
                 let old = n * RETENTION_OLD_PER_JOB;
@@ -623,6 +666,8 @@ impl Runner {
         let mut pruned = Vec::new();
         let mut scales = Vec::new();
         let mut ceilings = Vec::new();
+        let mut works: Vec<work::Work> = Vec::new();
+        let mut free_works: Vec<work::Work> = Vec::new();
         for run in 1..=self.runs {
             let (name, label, runs) = (case.name(), sync.label(backend), self.runs);
             eprintln!("{name} {} {label} run {run}/{runs} ({n} jobs)", backend.name());
@@ -635,7 +680,20 @@ impl Runner {
                 }
                 Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?,
                 Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(&target, n, BATCH))?,
-                Case::Process => self.rt.block_on(outbox::process(&target, n, CONCURRENCY))?,
+                Case::Process => {
+                    let (measure, w) = self.rt.block_on(outbox::process(&target, n, CONCURRENCY))?;
+                    works.push(w);
+                    measure
+                }
+                Case::HeldSnapshot => {
+                    // The free drain alternates with the held one, run by run, on the same server.
+                    let (held, w) = self.rt.block_on(outbox::held_snapshot(&target, n, CONCURRENCY, true))?;
+                    works.push(w);
+                    let (free, fw) = self.rt.block_on(outbox::held_snapshot(&target, n, CONCURRENCY, false))?;
+                    theirs.push(free.jobs_per_sec());
+                    free_works.push(fw);
+                    held
+                }
                 Case::ProcessSequenced => self.rt.block_on(outbox::process_sequenced(&target, n, n, CONCURRENCY))?,
                 Case::ProcessSequenced100 => {
                     self.rt.block_on(outbox::process_sequenced(&target, n, FEW_KEYS, CONCURRENCY))?
@@ -688,7 +746,10 @@ impl Runner {
                 }
             };
             ours.push(measure.jobs_per_sec());
-            if baseline.is_some() && cached.is_none() && !matches!(case, Case::Http | Case::Million) {
+            if baseline.is_some()
+                && cached.is_none()
+                && !matches!(case, Case::Http | Case::Million | Case::HeldSnapshot)
+            {
                 theirs.push(self.baseline_run(case, &target, n)?.jobs_per_sec());
             }
         }
@@ -712,6 +773,7 @@ impl Runner {
                 | Case::ClaimSequenced
                 | Case::Retention
                 | Case::Million
+                | Case::HeldSnapshot
         );
         Ok(Row {
             case: case.name(),
@@ -762,6 +824,14 @@ impl Runner {
             peak_rss_1m_mb: scale(&scales, |s| s.rss_big_mb, 1),
             db_mb_after_drain: scale(&scales, |s| s.drained_mb, 1),
             db_mb_after_vacuum: scale(&scales, |s| s.reclaimed_mb, 1),
+            wal_bytes_per_job_enqueue: per_job(&works, |w| Some(w.enqueue_bytes), 0),
+            wal_bytes_per_job_drain: per_job(&works, |w| Some(w.drain_bytes), 0),
+            wal_bytes_per_job: per_job(&works, |w| Some(w.life_bytes()), 0),
+            rows_per_job: per_job(&works, |w| w.rows, 2),
+            commits_per_job: per_job(&works, |w| w.commits, 3),
+            dead_tuples: per_job(&works, |w| w.dead.map(|d| d as f64), 0).map(|d| d as i64),
+            baseline_wal_bytes_per_job_drain: per_job(&free_works, |w| Some(w.drain_bytes), 0),
+            baseline_dead_tuples: per_job(&free_works, |w| w.dead.map(|d| d as f64), 0).map(|d| d as i64),
             old_jobs: (case == Case::Retention).then_some(n * RETENTION_OLD_PER_JOB),
             pruned_during_drain: (!pruned.is_empty())
                 .then(|| median(&pruned.iter().map(|p| p.during_drain as f64).collect::<Vec<_>>()).round() as u64),
@@ -769,6 +839,12 @@ impl Runner {
                 .then(|| round(median(&pruned.iter().map(|p| p.all_secs).collect::<Vec<_>>()), 1)),
         })
     }
+}
+
+/// The median over runs of one figure of the database's work, when every run measured it.
+fn per_job(runs: &[work::Work], f: fn(&work::Work) -> Option<f64>, digits: i32) -> Option<f64> {
+    let values = runs.iter().map(f).collect::<Option<Vec<f64>>>()?;
+    (!values.is_empty()).then(|| round(median(&values), digits))
 }
 
 /// The median over runs of one latency figure, when the case measured any.
@@ -832,6 +908,15 @@ fn table_line(row: &Row) -> String {
     }
     if let (Some(drained), Some(vacuumed)) = (row.db_mb_after_drain, row.db_mb_after_vacuum) {
         notes.push(format!("db {drained:.0} MiB drained, {vacuumed:.0} MiB vacuumed"));
+    }
+    if let (Some(life), Some(drain)) = (row.wal_bytes_per_job, row.wal_bytes_per_job_drain) {
+        notes.push(format!("WAL/job {life:.0} B (drain {drain:.0} B)"));
+    }
+    if let (Some(rows), Some(commits)) = (row.rows_per_job, row.commits_per_job) {
+        notes.push(format!("rows/job {rows:.2}, commits/job {commits:.3}"));
+    }
+    if let Some(dead) = row.dead_tuples {
+        notes.push(format!("{dead} dead tuples"));
     }
     if let Some(load) = row.load_avg_1m {
         notes.push(format!("load {load:.1}"));
@@ -908,7 +993,7 @@ fn run() -> Result<(), BoxError> {
     }
     for backend in backends {
         for case in CASES {
-            if args.case.is_some_and(|c| c != case) {
+            if args.case.is_some_and(|c| c != case) || !case.runs_on(backend) {
                 continue;
             }
             for &sync in case.syncs() {

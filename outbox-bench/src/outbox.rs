@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use outbox_core::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Worker};
 use schemars::JsonSchema;
+use sea_orm::sqlx::{self, Connection};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, SqliteTransactionMode, Statement, TransactionOptions,
     TransactionTrait,
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::memory::{WatchedDrain, watch};
 use crate::raw::{self, JobRow, KindInfo};
 use crate::scratch::{self, Location, Prepared, Scratch, Target};
+use crate::work::{self, Work};
 use crate::{BoxError, Measure, SyncMode, raw_pg};
 
 /// The enqueue cases' kind: unique by default, so each job carries the sha256 payload key.
@@ -250,14 +252,51 @@ pub(crate) async fn drain<J: Job>(db: &DatabaseConnection, concurrency: usize) -
 
 const COMPLETED: &str = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'";
 
-/// Case `process`: `n` pending `Noop` jobs drained by a worker with a no-op handler.
-pub(crate) async fn process(target: &Target, n: u64, concurrency: usize) -> Result<Measure, BoxError> {
+/// Case `process`: `n` pending `Noop` jobs drained by a worker with a no-op handler, and the database's work
+/// for them from enqueue to completed.
+pub(crate) async fn process(target: &Target, n: u64, concurrency: usize) -> Result<(Measure, Work), BoxError> {
+    drain_measured(target, n, concurrency, false).await
+}
+
+/// Case `held_snapshot`: [`process`] while another connection holds a `REPEATABLE READ` snapshot from before
+/// the drain to after it (when `hold`; the same drain without it otherwise), as a reporting query or an idle
+/// session in a transaction would: nothing the drain leaves dead can be vacuumed meanwhile.
+pub(crate) async fn held_snapshot(
+    target: &Target,
+    n: u64,
+    concurrency: usize,
+    hold: bool,
+) -> Result<(Measure, Work), BoxError> {
+    if !matches!(target, Target::Postgres { .. }) {
+        return Err("the held_snapshot case runs on PostgreSQL only".into());
+    }
+    drain_measured(target, n, concurrency, hold).await
+}
+
+async fn drain_measured(target: &Target, n: u64, concurrency: usize, hold: bool) -> Result<(Measure, Work), BoxError> {
     let scratch = Scratch::new(target).await?;
+    let location = scratch.prepared.location.clone();
+    let start = work::mark(&location).await?;
     preload(&scratch.db, noops(n)).await?;
+    let mut holder = None;
+    if let (true, Location::Url(url)) = (hold, &location) {
+        let mut conn = sqlx::PgConnection::connect(url).await?;
+        sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ").execute(&mut conn).await?;
+        // The first query takes the snapshot, held until COMMIT.
+        sqlx::query("SELECT count(*) FROM outbox_jobs").execute(&mut conn).await?;
+        holder = Some(conn);
+    }
+    let drain_from = work::bytes(&location).await?;
     let secs = drain::<Noop>(&scratch.db, concurrency).await?;
     scratch.expect_count(COMPLETED, n, "process").await?;
-    scratch.remove().await?;
-    Ok(Measure { jobs: n, secs })
+    let prepared = scratch.into_prepared().await?;
+    let end = work::mark(&prepared.location).await;
+    if let Some(mut conn) = holder {
+        sqlx::raw_sql("COMMIT").execute(&mut conn).await?;
+        conn.close().await?;
+    }
+    prepared.remove().await?;
+    Ok((Measure { jobs: n, secs }, Work::of(start, drain_from, end?, n)))
 }
 
 /// Case `process_memory`, run in a child process so that the figures hold the worker alone, not the heap

@@ -45,10 +45,18 @@ fn insert_jobs_sql(rows: usize) -> String {
 const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
      locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, \
      event_flip = 1 - event_flip \
-     WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
-     AND kind IN (SELECT value FROM json_each(?4)) AND ?6 IS NULL \
-     ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
+     WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN outbox_jobs AS j \
+     WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 \
+     AND scheduled = 0 AND kind = k.value AND ?6 IS NULL AND run_at <= ?2 \
+     ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0) \
      RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs";
+
+/// The worker's promotion of due scheduled jobs, in the claim's transaction (`PROMOTE`).
+const PROMOTE_SQL: &str = "UPDATE outbox_jobs SET scheduled = 0 WHERE rowid IN (SELECT rowid FROM outbox_jobs \
+     WHERE status = 'pending' AND scheduled = 1 AND run_at <= ?1 ORDER BY run_at LIMIT ?2)";
+
+/// Scheduled jobs let in per claim, as the worker does.
+const PROMOTE_PER_CLAIM: i64 = 1_000;
 
 /// A fenced completion (`write_rows`, `Outcome::Completed`) whose event goes in a batch row, as the worker's
 /// batched completions do.
@@ -255,6 +263,7 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
     let start = Instant::now();
     loop {
         let now = now_ms();
+        conn.prepare_cached(PROMOTE_SQL)?.execute(params![now, PROMOTE_PER_CLAIM])?;
         let claimed = {
             let mut stmt = conn.prepare_cached(CLAIM_SQL)?;
             let rows =
@@ -320,6 +329,7 @@ pub(crate) fn claim_cost(
         let now = now_ms();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let start = Instant::now();
+        tx.prepare_cached(PROMOTE_SQL)?.execute(params![now, PROMOTE_PER_CLAIM])?;
         let claimed = {
             let mut stmt = tx.prepare_cached(CLAIM_SQL)?;
             let rows = stmt

@@ -227,6 +227,7 @@ fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         priority: opts.priority.unwrap_or(kind.priority()),
         max_attempts,
         run_at,
+        scheduled: run_at > now,
         key: opts.idempotency_key.clone().or_else(|| kind.derive_key(payload)),
         schema_hash: kind.schema_hash().to_owned(),
         created_at: now,
@@ -254,17 +255,35 @@ pub async fn enqueue_raw<C: ConnectionTrait>(
     opts: EnqueueOpts,
 ) -> Result<Enqueued> {
     let job = prepare(Backend::of(conn)?, kind, &payload, &opts, now_ms())?;
+    let enqueued = insert_or_collapse(conn, job).await?;
+    if matches!(enqueued, Enqueued::New(_)) {
+        wake::wake();
+    }
+    Ok(enqueued)
+}
+
+/// Writes `job`, or collapses it onto the active job holding its key when nothing of its sequence was
+/// enqueued after that one; otherwise that one lets go of the key and `job` goes to the sequence's tail.
+async fn insert_or_collapse<C: ConnectionTrait>(conn: &C, job: NewJob) -> Result<Enqueued> {
     // A conflicting active job can finish between the failed insert and the lookup; then insert again.
     for _ in 0..3 {
         if storage::enqueue::insert_job(conn, &job).await? {
             tracing::debug!(job_id = %job.id, kind = %job.kind, queue = %job.queue, attempt = 0, "job enqueued");
-            wake::wake();
             return Ok(Enqueued::New(job.id));
         }
         let Some(key) = &job.key else { break };
-        if let Some(id) = storage::enqueue::find_active(conn, &job.kind, key).await? {
-            tracing::debug!(job_id = %id, kind = %job.kind, "duplicate enqueue collapsed onto the active job");
-            return Ok(Enqueued::Existing(id));
+        match storage::enqueue::find_twin(conn, &job.kind, key, job.sequence_key.as_deref()).await? {
+            Some(twin) if !twin.behind => {
+                tracing::debug!(job_id = %twin.id, kind = %job.kind, "duplicate enqueue collapsed onto the active job");
+                return Ok(Enqueued::Existing(twin.id));
+            }
+            Some(twin) => {
+                tracing::debug!(job_id = %twin.id, kind = %job.kind, "later jobs of its sequence were enqueued after \
+                    the active job holding the key; the duplicate goes to the tail");
+                storage::enqueue::supersede(conn, &twin.id).await?;
+            }
+            // The twin finished in between.
+            None => {}
         }
     }
     Err(Error::Internal(format!("enqueue of kind `{}` kept conflicting without a visible active job", job.kind)))
@@ -292,19 +311,26 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
     let backend = Backend::of(conn)?;
     let now = now_ms();
     let mut rows = Vec::with_capacity(payloads.len());
-    // For each input: Ok(index into rows) for a row to write, Err(index) for a duplicate of an earlier input.
-    let mut slots: Vec<std::result::Result<usize, usize>> = Vec::with_capacity(payloads.len());
+    let mut slots: Vec<Slot> = Vec::with_capacity(payloads.len());
     let mut first_by_key: HashMap<String, usize> = HashMap::new();
+    // Keyed jobs of a sequence go one at a time, in order, after the others: whether a duplicate collapses
+    // depends on what of its sequence was enqueued before it, this batch's earlier jobs included.
+    let mut in_order: Vec<NewJob> = Vec::new();
     for payload in &payloads {
         let job = prepare(backend, kind, payload, &opts, now)?;
+        if job.key.is_some() && job.sequence_key.is_some() {
+            slots.push(Slot::Alone(in_order.len()));
+            in_order.push(job);
+            continue;
+        }
         if let Some(key) = &job.key {
             if let Some(&row) = first_by_key.get(key) {
-                slots.push(Err(row));
+                slots.push(Slot::Duplicate(row));
                 continue;
             }
             first_by_key.insert(key.clone(), rows.len());
         }
-        slots.push(Ok(rows.len()));
+        slots.push(Slot::Row(rows.len()));
         rows.push(job);
     }
     let written: std::collections::HashSet<String> =
@@ -316,27 +342,41 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
             continue;
         }
         let key = job.key.as_deref().unwrap_or_default();
-        match storage::enqueue::find_active(conn, &job.kind, key).await? {
-            Some(id) => resolved.push(Enqueued::Existing(id)),
+        match storage::enqueue::find_twin(conn, &job.kind, key, None).await? {
+            Some(twin) => resolved.push(Enqueued::Existing(twin.id)),
             None => {
                 // The twin finished in between: enqueue this one on its own.
-                let payload = serde_json::from_str(&job.payload)
-                    .map_err(|source| Error::Serde { kind: kind.name().into(), source })?;
-                resolved.push(Box::pin(enqueue_raw(conn, kind, payload, opts.clone())).await?);
+                resolved.push(insert_or_collapse(conn, job.clone()).await?);
             }
         }
     }
-    if !written.is_empty() {
+    let mut alone = Vec::with_capacity(in_order.len());
+    for job in in_order {
+        alone.push(insert_or_collapse(conn, job).await?);
+    }
+    let any_new = !written.is_empty() || alone.iter().any(|e| matches!(e, Enqueued::New(_)));
+    if any_new {
         tracing::debug!(kind = %kind.name(), jobs = written.len(), "job batch enqueued");
         wake::wake();
     }
     Ok(slots
         .into_iter()
         .map(|slot| match slot {
-            Ok(i) => resolved[i].clone(),
-            Err(i) => Enqueued::Existing(resolved[i].id().to_owned()),
+            Slot::Row(i) => resolved[i].clone(),
+            Slot::Duplicate(i) => Enqueued::Existing(resolved[i].id().to_owned()),
+            Slot::Alone(i) => alone[i].clone(),
         })
         .collect())
+}
+
+/// Where the result of one input of a batch comes from.
+enum Slot {
+    /// Row `i` of the batch's INSERT.
+    Row(usize),
+    /// A duplicate of row `i`, collapsed onto it.
+    Duplicate(usize),
+    /// The `i`-th job written alone, in order (a keyed job of a sequence).
+    Alone(usize),
 }
 
 /// Opens a write transaction that is safe on every backend: where the database is an embedded file it takes

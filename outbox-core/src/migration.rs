@@ -1,6 +1,6 @@
-//! The schema migration, tracked in the library's own `outbox_migrations` table so it never mixes with the
-//! application's. The statements are each backend's `schema.sql`; a database an earlier build created is
-//! refused with what to do.
+//! The schema migrations, tracked in the library's own `outbox_migrations` table so they never mix with the
+//! application's. The statements are each backend's `schema.sql` and `ready.sql`; a database an earlier build
+//! created is refused with what to do.
 
 use sea_orm::sea_query::{Alias, IntoIden};
 use sea_orm::{ConnectionTrait, DbErr, DynIden};
@@ -17,7 +17,7 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(Schema)]
+        (0..schema::MIGRATIONS.len()).map(|step| Box::new(Step(step)) as Box<dyn MigrationTrait>).collect()
     }
 
     fn migration_table_name() -> DynIden {
@@ -42,18 +42,18 @@ pub async fn pending_migrations(db: &sea_orm::DatabaseConnection) -> Result<Vec<
     Ok(pending.iter().map(|m| m.name().to_owned()).collect())
 }
 
-/// The one migration: the schema as it is.
-struct Schema;
+/// One migration: an index into [`schema::MIGRATIONS`].
+struct Step(usize);
 
-impl MigrationName for Schema {
+impl MigrationName for Step {
     fn name(&self) -> &str {
-        schema::MIGRATION
+        schema::MIGRATIONS[self.0]
     }
 }
 
-fn statements(manager: &SchemaManager<'_>) -> std::result::Result<(&'static str, &'static str), DbErr> {
+fn statements(manager: &SchemaManager<'_>, step: usize) -> std::result::Result<(&'static str, &'static str), DbErr> {
     let backend = manager.get_database_backend();
-    schema::statements(backend).ok_or_else(|| {
+    schema::statements(backend, step).ok_or_else(|| {
         DbErr::Migration(format!(
             "this build of outbox does not support the {backend:?} backend; see `outbox_core::connect`"
         ))
@@ -61,13 +61,13 @@ fn statements(manager: &SchemaManager<'_>) -> std::result::Result<(&'static str,
 }
 
 #[async_trait::async_trait]
-impl MigrationTrait for Schema {
+impl MigrationTrait for Step {
     async fn up(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(statements(manager)?.0).await.map(drop)
+        manager.get_connection().execute_unprepared(statements(manager, self.0)?.0).await.map(drop)
     }
 
     async fn down(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(statements(manager)?.1).await.map(drop)
+        manager.get_connection().execute_unprepared(statements(manager, self.0)?.1).await.map(drop)
     }
 
     /// Applied and recorded in one transaction on one connection: never seen half done.

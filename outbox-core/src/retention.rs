@@ -154,6 +154,9 @@ async fn pass(
         let started = std::time::Instant::now();
         let now = now_ms();
         let lease_until = ms_after(now, retention.interval * 2 + Duration::from_secs(60));
+        if storage::locks::held_by_other(db, LEASE, worker, now).await? {
+            return Ok((jobs, feed_rows));
+        }
         let txn = storage::begin_write(db).await?;
         if !storage::locks::take(&txn, LEASE, worker, now, lease_until).await? {
             drop(txn);
@@ -178,5 +181,47 @@ async fn pass(
             _ = stop.cancelled() => return Ok((jobs, feed_rows)),
             _ = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sea_orm::ConnectionTrait;
+    use tokio_util::sync::CancellationToken;
+
+    use super::{LEASE, Retention, pass};
+    use crate::ConnectOpts;
+    use crate::record::ms_after;
+    use crate::storage::{self, now_ms};
+
+    /// A worker that does not hold the retention lease finds that out by reading: it never waits for the
+    /// write lock, which another process's writer holds here for the whole pass.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pass_of_a_worker_without_the_lease_takes_no_write_lock() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("outbox.db").display());
+        // A busy handler that waits a minute: taking the write lock would hang the test, not fail it quietly.
+        let opts = ConnectOpts { busy_timeout: Duration::from_secs(60), ..ConnectOpts::default() };
+        let db = crate::connect_with(&url, opts).await.expect("connect");
+        crate::migrate(&db).await.expect("migrate");
+        let now = now_ms();
+        assert!(
+            storage::locks::take(&db, LEASE, "other", now, ms_after(now, Duration::from_secs(600)))
+                .await
+                .expect("take")
+        );
+        let writer = crate::connect(&url).await.expect("connect the other writer");
+        let held = storage::begin_write(&writer).await.expect("the other writer's lock");
+        held.execute_unprepared("UPDATE outbox_locks SET holder = holder").await.expect("write under the lock");
+        let passed = tokio::time::timeout(
+            Duration::from_secs(30),
+            pass(&db, &Retention::default(), "me", &CancellationToken::new()),
+        )
+        .await
+        .expect("the pass waited for the write lock");
+        assert_eq!(passed.expect("pass"), (0, 0));
+        held.rollback().await.expect("rollback");
     }
 }

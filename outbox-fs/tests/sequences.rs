@@ -55,6 +55,37 @@ async fn two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees(t
     assert!(report.discrepancies.is_empty(), "{:?}", report.discrepancies);
 }
 
+conformance!(a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_ends_present);
+async fn a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_ends_present(t: TestDb) {
+    let e = env(t);
+    let create = CreateFile { path: "x.txt".into(), content: "wanted".into(), overwrite: true };
+    let delete = DeleteFile { path: "x.txt".into(), require_exists: false };
+    let first = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create");
+    outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue delete");
+    // Same key as the first create, which is still pending; but a delete of the path came after it.
+    let third = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create again");
+    assert!(matches!(third, outbox_core::Enqueued::New(_)), "the last create collapsed onto the first: {third:?}");
+    assert_ne!(third.id(), first.id());
+    // Nothing of the path came after the third: a fourth collapses onto it.
+    let fourth = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create a fourth time");
+    assert_eq!(fourth, outbox_core::Enqueued::Existing(third.id().to_owned()));
+    let mut jobs =
+        ops::list(&e.db, &outbox_core::JobFilter { sequence: Some("fs:x.txt".into()), ..Default::default() })
+            .await
+            .expect("list the sequence");
+    jobs.sort_by_key(|j| j.sequence_no);
+    let order: Vec<(&str, Option<i64>)> = jobs.iter().map(|j| (j.kind.as_str(), j.sequence_no)).collect();
+    assert_eq!(jobs.len(), 3, "{order:?}");
+    assert_eq!(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>(), ["create_file", "delete_file", "create_file"]);
+    assert_eq!(jobs[2].id, third.id());
+
+    worker(&e).concurrency(4).build().await.expect("build").drain().await.expect("drain");
+    let content = std::fs::read_to_string(e.root_dir.join("x.txt")).expect("the file is present after the drain");
+    assert_eq!(content, "wanted");
+    let report = outbox_fs::reconcile(&e.db, &e.root, ReconcileOpts::new()).await.expect("reconcile");
+    assert!(report.discrepancies.is_empty(), "{:?}", report.discrepancies);
+}
+
 conformance!(a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it);
 async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it(t: TestDb) {
     let e = env(t);

@@ -15,6 +15,8 @@ pub(crate) struct NewJob {
     pub(crate) priority: i32,
     pub(crate) max_attempts: i32,
     pub(crate) run_at: i64,
+    /// Whether `run_at` was still ahead when the job was prepared: then it waits off the ready indexes.
+    pub(crate) scheduled: bool,
     pub(crate) key: Option<String>,
     pub(crate) schema_hash: String,
     pub(crate) created_at: i64,
@@ -26,8 +28,8 @@ pub(crate) struct NewJob {
 
 /// The columns enqueue writes on every backend; SQLite adds the sequence's (below).
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
-     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold";
-/// Rows per batch statement: 16 values a row at most, 32,000 values under every backend's parameter limit
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled";
+/// Rows per batch statement: 15 values a row at most, 32,000 values under every backend's parameter limit
 /// (32,766 and 65,535).
 const ROWS_PER_INSERT: usize = 2_000;
 
@@ -65,6 +67,7 @@ fn push_row(b: Backend, sql: &mut String, values: &mut Vec<Value>, job: &NewJob)
     mark(sql, job.created_at.into(), Backend::ts);
     mark(sql, job.sequence_key.clone().into(), plain);
     mark(sql, i16::from(job.hold).into(), plain);
+    sql.push_str(if job.scheduled { "TRUE, " } else { "FALSE, " });
     match (b, &job.sequence_key) {
         #[cfg(feature = "sqlite")]
         (Backend::Sqlite, Some(key)) => {
@@ -147,18 +150,48 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
     Ok(written)
 }
 
-/// The id of the active (pending or claimed) job of `kind` holding `key`.
-pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(
+/// The active (pending or claimed) job of `kind` holding `key`, that a duplicate would collapse onto.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Twin {
+    pub(crate) id: String,
+    /// A later job of `sequence` (the duplicate's) was enqueued after it: a duplicate collapsing onto it
+    /// would run before an intent enqueued ahead of it.
+    pub(crate) behind: bool,
+}
+
+/// The active job of `kind` holding `key`, and whether a duplicate in `sequence` is behind it.
+pub(crate) async fn find_twin<C: ConnectionTrait + ?Sized>(
     conn: &C,
     kind: &str,
     key: &str,
-) -> Result<Option<String>> {
+    sequence: Option<&str>,
+) -> Result<Option<Twin>> {
     let b = Backend::of(conn)?;
-    let sql = "SELECT id FROM outbox_jobs WHERE kind = $1 AND idempotency_key = $2 \
-         AND status IN ('pending', 'claimed') LIMIT 1";
+    let sql = "SELECT t.id, COALESCE(t.sequence_key = $3 AND EXISTS (SELECT 1 FROM outbox_jobs l \
+         WHERE l.sequence_key = t.sequence_key AND l.sequence_no > t.sequence_no), FALSE) \
+         FROM outbox_jobs t WHERE t.kind = $1 AND t.idempotency_key = $2 AND t.status IN ('pending', 'claimed') \
+         AND NOT t.superseded LIMIT 1";
     let row = conn
-        .query_one_raw(b.stmt(sql, vec![Value::from(kind), Value::from(key)]))
+        .query_one_raw(b.stmt(sql, vec![Value::from(kind), Value::from(key), Value::from(sequence)]))
         .await
         .map_err(Error::db(format!("looking up the active job of kind `{kind}` by key")))?;
-    row.map(|r| r.try_get_by_index::<String>(0)).transpose().map_err(Error::db("reading a job id"))
+    let Some(row) = row else { return Ok(None) };
+    let read = || Error::db(format!("reading the active job of kind `{kind}` holding a key"));
+    Ok(Some(Twin {
+        id: row.try_get_by_index::<String>(0).map_err(read())?,
+        behind: row.try_get_by_index::<bool>(1).map_err(read())?,
+    }))
+}
+
+/// Lets the active job `id` no longer take duplicates of its key: a later job of its sequence was enqueued,
+/// so the next duplicate goes to the tail of the sequence as a job of its own.
+pub(crate) async fn supersede<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<()> {
+    let b = Backend::of(conn)?;
+    let sql = "UPDATE outbox_jobs SET superseded = TRUE WHERE id = $1 AND status IN ('pending', 'claimed') \
+         AND NOT superseded";
+    let started = std::time::Instant::now();
+    if let Err(e) = conn.execute_raw(b.stmt(sql, vec![Value::from(id)])).await {
+        return Err(write_failed(conn, format!("letting job `{id}` go of its idempotency key"), e, started).await);
+    }
+    Ok(())
 }

@@ -107,8 +107,9 @@ pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Re
     records(conn, || "listing stuck jobs".into(), b.stmt(sql, vec![now.into()])).await
 }
 
-/// What an operator's retry sets: back to pending with its attempts reset and a released hold restored.
-const RETRY_SET: &str = "status = 'pending', attempts = 0, \
+/// What an operator's retry sets: back to pending now with its attempts reset, taking duplicates of its key
+/// again, and a released hold restored.
+const RETRY_SET: &str = "status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, \
      sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL";
 
 /// No active job (pending or claimed) of the same kind holds the key of the job `j`.

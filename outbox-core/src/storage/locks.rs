@@ -3,7 +3,7 @@
 use sea_orm::ConnectionTrait;
 
 use super::{Backend, execute_write};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Takes (or renews) the named lease for `holder` until `until` unless another holder's is unexpired.
 pub(crate) async fn take<C: ConnectionTrait + ?Sized>(
@@ -24,6 +24,26 @@ pub(crate) async fn take<C: ConnectionTrait + ?Sized>(
     let values = vec![name.into(), holder.into(), until.into(), now.into()];
     let res = execute_write(conn, b.stmt(sql, values), || format!("taking lease `{name}` for `{holder}`")).await?;
     Ok(res.rows_affected() == 1)
+}
+
+/// Whether a holder other than `holder` has the named lease unexpired at `now`: a read, so a process that
+/// does not hold it finds that out without taking the write lock (on SQLite a write transaction of every idle
+/// worker each interval, queueing behind the workers' claims).
+pub(crate) async fn held_by_other<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    name: &str,
+    holder: &str,
+    now: i64,
+) -> Result<bool> {
+    let b = Backend::of(conn)?;
+    let sql =
+        format!("SELECT COUNT(*) FROM outbox_locks WHERE name = $1 AND holder <> $2 AND expires_at >= {}", b.ts("$3"));
+    let row = conn
+        .query_one_raw(b.stmt(sql, vec![name.into(), holder.into(), now.into()]))
+        .await
+        .map_err(Error::db(format!("reading lease `{name}`")))?;
+    let held = row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(Error::db("reading a lease count"))?;
+    Ok(held.unwrap_or_default() > 0)
 }
 
 /// Gives the named lease up if `holder` has it.

@@ -1,13 +1,14 @@
-//! The schema: one migration per backend creating the tables as they are (`sqlite/schema.sql`,
-//! `postgres/schema.sql`), and the refusal of a database created by a build from before it.
+//! The schema: per backend, one migration creating the tables (`sqlite/schema.sql`, `postgres/schema.sql`)
+//! and one giving claims their ready indexes (`ready.sql`), and the refusal of a database created by a build
+//! from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
 use super::Backend;
 use crate::error::{Error, Result};
 
-/// The one migration's name.
-pub(crate) const MIGRATION: &str = "m20261128_000001_outbox_schema";
+/// The migrations' names, in the order they apply.
+pub(crate) const MIGRATIONS: [&str; 2] = ["m20261128_000001_outbox_schema", "m20261129_000002_ready_jobs"];
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
 /// lists them grew through nine steps this build cannot vouch for: it is refused, never modified.
@@ -16,25 +17,50 @@ const LEGACY: &str = "m20261122_000001_create_outbox_jobs m20261122_000002_creat
     m20261124_000006_event_feed_and_workers m20261125_000007_batched_worker_events m20261126_000008_inline_feed_rows \
     m20261127_000009_schedules_locks_reconciliations";
 
-/// The statements creating the schema on `backend`, and those dropping it.
-pub(crate) fn statements(backend: DbBackend) -> Option<(&'static str, &'static str)> {
-    match backend {
+/// The statements of migration `step` (an index into [`MIGRATIONS`]) on `backend`, and those undoing it.
+pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static str, &'static str)> {
+    match (backend, step) {
         #[cfg(feature = "sqlite")]
-        DbBackend::Sqlite => Some((
+        (DbBackend::Sqlite, 0) => Some((
             include_str!("sqlite/schema.sql"),
             "DROP TABLE IF EXISTS outbox_reconciliations; DROP TABLE IF EXISTS outbox_locks; \
              DROP TABLE IF EXISTS outbox_schedules; DROP TABLE IF EXISTS outbox_workers; \
              DROP TABLE IF EXISTS outbox_kinds; DROP TABLE IF EXISTS outbox_jobs; \
              DROP TABLE IF EXISTS outbox_job_events;",
         )),
+        #[cfg(feature = "sqlite")]
+        (DbBackend::Sqlite, 1) => Some((
+            include_str!("sqlite/ready.sql"),
+            "DROP INDEX outbox_jobs_ready; DROP INDEX outbox_jobs_ready_queue; DROP INDEX outbox_jobs_scheduled; \
+             DROP INDEX outbox_jobs_active_key; \
+             ALTER TABLE outbox_jobs DROP COLUMN scheduled; ALTER TABLE outbox_jobs DROP COLUMN superseded; \
+             CREATE INDEX outbox_jobs_ready ON outbox_jobs (priority DESC, run_at, id) \
+                 WHERE status = 'pending' AND waiting = 0; \
+             CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, priority DESC, run_at, id) \
+                 WHERE status = 'pending' AND waiting = 0; \
+             CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key) \
+                 WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL;",
+        )),
         #[cfg(feature = "postgres")]
-        DbBackend::Postgres => Some((
+        (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
             "DROP TABLE IF EXISTS outbox_reconciliations, outbox_locks, outbox_schedules, outbox_workers, \
              outbox_kinds, outbox_jobs, outbox_job_events; DROP SEQUENCE IF EXISTS outbox_jobs_sequence_no; \
              DROP FUNCTION IF EXISTS outbox_jobs_notify(), outbox_jobs_sequence_insert(), \
              outbox_jobs_sequence_note(), outbox_jobs_sequence_next(), outbox_jobs_sequence_rejoin(), \
              outbox_jobs_enqueued(), outbox_jobs_purged(), outbox_jobs_transition();",
+        )),
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 1) => Some((
+            include_str!("postgres/ready.sql"),
+            "DROP INDEX outbox_jobs_ready, outbox_jobs_ready_queue, outbox_jobs_scheduled, outbox_jobs_active_key; \
+             ALTER TABLE outbox_jobs DROP COLUMN scheduled, DROP COLUMN superseded; \
+             CREATE INDEX outbox_jobs_ready ON outbox_jobs (priority DESC, run_at, id) \
+                 WHERE status = 'pending' AND NOT waiting; \
+             CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, priority DESC, run_at, id) \
+                 WHERE status = 'pending' AND NOT waiting; \
+             CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key) \
+                 WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL;",
         )),
         _ => None,
     }

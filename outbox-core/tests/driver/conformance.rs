@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
 
-use super::enqueue::{self, NewJob};
+use super::enqueue::{self, NewJob, Twin};
 use super::kinds::{self, KindRow};
 use super::retention::{self, PruneRules};
 use super::schedules::{self, ScheduleRow};
@@ -131,6 +131,7 @@ driver_tests!(
     insert_job_writes_a_pending_job,
     insert_job_skips_an_active_key,
     insert_job_takes_a_key_its_holder_left,
+    find_twin_is_behind_a_later_job_of_its_sequence,
     insert_jobs_returns_the_ids_written,
     insert_jobs_puts_the_second_of_a_sequence_waiting,
     insert_job_waits_only_behind_a_blocking_job,
@@ -166,6 +167,7 @@ driver_tests!(
     schedules_claim_each_tick_once,
     locks_refuse_another_holder_until_expiry,
     locks_release_by_the_holder_only,
+    locks_held_by_other_is_a_read,
     prune_keeps_the_latest_of_a_sequence,
     prune_feed_deletes_old_worker_rows,
     reconciliations_keep_the_latest_report,
@@ -179,6 +181,8 @@ driver_tests!(
     store_claims_and_finishes,
     store_extends_its_own_claims,
     store_rescues_expired_claims,
+    store_claim_lets_in_scheduled_jobs_once_due,
+    store_claim_reads_only_served_kinds_and_queues,
 );
 
 /// A fixed time long past (ms): jobs enqueued at it are due.
@@ -198,6 +202,7 @@ fn job(id: &str) -> NewJob {
         created_at: T0,
         sequence_key: None,
         hold: true,
+        scheduled: false,
     }
 }
 
@@ -281,9 +286,9 @@ async fn insert_job_skips_an_active_key(db: &DatabaseConnection) -> Result<()> {
     assert!(enqueue::insert_job(db, &keyed("a", "x")).await?);
     assert!(!enqueue::insert_job(db, &keyed("b", "x")).await?, "the key is held by `a`");
     assert!(enqueue::insert_job(db, &NewJob { kind: "other".into(), ..keyed("c", "x") }).await?);
-    assert_eq!(enqueue::find_active(db, "k", "x").await?.as_deref(), Some("a"));
-    assert_eq!(enqueue::find_active(db, "other", "x").await?.as_deref(), Some("c"));
-    assert_eq!(enqueue::find_active(db, "k", "y").await?, None);
+    assert_eq!(enqueue::find_twin(db, "k", "x", None).await?.map(|t| t.id).as_deref(), Some("a"));
+    assert_eq!(enqueue::find_twin(db, "other", "x", None).await?.map(|t| t.id).as_deref(), Some("c"));
+    assert_eq!(enqueue::find_twin(db, "k", "y", None).await?, None);
     assert!(jobs::get(db, "b").await?.is_none());
     Ok(())
 }
@@ -293,9 +298,29 @@ async fn insert_job_takes_a_key_its_holder_left(db: &DatabaseConnection) -> Resu
     mark_claimed(db, "a", T0, T0 + 1_000).await?;
     assert!(!enqueue::insert_job(db, &keyed("b", "x")).await?, "a claimed job holds its key");
     mark_completed(db, "a", T0 + 10).await?;
-    assert_eq!(enqueue::find_active(db, "k", "x").await?, None);
+    assert_eq!(enqueue::find_twin(db, "k", "x", None).await?, None);
     assert!(enqueue::insert_job(db, &keyed("b", "x")).await?);
-    assert_eq!(enqueue::find_active(db, "k", "x").await?.as_deref(), Some("b"));
+    assert_eq!(enqueue::find_twin(db, "k", "x", None).await?.map(|t| t.id).as_deref(), Some("b"));
+    Ok(())
+}
+
+async fn find_twin_is_behind_a_later_job_of_its_sequence(db: &DatabaseConnection) -> Result<()> {
+    let in_s = |id: &str, key: &str| NewJob { sequence_key: Some("s".into()), ..keyed(id, key) };
+    add(db, &[in_s("create", "c")]).await?;
+    let twin = |seq: Option<&'static str>| enqueue::find_twin(db, "k", "c", seq);
+    assert_eq!(twin(Some("s")).await?, Some(Twin { id: "create".into(), behind: false }));
+    add(db, &[in_s("delete", "d")]).await?;
+    assert_eq!(twin(Some("s")).await?, Some(Twin { id: "create".into(), behind: true }), "`delete` came after it");
+    assert_eq!(twin(Some("other")).await?, Some(Twin { id: "create".into(), behind: false }), "another sequence");
+    assert_eq!(twin(None).await?, Some(Twin { id: "create".into(), behind: false }));
+    assert!(!enqueue::insert_job(db, &in_s("again", "c")).await?, "the key is still held");
+    enqueue::supersede(db, "create").await?;
+    assert_eq!(twin(Some("s")).await?, None, "a superseded job takes no duplicates");
+    assert!(enqueue::insert_job(db, &in_s("again", "c")).await?);
+    assert_eq!(twin(Some("s")).await?, Some(Twin { id: "again".into(), behind: false }));
+    let a = get(db, "again").await?;
+    assert!(a.sequence_no > get(db, "delete").await?.sequence_no, "at the tail");
+    assert_eq!(get(db, "create").await?.status, JobStatus::Pending, "the superseded job still runs");
     Ok(())
 }
 
@@ -834,6 +859,17 @@ async fn locks_release_by_the_holder_only(db: &DatabaseConnection) -> Result<()>
     Ok(())
 }
 
+async fn locks_held_by_other_is_a_read(db: &DatabaseConnection) -> Result<()> {
+    assert!(!locks::held_by_other(db, "retention", "a", T0).await?, "nobody holds it");
+    assert!(locks::take(db, "retention", "a", T0, T0 + 1_000).await?);
+    assert!(!locks::held_by_other(db, "retention", "a", T0 + 10).await?, "`a` holds it");
+    assert!(locks::held_by_other(db, "retention", "b", T0 + 10).await?);
+    assert!(locks::held_by_other(db, "retention", "b", T0 + 1_000).await?, "until its expiry");
+    assert!(!locks::held_by_other(db, "retention", "b", T0 + 1_001).await?, "expired");
+    assert!(!locks::held_by_other(db, "other", "b", T0 + 10).await?, "another name");
+    Ok(())
+}
+
 async fn prune_keeps_the_latest_of_a_sequence(db: &DatabaseConnection) -> Result<()> {
     let slow = NewJob { kind: "slow".into(), ..job("e") };
     add(db, &[job("a"), job("b"), job("c"), slow, sequenced("s1", "s"), sequenced("s2", "s")]).await?;
@@ -1075,5 +1111,59 @@ async fn store_rescues_expired_claims(db: &DatabaseConnection) -> Result<()> {
     store.flush().await?;
     assert_eq!(get(db, "a").await?.status, JobStatus::Pending);
     store.close().await;
+    Ok(())
+}
+
+/// Whether job `id` waits off the ready indexes for its time.
+async fn is_scheduled(db: &DatabaseConnection, id: &str) -> Result<bool> {
+    let b = Backend::of(db)?;
+    let row = db.query_one_raw(b.stmt("SELECT scheduled FROM outbox_jobs WHERE id = $1", vec![id.into()])).await?;
+    Ok(row.unwrap_or_else(|| panic!("no job `{id}`")).try_get_by_index::<bool>(0)?)
+}
+
+async fn store_claim_lets_in_scheduled_jobs_once_due(db: &DatabaseConnection) -> Result<()> {
+    let now = super::now_ms();
+    let later = now + 60_000;
+    // Due later, at a higher priority: never read by a claim before it is due.
+    add(db, &[NewJob { run_at: later, scheduled: true, priority: 5, ..job("later") }, job("now")]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let claimed = store.claim(10, now, now + 30_000).await?;
+    assert_eq!(claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["now"]);
+    assert!(is_scheduled(db, "later").await?);
+    // A retry's backoff schedules the job again.
+    store.finish(finished("now", 1, Outcome::Retry { run_at: later + 5, error: "boom".into() }))?;
+    store.flush().await?;
+    assert!(is_scheduled(db, "now").await?, "backing off");
+    assert!(store.claim(10, now + 1, now + 30_000).await?.is_empty());
+    let mut claimed = store.claim(10, later + 5, later + 30_000).await?;
+    claimed.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(claimed.iter().map(|c| (c.id.as_str(), c.attempt)).collect::<Vec<_>>(), [("later", 1), ("now", 2)]);
+    assert!(!is_scheduled(db, "later").await? && !is_scheduled(db, "now").await?);
+    // A snooze waits off the ready indexes too.
+    store.finish(finished("later", 1, Outcome::Snoozed { run_at: later + 5 }))?;
+    store.flush().await?;
+    let snoozed = get(db, "later").await?;
+    assert_eq!((snoozed.status, snoozed.attempts), (JobStatus::Pending, 0), "snoozed");
+    assert!(is_scheduled(db, "later").await?, "snoozed until a later time");
+    store.close().await;
+    Ok(())
+}
+
+async fn store_claim_reads_only_served_kinds_and_queues(db: &DatabaseConnection) -> Result<()> {
+    let other = |id: &str| NewJob { kind: "other".into(), priority: 9, ..job(id) };
+    add(db, &[other("o1"), job("k1"), NewJob { kind: "k2".into(), priority: 1, ..job("k2") }, other("o2")]).await?;
+    add(db, &[NewJob { queue: "q".into(), priority: 3, ..job("q1") }]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k", "k2"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    let mut claimed: Vec<String> = store.claim(2, now, now + 30_000).await?.into_iter().map(|c| c.id).collect();
+    claimed.sort_unstable();
+    assert_eq!(claimed, ["k2", "q1"], "the heads of both kinds' ranges, merged by priority");
+    store.close().await;
+    let queued = WorkerStoreOpts { queues: Some(vec!["default".into()]), ..opts("w2", &["k", "k2", "other"]) };
+    let claimed = remote::claim(db, queued, 10, now, now + 30_000).await?;
+    let mut got: Vec<&str> = claimed.iter().map(|c| c.id.as_str()).collect();
+    got.sort_unstable();
+    assert_eq!(got, ["k1", "o1", "o2"]);
+    assert_eq!(get(db, "k1").await?.status, JobStatus::Claimed);
     Ok(())
 }

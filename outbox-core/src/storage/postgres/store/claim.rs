@@ -12,10 +12,23 @@ use crate::storage::{ClaimedJob, Finished, Outcome, Unreadable, WorkerStore};
 
 /// The claim of due jobs, with one feed row for them all.
 macro_rules! claim_sql {
-    ($queue_filter:literal) => {
+    ($from:literal, $queue_filter:literal) => {
+        claim_sql!(@claim claim_sql!(@pick $from, $queue_filter))
+    };
+    // One kind, any queue (a limited kind's claim, and most workers'): its range of the ready index alone, with
+    // no merge to plan or run (12 % of a claim's time, measured).
+    (one kind) => {
+        claim_sql!(@claim concat!(
+            "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled \
+             AND kind = ($4::text[])[1] AND run_at <= ",
+            ts!("$2"),
+            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
+        ))
+    };
+    (@claim $pick:expr) => {
         concat!(
             "WITH c AS MATERIALIZED (",
-            claim_sql!(@pick $queue_filter),
+            $pick,
             "), u AS (UPDATE outbox_jobs j SET ",
             claim_sql!(@set),
             ", event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, \
@@ -26,13 +39,20 @@ macro_rules! claim_sql {
             ") SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced FROM u"
         )
     };
-    (@pick $queue_filter:literal) => {
+    // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
+    // kinds it does not serve; a range's rows past what the merge keeps stay locked only until the claim
+    // commits.
+    (@pick $from:literal, $queue_filter:literal) => {
         concat!(
-            "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND run_at <= ",
-            ts!("$2"),
-            " AND kind = ANY($4)",
+            "SELECT p.id FROM unnest($4::text[]) AS k(kind)",
+            $from,
+            " CROSS JOIN LATERAL (SELECT id, priority, run_at FROM outbox_jobs \
+             WHERE status = 'pending' AND NOT waiting AND NOT scheduled AND kind = k.kind",
             $queue_filter,
-            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
+            " AND run_at <= ",
+            ts!("$2"),
+            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) p \
+             ORDER BY p.priority DESC, p.run_at, p.id LIMIT $5"
         )
     };
     (@set) => {
@@ -49,18 +69,44 @@ macro_rules! claim_sql {
     };
 }
 
-const CLAIM_ANY_QUEUE: &str = claim_sql!("");
-const CLAIM_QUEUES: &str = claim_sql!(" AND queue = ANY($6)");
+const CLAIM_ONE_KIND: &str = claim_sql!(one kind);
+const CLAIM_ANY_QUEUE: &str = claim_sql!("", "");
+const CLAIM_QUEUES: &str = claim_sql!(" CROSS JOIN unnest($6::text[]) AS q(queue)", " AND queue = q.queue");
+
+/// Scheduled jobs that have come due join the ready indexes, the earliest first, a bounded number per claim.
+/// Promoters on several machines skip each other's rows.
+const PROMOTE: &str = concat!(
+    "UPDATE outbox_jobs SET scheduled = false WHERE id IN (SELECT id FROM outbox_jobs \
+     WHERE status = 'pending' AND scheduled AND run_at <= ",
+    ts!("$1"),
+    " ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED) AND status = 'pending' AND scheduled"
+);
+
+/// Scheduled jobs let in by one claim at most; the rest follow with the next claims.
+const PROMOTE_PER_CLAIM: i64 = 1_000;
+
+/// A worker lets in scheduled jobs at most this often (ms): the statement is a round trip of its own, a
+/// twentieth of a claim's cost on a busy worker when made before every claim (measured). A job due
+/// meanwhile waits for the next, once the worker is busy; an idle worker's claims are further apart.
+pub(in crate::storage::postgres) const PROMOTE_EVERY_MS: i64 = 100;
 
 /// Claims up to `limit` due jobs for the worker `c` describes: first those of kinds with a fleet-wide limit,
-/// each up to what its limit leaves, then the others. The in-process worker and remote claims share it.
+/// each up to what its limit leaves, then the others, after letting in the scheduled jobs that are due when
+/// `promote`. The in-process worker and remote claims share it.
 pub(in crate::storage::postgres) async fn claim_rows(
     pool: &PgPool,
     c: &PgStoreConfig,
     limit: usize,
     now: i64,
     lease_until: i64,
+    promote: bool,
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
+    if promote {
+        retrying("letting in scheduled jobs that are due", || async {
+            sqlx::query(PROMOTE).bind(now).bind(PROMOTE_PER_CLAIM).execute(pool).await
+        })
+        .await?;
+    }
     let mut rows = Vec::new();
     for (kind, cap) in &c.limited {
         let left = limit - rows.len();
@@ -140,7 +186,11 @@ fn claim_query<'q>(
     now: i64,
     lease_until: i64,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let sql = if c.queues.is_some() { CLAIM_QUEUES } else { CLAIM_ANY_QUEUE };
+    let sql = match (&c.queues, kinds.len()) {
+        (Some(_), _) => CLAIM_QUEUES,
+        (None, 1) => CLAIM_ONE_KIND,
+        (None, _) => CLAIM_ANY_QUEUE,
+    };
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut q = sqlx::query(sql).bind(&c.worker_id).bind(now).bind(lease_until).bind(kinds).bind(limit);
     if let Some(queues) = &c.queues {

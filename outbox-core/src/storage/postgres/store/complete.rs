@@ -41,7 +41,8 @@ macro_rules! finish_sql {
             ts!("$8"),
             " ELSE j.completed_at END, last_error = COALESCE(f.error, j.last_error), run_at = COALESCE(",
             ts!("f.run_at"),
-            ", j.run_at), lease_expires_at = NULL, updated_at = ",
+            ", j.run_at), scheduled = COALESCE(f.run_at > ($8)::int8, false), lease_expires_at = NULL, \
+             updated_at = ",
             ts!("$8")
         )
     };

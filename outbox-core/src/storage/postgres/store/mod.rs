@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use sea_orm::sqlx::postgres::{PgPool, PgPoolOptions};
@@ -26,6 +27,7 @@ use crate::storage::store::StoreFuture;
 use crate::storage::transient;
 use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
 use crate::wake;
+use claim::PROMOTE_EVERY_MS;
 pub(super) use claim::claim_rows;
 use claim::claimed_jobs;
 use complete::write_finished;
@@ -69,11 +71,16 @@ mod complete;
 pub(in crate::storage::postgres) use claim::claimed_job;
 pub(in crate::storage::postgres) use complete::write_batch;
 
-/// Never shortens a lease a handler extended further than the heartbeat does.
+/// Never shortens a lease a handler extended further than the heartbeat does. Never waits for a row either: a
+/// row another transaction has locked is being finished by this worker's writer (or taken by a rescuer), and
+/// waiting for it while holding others is how a renewal and a completion batch deadlocked, each having locked
+/// rows the other wanted. A skipped renewal is made by the next heartbeat if the row is still claimed.
 const EXTEND: &str = concat!(
-    "UPDATE outbox_jobs SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, TIMESTAMPTZ 'epoch'), ",
+    "WITH l AS (SELECT id FROM outbox_jobs WHERE status = 'claimed' AND locked_by = $2 AND id = ANY($3) \
+     FOR UPDATE SKIP LOCKED) \
+     UPDATE outbox_jobs j SET lease_expires_at = GREATEST(COALESCE(j.lease_expires_at, TIMESTAMPTZ 'epoch'), ",
     ts!("$1"),
-    ") WHERE status = 'claimed' AND locked_by = $2 AND id = ANY($3)"
+    ") FROM l WHERE j.id = l.id"
 );
 
 /// Rescuers on several machines skip each other's rows instead of queueing behind them.
@@ -148,6 +155,8 @@ struct Inner {
     /// keep their slots.
     unwritten: Unwritten,
     listener: tokio::task::JoinHandle<()>,
+    /// When this worker's claim last let in due scheduled jobs (ms; `i64::MIN` before the first).
+    promoted_at: AtomicI64,
 }
 
 /// Ids of finished attempts waiting for the completion writer.
@@ -201,7 +210,8 @@ impl PgStore {
         let unwritten = Unwritten::default();
         tokio::spawn(write_finished(pool.clone(), config.worker_id.clone(), rx, Arc::clone(&unwritten)));
         let listener = tokio::spawn(listen(listen_pool, config.schema.clone(), config.worker_id.clone()));
-        PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener, bg: bg.clone() }) }
+        let promoted_at = AtomicI64::new(i64::MIN);
+        PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener, bg: bg.clone(), promoted_at }) }
     }
 
     /// Runs `call` on the background runtime.
@@ -225,10 +235,15 @@ impl WorkerStore for PgStore {
     /// Claims up to `limit` due jobs (see [`claim_rows`]).
     fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
         Box::pin(async move {
+            let last = self.inner.promoted_at.load(Ordering::Relaxed);
+            let promote = now.saturating_sub(last) >= PROMOTE_EVERY_MS || now < last;
+            if promote {
+                self.inner.promoted_at.store(now, Ordering::Relaxed);
+            }
             let rows = self
-                .on_bg(
-                    move |inner| async move { claim_rows(&inner.pool, &inner.config, limit, now, lease_until).await },
-                )
+                .on_bg(move |inner| async move {
+                    claim_rows(&inner.pool, &inner.config, limit, now, lease_until, promote).await
+                })
                 .await?;
             Ok(claimed_jobs(self, rows))
         })

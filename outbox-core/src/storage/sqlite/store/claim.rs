@@ -8,6 +8,14 @@ use crate::error::{Error, Result};
 use crate::storage::store::limited_share;
 use crate::storage::{ClaimedJob, Unreadable};
 
+/// Scheduled jobs that have come due join the ready indexes, the earliest first, a bounded number per claim,
+/// in the claim's write transaction (so the claim sees them).
+const PROMOTE: &str = "UPDATE outbox_jobs SET scheduled = 0 WHERE rowid IN (SELECT rowid FROM outbox_jobs \
+     WHERE status = 'pending' AND scheduled = 1 AND run_at <= ?1 ORDER BY run_at LIMIT ?2)";
+
+/// Scheduled jobs let in by one claim at most; the rest follow with the next claims.
+const PROMOTE_PER_CLAIM: i64 = 1_000;
+
 /// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
 /// leaves (the count and the claim share the write transaction, so no other claimer can slip in between;
 /// the count reads claimed rows through the lease index, at most the fleet's concurrency of them), then the
@@ -20,6 +28,9 @@ pub(in crate::storage::sqlite) fn claim(
     lease_until: i64,
     unreadable: &mut Vec<Unreadable>,
 ) -> Result<Vec<ClaimedJob>> {
+    conn.prepare_cached(PROMOTE)
+        .and_then(|mut s| s.execute(params![now, PROMOTE_PER_CLAIM]))
+        .map_err(Error::db("letting in scheduled jobs that are due"))?;
     let mut claimed = Vec::new();
     for (kinds_json, cap) in &config.limited {
         let left = limit - claimed.len();
@@ -58,10 +69,12 @@ fn claim_of(
     lease_until: i64,
     unreadable: &mut Vec<Unreadable>,
 ) -> Result<Vec<ClaimedJob>> {
-    let queue_filter = if config.queues_json.is_some() {
-        " AND queue IN (SELECT value FROM json_each(?6))"
+    // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
+    // kinds it does not serve, and the ranges' heads are merged.
+    let (queues, queue_filter) = if config.queues_json.is_some() {
+        (" CROSS JOIN json_each(?6) AS q", " AND queue = q.value")
     } else {
-        " AND ?6 IS NULL"
+        ("", " AND ?6 IS NULL")
     };
     // Rows are picked by rowid, which the ready index holds: by id, each picked row cost one more descent of
     // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare
@@ -71,9 +84,10 @@ fn claim_of(
         "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
          locked_at = ?2, \
          claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip \
-         WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND run_at <= ?2 \
-         AND kind IN (SELECT value FROM json_each(?4)){queue_filter} \
-         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
+         WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k{queues} CROSS JOIN outbox_jobs AS j \
+         WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 \
+         AND scheduled = 0 AND kind = k.value{queue_filter} AND run_at <= ?2 \
+         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0) \
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
          sequence_key IS NOT NULL, rowid"
     );

@@ -54,6 +54,7 @@ const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', att
      output = CASE WHEN f.value ->> 's' = 'completed' THEN f.value ->> 'o' ELSE output END, \
      completed_at = CASE WHEN f.value ->> 's' = 'completed' THEN ?3 ELSE completed_at END, \
      last_error = COALESCE(f.value ->> 'e', last_error), run_at = COALESCE(f.value ->> 'r', run_at), \
+     scheduled = COALESCE(f.value ->> 'r' > ?3, 0), \
      lease_expires_at = NULL, updated_at = ?3, \
      event_flip = CASE WHEN f.value ->> 's' = 'completed' THEN 1 - event_flip ELSE event_flip END \
      FROM json_each(?1) AS f \
@@ -108,8 +109,8 @@ fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Res
                     .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now])),
                 Outcome::Retry { run_at, error } => tx
                     .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, last_error = ?5, \
-                         lease_expires_at = NULL, updated_at = ?6 ",
+                        "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, scheduled = ?4 > ?6, \
+                         last_error = ?5, lease_expires_at = NULL, updated_at = ?6 ",
                         fence!()
                     ))
                     .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, error, now])),
@@ -123,7 +124,7 @@ fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Res
                 Outcome::Snoozed { run_at } => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                         lease_expires_at = NULL, updated_at = ?5 ",
+                         scheduled = ?4 > ?5, lease_expires_at = NULL, updated_at = ?5 ",
                         fence!()
                     ))
                     .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, now])),
