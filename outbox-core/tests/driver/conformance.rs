@@ -183,6 +183,7 @@ driver_tests!(
     store_rescues_expired_claims,
     store_claim_lets_in_scheduled_jobs_once_due,
     store_claim_reads_only_served_kinds_and_queues,
+    store_claims_each_job_once_and_a_later_higher_priority_within_a_second,
 );
 
 /// A fixed time long past (ms): jobs enqueued at it are due.
@@ -1165,5 +1166,28 @@ async fn store_claim_reads_only_served_kinds_and_queues(db: &DatabaseConnection)
     got.sort_unstable();
     assert_eq!(got, ["k1", "o1", "o2"]);
     assert_eq!(get(db, "k1").await?.status, JobStatus::Claimed);
+    Ok(())
+}
+
+async fn store_claims_each_job_once_and_a_later_higher_priority_within_a_second(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c"), job("d"), job("e")]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    let mut seen: Vec<String> = store.claim(2, now, now + 60_000).await?.into_iter().map(|c| c.id).collect();
+    assert_eq!(seen, ["a", "b"]);
+    // Enqueued after the claim, ahead of everything left: a worker reading on from where its last claim ended
+    // may take others first, but not for longer than a second.
+    add(db, &[NewJob { priority: 9, ..job("hi") }]).await?;
+    let next: Vec<String> = store.claim(1, now + 10, now + 60_000).await?.into_iter().map(|c| c.id).collect();
+    assert_eq!(next.len(), 1, "{next:?}");
+    seen.extend(next);
+    let later: Vec<String> = store.claim(1, now + 1_100, now + 60_000).await?.into_iter().map(|c| c.id).collect();
+    seen.extend(later);
+    assert!(seen.iter().any(|id| id == "hi"), "the higher priority waited over a second: {seen:?}");
+    let rest: Vec<String> = store.claim(10, now + 1_200, now + 60_000).await?.into_iter().map(|c| c.id).collect();
+    seen.extend(rest);
+    seen.sort_unstable();
+    assert_eq!(seen, ["a", "b", "c", "d", "e", "hi"], "every job once");
+    store.close().await;
     Ok(())
 }

@@ -121,7 +121,7 @@ pub(super) async fn remote_claim(
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
     let c = store_config(db, opts).await?;
-    let rows = store::claim_rows(db.get_postgres_connection_pool(), &c, limit, now, lease_until, true).await?;
+    let rows = store::claim_rows(db.get_postgres_connection_pool(), &c, limit, now, lease_until, true, None).await?;
     let mut jobs = Vec::with_capacity(rows.len());
     for row in &rows {
         match store::claimed_job(row) {

@@ -25,6 +25,18 @@ macro_rules! claim_sql {
             " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
         ))
     };
+    // The same, reading on from where the worker's last claim of it ended (`$6` priority, `$7` run time, `$8`
+    // id): see [`Cursor`].
+    (one kind after) => {
+        claim_sql!(@claim concat!(
+            "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled \
+             AND kind = ($4::text[])[1] AND run_at <= ",
+            ts!("$2"),
+            " AND priority = $6 AND (run_at, id) > (",
+            ts!("$7"),
+            ", $8) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
+        ))
+    };
     (@claim $pick:expr) => {
         concat!(
             "WITH c AS MATERIALIZED (",
@@ -33,10 +45,12 @@ macro_rules! claim_sql {
             claim_sql!(@set),
             ", event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, \
              j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, \
-             j.sequence_key IS NOT NULL AS sequenced), \
+             j.sequence_key IS NOT NULL AS sequenced, j.priority, \
+             (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms), \
              e AS (",
             feed_row!("$2", "claimed", "$1", ""),
-            ") SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced FROM u"
+            ") SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced, priority, \
+             run_at_ms FROM u"
         )
     };
     // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
@@ -70,6 +84,30 @@ macro_rules! claim_sql {
 }
 
 const CLAIM_ONE_KIND: &str = claim_sql!(one kind);
+const CLAIM_ONE_KIND_AFTER: &str = claim_sql!(one kind after);
+
+/// Where a worker's last claim of its one kind ended, in claim order. The ready index keeps an entry for every
+/// job claimed until vacuum removes it, and while any snapshot older than those claims is open (a report, a
+/// session idle in a transaction) it can neither remove them nor mark them dead for scans to skip: a claim
+/// that starts at the head of the range visits every job claimed since in the heap, so draining a backlog
+/// costs the square of its size (a drain of 100,000 under a held snapshot ran at 0.32 of its free rate). The
+/// next claim reads on from here instead, within the same priority; the head is read again when that comes
+/// up short and at least every [`CURSOR_SPAN_MS`], so a job that sorts before the cursor (a higher priority,
+/// an earlier run time) waits at most that long.
+#[derive(Debug, Clone)]
+pub(in crate::storage::postgres) struct Cursor {
+    priority: i32,
+    run_at: i64,
+    id: String,
+    /// When the head was last read (ms).
+    since: i64,
+}
+
+/// How long a worker reads on from its cursor before it reads the head of its kind's range again (ms).
+const CURSOR_SPAN_MS: i64 = 1_000;
+
+/// A worker's cursor, when it claims one kind from every queue.
+pub(in crate::storage::postgres) type CursorCell = std::sync::Mutex<Option<Cursor>>;
 const CLAIM_ANY_QUEUE: &str = claim_sql!("", "");
 const CLAIM_QUEUES: &str = claim_sql!(" CROSS JOIN unnest($6::text[]) AS q(queue)", " AND queue = q.queue");
 
@@ -100,6 +138,7 @@ pub(in crate::storage::postgres) async fn claim_rows(
     now: i64,
     lease_until: i64,
     promote: bool,
+    cursor: Option<&CursorCell>,
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
     if promote {
         retrying("letting in scheduled jobs that are due", || async {
@@ -121,16 +160,77 @@ pub(in crate::storage::postgres) async fn claim_rows(
     }
     let left = limit - rows.len();
     if left > 0 && !c.kinds.is_empty() {
-        let kinds = &c.kinds;
-        let claimed =
-            retrying("claiming jobs", || async { claim_query(c, kinds, left, now, lease_until).fetch_all(pool).await })
-                .await;
-        match claimed {
+        let cursor = cursor.filter(|_| c.queues.is_none() && c.kinds.len() == 1);
+        match claim_unlimited(pool, c, left, now, lease_until, cursor).await {
             Ok(claimed) => rows.extend(claimed),
             Err(e) => return keep_claimed(rows, e),
         }
     }
     Ok(rows)
+}
+
+/// Claims up to `limit` due jobs of the worker's kinds without a limit: from the worker's `cursor` first when
+/// it has one that is fresh, then from the head of the range for what that left.
+async fn claim_unlimited(
+    pool: &PgPool,
+    c: &PgStoreConfig,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+    cursor: Option<&CursorCell>,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let lock = |cell: &CursorCell| cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let from = cursor.and_then(lock).filter(|k| (0..CURSOR_SPAN_MS).contains(&now.saturating_sub(k.since)));
+    let mut rows = Vec::new();
+    if let Some(at) = &from {
+        let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+        rows = retrying("claiming jobs", || async {
+            sqlx::query(CLAIM_ONE_KIND_AFTER)
+                .bind(&c.worker_id)
+                .bind(now)
+                .bind(lease_until)
+                .bind(&c.kinds)
+                .bind(limit_i)
+                .bind(at.priority)
+                .bind(at.run_at)
+                .bind(&at.id)
+                .fetch_all(pool)
+                .await
+        })
+        .await?;
+    }
+    let mut head = Vec::new();
+    if rows.len() < limit {
+        let left = limit - rows.len();
+        let claimed = retrying("claiming jobs", || async {
+            claim_query(c, &c.kinds, left, now, lease_until).fetch_all(pool).await
+        })
+        .await;
+        match claimed {
+            Ok(claimed) => head = claimed,
+            Err(e) => return keep_claimed(rows, e),
+        }
+    }
+    if let Some(cell) = cursor {
+        // On from the last job of the head's claim when it read the head (the cursor restarts there), else
+        // from the last of the cursor's.
+        let (read, since) =
+            if head.is_empty() { (&rows, from.as_ref().map_or(now, |k| k.since)) } else { (&head, now) };
+        if let Some(last) = last_in_claim_order(read) {
+            *cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Cursor { since, ..last });
+        }
+    }
+    rows.extend(head);
+    Ok(rows)
+}
+
+/// The claimed row that sorts last in claim order (priority descending, then run time, then id).
+fn last_in_claim_order(rows: &[sqlx::postgres::PgRow]) -> Option<Cursor> {
+    rows.iter()
+        .filter_map(|r| {
+            Some(Cursor { priority: r.try_get(9).ok()?, run_at: r.try_get(10).ok()?, id: r.try_get(0).ok()?, since: 0 })
+        })
+        .max_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)).then_with(|| a.id.cmp(&b.id)))
 }
 
 /// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts the

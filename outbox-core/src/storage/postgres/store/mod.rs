@@ -27,9 +27,9 @@ use crate::storage::store::StoreFuture;
 use crate::storage::transient;
 use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
 use crate::wake;
-use claim::PROMOTE_EVERY_MS;
 pub(super) use claim::claim_rows;
 use claim::claimed_jobs;
+use claim::{CursorCell, PROMOTE_EVERY_MS};
 use complete::write_finished;
 
 /// What the worker claims and who it is.
@@ -157,6 +157,8 @@ struct Inner {
     listener: tokio::task::JoinHandle<()>,
     /// When this worker's claim last let in due scheduled jobs (ms; `i64::MIN` before the first).
     promoted_at: AtomicI64,
+    /// Where its last claim ended (see [`claim::Cursor`]).
+    cursor: CursorCell,
 }
 
 /// Ids of finished attempts waiting for the completion writer.
@@ -211,7 +213,9 @@ impl PgStore {
         tokio::spawn(write_finished(pool.clone(), config.worker_id.clone(), rx, Arc::clone(&unwritten)));
         let listener = tokio::spawn(listen(listen_pool, config.schema.clone(), config.worker_id.clone()));
         let promoted_at = AtomicI64::new(i64::MIN);
-        PgStore { inner: Arc::new(Inner { pool, config, tx, unwritten, listener, bg: bg.clone(), promoted_at }) }
+        let cursor = CursorCell::default();
+        let inner = Inner { pool, config, tx, unwritten, listener, bg: bg.clone(), promoted_at, cursor };
+        PgStore { inner: Arc::new(inner) }
     }
 
     /// Runs `call` on the background runtime.
@@ -242,7 +246,7 @@ impl WorkerStore for PgStore {
             }
             let rows = self
                 .on_bg(move |inner| async move {
-                    claim_rows(&inner.pool, &inner.config, limit, now, lease_until, promote).await
+                    claim_rows(&inner.pool, &inner.config, limit, now, lease_until, promote, Some(&inner.cursor)).await
                 })
                 .await?;
             Ok(claimed_jobs(self, rows))
