@@ -41,14 +41,13 @@ fn insert_jobs_sql(rows: usize) -> String {
     sql
 }
 
-/// The worker's claim (`claim` in `storage/sqlite/worker.rs`, no queue filter).
+/// The worker's claim of one kind from every queue (`claim_of` in `storage/sqlite/store/claim.rs`).
 const CLAIM_SQL: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
      locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, \
      event_flip = 1 - event_flip \
-     WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN outbox_jobs AS j \
-     WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 \
-     AND scheduled = 0 AND kind = k.value AND ?6 IS NULL AND run_at <= ?2 \
-     ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0) \
+     WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 \
+     AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND run_at <= ?2 \
+     ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) \
      RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs";
 
 /// The worker's promotion of due scheduled jobs, in the claim's transaction (`PROMOTE`).
@@ -322,6 +321,9 @@ pub(crate) fn claim_cost(
     reps: usize,
 ) -> Result<f64, BoxError> {
     let mut conn = open(path, sync)?;
+    if kinds.len() != 1 {
+        return Err("claim cost: the worker's claim of one kind is timed".into());
+    }
     let kinds_json = serde_json::to_string(kinds)?;
     let limit = i64::try_from(batch)?;
     let mut times = Vec::with_capacity(reps);

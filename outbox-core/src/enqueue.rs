@@ -290,7 +290,9 @@ async fn insert_or_collapse<C: ConnectionTrait>(conn: &C, job: NewJob) -> Result
 }
 
 /// Enqueues many typed jobs with as few statements as possible (one per 2,000 jobs), in order. Duplicates
-/// within the batch collapse onto the first.
+/// within the batch collapse onto the first. Jobs with both a key and a sequence are written one statement
+/// each, as [`enqueue`] writes them: whether a duplicate collapses depends on what of its sequence came
+/// before it.
 pub async fn enqueue_batch<C: ConnectionTrait, J: Job>(
     conn: &C,
     jobs: &[J],
@@ -350,10 +352,15 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
             }
         }
     }
-    let mut alone = Vec::with_capacity(in_order.len());
-    for job in in_order {
-        alone.push(insert_or_collapse(conn, job).await?);
+    // In order within each sequence, sequences in key order: two batches over the same sequences take
+    // their locks in the same order (see `storage::enqueue::insert_jobs`).
+    let mut order: Vec<usize> = (0..in_order.len()).collect();
+    order.sort_by(|&a, &b| in_order[a].sequence_key.cmp(&in_order[b].sequence_key));
+    let mut alone: Vec<Option<Enqueued>> = vec![None; in_order.len()];
+    for i in order {
+        alone[i] = Some(insert_or_collapse(conn, in_order[i].clone()).await?);
     }
+    let alone: Vec<Enqueued> = alone.into_iter().flatten().collect();
     let any_new = !written.is_empty() || alone.iter().any(|e| matches!(e, Enqueued::New(_)));
     if any_new {
         tracing::debug!(kind = %kind.name(), jobs = written.len(), "job batch enqueued");

@@ -44,7 +44,8 @@ pub struct DuplicateKey {
     pub key: String,
     /// Jobs with this key, in any status.
     pub jobs: u64,
-    /// Of those, pending or claimed (at most one).
+    /// Of those, pending or claimed: at most one takes duplicates; more when later jobs of its sequence were
+    /// enqueued behind one and a duplicate went to the tail.
     pub active: u64,
     /// Of those, completed.
     pub completed: u64,

@@ -79,6 +79,15 @@ async fn a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_en
     assert_eq!(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>(), ["create_file", "delete_file", "create_file"]);
     assert_eq!(jobs[2].id, third.id());
 
+    // In a batch, a duplicate with nothing of its path between it and its twin collapses as it always did.
+    let again = |path: &str| CreateFile { path: path.into(), content: "batch".into(), overwrite: true };
+    let batch =
+        outbox_core::enqueue_batch(&e.db, &[again("y.txt"), again("z.txt"), again("y.txt")], EnqueueOpts::new())
+            .await
+            .expect("enqueue a batch");
+    assert!(batch[0].is_new() && batch[1].is_new(), "{batch:?}");
+    assert_eq!(batch[2], outbox_core::Enqueued::Existing(batch[0].id().to_owned()));
+
     worker(&e).concurrency(4).build().await.expect("build").drain().await.expect("drain");
     let content = std::fs::read_to_string(e.root_dir.join("x.txt")).expect("the file is present after the drain");
     assert_eq!(content, "wanted");
@@ -146,13 +155,11 @@ async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it
     let behind = ops::get(&e.db, behind.id()).await.expect("get");
     assert_eq!((head.status, behind.status), (JobStatus::Completed, JobStatus::Completed));
     // In commit order (the feed's), not by timestamps: a claim's time is read before its statement runs, so a
-    // claim can carry a time a few milliseconds before a completion that committed ahead of it.
-    let feed = ops::feed(&e.db, &from, 1_000).await.expect("feed");
-    let at = |id: &str, event: outbox_core::JobEventKind| {
-        feed.iter().position(|f| f.job_id == id && f.event == event).unwrap_or_else(|| panic!("{event:?} of {id}"))
-    };
-    let head_done = at(&head.id, outbox_core::JobEventKind::Completed);
-    assert!(head_done < at(&behind.id, outbox_core::JobEventKind::Claimed), "the retried head ran first: {feed:#?}");
+    // claim can carry a time a few milliseconds before a completion that committed ahead of it. The feed shows
+    // an event once every transaction older than its own has ended, on PostgreSQL those of other tests on the
+    // server too: read it until both events are there.
+    let (head_done, behind_claimed) = wait_for_feed(&e.db, &from, &head.id, &behind.id).await;
+    assert!(head_done < behind_claimed, "the retried head ran first");
     assert_eq!(std::fs::read_to_string(e.root_dir.join("c.txt")).expect("c"), "after");
 }
 
@@ -196,4 +203,24 @@ async fn the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not_com
     .await;
     let report = outbox_fs::reconcile(&e.db, &e.root, ReconcileOpts::new()).await.expect("reconcile");
     assert!(report.discrepancies.is_empty(), "{:?}", report.discrepancies);
+}
+
+/// The feed positions (after `from`) of `head`'s completion and `behind`'s claim, once both show.
+async fn wait_for_feed(
+    db: &outbox_core::sea_orm::DatabaseConnection,
+    from: &str,
+    head: &str,
+    behind: &str,
+) -> (usize, usize) {
+    use outbox_core::JobEventKind::{Claimed, Completed};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let feed = ops::feed(db, from, 1_000).await.expect("feed");
+        let at = |id: &str, event| feed.iter().position(|f| f.job_id == id && f.event == event);
+        if let (Some(done), Some(claimed)) = (at(head, Completed), at(behind, Claimed)) {
+            return (done, claimed);
+        }
+        assert!(std::time::Instant::now() < deadline, "the feed never showed both events: {feed:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

@@ -18,6 +18,8 @@ const LEGACY: &str = "m20261122_000001_create_outbox_jobs m20261122_000002_creat
     m20261127_000009_schedules_locks_reconciliations";
 
 /// The statements of migration `step` (an index into [`MIGRATIONS`]) on `backend`, and those undoing it.
+/// Undoing `ready_jobs` fails (and changes nothing) while two active jobs share a key, one of them superseded
+/// by the other: the earlier unique index cannot hold both; let them finish first.
 pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static str, &'static str)> {
     match (backend, step) {
         #[cfg(feature = "sqlite")]
@@ -94,7 +96,7 @@ pub(crate) async fn refuse_legacy<C: ConnectionTrait + ?Sized>(conn: &C) -> Resu
     }
     Err(Error::Unsupported(
         "this database's outbox tables were created by an earlier build of outbox (its `outbox_migrations` lists \
-         `m20261122_000001_create_outbox_jobs`), whose nine migrations this build replaces with one: it cannot be \
+         `m20261122_000001_create_outbox_jobs`), whose nine migrations this build replaces with a schema of its own: it cannot be \
          upgraded in place and was left untouched. Let the old build's workers finish the jobs, then drop the \
          outbox tables (`outbox_*`; on SQLite a file of their own can be deleted) and run `outbox migrate`"
             .into(),

@@ -71,16 +71,25 @@ mod complete;
 pub(in crate::storage::postgres) use claim::claimed_job;
 pub(in crate::storage::postgres) use complete::write_batch;
 
-/// Never shortens a lease a handler extended further than the heartbeat does. Never waits for a row either: a
-/// row another transaction has locked is being finished by this worker's writer (or taken by a rescuer), and
-/// waiting for it while holding others is how a renewal and a completion batch deadlocked, each having locked
-/// rows the other wanted. A skipped renewal is made by the next heartbeat if the row is still claimed.
+/// Never shortens a lease a handler extended further than the heartbeat does. A renewal of several rows never
+/// waits for one: waiting for a row while holding others is how a heartbeat and a completion batch deadlocked,
+/// each having locked rows the other wanted. A row another transaction holds (this worker's writer finishing
+/// it, a rescuer, an application transaction that enqueued a duplicate behind it) is renewed by a later
+/// heartbeat, a third of a lease on.
 const EXTEND: &str = concat!(
     "WITH l AS (SELECT id FROM outbox_jobs WHERE status = 'claimed' AND locked_by = $2 AND id = ANY($3) \
      FOR UPDATE SKIP LOCKED) \
      UPDATE outbox_jobs j SET lease_expires_at = GREATEST(COALESCE(j.lease_expires_at, TIMESTAMPTZ 'epoch'), ",
     ts!("$1"),
     ") FROM l WHERE j.id = l.id"
+);
+
+/// The renewal of one row (a handler's own extension, or a heartbeat with one job): it holds no other row while
+/// it waits, so it can wait, and a handler's extension is never skipped.
+const EXTEND_ONE: &str = concat!(
+    "UPDATE outbox_jobs SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, TIMESTAMPTZ 'epoch'), ",
+    ts!("$1"),
+    ") WHERE status = 'claimed' AND locked_by = $2 AND id = ($3::text[])[1]"
 );
 
 /// Rescuers on several machines skip each other's rows instead of queueing behind them.
@@ -272,7 +281,8 @@ impl WorkerStore for PgStore {
         Box::pin(self.on_bg(move |inner| async move {
             let (pool, worker) = (&inner.pool, &inner.config.worker_id);
             retrying("renewing leases", || async {
-                let res = sqlx::query(EXTEND).bind(until).bind(worker).bind(&ids).execute(pool).await?;
+                let sql = if ids.len() == 1 { EXTEND_ONE } else { EXTEND };
+                let res = sqlx::query(sql).bind(until).bind(worker).bind(&ids).execute(pool).await?;
                 Ok(res.rows_affected())
             })
             .await

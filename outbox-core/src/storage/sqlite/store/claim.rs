@@ -70,11 +70,27 @@ fn claim_of(
     unreadable: &mut Vec<Unreadable>,
 ) -> Result<Vec<ClaimedJob>> {
     // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
-    // kinds it does not serve, and the ranges' heads are merged.
+    // kinds it does not serve, and the ranges' heads are merged; one kind from every queue (a limited kind's
+    // claim, and most workers') is its range alone, with no merge to run.
+    let one_kind = config.queues_json.is_none()
+        && serde_json::from_str::<Vec<String>>(kinds_json).is_ok_and(|kinds| kinds.len() == 1);
     let (queues, queue_filter) = if config.queues_json.is_some() {
         (" CROSS JOIN json_each(?6) AS q", " AND queue = q.value")
     } else {
         ("", " AND ?6 IS NULL")
+    };
+    let pick = if one_kind {
+        "SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 \
+         AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND run_at <= ?2 \
+         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0"
+            .to_owned()
+    } else {
+        format!(
+            "SELECT j.rowid FROM json_each(?4) AS k{queues} CROSS JOIN outbox_jobs AS j \
+             WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 \
+             AND scheduled = 0 AND kind = k.value{queue_filter} AND run_at <= ?2 \
+             ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0"
+        )
     };
     // Rows are picked by rowid, which the ready index holds: by id, each picked row cost one more descent of
     // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare
@@ -84,10 +100,7 @@ fn claim_of(
         "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
          locked_at = ?2, \
          claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip \
-         WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k{queues} CROSS JOIN outbox_jobs AS j \
-         WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 \
-         AND scheduled = 0 AND kind = k.value{queue_filter} AND run_at <= ?2 \
-         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0) \
+         WHERE rowid IN ({pick}) \
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
          sequence_key IS NOT NULL, rowid"
     );
