@@ -9,6 +9,7 @@ fn config(path: PathBuf, busy_timeout: Duration) -> StoreConfig {
         busy_timeout,
         worker_id: "test".into(),
         kinds_json: "[]".into(),
+        one_kind: false,
         limited: Vec::new(),
         queues_json: None,
     }

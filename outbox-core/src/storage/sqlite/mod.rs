@@ -141,6 +141,7 @@ async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<
         synchronous: synchronous_mode(db).await?,
         busy_timeout: Duration::from_secs(10),
         kinds_json: encode_names(&opts.unlimited_kinds())?,
+        one_kind: opts.unlimited_kinds().len() == 1,
         limited: opts
             .limits
             .iter()

@@ -17,24 +17,15 @@ macro_rules! claim_sql {
     };
     // One kind, any queue (a limited kind's claim, and most workers'): its range of the ready index alone, with
     // no merge to plan or run (12 % of a claim's time, measured).
-    (one kind) => {
+    // `$after` narrows it further: the cursor's form reads on from where the worker's last claim of the kind
+    // ended (`$6` priority, `$7` run time, `$8` id; see [`Cursor`]).
+    (one kind $after:expr) => {
         claim_sql!(@claim concat!(
             "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled \
              AND kind = ($4::text[])[1] AND run_at <= ",
             ts!("$2"),
+            $after,
             " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
-        ))
-    };
-    // The same, reading on from where the worker's last claim of it ended (`$6` priority, `$7` run time, `$8`
-    // id): see [`Cursor`].
-    (one kind after) => {
-        claim_sql!(@claim concat!(
-            "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled \
-             AND kind = ($4::text[])[1] AND run_at <= ",
-            ts!("$2"),
-            " AND priority = $6 AND (run_at, id) > (",
-            ts!("$7"),
-            ", $8) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
         ))
     };
     (@claim $pick:expr) => {
@@ -83,8 +74,9 @@ macro_rules! claim_sql {
     };
 }
 
-const CLAIM_ONE_KIND: &str = claim_sql!(one kind);
-const CLAIM_ONE_KIND_AFTER: &str = claim_sql!(one kind after);
+const CLAIM_ONE_KIND: &str = claim_sql!(one kind "");
+const CLAIM_ONE_KIND_AFTER: &str =
+    claim_sql!(one kind concat!(" AND priority = $6 AND (run_at, id) > (", ts!("$7"), ", $8)"));
 
 /// Where a worker's last claim of its one kind ended, in claim order. The ready index keeps an entry for every
 /// job claimed until vacuum removes it, and while any snapshot older than those claims is open (a report, a

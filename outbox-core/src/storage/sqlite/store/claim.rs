@@ -47,23 +47,46 @@ pub(in crate::storage::sqlite) fn claim(
         let room =
             usize::try_from(i64::from(*cap) - running).unwrap_or(0).min(limited_share(left, config.kinds_json != "[]"));
         if room > 0 {
-            claimed.extend(claim_of(conn, config, kinds_json, room, now, lease_until, unreadable)?);
+            claimed.extend(claim_of(
+                conn,
+                config,
+                Kinds { json: kinds_json, one: true },
+                room,
+                now,
+                lease_until,
+                unreadable,
+            )?);
         }
     }
     let left = limit - claimed.len();
     if left > 0 && config.kinds_json != "[]" {
-        claimed.extend(claim_of(conn, config, &config.kinds_json, left, now, lease_until, unreadable)?);
+        claimed.extend(claim_of(
+            conn,
+            config,
+            Kinds { json: &config.kinds_json, one: config.one_kind },
+            left,
+            now,
+            lease_until,
+            unreadable,
+        )?);
     }
     Ok(claimed)
 }
 
-/// Claims up to `limit` due jobs of `kinds_json` that nothing in their sequence holds back. A claimed row
+/// The kinds a claim takes: their JSON array, and whether it names exactly one.
+#[derive(Clone, Copy)]
+struct Kinds<'a> {
+    json: &'a str,
+    one: bool,
+}
+
+/// Claims up to `limit` due jobs of `kinds` that nothing in their sequence holds back. A claimed row
 /// that cannot be read is failed by itself in the same transaction (by rowid: even its id may be unreadable)
 /// and the rest are returned.
 fn claim_of(
     conn: &Connection,
     config: &StoreConfig,
-    kinds_json: &str,
+    kinds: Kinds<'_>,
     limit: usize,
     now: i64,
     lease_until: i64,
@@ -72,8 +95,7 @@ fn claim_of(
     // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
     // kinds it does not serve, and the ranges' heads are merged; one kind from every queue (a limited kind's
     // claim, and most workers') is its range alone, with no merge to run.
-    let one_kind = config.queues_json.is_none()
-        && serde_json::from_str::<Vec<String>>(kinds_json).is_ok_and(|kinds| kinds.len() == 1);
+    let (kinds_json, one_kind) = (kinds.json, kinds.one && config.queues_json.is_none());
     let (queues, queue_filter) = if config.queues_json.is_some() {
         (" CROSS JOIN json_each(?6) AS q", " AND queue = q.value")
     } else {

@@ -32,6 +32,8 @@ pub(crate) struct StoreConfig {
     pub(crate) worker_id: String,
     /// JSON array of the kinds this worker has handlers for and no fleet-wide limit.
     pub(crate) kinds_json: String,
+    /// Whether `kinds_json` names exactly one kind.
+    pub(crate) one_kind: bool,
     /// Kinds with a fleet-wide limit on running jobs: each as a JSON array of itself, and its limit.
     pub(crate) limited: Vec<(String, u32)>,
     /// JSON array of the queues it serves; `None` for all.
