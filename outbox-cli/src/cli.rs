@@ -23,7 +23,10 @@ Exit codes:
   2  bad input: invalid JSON or UTF-8, a payload violating its schema, an unknown kind, a bad option or duration
   3  no job with the given id
   4  the action does not apply to the job's status (retry a pending job, cancel a completed one)
-  5  reconcile found discrepancies";
+  5  reconcile found discrepancies
+  6  complete, fail, extend, snooze: the claim is not held any more (its lease expired and the job was
+     rescued, or the attempt already ended); nothing was changed
+  7  enqueue --wait: the job ended failed or cancelled (printed like a completed one)";
 
 /// Operate an outbox job queue: see what is outstanding, failed, stuck or slow, act on it, run a worker.
 #[derive(Debug, Parser)]
@@ -95,6 +98,20 @@ pub(crate) enum Command {
     Reconcile(ReconcileArgs),
     /// Run a worker with the built-in handlers until Ctrl-C or SIGTERM.
     Work(WorkArgs),
+    /// Record a kind (JSON Schema and defaults) for jobs that no Rust worker defines: a shell worker's.
+    DefineKind(DefineKindArgs),
+    /// Claim jobs for a worker of your own (a shell loop): each claimed job is printed as one line of JSON;
+    /// nothing is printed, and the exit code is 0, when there is none.
+    #[command(after_help = CLAIM_HELP)]
+    Claim(ClaimArgs),
+    /// Complete a job this worker claimed.
+    Complete(CompleteArgs),
+    /// End a claimed attempt with an error: retried after a backoff while attempts are left, unless permanent.
+    Fail(FailArgs),
+    /// Renew the lease of a claimed job (a heartbeat for long work).
+    Extend(ExtendArgs),
+    /// Put a claimed job back to pending for a while, giving its attempt back.
+    Snooze(SnoozeArgs),
     /// Serve the HTTP API (JSON) and the dashboard (at /) until Ctrl-C or SIGTERM.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
@@ -107,6 +124,111 @@ delete) or `work` (remote workers). Give them in OUTBOX_TOKENS, comma-separated
 of the machine, the environment of a process only to its owner. Both may be used; their tokens add up.
 Clients send `Authorization: Bearer SECRET`. Without any token every route is open, and only a loopback
 address (127.0.0.1, ::1) may be served.";
+
+const CLAIM_HELP: &str = "\
+Each line is {\"id\", \"kind\", \"queue\", \"payload\", \"attempt\", \"max_attempts\", \"lease_expires_at\",
+\"worker\"}. Every later call for the job names the same worker and attempt (`outbox complete ID --worker W
+--attempt N`); one for a claim that is not held any more exits 6 and changes nothing. A job not completed,
+failed or snoozed before its lease runs out (renew it with `outbox extend`) is rescued and claimed again.";
+
+/// The worker and attempt every call after a claim names.
+#[derive(Debug, Args)]
+pub(crate) struct ClaimRef {
+    /// The job id.
+    pub(crate) id: String,
+    /// The worker that claimed it.
+    #[arg(long, env = "OUTBOX_WORKER", value_name = "NAME")]
+    pub(crate) worker: String,
+    /// The attempt its claim printed.
+    #[arg(long)]
+    pub(crate) attempt: i32,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DefineKindArgs {
+    /// The kind name.
+    pub(crate) kind: String,
+    /// Its payloads' JSON Schema: JSON text, `@path` to read a file, or `-` for stdin.
+    #[arg(long, value_name = "JSON")]
+    pub(crate) schema: String,
+    /// Its jobs' default queue.
+    #[arg(long, default_value = "default")]
+    pub(crate) queue: String,
+    /// Its jobs' default priority, higher first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub(crate) priority: i32,
+    /// Attempts before a job fails for good.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) max_attempts: i32,
+    /// At most this many of its jobs run at once across every worker.
+    #[arg(long)]
+    pub(crate) concurrency: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ClaimArgs {
+    /// The worker's name, recorded as the claims' owner (unique per process: `sh-$$`).
+    #[arg(long, env = "OUTBOX_WORKER", value_name = "NAME")]
+    pub(crate) worker: String,
+    /// Only jobs of these kinds (repeat for several); every recorded kind when omitted.
+    #[arg(long = "kind", value_name = "KIND")]
+    pub(crate) kinds: Vec<String>,
+    /// Only jobs of these queues (repeat for several); all when omitted.
+    #[arg(long = "queue", value_name = "QUEUE")]
+    pub(crate) queues: Vec<String>,
+    /// At most this many jobs.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) limit: usize,
+    /// How long the claims hold unless renewed with `outbox extend`.
+    #[arg(long, default_value = "60s", value_parser = duration::parse, value_name = "DURATION")]
+    pub(crate) lease: Duration,
+    /// When no job is due, wait for one up to this long (5m when no duration is given) instead of returning
+    /// at once.
+    #[arg(long, value_parser = duration::parse, value_name = "TIMEOUT", num_args = 0..=1, default_missing_value = "5m")]
+    pub(crate) wait: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompleteArgs {
+    #[command(flatten)]
+    pub(crate) claim: ClaimRef,
+    /// The job's output: JSON text, `@path` to read a file, or `-` for stdin.
+    #[arg(long, value_name = "JSON")]
+    pub(crate) output: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FailArgs {
+    #[command(flatten)]
+    pub(crate) claim: ClaimRef,
+    /// What went wrong, recorded as the job's last error.
+    #[arg(long, default_value = "failed")]
+    pub(crate) reason: String,
+    /// Fail for good now, whatever attempts are left.
+    #[arg(long, alias = "dead", conflicts_with = "retry_in")]
+    pub(crate) permanent: bool,
+    /// Retry after this long instead of the default backoff (while attempts are left).
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    pub(crate) retry_in: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExtendArgs {
+    #[command(flatten)]
+    pub(crate) claim: ClaimRef,
+    /// The lease from now.
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    pub(crate) by: Duration,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SnoozeArgs {
+    #[command(flatten)]
+    pub(crate) claim: ClaimRef,
+    /// Run again no earlier than this from now.
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    pub(crate) delay: Duration,
+}
 
 #[derive(Debug, Args)]
 pub(crate) struct EnqueueArgs {
@@ -133,6 +255,10 @@ pub(crate) struct EnqueueArgs {
     /// Sequence key: run after every earlier job of this sequence (default: the kind's sequence template).
     #[arg(long, value_name = "KEY")]
     pub(crate) sequence: Option<String>,
+    /// Wait for the job to end, up to this long (forever when no duration is given), and print it as it
+    /// ended: exit 0 when completed, 7 when failed or cancelled.
+    #[arg(long, value_parser = duration::parse, value_name = "TIMEOUT", num_args = 0..=1, default_missing_value = "5200w")]
+    pub(crate) wait: Option<Duration>,
 }
 
 #[derive(Debug, Args)]

@@ -16,6 +16,10 @@ pub(crate) mod code {
     pub(crate) const CONFLICT: u8 = 4;
     /// `reconcile` found discrepancies.
     pub(crate) const DISCREPANCIES: u8 = 5;
+    /// A call for a claim that is not held any more: nothing was changed.
+    pub(crate) const STALE_CLAIM: u8 = 6;
+    /// `enqueue --wait`: the job ended failed or cancelled.
+    pub(crate) const JOB_FAILED: u8 = 7;
 }
 
 /// A failed command.
@@ -82,6 +86,8 @@ impl From<outbox_core::Error> for Failure {
                 Failure::new(code::CONFLICT, message).hint(hint)
             }
             E::Unsupported(_) => Failure::invalid(message),
+            E::StaleClaim { id, .. } => Failure::new(code::STALE_CLAIM, message)
+                .hint(format!("`outbox get {id}` shows who holds the job now; claim again for new work")),
             _ if message.contains("no such table") => Failure::error(message)
                 .hint("the database has no outbox tables yet: run `outbox migrate` against it first"),
             _ => Failure::error(message),

@@ -8,6 +8,11 @@ use crate::fail::{Failure, Result, quoted};
 
 /// The payload `arg` gives or names, parsed.
 pub(crate) fn read(arg: &str) -> Result<Value> {
+    read_as(arg, "--payload")
+}
+
+/// JSON that the option `option` gives or names (`-` for stdin, `@path` for a file), parsed.
+pub(crate) fn read_as(arg: &str, option: &str) -> Result<Value> {
     if arg == "-" {
         let mut bytes = Vec::new();
         std::io::stdin()
@@ -20,7 +25,7 @@ pub(crate) fn read(arg: &str) -> Result<Value> {
             .map_err(|e| Failure::invalid(format!("cannot read the payload file `{}`: {e}", quoted(path))))?;
         return decode(&bytes, &format!("the payload file `{}`", quoted(path)));
     }
-    decode(arg.as_bytes(), "--payload")
+    decode(arg.as_bytes(), option)
 }
 
 /// Payload bytes from `from` (named in errors) as JSON: they must be UTF-8 text, then valid JSON.

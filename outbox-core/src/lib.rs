@@ -37,6 +37,7 @@ pub use record::{
     ScheduleRecord, WorkerRecord,
 };
 pub use retention::Retention;
+pub use wake::Watch;
 pub use worker::{IntoOutput, JobContext, JobError, RetryPolicy, Worker, WorkerBuilder, WorkerHandle, shutdown_signal};
 
 /// The crates a job kind and its caller need, at the versions outbox uses: one `outbox-core` dependency (plus

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, DatabaseConnection};
 
 pub use crate::kind::registry::{kind, kinds};
 pub use crate::stats::{
@@ -16,7 +16,7 @@ use crate::record::{
     FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, ReconciliationRecord, ScheduleRecord, WorkerRecord, from_ms,
 };
 use crate::storage::{self, now_ms};
-use crate::wake;
+use crate::wake::{self, Watch};
 
 /// Job counts of every queue: available, scheduled, waiting behind their sequence, claimed, stuck, completed,
 /// failed, cancelled.
@@ -65,9 +65,25 @@ pub async fn feed<C: ConnectionTrait>(conn: &C, after: &str, limit: u64) -> Resu
 
 /// Resolves when this process next writes a change (an enqueue, an outcome, an operator action), so a
 /// reader of [`feed`] in the same process can look at once instead of at its next poll. Changes made by
-/// other processes do not wake it: poll for those. Create it before reading, then await it.
+/// other processes wake it too while a [`watch`] is held (SQLite: any commit; PostgreSQL: enqueues); keep
+/// polling as the fallback. Create it before reading, then await it.
 pub fn changed() -> tokio::sync::futures::Notified<'static> {
     wake::changes().notified()
+}
+
+/// Records `kind` (its JSON Schema and options) in the kinds table, as a worker does for its kinds when it
+/// is built, so that tools and workers without the Rust type (the `outbox` command, a program in another
+/// language claiming through [`crate::remote`]) can enqueue and validate its jobs. A worker that registers a
+/// kind of the same name records its own definition over this one.
+pub async fn record_kind<C: ConnectionTrait>(conn: &C, kind: &crate::Kind, recorded_by: &str) -> Result<()> {
+    crate::kind::registry::record(conn, &[kind], recorded_by).await
+}
+
+/// Starts hearing commits of other processes on `db`'s database until the returned [`Watch`] is dropped:
+/// this process's workers, [`wait`] calls and [`changed`] readers then wake at once. Workers hold one of
+/// their own; a server or a tool that waits without running a worker takes one.
+pub async fn watch(db: &DatabaseConnection) -> Result<Watch> {
+    storage::watch(db).await
 }
 
 /// The feed's current end: [`feed`] after it returns only events committed from now on.
@@ -272,8 +288,8 @@ pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_t
 
 /// Waits until job `id` is finished (completed, failed or cancelled) and returns it, or fails with
 /// [`Error::WaitTimeout`] once `timeout` has passed. It wakes when a worker of this process writes an outcome,
-/// and otherwise looks again after a backoff growing from 10 ms to 1 s, so outcomes written by other
-/// processes are seen too. Each look is one read of the job, which the database may hold up (a busy pool,
+/// on SQLite (Linux) when another process commits to the file, and otherwise looks again after a backoff
+/// growing from 10 ms to 1 s, so every outcome is seen. Each look is one read of the job, which the database may hold up (a busy pool,
 /// a locked file) past the timeout.
 ///
 /// ```
@@ -287,6 +303,8 @@ pub async fn wait<C: ConnectionTrait>(conn: &C, id: &str, timeout: Duration) -> 
     let start = tokio::time::Instant::now();
     let deadline = start.checked_add(timeout).unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
     let mut backoff = Duration::from_millis(10);
+    // An outcome written by another process on the same SQLite file wakes the wait as well.
+    let _watch = wake::watch_file_of(conn).await;
     loop {
         // Registered before the read, so an outcome written in between still wakes this wait.
         let written = wake::outcomes().notified();

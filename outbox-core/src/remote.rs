@@ -147,6 +147,40 @@ pub async fn claim(db: &DatabaseConnection, req: &ClaimRequest) -> Result<Vec<Re
     Ok(jobs)
 }
 
+/// The longest a claim may wait for work.
+pub const MAX_CLAIM_WAIT: Duration = Duration::from_secs(300);
+
+/// How often a waiting claim looks again when nothing wakes it: a wake-up of this process (an enqueue here,
+/// or another process's commit heard through a [`crate::Watch`]) makes it look at once.
+const CLAIM_WAIT_POLL: Duration = Duration::from_millis(500);
+
+/// [`claim`], waiting up to `wait` (at most [`MAX_CLAIM_WAIT`]) for a job when none is due: it claims again
+/// whenever this process is woken, and every half second otherwise. Returns as soon as a claim takes a job,
+/// or empty once `wait` has passed. Hold a [`crate::ops::watch`] for wake-ups from other processes.
+pub async fn claim_waiting(db: &DatabaseConnection, req: &ClaimRequest, wait: Duration) -> Result<Vec<RemoteJob>> {
+    if wait > MAX_CLAIM_WAIT {
+        return Err(Error::Invalid(format!(
+            "the claim wait of {wait:?} is out of range: it must be at most {MAX_CLAIM_WAIT:?}"
+        )));
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        // Registered before the claim: a wake-up while it runs makes the next look immediate.
+        let woken = crate::wake::notifier().notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let jobs = claim(db, req).await?;
+        let now = tokio::time::Instant::now();
+        if !jobs.is_empty() || now >= deadline {
+            return Ok(jobs);
+        }
+        tokio::select! {
+            _ = &mut woken => {}
+            _ = tokio::time::sleep(CLAIM_WAIT_POLL.min(deadline - now)) => {}
+        }
+    }
+}
+
 fn encode(names: &[String]) -> Result<String> {
     serde_json::to_string(names).map_err(|e| Error::Internal(format!("encoding names: {e}")))
 }

@@ -42,7 +42,7 @@
 //! | `GET /api/workers` | read | `{"workers": [...]}`: the live workers, in-process and remote |
 //! | `GET /api/events?kind=&queue=&job=&event=&after=` | read | Server-Sent Events, one per job transition |
 //! | `GET /metrics` | read | OpenMetrics text for Prometheus |
-//! | `POST /api/work/claim` | work | `{"jobs": [...]}`: the claimed jobs, up to `limit` |
+//! | `POST /api/work/claim` | work | `{"jobs": [...]}`: the claimed jobs, up to `limit`; with `wait`, once one is due |
 //! | `POST /api/work/jobs/{id}/heartbeat` | work | `{"id", "lease_expires_at"}`; 409 `stale_claim` |
 //! | `POST /api/work/jobs/{id}/complete` | work | `{"id", "status": "completed"}`; 409 `stale_claim` |
 //! | `POST /api/work/jobs/{id}/fail` | work | `{"id", "status": "pending" or "failed"}`; 409 `stale_claim` |

@@ -81,6 +81,15 @@ impl FleetCounters {
             return;
         };
         runtime.spawn(async move {
+            // Held for the server's life: commits of other processes wake the event streams, the counters and
+            // waiting claims at once.
+            let _watch = match ops::watch(&db).await {
+                Ok(watch) => Some(watch),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch for other processes' commits; they are seen at the next poll");
+                    None
+                }
+            };
             let mut tail = Tail::from_head(db, poll).await;
             let mut claims: HashMap<String, chrono::DateTime<chrono::Utc>> = HashMap::new();
             loop {

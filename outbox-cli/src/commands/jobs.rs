@@ -35,6 +35,9 @@ pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: 
         opts = opts.sequence(k);
     }
     let enqueued = outbox_core::enqueue_raw(db, &known.kind, payload, opts).await?;
+    if let Some(wait) = args.wait {
+        return super::claims::wait_for(db, enqueued.id(), wait, format).await;
+    }
     let job = ops::get(db, enqueued.id()).await?;
     match format {
         Format::Json => render::json(&json!({ "id": job.id, "new": enqueued.is_new(), "job": job }))?,

@@ -1,5 +1,6 @@
 //! What each command does.
 
+mod claims;
 mod inspect;
 mod jobs;
 mod reconcile;
@@ -42,6 +43,12 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
         Command::Schema { kind } => inspect::schema(&db, kind.as_deref(), format).await,
         Command::Reconcile(args) => reconcile::reconcile(&db, args, format).await,
         Command::Work(args) => work::work(&db, args).await,
+        Command::DefineKind(args) => claims::define_kind(&db, args, format).await,
+        Command::Claim(args) => claims::claim(&db, args).await,
+        Command::Complete(args) => claims::complete(&db, args, format).await,
+        Command::Fail(args) => claims::fail(&db, args, format).await,
+        Command::Extend(args) => claims::extend(&db, args, format).await,
+        Command::Snooze(args) => claims::snooze(&db, args, format).await,
         // Run above, before the database is opened.
         Command::Serve(_) => Ok(code::OK),
     }

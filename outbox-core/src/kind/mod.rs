@@ -137,6 +137,30 @@ impl Kind {
         )
     }
 
+    /// A kind defined at run time rather than by a Rust type (`outbox define-kind`, for a worker written in
+    /// another language): its name, payload JSON Schema, default queue, priority and attempts, and fleet-wide
+    /// limit. Duplicate intents collapse on a hash of the whole payload; it has no sequence template.
+    pub fn untyped(
+        name: &str,
+        schema: Value,
+        queue: &str,
+        priority: i32,
+        max_attempts: i32,
+        concurrency: Option<u32>,
+    ) -> Result<Kind> {
+        let spec = Spec {
+            queue: queue.to_owned(),
+            priority,
+            max_attempts,
+            unique: true,
+            key_fields: Vec::new(),
+            sequence: None,
+            on_sequence_failure: crate::job::SequenceFailure::default(),
+            concurrency,
+        };
+        Kind::build(name, schema, spec)
+    }
+
     /// The kind a worker recorded in the database ([`crate::ops::kinds`]): its schema and options, without
     /// the typed kind's own rules ([`Job::validate`]), which the worker still checks before running a job.
     pub fn from_record(record: &crate::record::KindRecord) -> Result<Kind> {

@@ -173,6 +173,16 @@ pub(crate) async fn open_worker_store(
     }
 }
 
+/// A watch that wakes this process when other processes commit: see [`crate::wake::Watch`].
+pub(crate) async fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
+    match Backend::of(db)? {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => sqlite::watch(db),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => postgres::watch(db).await,
+    }
+}
+
 /// How many connections a worker's own pool for its background chores opens at most.
 const OWN_POOL: u32 = 2;
 

@@ -35,6 +35,9 @@ pub(super) struct ClaimBody {
     lease: Option<String>,
     host: Option<String>,
     pid: Option<i64>,
+    /// When no job is due, wait for one up to this long (at most `5m`; keep it below the server's request
+    /// timeout, 30 s by default) instead of answering an empty list at once.
+    wait: Option<String>,
 }
 
 /// `POST /api/work/claim`.
@@ -48,7 +51,13 @@ pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimB
         limit: body.limit.unwrap_or(10),
         lease: lease_of("lease", body.lease)?,
     };
-    let jobs = remote::claim(&state.db, &req).await?;
+    let jobs = match body.wait {
+        Some(text) => {
+            let wait = duration::parse(&text).map_err(|e| ApiError::invalid(format!("field `wait`: {e}")))?;
+            remote::claim_waiting(&state.db, &req, wait).await?
+        }
+        None => remote::claim(&state.db, &req).await?,
+    };
     Ok(axum::Json(json!({ "jobs": jobs })).into_response())
 }
 

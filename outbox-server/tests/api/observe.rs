@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use outbox_core::{EnqueueOpts, JobError, Worker};
-use outbox_tests::{Probe, TestDb, conformance, exec};
+use outbox_tests::{Probe, TestDb, conformance, eventually, exec};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -114,6 +114,35 @@ async fn schedules_and_reconciliations_are_served(t: TestDb) {
     let stats = server.get("/api/stats").await.ok(200).clone();
     assert_eq!(stats["reconciliations"][0]["reconciler"], "fs", "{stats}");
     assert_eq!(stats["reconciliations"][0]["report"]["missing"], 2, "{stats}");
+}
+
+conformance!(a_claim_that_waits_returns_the_job_enqueued_while_it_waits);
+async fn a_claim_that_waits_returns_the_job_enqueued_while_it_waits(t: TestDb) {
+    let server = std::sync::Arc::new(Server::start(&t).await);
+    let body = json!({"worker": "waiting-1", "kinds": ["probe"], "limit": 5, "wait": "20s"});
+    let claim = tokio::spawn({
+        let server = std::sync::Arc::clone(&server);
+        async move { work(&server, "/api/work/claim", body).await }
+    });
+    // The claim records its worker before it looks for jobs: once it shows, the queue was empty when it
+    // looked, and only waiting can hand it the job enqueued next.
+    let registered = eventually(Duration::from_secs(20), || async {
+        outbox_core::ops::workers(&t.db).await.expect("workers").iter().any(|w| w.id == "waiting-1")
+    })
+    .await;
+    assert!(registered, "the waiting claim never registered its worker");
+    assert!(!claim.is_finished(), "the claim returned before anything was enqueued");
+    let job = outbox_core::enqueue(&t.db, &Probe { n: 7 }, EnqueueOpts::new()).await.expect("enqueue");
+    let answer = claim.await.expect("claim task");
+    let jobs = answer.ok(200)["jobs"].as_array().expect("jobs").clone();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["id"].as_str(), Some(job.id()));
+    let empty = work(&server, "/api/work/claim", json!({"worker": "w", "kinds": ["probe"], "wait": "50ms"})).await;
+    assert_eq!(empty.ok(200)["jobs"], json!([]));
+    let bad = work(&server, "/api/work/claim", json!({"worker": "w", "kinds": ["probe"], "wait": "6m"})).await;
+    assert!(bad.error(400, "invalid_request").contains("wait"));
+    let bad = work(&server, "/api/work/claim", json!({"worker": "w", "kinds": ["probe"], "wait": "soon"})).await;
+    assert!(bad.error(400, "invalid_request").contains("`wait`"));
 }
 
 conformance!(a_remote_worker_claims_heartbeats_and_finishes_over_http);

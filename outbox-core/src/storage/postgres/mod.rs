@@ -112,6 +112,14 @@ async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<
     })
 }
 
+/// A `LISTEN` connection of its own that wakes this process on every enqueue into the connection's schema.
+pub(super) async fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
+    let schema = current_schema(db).await?;
+    let pool = db.get_postgres_connection_pool().clone();
+    let task = tokio::spawn(listener::listen(pool, schema, "watch".to_owned()));
+    Ok(crate::wake::Watch::listening(task))
+}
+
 /// A remote worker's claim: the in-process worker's statements, on the caller's pool.
 pub(super) async fn remote_claim(
     db: &DatabaseConnection,

@@ -205,6 +205,11 @@ pub(super) async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStore
     Ok(Arc::new(SqliteStore::open(store_config(db, opts).await?)?))
 }
 
+/// A watch of the pool's database file.
+pub(super) fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
+    Ok(crate::wake::Watch::file(&database_file(db)?))
+}
+
 /// Runs `f` in a write transaction on a connection of its own, off the async threads: a remote worker's claim
 /// and outcome run the in-process worker's own statements, so the limits, sequences and fences are the same
 /// ones; opening a connection to a local file costs far less than the HTTP request that asks for it.

@@ -59,9 +59,10 @@ impl SqliteStore {
     pub(crate) fn open(config: StoreConfig) -> Result<SqliteStore> {
         let conn = open_connection(&config)?;
         let (tx, rx) = mpsc::unbounded_channel();
+        let watch = crate::wake::Watch::file(&config.path);
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
-            .spawn(move || Actor { conn, config, rx }.run())
+            .spawn(move || Actor { conn, config, rx, _watch: watch }.run())
             .map_err(|e| Error::Internal(format!("cannot start the worker's database thread: {e}")))?;
         Ok(SqliteStore { tx })
     }
@@ -161,6 +162,8 @@ struct Actor {
     conn: Connection,
     config: StoreConfig,
     rx: mpsc::UnboundedReceiver<Cmd>,
+    /// Commits of other processes wake this process's workers while the worker's connection is open.
+    _watch: crate::wake::Watch,
 }
 
 /// A claim waiting for its turn.

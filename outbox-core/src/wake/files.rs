@@ -1,0 +1,313 @@
+//! Wake-ups from other processes on SQLite (Linux): one thread per process watches the directories of the
+//! database files this process works on, through one inotify instance. A commit in WAL mode appends to the
+//! `-wal` file, whoever makes it: a worker of another process, the `outbox` command, `sqlite3`, a program in
+//! any language. On such a write the thread asks the database whether anything was committed
+//! (`PRAGMA data_version` on a connection of its own, which changes whenever another connection commits) and
+//! wakes this process's workers, waits and feed readers when it was.
+//!
+//! The write event comes before the commit is visible: SQLite appends the frames, syncs them (at
+//! `synchronous = FULL`) and only then publishes the commit in the shared-memory index. So after an event the
+//! thread looks again in growing steps (0.1 ms, doubling to 5 ms) until the version changes, for at most
+//! 250 ms; a write that commits nothing (a rollback's spill, a checkpoint) ends there. An idle process costs
+//! nothing: the thread blocks in `poll` with no timeout while no event is pending.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+use rustix::io::Errno;
+
+/// The first look after a write event; each next one waits twice as long, up to [`LAST_STEP`].
+const FIRST_STEP: Duration = Duration::from_micros(100);
+const LAST_STEP: Duration = Duration::from_millis(5);
+/// How long after a write event a commit is looked for.
+const LOOK_FOR: Duration = Duration::from_millis(250);
+
+/// Interest in one database file: while any is held, commits to it by other processes wake this one.
+pub(crate) struct FileWatch {
+    file: PathBuf,
+}
+
+impl Drop for FileWatch {
+    fn drop(&mut self) {
+        if let Some(watcher) = WATCHER.get().and_then(|w| w.as_ref()) {
+            watcher.unwatch(&self.file);
+        }
+    }
+}
+
+impl std::fmt::Debug for FileWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileWatch").field("file", &self.file).finish()
+    }
+}
+
+/// Watches `file` (an SQLite database) until the returned guard is dropped; `None` when it cannot be watched
+/// (the reason is logged), in which case polling is all there is.
+pub(crate) fn watch(file: &Path) -> Option<FileWatch> {
+    let watcher = WATCHER.get_or_init(Watcher::start).as_ref()?;
+    let file = match canonical(file) {
+        Ok(file) => file,
+        Err(e) => {
+            tracing::debug!(file = %file.display(), error = %e, "cannot watch the database file; polling only");
+            return None;
+        }
+    };
+    match watcher.watch(&file) {
+        Ok(()) => Some(FileWatch { file }),
+        Err(e) => {
+            tracing::warn!(file = %file.display(), error = %e, "cannot watch the database's directory for commits of other processes; they are seen at the next poll");
+            None
+        }
+    }
+}
+
+/// The file's absolute path with its directory's links resolved: the directory is what is watched.
+fn canonical(file: &Path) -> std::io::Result<PathBuf> {
+    let name = file.file_name().ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.canonicalize()?,
+        _ => std::env::current_dir()?,
+    };
+    Ok(dir.join(name))
+}
+
+static WATCHER: OnceLock<Option<Watcher>> = OnceLock::new();
+
+struct Watcher {
+    fd: Arc<OwnedFd>,
+    state: Arc<Mutex<State>>,
+}
+
+/// What is watched: directories by path (their watch descriptor and how many files in them are watched),
+/// and files by path (how many guards), with the names in their directory that announce a commit.
+#[derive(Default)]
+struct State {
+    dirs: HashMap<PathBuf, (i32, usize)>,
+    files: HashMap<PathBuf, usize>,
+    /// (watch descriptor, file name) → the database file it belongs to: `x.db-wal` and `x.db` (the latter for
+    /// a database in rollback-journal mode, whose commits write the file itself).
+    names: HashMap<(i32, OsString), PathBuf>,
+    /// Connections opened as a file's watch began, with the data version then, for the thread to take over:
+    /// a commit made after the watch began changes the version from this one.
+    opened: HashMap<PathBuf, Look>,
+}
+
+impl Watcher {
+    fn start() -> Option<Watcher> {
+        let fd = match inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK) {
+            Ok(fd) => Arc::new(fd),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch database files (inotify); commits of other processes are seen at the next poll");
+                return None;
+            }
+        };
+        let state = Arc::new(Mutex::new(State::default()));
+        let thread = Looker { fd: Arc::clone(&fd), state: Arc::clone(&state), looked: HashMap::new() };
+        match std::thread::Builder::new().name("outbox-watch".into()).spawn(move || thread.run()) {
+            Ok(_) => Some(Watcher { fd, state }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the thread that watches database files");
+                None
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn watch(&self, file: &Path) -> rustix::io::Result<()> {
+        let mut state = self.lock();
+        if let Some(refs) = state.files.get_mut(file) {
+            *refs += 1;
+            return Ok(());
+        }
+        let (dir, name) = split(file);
+        let wd = match state.dirs.get_mut(&dir) {
+            Some((wd, refs)) => {
+                *refs += 1;
+                *wd
+            }
+            None => {
+                let flags = WatchFlags::MODIFY | WatchFlags::CREATE | WatchFlags::MOVED_TO;
+                let wd = inotify::add_watch(self.fd.as_fd(), &dir, flags)?;
+                state.dirs.insert(dir, (wd, 1));
+                wd
+            }
+        };
+        let mut look = Look { conn: None, version: None, pending: None };
+        look.version = look.version(file);
+        state.opened.insert(file.to_path_buf(), look);
+        let mut wal = name.clone();
+        wal.push("-wal");
+        state.names.insert((wd, wal), file.to_path_buf());
+        state.names.insert((wd, name), file.to_path_buf());
+        state.files.insert(file.to_path_buf(), 1);
+        Ok(())
+    }
+
+    fn unwatch(&self, file: &Path) {
+        let mut state = self.lock();
+        let Some(refs) = state.files.get_mut(file) else { return };
+        *refs -= 1;
+        if *refs > 0 {
+            return;
+        }
+        state.files.remove(file);
+        state.opened.remove(file);
+        state.names.retain(|_, f| f != file);
+        let (dir, _) = split(file);
+        if let Some((wd, refs)) = state.dirs.get_mut(&dir) {
+            *refs -= 1;
+            if *refs == 0 {
+                let wd = *wd;
+                state.dirs.remove(&dir);
+                // The directory may be gone already (a test's temporary one), which removed the watch.
+                let _ = inotify::remove_watch(self.fd.as_fd(), wd);
+            }
+        }
+    }
+}
+
+fn split(file: &Path) -> (PathBuf, OsString) {
+    let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let name = file.file_name().map(OsStr::to_os_string).unwrap_or_default();
+    (dir, name)
+}
+
+/// The watching thread: reads write events and looks for the commits they announce.
+struct Looker {
+    fd: Arc<OwnedFd>,
+    state: Arc<Mutex<State>>,
+    /// Per watched file: a connection of its own, the last data version seen, and the pending look (since
+    /// when, and the next step).
+    looked: HashMap<PathBuf, Look>,
+}
+
+struct Look {
+    conn: Option<Connection>,
+    version: Option<i64>,
+    pending: Option<(Instant, Duration)>,
+}
+
+impl Looker {
+    fn run(mut self) {
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        loop {
+            let step = self.looked.values().filter_map(|l| l.pending.map(|(_, step)| step)).min();
+            let timeout = step.map(|s| Timespec { tv_sec: 0, tv_nsec: s.as_nanos() as _ });
+            let mut fds = [PollFd::new(self.fd.as_ref(), PollFlags::IN)];
+            match poll(&mut fds, timeout.as_ref()) {
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching database files failed; commits of other processes are seen at the next poll");
+                    return;
+                }
+            }
+            let written = self.read_events(&mut buf);
+            let now = Instant::now();
+            for file in written {
+                if let Some(look) = self.looked.get_mut(&file)
+                    && look.pending.is_none()
+                {
+                    look.pending = Some((now, FIRST_STEP));
+                }
+            }
+            self.look(now);
+        }
+    }
+
+    /// The files written since the last read, each once.
+    fn read_events(&mut self, buf: &mut [MaybeUninit<u8>]) -> Vec<PathBuf> {
+        let mut written: Vec<PathBuf> = Vec::new();
+        let mut reader = inotify::Reader::new(self.fd.as_ref(), buf);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for (file, look) in state.opened.drain() {
+            self.looked.insert(file, look);
+        }
+        loop {
+            match reader.next() {
+                Ok(event) => {
+                    let Some(name) = event.file_name() else { continue };
+                    if let Some(file) = state.names.get(&(event.wd(), bytes_name(name.to_bytes())))
+                        && !written.contains(file)
+                    {
+                        written.push(file.clone());
+                    }
+                }
+                Err(Errno::AGAIN | Errno::INTR) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading database file events");
+                    break;
+                }
+            }
+        }
+        // Files no longer watched lose their connection.
+        self.looked.retain(|file, _| state.files.contains_key(file));
+        written
+    }
+
+    /// Looks for a commit in every file with a pending look whose step is due; wakes once if any shows one.
+    fn look(&mut self, now: Instant) {
+        let mut committed = false;
+        for (file, look) in &mut self.looked {
+            let Some((since, step)) = look.pending else { continue };
+            match look.version(file) {
+                Some(version) if look.version == Some(version) => {
+                    look.pending = (now.duration_since(since) < LOOK_FOR).then(|| (since, (step * 2).min(LAST_STEP)));
+                }
+                Some(version) => {
+                    committed = true;
+                    look.version = Some(version);
+                    look.pending = None;
+                }
+                // Unreadable: the write may well have been a commit.
+                None => {
+                    committed = true;
+                    look.pending = None;
+                }
+            }
+        }
+        if committed {
+            super::external();
+        }
+    }
+}
+
+impl Look {
+    /// The file's data version, on a connection opened on first use; `None` if it cannot be read.
+    fn version(&mut self, file: &Path) -> Option<i64> {
+        if self.conn.is_none() {
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            match Connection::open_with_flags(file, flags) {
+                Ok(conn) => self.conn = Some(conn),
+                Err(e) => {
+                    tracing::debug!(file = %file.display(), error = %e, "cannot open the database to look for commits");
+                    return None;
+                }
+            }
+        }
+        let read = self.conn.as_ref()?.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0));
+        match read {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::debug!(file = %file.display(), error = %e, "cannot read the database's data version");
+                self.conn = None;
+                None
+            }
+        }
+    }
+}
+
+fn bytes_name(bytes: &[u8]) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    OsStr::from_bytes(bytes).to_os_string()
+}

@@ -1,0 +1,120 @@
+//! Wake-ups: enqueue and commit nudge this process's workers so they claim without waiting for the next
+//! poll, and written outcomes nudge whoever waits for a job to finish. Commits of other processes arrive
+//! through a [`Watch`]: on SQLite a watch of the database file (`files.rs`), on PostgreSQL a `LISTEN`
+//! connection.
+
+#[cfg(all(target_os = "linux", feature = "sqlite"))]
+mod files;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+
+pub(crate) fn notifier() -> &'static Notify {
+    static WAKE: OnceLock<Notify> = OnceLock::new();
+    WAKE.get_or_init(Notify::new)
+}
+
+/// How many wake-ups this process has sent. A worker compares it with the count it last acted on, so a wake-up
+/// is kept even when the worker was busy with something else as it arrived: `notify_waiters` alone only
+/// reaches a waiter that is registered at that moment.
+static WAKES: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn wakes() -> u64 {
+    WAKES.load(Ordering::SeqCst)
+}
+
+/// Wakes every worker of this process that is waiting for work.
+pub(crate) fn wake() {
+    WAKES.fetch_add(1, Ordering::SeqCst);
+    notifier().notify_waiters();
+    changes().notify_waiters();
+}
+
+/// Notified whenever this process writes a change: an enqueue, an outcome, an operator action.
+pub(crate) fn changes() -> &'static Notify {
+    static CHANGES: OnceLock<Notify> = OnceLock::new();
+    CHANGES.get_or_init(Notify::new)
+}
+
+pub(crate) fn outcomes() -> &'static Notify {
+    static OUTCOMES: OnceLock<Notify> = OnceLock::new();
+    OUTCOMES.get_or_init(Notify::new)
+}
+
+/// Wakes every [`crate::ops::wait`] of this process: some job's outcome was written.
+pub(crate) fn outcome_written() {
+    outcomes().notify_waiters();
+    changes().notify_waiters();
+}
+
+/// Another process committed something: wakes the workers, the waits and the feed readers of this one.
+#[cfg_attr(not(all(target_os = "linux", feature = "sqlite")), allow(dead_code))]
+pub(crate) fn external() {
+    WAKES.fetch_add(1, Ordering::SeqCst);
+    notifier().notify_waiters();
+    outcomes().notify_waiters();
+    changes().notify_waiters();
+}
+
+/// While held, commits made by other processes to the database wake this process's workers, its
+/// [`crate::ops::wait`] calls and its [`crate::ops::changed`] readers at once instead of at their next poll.
+/// On SQLite (Linux) it watches the database file's directory, so a commit by any program, `sqlite3`
+/// included, is seen within a few milliseconds, and an idle watch costs no CPU; elsewhere on SQLite, polling
+/// stays. On PostgreSQL it holds a `LISTEN` connection, which hears enqueues (every inserting statement
+/// notifies) but not outcomes. Workers hold one of their own; take one with [`crate::ops::watch`] for the
+/// other uses.
+#[derive(Debug, Default)]
+pub struct Watch {
+    #[cfg(all(target_os = "linux", feature = "sqlite"))]
+    _file: Option<files::FileWatch>,
+    listener: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.take() {
+            listener.abort();
+        }
+    }
+}
+
+impl Watch {
+    /// A watch of the SQLite database file at `path`.
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn file(path: &std::path::Path) -> Watch {
+        #[cfg(target_os = "linux")]
+        return Watch { _file: files::watch(path), listener: None };
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = path;
+            Watch::default()
+        }
+    }
+
+    /// A watch made of a running `LISTEN` task.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn listening(task: tokio::task::JoinHandle<()>) -> Watch {
+        let mut watch = Watch::default();
+        watch.listener = Some(task);
+        watch
+    }
+}
+
+/// The watch of the SQLite file `conn` works on (from `PRAGMA database_list`); an empty one on PostgreSQL, for
+/// an in-memory database, or when the file is not known.
+pub(crate) async fn watch_file_of<C: sea_orm::ConnectionTrait + ?Sized>(conn: &C) -> Watch {
+    #[cfg(feature = "sqlite")]
+    if conn.get_database_backend() == sea_orm::DbBackend::Sqlite {
+        let list = sea_orm::Statement::from_string(sea_orm::DbBackend::Sqlite, "PRAGMA database_list");
+        if let Ok(rows) = conn.query_all_raw(list).await {
+            let main = rows.iter().find(|r| r.try_get_by_index::<String>(1).is_ok_and(|n| n == "main"));
+            if let Some(file) = main.and_then(|r| r.try_get_by_index::<String>(2).ok()).filter(|f| !f.is_empty()) {
+                return Watch::file(std::path::Path::new(&file));
+            }
+        }
+    }
+    let _ = conn;
+    Watch::default()
+}
