@@ -2,9 +2,11 @@
 //! kinds and queues would claim, with the same limits, sequences and fences, through the backend's own claim
 //! and completion statements.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use sea_orm::DatabaseConnection;
 
-use super::{Backend, ClaimedJob, Finished, WorkerStoreOpts, execute_write};
+use super::{Backend, ClaimedJob, Finished, Rescued, WorkerStoreOpts, execute_write};
 use crate::error::Result;
 
 /// Claims up to `limit` due jobs for the remote worker `opts` describes, leased until `lease_until`.
@@ -47,4 +49,36 @@ pub(crate) async fn extend(db: &DatabaseConnection, owner: &str, id: &str, attem
     let values = vec![until.into(), id.into(), owner.into(), attempt.into()];
     let res = execute_write(db, b.stmt(sql, values), || format!("renewing the lease of job `{id}`")).await?;
     Ok(res.rows_affected() == 1)
+}
+
+/// When this process's remote claims last rescued expired claims (ms).
+static LAST_RESCUE: AtomicI64 = AtomicI64::new(0);
+
+/// Whether a remote claim at `now` rescues expired claims first: at most once a second per process. A fleet
+/// of shell or HTTP workers alone has no in-process worker to rescue the claims of one that died, so their
+/// claims do it.
+pub(crate) fn rescue_due(now: i64) -> bool {
+    let last = LAST_RESCUE.load(Ordering::Relaxed);
+    now.saturating_sub(last) >= 1_000
+        && LAST_RESCUE.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+}
+
+/// Logs the claims a remote claim rescued.
+pub(crate) fn log_rescued(rescued: &[Rescued], worker: &str) {
+    for r in rescued {
+        let owner = r.previous_owner.as_deref().unwrap_or("?");
+        tracing::warn!(
+            job_id = %r.id,
+            kind = %r.kind,
+            queue = %r.queue,
+            attempt = r.attempt,
+            status = %r.status,
+            previous_owner = owner,
+            worker,
+            "rescued a claim whose lease ran out"
+        );
+    }
+    if rescued.iter().any(|r| r.status == "failed") {
+        crate::wake::outcome_written();
+    }
 }

@@ -129,6 +129,10 @@ pub(super) async fn remote_claim(
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
     let c = store_config(db, opts).await?;
+    if super::remote::rescue_due(now) {
+        let rescued = store::rescue_on(db.get_postgres_connection_pool(), &c.schema, now).await?;
+        super::remote::log_rescued(&rescued, &c.worker_id);
+    }
     let rows = store::claim_rows(db.get_postgres_connection_pool(), &c, limit, now, lease_until, true, None).await?;
     let mut jobs = Vec::with_capacity(rows.len());
     for row in &rows {

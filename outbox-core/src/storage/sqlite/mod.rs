@@ -236,7 +236,11 @@ pub(super) async fn remote_claim(
     now: i64,
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
+    let rescue = super::remote::rescue_due(now);
     on_own_connection(store_config(db, opts).await?, "claiming jobs for a remote worker", move |tx, config| {
+        if rescue {
+            super::remote::log_rescued(&store::rescue(tx, now)?, &config.worker_id);
+        }
         let mut unreadable = Vec::new();
         let jobs = store::claim(tx, config, limit, now, lease_until, &mut unreadable)?;
         for u in &unreadable {

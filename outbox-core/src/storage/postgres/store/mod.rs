@@ -321,8 +321,12 @@ impl WorkerStore for PgStore {
 
 /// Lets go sequences that moved on, then rescues expired claims.
 async fn rescue(inner: &Inner, now: i64) -> Result<Vec<Rescued>> {
-    let pool = &inner.pool;
-    let schema = &inner.config.schema;
+    rescue_on(&inner.pool, &inner.config.schema, now).await
+}
+
+/// Lets go jobs stranded behind sequences that moved on, and puts claims whose lease ran out before `now`
+/// back to pending (or failed, with no attempts left); the rescued claims.
+pub(in crate::storage::postgres) async fn rescue_on(pool: &PgPool, schema: &str, now: i64) -> Result<Vec<Rescued>> {
     let released = retrying("letting waiting sequences go", || async {
         let mut tx = pool.begin().await?;
         let keys: Option<Vec<String>> = sqlx::query_scalar(SWEEP_LOCK).bind(schema).fetch_one(&mut *tx).await?;

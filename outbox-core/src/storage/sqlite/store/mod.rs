@@ -321,45 +321,49 @@ impl Actor {
     }
 
     fn rescue(&mut self, now: i64) -> Result<Vec<Rescued>> {
-        // Writers take turns here, so the triggers never miss a job to let go; rows written or changed by hand
-        // can still leave one waiting with nothing ahead of it. A sequence with a job running or free to run is
-        // moving and left alone (its first waiting job may be one retried behind the running one).
-        let released = self
-            .conn
-            .prepare_cached(RELEASE_STRANDED)
-            .and_then(|mut s| s.execute([]))
-            .map_err(Error::db("letting waiting sequences go"))?;
-        if released > 0 {
-            tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
-            crate::wake::wake();
-        }
-        let ctx = || Error::db("rescuing expired claims");
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "UPDATE outbox_jobs SET \
-                 status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END, \
-                 last_error = 'lease expired while claimed by ' || COALESCE(locked_by, 'an unknown worker') \
-                 || CASE WHEN attempts >= max_attempts THEN '; no attempts left' ELSE '' END, \
-                 lease_expires_at = NULL, run_at = ?1, updated_at = ?1 \
-                 WHERE status = 'claimed' AND lease_expires_at < ?1 \
-                 RETURNING id, kind, queue, attempts, status, locked_by",
-            )
-            .map_err(ctx())?;
-        let rows = stmt
-            .query_map(params![now], |row| {
-                Ok(Rescued {
-                    id: row.get(0)?,
-                    kind: row.get(1)?,
-                    queue: row.get(2)?,
-                    attempt: row.get(3)?,
-                    status: row.get(4)?,
-                    previous_owner: row.get(5)?,
-                })
-            })
-            .map_err(ctx())?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(ctx())
+        rescue(&self.conn, now)
     }
+}
+
+/// Lets go jobs stranded behind sequences that moved on, and puts claims whose lease ran out before `now`
+/// back to pending (or failed, with no attempts left); the rescued claims.
+pub(in crate::storage::sqlite) fn rescue(conn: &Connection, now: i64) -> Result<Vec<Rescued>> {
+    // Writers take turns here, so the triggers never miss a job to let go; rows written or changed by hand
+    // can still leave one waiting with nothing ahead of it. A sequence with a job running or free to run is
+    // moving and left alone (its first waiting job may be one retried behind the running one).
+    let released = conn
+        .prepare_cached(RELEASE_STRANDED)
+        .and_then(|mut s| s.execute([]))
+        .map_err(Error::db("letting waiting sequences go"))?;
+    if released > 0 {
+        tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
+        crate::wake::wake();
+    }
+    let ctx = || Error::db("rescuing expired claims");
+    let mut stmt = conn
+        .prepare_cached(
+            "UPDATE outbox_jobs SET \
+             status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END, \
+             last_error = 'lease expired while claimed by ' || COALESCE(locked_by, 'an unknown worker') \
+             || CASE WHEN attempts >= max_attempts THEN '; no attempts left' ELSE '' END, \
+             lease_expires_at = NULL, run_at = ?1, updated_at = ?1 \
+             WHERE status = 'claimed' AND lease_expires_at < ?1 \
+             RETURNING id, kind, queue, attempts, status, locked_by",
+        )
+        .map_err(ctx())?;
+    let rows = stmt
+        .query_map(params![now], |row| {
+            Ok(Rescued {
+                id: row.get(0)?,
+                kind: row.get(1)?,
+                queue: row.get(2)?,
+                attempt: row.get(3)?,
+                status: row.get(4)?,
+                previous_owner: row.get(5)?,
+            })
+        })
+        .map_err(ctx())?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(ctx())
 }
 
 /// The feed row of one worker statement's `event` (`claimed` or `completed`) for `jobs`, listed as
