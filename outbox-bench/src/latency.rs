@@ -138,3 +138,161 @@ pub(crate) async fn run(target: &Target, n: u64, loaded: bool) -> Result<(Measur
     scratch.remove().await?;
     Ok((Measure { jobs: n, secs }, Latency::of(ms)))
 }
+
+/// Microseconds since the Unix epoch: the one clock two processes on this machine share.
+fn epoch_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// One run of `latency_cross`: the worker (at its defaults, as in `latency`) runs in a child process (this
+/// binary again, `--latency-child`); this process enqueues `n` jobs one per transaction, [`gap`] apart, and
+/// each is timed from its commit returning here to its handler starting there, on the wall clock both share.
+pub(crate) async fn run_cross(target: &Target, n: u64) -> Result<(Measure, Latency), BoxError> {
+    use tokio::io::AsyncBufReadExt;
+    let scratch = Scratch::new(target).await?;
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .arg(crate::LATENCY_CHILD)
+        .arg(scratch.prepared.location.arg())
+        .arg(target.sync().name())
+        .arg(n.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().ok_or("the child's stdout")?).lines();
+    match lines.next_line().await? {
+        Some(line) if line == "ready" => {}
+        other => return Err(format!("latency_cross: the worker process said {other:?} instead of ready").into()),
+    }
+    let mut committed = Vec::with_capacity(n as usize);
+    let begin = Instant::now();
+    let mut next = tokio::time::Instant::now();
+    for i in 0..n {
+        outbox_core::enqueue(&scratch.db, &Ping { n: i }, EnqueueOpts::new()).await?;
+        committed.push(epoch_us());
+        next += gap(i);
+        tokio::time::sleep_until(next).await;
+    }
+    let report = lines.next_line().await?.ok_or("latency_cross: the worker process printed no starts")?;
+    let secs = begin.elapsed().as_secs_f64();
+    let status = child.wait().await?;
+    if !status.success() {
+        return Err(format!("latency_cross: the worker process failed: {status}").into());
+    }
+    let started: Vec<Option<i64>> = serde_json::from_str(&report)?;
+    let ms = committed
+        .iter()
+        .zip(&started)
+        .enumerate()
+        .map(|(i, (commit, start))| match start {
+            Some(start) => Ok((start - commit).max(0) as f64 / 1000.0),
+            None => Err(format!("latency_cross: job {i} had not started 10 s after the last commit")),
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    scratch.remove().await?;
+    Ok((Measure { jobs: n, secs }, Latency::of(ms)))
+}
+
+/// The worker process of `latency_cross`: a worker at its defaults on the database at `location`; prints
+/// `ready` once its first claim has gone by, then, once all `n` jobs started (or 10 s after the last did not),
+/// each job's start in microseconds since the epoch as one JSON array.
+pub(crate) async fn cross_child(
+    location: &crate::scratch::Location,
+    sync: crate::SyncMode,
+    n: u64,
+) -> Result<(), BoxError> {
+    let db = crate::scratch::connect(location, sync).await?;
+    let started: Arc<Mutex<Vec<Option<i64>>>> = Arc::new(Mutex::new(vec![None; n as usize]));
+    let seen = Arc::clone(&started);
+    let worker = Worker::builder(&db)
+        .concurrency(crate::CONCURRENCY)
+        .register(move |job: Ping, _: JobContext| {
+            let now = epoch_us();
+            if let Ok(mut started) = seen.lock()
+                && let Some(slot) = started.get_mut(job.n as usize)
+            {
+                *slot = Some(now);
+            }
+            async { Ok::<_, JobError>(()) }
+        })
+        .build()
+        .await?
+        .start();
+    // Let the worker make its first, empty claim and go idle.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    println!("ready");
+    let mut last_progress = Instant::now();
+    let mut done = 0;
+    loop {
+        let now_done = started.lock().map_err(|_| "lock poisoned")?.iter().filter(|s| s.is_some()).count();
+        if now_done as u64 == n || last_progress.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        if now_done != done {
+            done = now_done;
+            last_progress = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    worker.shutdown().await?;
+    let started = started.lock().map_err(|_| "lock poisoned")?.clone();
+    println!("{}", serde_json::to_string(&started)?);
+    Ok(())
+}
+
+/// Case `idle_cpu`: the CPU time an idle `outbox work` (the command-line worker, found beside this binary)
+/// uses over [`IDLE_SECS`] on a database with nothing to do, as a percentage of one core.
+pub(crate) async fn idle_cpu(target: &Target) -> Result<f64, BoxError> {
+    let exe = std::env::current_exe()?;
+    let outbox = exe.with_file_name("outbox");
+    if !outbox.exists() {
+        return Err(format!(
+            "idle_cpu runs the `outbox` command, which is not beside this binary ({}): build it with `cargo build --release -p outbox-cli`",
+            outbox.display()
+        )
+        .into());
+    }
+    let scratch = Scratch::new(target).await?;
+    let root = tempfile::tempdir()?;
+    let url = match &scratch.prepared.location {
+        crate::scratch::Location::File(path) => format!("sqlite://{}", path.display()),
+        crate::scratch::Location::Url(url) => url.clone(),
+    };
+    let mut child = tokio::process::Command::new(&outbox)
+        .args(["--database-url", &url, "work", "--root"])
+        .arg(root.path())
+        .env("OUTBOX_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().ok_or("the outbox worker exited at once")?;
+    // Measured from once it registered: start-up (migrations, kinds, first claim) is not idling.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while outbox_core::ops::workers(&scratch.db).await?.is_empty() {
+        if Instant::now() > deadline {
+            return Err("idle_cpu: the outbox worker did not register within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = cpu_ticks(pid)?;
+    let began = Instant::now();
+    tokio::time::sleep(Duration::from_secs(IDLE_SECS)).await;
+    let ticks = cpu_ticks(pid)? - before;
+    let secs = began.elapsed().as_secs_f64();
+    child.kill().await?;
+    scratch.remove().await?;
+    let per_sec = rustix::param::clock_ticks_per_second().max(1) as f64;
+    Ok(ticks as f64 / per_sec / secs * 100.0)
+}
+
+/// How long `idle_cpu` watches the idle worker.
+pub(crate) const IDLE_SECS: u64 = 60;
+
+/// User and system CPU time of process `pid` so far, in clock ticks (`/proc/<pid>/stat`, fields 14 and 15).
+fn cpu_ticks(pid: u32) -> Result<u64, BoxError> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat.rsplit_once(')').ok_or("unreadable /proc stat")?.1.split_whitespace().collect();
+    let field = |n: usize| -> Result<u64, BoxError> { Ok(fields.get(n - 3).ok_or("short /proc stat")?.parse()?) };
+    Ok(field(14)? + field(15)?)
+}

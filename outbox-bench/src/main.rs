@@ -27,6 +27,10 @@
 //! `latency` enqueues 1,000 jobs one per transaction, 0 to 3 ms apart (1.5 ms on average), to a started
 //! worker at its defaults and times each from its commit returning to its handler starting (p50, p99, max,
 //! and how many waited 100 ms or more); `latency_loaded` does the same while another task enqueues 100 jobs/s.
+//! `latency_cross` is `latency` with the worker in another process (this binary again, `--latency-child`):
+//! the enqueues' commits reach it through the database alone (SQLite: a watch of the file; PostgreSQL:
+//! `LISTEN`). `idle_cpu` starts `outbox work` (the command, built beside this binary) on an empty database
+//! and reports the CPU it uses over a minute of waiting, as a percentage of one core.
 //! `million` drains 1,000,000 pending jobs in a child process against 20,000 in the same run; it also times a
 //! claim of 100 over 10,000 and 1,000,000 pending jobs and over the million once 100,000 future-dated and
 //! 100,000 unserved jobs of a higher priority stand ahead of it (deleted again before the drain), compares the
@@ -154,9 +158,11 @@ enum Case {
     Million,
     Stall,
     HeldSnapshot,
+    LatencyCross,
+    IdleCpu,
 }
 
-const CASES: [Case; 17] = [
+const CASES: [Case; 19] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -174,6 +180,8 @@ const CASES: [Case; 17] = [
     Case::Million,
     Case::Stall,
     Case::HeldSnapshot,
+    Case::LatencyCross,
+    Case::IdleCpu,
 ];
 
 /// `--case` takes a case by its row name.
@@ -214,6 +222,8 @@ impl Case {
             Case::Million => "million",
             Case::Stall => "stall",
             Case::HeldSnapshot => "held_snapshot",
+            Case::LatencyCross => "latency_cross",
+            Case::IdleCpu => "idle_cpu",
         }
     }
 
@@ -227,7 +237,8 @@ impl Case {
             | Case::Retention
             | Case::Million
             | Case::Stall
-            | Case::HeldSnapshot => &[SyncMode::Full],
+            | Case::HeldSnapshot
+            | Case::IdleCpu => &[SyncMode::Full],
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -239,7 +250,8 @@ impl Case {
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Normal) => base / 4,
             (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
             (Case::Retention, _) => base,
-            (Case::Latency | Case::LatencyLoaded, _) => LATENCY_JOBS,
+            (Case::Latency | Case::LatencyLoaded | Case::LatencyCross, _) => LATENCY_JOBS,
+            (Case::IdleCpu, _) => 1,
             (Case::Million, _) => million::BIG,
             (Case::Stall, _) => stall::ROUNDS,
             (
@@ -290,6 +302,8 @@ impl Case {
                 | Case::Dashboard
                 | Case::Latency
                 | Case::LatencyLoaded
+                | Case::LatencyCross
+                | Case::IdleCpu
                 | Case::Stall,
             ) => None,
             (_, Case::Million) => Some("the same worker draining 20,000 jobs, same run"),
@@ -411,6 +425,9 @@ struct Row {
     stall_enqueue_max_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stall_enqueue_waited_100ms: Option<u64>,
+    /// Case `idle_cpu`: an idle `outbox work`'s CPU time over a minute, % of one core (median over the runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idle_cpu_percent: Option<f64>,
     /// Case `dashboard`: the jobs page's first requests, start to last answer, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     jobs_page_ms: Option<f64>,
@@ -520,7 +537,13 @@ impl Runner {
             Case::Process | Case::ProcessMemory => self.rt.block_on(outbox::backlog(target, n))?,
             Case::Reconcile => return Err("the reconcile case has no baseline".into()),
             Case::Http => return Err("the http case measures its baseline within its own run".into()),
-            Case::Dashboard | Case::Latency | Case::LatencyLoaded | Case::Million | Case::Stall => {
+            Case::Dashboard
+            | Case::Latency
+            | Case::LatencyLoaded
+            | Case::LatencyCross
+            | Case::IdleCpu
+            | Case::Million
+            | Case::Stall => {
                 return Err(format!("the {} case has no baseline", case.name()).into());
             }
             Case::HeldSnapshot => {
@@ -665,6 +688,7 @@ impl Runner {
         let mut pages = Vec::new();
         let mut pruned = Vec::new();
         let mut scales = Vec::new();
+        let mut idle = Vec::new();
         let mut ceilings = Vec::new();
         let mut works: Vec<work::Work> = Vec::new();
         let mut free_works: Vec<work::Work> = Vec::new();
@@ -733,6 +757,15 @@ impl Runner {
                     let (measure, l) = self.rt.block_on(latency::run(&target, n, loaded))?;
                     starts.push(l);
                     measure
+                }
+                Case::LatencyCross => {
+                    let (measure, l) = self.rt.block_on(latency::run_cross(&target, n))?;
+                    starts.push(l);
+                    measure
+                }
+                Case::IdleCpu => {
+                    idle.push(self.rt.block_on(latency::idle_cpu(&target))?);
+                    Measure { jobs: 1, secs: latency::IDLE_SECS as f64 }
                 }
                 Case::Stall => {
                     let (measure, l) = self.rt.block_on(stall::run(&target))?;
@@ -811,6 +844,7 @@ impl Runner {
             stall_enqueue_p50_ms: latency(&stalls, |l| l.p50_ms),
             stall_enqueue_max_ms: latency(&stalls, |l| l.max_ms),
             stall_enqueue_waited_100ms: (!stalls.is_empty()).then(|| stalls.iter().map(|l| l.waited).sum()),
+            idle_cpu_percent: (!idle.is_empty()).then(|| round(median(&idle), 3)),
             jobs_page_ms: page_time(&pages, |p| p.jobs_page_ms),
             overview_ms: page_time(&pages, |p| p.overview_ms),
             orm_ceiling_jobs_per_sec: (!ceilings.is_empty()).then(|| round(median(&ceilings), 1)),
@@ -970,8 +1004,24 @@ fn reconcile_child(argv: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The hidden first argument that makes this binary the worker process of a `latency_cross` run:
+/// `--latency-child <db file or URL> <FULL|NORMAL> <jobs>`.
+const LATENCY_CHILD: &str = "--latency-child";
+
+fn latency_child(argv: &[String]) -> Result<(), BoxError> {
+    let [location, sync, jobs] = argv else {
+        return Err(format!("usage: {LATENCY_CHILD} <db file or URL> <sync> <jobs>").into());
+    };
+    let sync = <SyncMode as clap::ValueEnum>::from_str(sync, true)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(latency::cross_child(&Location::parse(location), sync, jobs.parse()?))
+}
+
 fn run() -> Result<(), BoxError> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().is_some_and(|a| a == LATENCY_CHILD) {
+        return latency_child(&argv[1..]);
+    }
     if argv.first().is_some_and(|a| a == DRAIN_CHILD) {
         return drain_child(&argv[1..]);
     }
