@@ -67,6 +67,10 @@ pub(crate) trait WorkerStore: Send + Sync {
     /// Resolves once every finish queued before it has been written (or given up on).
     fn flush(&self) -> StoreFuture<'_, ()>;
 
+    /// Starts hearing other processes' enqueues on the calling task's runtime (the worker loop's), where a
+    /// wake-up reaches the loop without a hop between threads. Where the wake-ups come another way, nothing.
+    fn listen(&self) {}
+
     /// Closes the store's connections once its outcomes are flushed; the worker is stopping. Where a
     /// connection closes with its last handle, nothing to do.
     fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {

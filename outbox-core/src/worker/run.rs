@@ -65,6 +65,8 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
     };
     tracing::info!(worker = %lp.worker.id, concurrency = lp.worker.config.concurrency, "worker started");
     let background = lp.worker.background.take().ok_or(crate::error::Error::WorkerStopped)?;
+    // Wake-ups from other processes arrive on this runtime, where the loop they wake runs.
+    lp.worker.store.listen();
     let presence = Presence::start(&lp.worker, &background, Arc::clone(&lp.running));
     for (name, step) in std::mem::take(&mut lp.worker.on_start) {
         tracing::info!(worker = %lp.worker.id, step = %name, "running a start-up step");

@@ -163,7 +163,9 @@ struct Inner {
     /// Finished attempts not yet written. Their leases are renewed until they are, and past one batch they
     /// keep their slots.
     unwritten: Unwritten,
-    listener: tokio::task::JoinHandle<()>,
+    /// The `LISTEN` connection's pool, and the task that listens once the worker loop started it.
+    listen_pool: PgPool,
+    listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// When this worker's claim last let in due scheduled jobs (ms; `i64::MIN` before the first).
     promoted_at: AtomicI64,
     /// Where its last claim ended (see [`claim::Cursor`]).
@@ -178,9 +180,17 @@ fn unwritten_ids(unwritten: &Unwritten) -> std::sync::MutexGuard<'_, HashSet<Str
     unwritten.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+impl Inner {
+    fn stop_listening(&self) {
+        if let Some(listener) = self.listener.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            listener.abort();
+        }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.listener.abort();
+        self.stop_listening();
     }
 }
 
@@ -194,8 +204,8 @@ pub(super) fn application_name(role: &str, worker_id: &str) -> String {
 }
 
 impl PgStore {
-    /// Opens the worker's pool on the options of `caller` and starts the completion writer and the listener,
-    /// all on the runtime of `bg`.
+    /// Opens the worker's pool on the options of `caller` and starts the completion writer on the runtime of
+    /// `bg`; the listener starts with the worker loop ([`WorkerStore::listen`]).
     pub(crate) fn open(caller: &PgPool, config: PgStoreConfig, bg: &Handle) -> PgStore {
         let _entered = bg.enter();
         let name = |role: &str| application_name(role, &config.worker_id);
@@ -220,10 +230,10 @@ impl PgStore {
         let (tx, rx) = mpsc::unbounded_channel();
         let unwritten = Unwritten::default();
         tokio::spawn(write_finished(pool.clone(), config.worker_id.clone(), rx, Arc::clone(&unwritten)));
-        let listener = tokio::spawn(listen(listen_pool, config.schema.clone(), config.worker_id.clone()));
         let promoted_at = AtomicI64::new(i64::MIN);
         let cursor = CursorCell::default();
-        let inner = Inner { pool, config, tx, unwritten, listener, bg: bg.clone(), promoted_at, cursor };
+        let listener = std::sync::Mutex::new(None);
+        let inner = Inner { pool, config, tx, unwritten, listen_pool, listener, bg: bg.clone(), promoted_at, cursor };
         PgStore { inner: Arc::new(inner) }
     }
 
@@ -299,7 +309,7 @@ impl WorkerStore for PgStore {
         Box::pin(async move {
             let closed = self
                 .on_bg(|inner| async move {
-                    inner.listener.abort();
+                    inner.stop_listening();
                     inner.pool.close().await;
                     Ok(())
                 })
@@ -308,6 +318,16 @@ impl WorkerStore for PgStore {
                 tracing::debug!(worker = %self.inner.config.worker_id, error = %e, "closing the worker's connections failed");
             }
         })
+    }
+
+    fn listen(&self) {
+        let inner = &self.inner;
+        let mut listener = inner.listener.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if listener.is_none() {
+            let (pool, schema, worker) =
+                (inner.listen_pool.clone(), inner.config.schema.clone(), inner.config.worker_id.clone());
+            *listener = Some(tokio::spawn(listen(pool, schema, worker)));
+        }
     }
 
     fn flush(&self) -> StoreFuture<'_, ()> {
