@@ -79,14 +79,14 @@ fn the_readme_shell_worker_drains_jobs_from_three_processes_and_survives_a_sigki
                 .env("PATH", &path)
                 .env("OUTBOX_DATABASE_URL", &db)
                 .env("OUTBOX_LEASE", "10s")
-                .env("OUTBOX_HEARTBEAT", "2s")
+                .env("OUTBOX_HEARTBEAT", "2")
                 .env("RUNS", &runs)
                 .env_remove("OUTBOX_LOG")
                 .env_remove("RUST_LOG")
                 .stdout(std::process::Stdio::null()),
         )
     };
-    let mut workers: Vec<ChildProcess> = (0..3).map(|_| worker()).collect();
+    let workers: Vec<ChildProcess> = (0..3).map(|_| worker()).collect();
 
     // One job hangs on its first run; its worker is killed with SIGKILL while it does.
     let hang: Value = serde_json::from_str(&ok(outbox(
@@ -104,10 +104,9 @@ fn the_readme_shell_worker_drains_jobs_from_three_processes_and_survives_a_sigki
     assert_eq!(claimed["job"]["status"], "claimed", "{claimed}");
     let owner = claimed["job"]["locked_by"].as_str().expect("owner").to_owned();
     let pid: u32 = owner.rsplit('-').next().and_then(|p| p.parse().ok()).expect("pid in the worker name");
-    let killed = workers.iter_mut().find(|w| w.id() == pid).unwrap_or_else(|| panic!("{owner} is none of the workers"));
+    let killed = workers.iter().find(|w| w.id() == pid).unwrap_or_else(|| panic!("{owner} is none of the workers"));
+    // Not reaped until the end: its heartbeat must stop although the dead shell lingers as a zombie.
     killed.signal(Signal::KILL);
-    // Reaped as a supervisor would: until then the dead shell is a zombie, which its heartbeat takes for alive.
-    killed.wait().expect("reap the killed worker");
 
     // A fourth process enqueues the rest, one command each.
     let enqueue = format!(
@@ -172,9 +171,29 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
     let bad_schema = outbox(&db, &["define-kind", "other", "--schema", r#"{"type": 7}"#]);
     assert_eq!(code(&bad_schema), Some(2), "{}", stderr(&bad_schema));
 
-    // An empty queue: no output, exit 0, at once or after the wait.
+    // An empty queue: no output, exit 0, at once or after the wait; a waiting claim writes nothing while it
+    // waits (its registry entry is not renewed, or it would wake itself through its own commits).
     assert_eq!(ok(outbox(&db, &["claim", "--worker", "w"])), "");
-    assert_eq!(ok(outbox(&db, &["claim", "--worker", "w", "--wait", "100ms"])), "");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let conn = rt.block_on(outbox_core::connect(&outbox_tests::sqlite_url(&db))).expect("connect");
+    let seen = |id: &str| {
+        let workers = rt.block_on(outbox_core::ops::workers(&conn)).expect("workers");
+        workers.iter().find(|w| w.id == id).map(|w| w.last_seen_at)
+    };
+    let mut idle = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    idle.env("OUTBOX_DATABASE_URL", &db).args(["claim", "--worker", "idle", "--wait", "3s"]);
+    let idle = ChildProcess::spawn(idle.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        if let Some(at) = seen("idle") {
+            break at;
+        }
+        assert!(std::time::Instant::now() < deadline, "the waiting claim never registered");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = idle.output_within(Duration::from_secs(30));
+    assert!(out.status.success() && out.stdout.is_empty(), "{}", stderr(&out));
+    assert_eq!(seen("idle"), Some(first), "the waiting claim wrote its registry entry again while it waited");
     for (args, named) in [
         (vec!["claim"], "--worker"),
         (vec!["claim", "--worker", "w", "--lease", "0s"], "lease"),
@@ -239,8 +258,6 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let waiting = ChildProcess::spawn(&mut waiting);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let conn = rt.block_on(outbox_core::connect(&outbox_tests::sqlite_url(&db))).expect("connect");
     let registered = rt.block_on(eventually(Duration::from_secs(30), || async {
         outbox_core::ops::workers(&conn).await.expect("workers").iter().any(|w| w.id == "w2")
     }));

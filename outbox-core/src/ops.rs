@@ -79,9 +79,11 @@ pub async fn record_kind<C: ConnectionTrait>(conn: &C, kind: &crate::Kind, recor
     crate::kind::registry::record(conn, &[kind], recorded_by).await
 }
 
-/// Starts hearing commits of other processes on `db`'s database until the returned [`Watch`] is dropped:
-/// this process's workers, [`wait`] calls and [`changed`] readers then wake at once. Workers hold one of
-/// their own; a server or a tool that waits without running a worker takes one.
+/// Starts hearing commits of other processes on `db`'s database until the returned [`Watch`] is dropped. On
+/// SQLite (Linux) every commit then wakes this process's workers, [`wait`] calls and [`changed`] readers at
+/// once; on PostgreSQL enqueues wake the workers and waiting claims ([`crate::remote::claim_waiting`]), and
+/// outcomes are still seen by polling. Workers hold one of their own; a server or a tool that waits without
+/// running a worker takes one.
 pub async fn watch(db: &DatabaseConnection) -> Result<Watch> {
     storage::watch(db).await
 }

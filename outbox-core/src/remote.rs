@@ -82,6 +82,12 @@ fn check_lease(lease: Duration) -> Result<()> {
 /// order that in-process workers keep, and records the worker in the registry. A claimed job whose payload
 /// no longer matches its kind's recorded schema fails at once, permanently, and is not handed out.
 pub async fn claim(db: &DatabaseConnection, req: &ClaimRequest) -> Result<Vec<RemoteJob>> {
+    claim_as(db, req, true).await
+}
+
+/// [`claim`], recording the worker in the registry only when `register` (a write of its own, which a waiting
+/// claim makes once and then every [`REGISTER_EVERY`], not on every look).
+async fn claim_as(db: &DatabaseConnection, req: &ClaimRequest, register: bool) -> Result<Vec<RemoteJob>> {
     check_name("worker id", &req.worker)?;
     if req.kinds.is_empty() {
         return Err(Error::Invalid("a claim must name at least one kind".into()));
@@ -119,7 +125,9 @@ pub async fn claim(db: &DatabaseConnection, req: &ClaimRequest) -> Result<Vec<Re
         now,
         expires_at: ms_after(now, req.lease.max(Duration::from_secs(30))),
     };
-    storage::workers::upsert(db, &presence).await?;
+    if register {
+        storage::workers::upsert(db, &presence).await?;
+    }
     let opts = WorkerStoreOpts { worker_id: req.worker.clone(), kinds, limits, queues: req.queues.clone() };
     let lease_until = ms_after(now, req.lease);
     let claimed = storage::remote::claim(db, opts, req.limit, now, lease_until).await?;
@@ -150,27 +158,37 @@ pub async fn claim(db: &DatabaseConnection, req: &ClaimRequest) -> Result<Vec<Re
 /// The longest a claim may wait for work.
 pub const MAX_CLAIM_WAIT: Duration = Duration::from_secs(300);
 
+/// How often a waiting claim records its worker in the registry again (its entry lasts at least 30 s).
+const REGISTER_EVERY: Duration = Duration::from_secs(10);
+
 /// How often a waiting claim looks again when nothing wakes it: a wake-up of this process (an enqueue here,
 /// or another process's commit heard through a [`crate::Watch`]) makes it look at once.
 const CLAIM_WAIT_POLL: Duration = Duration::from_millis(500);
 
 /// [`claim`], waiting up to `wait` (at most [`MAX_CLAIM_WAIT`]) for a job when none is due: it claims again
 /// whenever this process is woken, and every half second otherwise. Returns as soon as a claim takes a job,
-/// or empty once `wait` has passed. Hold a [`crate::ops::watch`] for wake-ups from other processes.
+/// or empty once `wait` has passed. An empty look writes nothing, so waiting claims do not wake each other.
+/// Hold a [`crate::ops::watch`] for wake-ups from other processes.
 pub async fn claim_waiting(db: &DatabaseConnection, req: &ClaimRequest, wait: Duration) -> Result<Vec<RemoteJob>> {
     if wait > MAX_CLAIM_WAIT {
         return Err(Error::Invalid(format!(
             "the claim wait of {wait:?} is out of range: it must be at most {MAX_CLAIM_WAIT:?}"
         )));
     }
-    let deadline = tokio::time::Instant::now() + wait;
+    let start = tokio::time::Instant::now();
+    let deadline = start + wait;
+    let mut registered: Option<tokio::time::Instant> = None;
     loop {
         // Registered before the claim: a wake-up while it runs makes the next look immediate.
         let woken = crate::wake::notifier().notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let jobs = claim(db, req).await?;
+        let register = registered.is_none_or(|at| at.elapsed() >= REGISTER_EVERY);
+        let jobs = claim_as(db, req, register).await?;
         let now = tokio::time::Instant::now();
+        if register {
+            registered = Some(now);
+        }
         if !jobs.is_empty() || now >= deadline {
             return Ok(jobs);
         }

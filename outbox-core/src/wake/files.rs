@@ -7,9 +7,10 @@
 //!
 //! The write event comes before the commit is visible: SQLite appends the frames, syncs them (at
 //! `synchronous = FULL`) and only then publishes the commit in the shared-memory index. So after an event the
-//! thread looks again in growing steps (0.1 ms, doubling to 5 ms) until the version changes, for at most
-//! 250 ms; a write that commits nothing (a rollback's spill, a checkpoint) ends there. An idle process costs
-//! nothing: the thread blocks in `poll` with no timeout while no event is pending.
+//! thread looks again in growing steps (0.1 ms, doubling to 5 ms for the first 250 ms, then to 250 ms) until
+//! the version changes, for at most 2 s; a write that commits nothing (a rollback's spill, a checkpoint) ends
+//! there. Nothing runs while the watched directories are quiet: the thread blocks in `poll` with no timeout
+//! while no look is pending.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -21,14 +22,17 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
-use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
-/// The first look after a write event; each next one waits twice as long, up to [`LAST_STEP`].
+/// The first look after a write event; each next one waits twice as long, up to [`FAST_STEP`] for
+/// [`FAST_FOR`], then up to [`SLOW_STEP`].
 const FIRST_STEP: Duration = Duration::from_micros(100);
-const LAST_STEP: Duration = Duration::from_millis(5);
-/// How long after a write event a commit is looked for.
-const LOOK_FOR: Duration = Duration::from_millis(250);
+const FAST_STEP: Duration = Duration::from_millis(5);
+const FAST_FOR: Duration = Duration::from_millis(250);
+const SLOW_STEP: Duration = Duration::from_millis(250);
+/// How long after the last write event a commit is looked for (a slow fsync included).
+const LOOK_FOR: Duration = Duration::from_secs(2);
 
 /// Interest in one database file: while any is held, commits to it by other processes wake this one.
 pub(crate) struct FileWatch {
@@ -69,8 +73,12 @@ pub(crate) fn watch(file: &Path) -> Option<FileWatch> {
     }
 }
 
-/// The file's absolute path with its directory's links resolved: the directory is what is watched.
+/// The file's absolute path with links resolved (SQLite writes `-wal` beside the file a link points to); for
+/// a file not created yet, its directory's. The directory is what is watched.
 fn canonical(file: &Path) -> std::io::Result<PathBuf> {
+    if let Ok(resolved) = file.canonicalize() {
+        return Ok(resolved);
+    }
     let name = file.file_name().ok_or_else(|| std::io::Error::other("not a file name"))?;
     let dir = match file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.canonicalize()?,
@@ -100,6 +108,19 @@ struct State {
     opened: HashMap<PathBuf, Look>,
 }
 
+impl State {
+    /// Drops everything watched through the watch descriptor `wd`, which the kernel removed.
+    fn forget(&mut self, wd: i32) {
+        let files: Vec<PathBuf> = self.names.iter().filter(|((w, _), _)| *w == wd).map(|(_, f)| f.clone()).collect();
+        self.names.retain(|(w, _), _| *w != wd);
+        self.dirs.retain(|_, (w, _)| *w != wd);
+        for file in files {
+            self.files.remove(&file);
+            self.opened.remove(&file);
+        }
+    }
+}
+
 impl Watcher {
     fn start() -> Option<Watcher> {
         let fd = match inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK) {
@@ -125,6 +146,14 @@ impl Watcher {
     }
 
     fn watch(&self, file: &Path) -> rustix::io::Result<()> {
+        if let Some(refs) = self.lock().files.get_mut(file) {
+            *refs += 1;
+            return Ok(());
+        }
+        // The data version from before the watch began, read without the lock (opening a connection touches
+        // the disk): a commit made after it changes the version.
+        let mut look = Look { conn: None, version: None, pending: None };
+        look.version = look.read(file).map(|(v, _)| v);
         let mut state = self.lock();
         if let Some(refs) = state.files.get_mut(file) {
             *refs += 1;
@@ -143,8 +172,6 @@ impl Watcher {
                 wd
             }
         };
-        let mut look = Look { conn: None, version: None, pending: None };
-        look.version = look.version(file);
         state.opened.insert(file.to_path_buf(), look);
         let mut wal = name.clone();
         wal.push("-wal");
@@ -195,15 +222,27 @@ struct Looker {
 struct Look {
     conn: Option<Connection>,
     version: Option<i64>,
-    pending: Option<(Instant, Duration)>,
+    pending: Option<Pending>,
+}
+
+/// A look for a commit after a write event: since the last event, the current step, and when it is due.
+#[derive(Clone, Copy)]
+struct Pending {
+    since: Instant,
+    step: Duration,
+    due: Instant,
 }
 
 impl Looker {
     fn run(mut self) {
         let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
         loop {
-            let step = self.looked.values().filter_map(|l| l.pending.map(|(_, step)| step)).min();
-            let timeout = step.map(|s| Timespec { tv_sec: 0, tv_nsec: s.as_nanos() as _ });
+            let now = Instant::now();
+            let due = self.looked.values().filter_map(|l| l.pending.map(|p| p.due)).min();
+            let timeout = due.map(|d| {
+                let wait = d.saturating_duration_since(now);
+                Timespec { tv_sec: wait.as_secs() as _, tv_nsec: wait.subsec_nanos() as _ }
+            });
             let mut fds = [PollFd::new(self.fd.as_ref(), PollFlags::IN)];
             match poll(&mut fds, timeout.as_ref()) {
                 Ok(_) | Err(Errno::INTR) => {}
@@ -212,22 +251,26 @@ impl Looker {
                     return;
                 }
             }
-            let written = self.read_events(&mut buf);
+            let (written, overflow) = self.read_events(&mut buf);
             let now = Instant::now();
-            for file in written {
-                if let Some(look) = self.looked.get_mut(&file)
-                    && look.pending.is_none()
-                {
-                    look.pending = Some((now, FIRST_STEP));
+            if overflow {
+                // Events were lost: any file may have had a commit.
+                tracing::debug!("the database file watch overflowed; waking everyone");
+                super::external();
+            }
+            for (file, look) in &mut self.looked {
+                if overflow || written.contains(file) {
+                    look.pending = Some(Pending { since: now, step: FIRST_STEP, due: now });
                 }
             }
             self.look(now);
         }
     }
 
-    /// The files written since the last read, each once.
-    fn read_events(&mut self, buf: &mut [MaybeUninit<u8>]) -> Vec<PathBuf> {
+    /// The files written since the last read, each once, and whether the kernel dropped events.
+    fn read_events(&mut self, buf: &mut [MaybeUninit<u8>]) -> (Vec<PathBuf>, bool) {
         let mut written: Vec<PathBuf> = Vec::new();
+        let mut overflow = false;
         let mut reader = inotify::Reader::new(self.fd.as_ref(), buf);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         for (file, look) in state.opened.drain() {
@@ -236,6 +279,16 @@ impl Looker {
         loop {
             match reader.next() {
                 Ok(event) => {
+                    let flags = event.events();
+                    if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                        overflow = true;
+                    }
+                    if flags.contains(ReadFlags::IGNORED) {
+                        // The directory is gone, and its watch with it: its files are watched no more, so a
+                        // new watch of a directory made again at that path starts afresh.
+                        state.forget(event.wd());
+                        continue;
+                    }
                     let Some(name) = event.file_name() else { continue };
                     if let Some(file) = state.names.get(&(event.wd(), bytes_name(name.to_bytes())))
                         && !written.contains(file)
@@ -252,26 +305,26 @@ impl Looker {
         }
         // Files no longer watched lose their connection.
         self.looked.retain(|file, _| state.files.contains_key(file));
-        written
+        (written, overflow)
     }
 
-    /// Looks for a commit in every file with a pending look whose step is due; wakes once if any shows one.
+    /// Looks for a commit in every file whose look is due; wakes once if any shows one.
     fn look(&mut self, now: Instant) {
         let mut committed = false;
         for (file, look) in &mut self.looked {
-            let Some((since, step)) = look.pending else { continue };
-            match look.version(file) {
-                Some(version) if look.version == Some(version) => {
-                    look.pending = (now.duration_since(since) < LOOK_FOR).then(|| (since, (step * 2).min(LAST_STEP)));
+            let Some(p) = look.pending.filter(|p| p.due <= now) else { continue };
+            match look.read(file) {
+                Some((version, false)) if look.version == Some(version) => {
+                    let waited = now.duration_since(p.since);
+                    let cap = if waited < FAST_FOR { FAST_STEP } else { SLOW_STEP };
+                    let step = (p.step * 2).min(cap);
+                    look.pending = (waited < LOOK_FOR).then_some(Pending { since: p.since, step, due: now + step });
                 }
-                Some(version) => {
+                // A changed version, or one read on a new connection (versions compare only on one
+                // connection), or none at all: the write may well have been a commit.
+                read => {
                     committed = true;
-                    look.version = Some(version);
-                    look.pending = None;
-                }
-                // Unreadable: the write may well have been a commit.
-                None => {
-                    committed = true;
+                    look.version = read.map(|(v, _)| v);
                     look.pending = None;
                 }
             }
@@ -283,11 +336,18 @@ impl Looker {
 }
 
 impl Look {
-    /// The file's data version, on a connection opened on first use; `None` if it cannot be read.
-    fn version(&mut self, file: &Path) -> Option<i64> {
-        if self.conn.is_none() {
+    /// The file's data version, and whether it was read on a connection opened just now (on first use, or
+    /// after an error); `None` if it cannot be read.
+    fn read(&mut self, file: &Path) -> Option<(i64, bool)> {
+        let fresh = self.conn.is_none();
+        if fresh {
             let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            match Connection::open_with_flags(file, flags) {
+            let opened = Connection::open_with_flags(file, flags).and_then(|conn| {
+                // Never wait for a lock: the next event or step looks again.
+                conn.busy_timeout(Duration::ZERO)?;
+                Ok(conn)
+            });
+            match opened {
                 Ok(conn) => self.conn = Some(conn),
                 Err(e) => {
                     tracing::debug!(file = %file.display(), error = %e, "cannot open the database to look for commits");
@@ -297,7 +357,7 @@ impl Look {
         }
         let read = self.conn.as_ref()?.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0));
         match read {
-            Ok(v) => Some(v),
+            Ok(v) => Some((v, fresh)),
             Err(e) => {
                 tracing::debug!(file = %file.display(), error = %e, "cannot read the database's data version");
                 self.conn = None;

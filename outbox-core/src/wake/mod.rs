@@ -61,10 +61,10 @@ pub(crate) fn external() {
 /// While held, commits made by other processes to the database wake this process's workers, its
 /// [`crate::ops::wait`] calls and its [`crate::ops::changed`] readers at once instead of at their next poll.
 /// On SQLite (Linux) it watches the database file's directory, so a commit by any program, `sqlite3`
-/// included, is seen within a few milliseconds, and an idle watch costs no CPU; elsewhere on SQLite, polling
-/// stays. On PostgreSQL it holds a `LISTEN` connection, which hears enqueues (every inserting statement
-/// notifies) but not outcomes. Workers hold one of their own; take one with [`crate::ops::watch`] for the
-/// other uses.
+/// included, is seen within a few milliseconds, and a watch costs no CPU while the directory is quiet; elsewhere on SQLite, polling
+/// stays. On PostgreSQL it holds a `LISTEN` connection of its own, which hears enqueues (every inserting
+/// statement notifies) and wakes workers and waiting claims, but not outcomes. Workers hold one of their
+/// own; take one with [`crate::ops::watch`] for the other uses.
 #[derive(Debug, Default)]
 pub struct Watch {
     #[cfg(all(target_os = "linux", feature = "sqlite"))]

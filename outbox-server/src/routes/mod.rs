@@ -38,6 +38,8 @@ pub(crate) struct AppState {
     pub(crate) max_payload_bytes: usize,
     /// The fleet's job counters for `/metrics`, driven by the event feed.
     pub(crate) counters: Arc<FleetCounters>,
+    /// How long a request may take before it is answered 408: a waiting claim answers a second before.
+    pub(crate) request_timeout: Duration,
 }
 
 /// What a handler answers.
@@ -57,6 +59,7 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
         events_poll: opts.events_poll,
         max_payload_bytes: opts.max_payload_bytes,
         counters,
+        request_timeout: opts.request_timeout,
     };
     let session = {
         let auth = std::sync::Arc::clone(&auth);

@@ -35,8 +35,8 @@ pub(super) struct ClaimBody {
     lease: Option<String>,
     host: Option<String>,
     pid: Option<i64>,
-    /// When no job is due, wait for one up to this long (at most `5m`; keep it below the server's request
-    /// timeout, 30 s by default) instead of answering an empty list at once.
+    /// When no job is due, wait for one up to this long (at most `5m`, and a second less than the server's
+    /// request timeout, 30 s by default) instead of answering an empty list at once.
     wait: Option<String>,
 }
 
@@ -54,6 +54,14 @@ pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimB
     let jobs = match body.wait {
         Some(text) => {
             let wait = duration::parse(&text).map_err(|e| ApiError::invalid(format!("field `wait`: {e}")))?;
+            if wait > remote::MAX_CLAIM_WAIT {
+                return Err(ApiError::invalid(format!(
+                    "field `wait`: {text} is longer than the longest wait, {}s",
+                    remote::MAX_CLAIM_WAIT.as_secs()
+                )));
+            }
+            // Answered a second before the request would time out: an empty list, not a 408.
+            let wait = wait.min(state.request_timeout.saturating_sub(Duration::from_secs(1)));
             remote::claim_waiting(&state.db, &req, wait).await?
         }
         None => remote::claim(&state.db, &req).await?,

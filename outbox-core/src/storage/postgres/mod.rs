@@ -115,7 +115,12 @@ async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<
 /// A `LISTEN` connection of its own that wakes this process on every enqueue into the connection's schema.
 pub(super) async fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
     let schema = current_schema(db).await?;
-    let pool = db.get_postgres_connection_pool().clone();
+    // A pool of its own, so the `LISTEN` connection it holds is not one the application's pool counts on.
+    let options = db.get_postgres_connection_pool().connect_options().as_ref().clone();
+    let pool = sea_orm::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(30))
+        .connect_lazy_with(options.application_name("outbox-watch"));
     let task = tokio::spawn(listener::listen(pool, schema, "watch".to_owned()));
     Ok(crate::wake::Watch::listening(task))
 }
@@ -130,8 +135,11 @@ pub(super) async fn remote_claim(
 ) -> Result<Vec<ClaimedJob>> {
     let c = store_config(db, opts).await?;
     if super::remote::rescue_due(now) {
-        let rescued = store::rescue_on(db.get_postgres_connection_pool(), &c.schema, now).await?;
-        super::remote::log_rescued(&rescued, &c.worker_id);
+        // A failed rescue is the next claim's to do; this claim goes on.
+        match store::rescue_on(db.get_postgres_connection_pool(), &c.schema, now).await {
+            Ok(rescued) => super::remote::log_rescued(&rescued, &c.worker_id),
+            Err(e) => tracing::warn!(worker = %c.worker_id, error = %e, "rescuing expired claims failed"),
+        }
     }
     let rows = store::claim_rows(db.get_postgres_connection_pool(), &c, limit, now, lease_until, true, None).await?;
     let mut jobs = Vec::with_capacity(rows.len());

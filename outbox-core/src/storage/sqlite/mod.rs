@@ -237,18 +237,21 @@ pub(super) async fn remote_claim(
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
     let rescue = super::remote::rescue_due(now);
-    on_own_connection(store_config(db, opts).await?, "claiming jobs for a remote worker", move |tx, config| {
-        if rescue {
-            super::remote::log_rescued(&store::rescue(tx, now)?, &config.worker_id);
-        }
-        let mut unreadable = Vec::new();
-        let jobs = store::claim(tx, config, limit, now, lease_until, &mut unreadable)?;
-        for u in &unreadable {
-            u.log(&config.worker_id);
-        }
-        Ok(jobs)
-    })
-    .await
+    let worker = opts.worker_id.clone();
+    let (rescued, jobs) =
+        on_own_connection(store_config(db, opts).await?, "claiming jobs for a remote worker", move |tx, config| {
+            let rescued = if rescue { store::rescue(tx, now)? } else { Vec::new() };
+            let mut unreadable = Vec::new();
+            let jobs = store::claim(tx, config, limit, now, lease_until, &mut unreadable)?;
+            for u in &unreadable {
+                u.log(&config.worker_id);
+            }
+            Ok((rescued, jobs))
+        })
+        .await?;
+    // Logged once committed.
+    super::remote::log_rescued(&rescued, &worker);
+    Ok(jobs)
 }
 
 pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
