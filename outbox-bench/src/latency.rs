@@ -67,6 +67,42 @@ fn gap(i: u64) -> Duration {
     MAX_GAP * ((i * 7_919 % 31) as u32) / 30
 }
 
+/// Enqueues `n` measured jobs one per transaction, [`gap`] apart; each one's commit as `clock` tells it.
+async fn enqueue_spaced<T>(
+    db: &sea_orm::DatabaseConnection,
+    n: u64,
+    clock: impl Fn() -> T,
+) -> Result<Vec<T>, outbox_core::Error> {
+    let mut committed = Vec::with_capacity(n as usize);
+    let mut next = tokio::time::Instant::now();
+    for i in 0..n {
+        outbox_core::enqueue(db, &Ping { n: i }, EnqueueOpts::new()).await?;
+        committed.push(clock());
+        next += gap(i);
+        tokio::time::sleep_until(next).await;
+    }
+    Ok(committed)
+}
+
+/// Each job's wait from its commit to its start, ms (`ms` of the two times); an error naming `case` for a
+/// job that never started.
+fn waits_ms<T: Copy>(
+    case: &str,
+    committed: &[T],
+    started: &[Option<T>],
+    ms: impl Fn(T, T) -> f64,
+) -> Result<Vec<f64>, String> {
+    committed
+        .iter()
+        .zip(started)
+        .enumerate()
+        .map(|(i, (commit, start))| match start {
+            Some(start) => Ok(ms(*commit, *start)),
+            None => Err(format!("{case}: job {i} had not started 10 s after the last commit")),
+        })
+        .collect()
+}
+
 /// One run: a started worker at its defaults (concurrency 100, one-second poll) with no-op handlers; `n`
 /// jobs enqueued one per transaction, [`gap`] apart, each timed from its commit returning to its handler
 /// starting. With `loaded`, another task enqueues a job every [`LOAD_EVERY`] meanwhile.
@@ -105,15 +141,8 @@ pub(crate) async fn run(target: &Target, n: u64, loaded: bool) -> Result<(Measur
             Ok::<_, outbox_core::Error>(())
         })
     });
-    let mut committed = Vec::with_capacity(n as usize);
     let begin = Instant::now();
-    let mut next = tokio::time::Instant::now();
-    for i in 0..n {
-        outbox_core::enqueue(&scratch.db, &Ping { n: i }, EnqueueOpts::new()).await?;
-        committed.push(Instant::now());
-        next += gap(i);
-        tokio::time::sleep_until(next).await;
-    }
+    let committed = enqueue_spaced(&scratch.db, n, Instant::now).await?;
     // A job whose wake-up was lost starts at the next poll, a second later at most.
     let deadline = Instant::now() + Duration::from_secs(10);
     while started.lock().map_err(|_| "lock poisoned")?.iter().any(Option::is_none) && Instant::now() < deadline {
@@ -126,15 +155,9 @@ pub(crate) async fn run(target: &Target, n: u64, loaded: bool) -> Result<(Measur
     }
     worker.shutdown().await?;
     let started = started.lock().map_err(|_| "lock poisoned")?.clone();
-    let ms = committed
-        .iter()
-        .zip(&started)
-        .enumerate()
-        .map(|(i, (commit, start))| match start {
-            Some(start) => Ok(start.saturating_duration_since(*commit).as_secs_f64() * 1000.0),
-            None => Err(format!("latency: job {i} had not started 10 s after the last commit")),
-        })
-        .collect::<Result<Vec<f64>, String>>()?;
+    let ms = waits_ms("latency", &committed, &started, |commit, start| {
+        start.saturating_duration_since(commit).as_secs_f64() * 1000.0
+    })?;
     scratch.remove().await?;
     Ok((Measure { jobs: n, secs }, Latency::of(ms)))
 }
@@ -164,15 +187,8 @@ pub(crate) async fn run_cross(target: &Target, n: u64) -> Result<(Measure, Laten
         Some(line) if line == "ready" => {}
         other => return Err(format!("latency_cross: the worker process said {other:?} instead of ready").into()),
     }
-    let mut committed = Vec::with_capacity(n as usize);
     let begin = Instant::now();
-    let mut next = tokio::time::Instant::now();
-    for i in 0..n {
-        outbox_core::enqueue(&scratch.db, &Ping { n: i }, EnqueueOpts::new()).await?;
-        committed.push(epoch_us());
-        next += gap(i);
-        tokio::time::sleep_until(next).await;
-    }
+    let committed = enqueue_spaced(&scratch.db, n, epoch_us).await?;
     let report = lines.next_line().await?.ok_or("latency_cross: the worker process printed no starts")?;
     let secs = begin.elapsed().as_secs_f64();
     let status = child.wait().await?;
@@ -180,15 +196,7 @@ pub(crate) async fn run_cross(target: &Target, n: u64) -> Result<(Measure, Laten
         return Err(format!("latency_cross: the worker process failed: {status}").into());
     }
     let started: Vec<Option<i64>> = serde_json::from_str(&report)?;
-    let ms = committed
-        .iter()
-        .zip(&started)
-        .enumerate()
-        .map(|(i, (commit, start))| match start {
-            Some(start) => Ok((start - commit).max(0) as f64 / 1000.0),
-            None => Err(format!("latency_cross: job {i} had not started 10 s after the last commit")),
-        })
-        .collect::<Result<Vec<f64>, String>>()?;
+    let ms = waits_ms("latency_cross", &committed, &started, |commit, start| (start - commit).max(0) as f64 / 1000.0)?;
     scratch.remove().await?;
     Ok((Measure { jobs: n, secs }, Latency::of(ms)))
 }

@@ -14,14 +14,20 @@ use serde_json::Value;
 
 const JOBS: usize = 300;
 
-fn outbox(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .env_remove("OUTBOX_LOG")
+/// `outbox ARGS` on the database `db`, its output piped.
+fn command(db: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    cmd.env_remove("OUTBOX_LOG")
         .env_remove("RUST_LOG")
         .env("OUTBOX_DATABASE_URL", db)
         .args(args)
-        .output()
-        .expect("run outbox")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd
+}
+
+fn outbox(db: &Path, args: &[&str]) -> Output {
+    command(db, args).output().expect("run outbox")
 }
 
 fn ok(out: Output) -> String {
@@ -180,9 +186,7 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
         let workers = rt.block_on(outbox_core::ops::workers(&conn)).expect("workers");
         workers.iter().find(|w| w.id == id).map(|w| w.last_seen_at)
     };
-    let mut idle = Command::new(env!("CARGO_BIN_EXE_outbox"));
-    idle.env("OUTBOX_DATABASE_URL", &db).args(["claim", "--worker", "idle", "--wait", "3s"]);
-    let idle = ChildProcess::spawn(idle.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()));
+    let idle = ChildProcess::spawn(&mut command(&db, &["claim", "--worker", "idle", "--wait", "3s"]));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let first = loop {
         if let Some(at) = seen("idle") {
@@ -251,24 +255,13 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
 
     // A claim that waits returns the job another process enqueues meanwhile; `enqueue --wait` prints the job
     // as it ended, and exits 7 when it failed.
-    let mut waiting = Command::new(env!("CARGO_BIN_EXE_outbox"));
-    waiting
-        .env("OUTBOX_DATABASE_URL", &db)
-        .args(["claim", "--worker", "w2", "--wait", "60s"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let waiting = ChildProcess::spawn(&mut waiting);
+    let waiting = ChildProcess::spawn(&mut command(&db, &["claim", "--worker", "w2", "--wait", "60s"]));
     let registered = rt.block_on(eventually(Duration::from_secs(30), || async {
         outbox_core::ops::workers(&conn).await.expect("workers").iter().any(|w| w.id == "w2")
     }));
     assert!(registered, "the waiting claim never registered its worker");
-    let mut waited_for = Command::new(env!("CARGO_BIN_EXE_outbox"));
-    waited_for
-        .env("OUTBOX_DATABASE_URL", &db)
-        .args(["enqueue", "task", "--payload", r#"{"n": 4}"#, "--wait", "60s", "--format", "json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let waited_for = ChildProcess::spawn(&mut waited_for);
+    let enqueue_args = ["enqueue", "task", "--payload", r#"{"n": 4}"#, "--wait", "60s", "--format", "json"];
+    let waited_for = ChildProcess::spawn(&mut command(&db, &enqueue_args));
     let out = waiting.output_within(Duration::from_secs(60));
     let job: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("the claimed job");
     assert_eq!(job["payload"]["n"], 4);

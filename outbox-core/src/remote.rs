@@ -61,6 +61,15 @@ pub struct RemoteJob {
     pub lease_expires_at: DateTime<Utc>,
 }
 
+/// This machine's name, as workers record it in the registry (`ClaimRequest::host`), if it has one.
+pub fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+}
+
 fn check_name(what: &str, name: &str) -> Result<()> {
     if name.trim().is_empty() || name.len() > MAX_NAME_BYTES {
         return Err(Error::Invalid(format!("the {what} must be 1 to {MAX_NAME_BYTES} bytes and not blank")));

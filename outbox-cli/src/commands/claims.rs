@@ -40,7 +40,7 @@ pub(super) async fn claim(db: &DatabaseConnection, args: ClaimArgs) -> Result<u8
     };
     let req = ClaimRequest {
         worker: args.worker.clone(),
-        host: hostname(),
+        host: remote::host_name(),
         pid: Some(i64::from(std::process::id())),
         kinds,
         queues: (!args.queues.is_empty()).then_some(args.queues),
@@ -63,10 +63,6 @@ pub(super) async fn claim(db: &DatabaseConnection, args: ClaimArgs) -> Result<u8
         writeln!(out, "{line}").map_err(|e| Failure::error(format!("writing the claimed job `{}`: {e}", job.id)))?;
     }
     Ok(code::OK)
-}
-
-fn hostname() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty())
 }
 
 pub(super) async fn complete(db: &DatabaseConnection, args: CompleteArgs, format: Format) -> Result<u8> {

@@ -52,10 +52,8 @@ pub(crate) fn outcome_written() {
 /// Another process committed something: wakes the workers, the waits and the feed readers of this one.
 #[cfg_attr(not(all(target_os = "linux", feature = "sqlite")), allow(dead_code))]
 pub(crate) fn external() {
-    WAKES.fetch_add(1, Ordering::SeqCst);
-    notifier().notify_waiters();
-    outcomes().notify_waiters();
-    changes().notify_waiters();
+    wake();
+    outcome_written();
 }
 
 /// While held, commits made by other processes to the database wake this process's workers, its

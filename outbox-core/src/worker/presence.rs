@@ -89,10 +89,5 @@ async fn refresh(
 
 /// This machine's name.
 pub(super) fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
+    crate::remote::host_name().unwrap_or_else(|| "localhost".into())
 }

@@ -2,11 +2,17 @@
 
 use std::time::Duration;
 
-use sea_orm::sqlx::postgres::{PgListener, PgPool};
+use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
 use super::CHANNEL;
 use crate::backoff::Backoff;
 use crate::wake;
+
+/// A pool of one connection for [`listen`], on `options`: the `LISTEN` connection is held for as long as it
+/// listens, so it is never one another pool counts on.
+pub(super) fn pool(options: PgConnectOptions) -> PgPool {
+    PgPoolOptions::new().max_connections(1).acquire_timeout(Duration::from_secs(30)).connect_lazy_with(options)
+}
 
 /// Keeps one connection listening on the wake-up channel, reconnecting with backoff, and wakes this process's
 /// workers on every notification for their schema. Polling covers whatever is missed while reconnecting.

@@ -115,12 +115,8 @@ async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<
 /// A `LISTEN` connection of its own that wakes this process on every enqueue into the connection's schema.
 pub(super) async fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
     let schema = current_schema(db).await?;
-    // A pool of its own, so the `LISTEN` connection it holds is not one the application's pool counts on.
     let options = db.get_postgres_connection_pool().connect_options().as_ref().clone();
-    let pool = sea_orm::sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(std::time::Duration::from_secs(30))
-        .connect_lazy_with(options.application_name("outbox-watch"));
+    let pool = listener::pool(options.application_name("outbox-watch"));
     let task = tokio::spawn(listener::listen(pool, schema, "watch".to_owned()));
     Ok(crate::wake::Watch::listening(task))
 }

@@ -223,10 +223,7 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(30))
             .test_before_acquire(false)
             .connect_lazy_with(options);
-        let listen_pool = PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_lazy_with(listen_options);
+        let listen_pool = super::listener::pool(listen_options);
         let (tx, rx) = mpsc::unbounded_channel();
         let unwritten = Unwritten::default();
         tokio::spawn(write_finished(pool.clone(), config.worker_id.clone(), rx, Arc::clone(&unwritten)));
