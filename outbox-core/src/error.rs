@@ -83,6 +83,13 @@ pub enum Error {
         /// The job id.
         id: String,
     },
+    /// The job completed and was deleted as it did: its kind keeps nothing ([`crate::Retention::kind_keep_nothing`]),
+    /// so its row and output are gone. Its events stay in the feed until retention prunes them.
+    #[error("job `{id}` completed and was not kept: its kind keeps nothing, so only its events remain")]
+    CompletedUnkept {
+        /// The job id.
+        id: String,
+    },
     /// An operator action does not apply to the job's current status.
     #[error("cannot {action} job `{id}`: its status is `{status}` ({hint})")]
     InvalidTransition {

@@ -289,7 +289,8 @@ pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_t
 }
 
 /// Waits until job `id` is finished (completed, failed or cancelled) and returns it, or fails with
-/// [`Error::WaitTimeout`] once `timeout` has passed. It wakes when a worker of this process writes an outcome,
+/// [`Error::WaitTimeout`] once `timeout` has passed, or with [`Error::CompletedUnkept`] when it completed and
+/// its kind keeps nothing. It wakes when a worker of this process writes an outcome,
 /// on SQLite (Linux) when another process commits to the file, and otherwise looks again after a backoff
 /// growing from 10 ms to 1 s, so every outcome is seen. Each look is one read of the job, which the database may hold up (a busy pool,
 /// a locked file) past the timeout.
@@ -312,7 +313,13 @@ pub async fn wait<C: ConnectionTrait>(conn: &C, id: &str, timeout: Duration) -> 
         let written = wake::outcomes().notified();
         tokio::pin!(written);
         written.as_mut().enable();
-        let job = get(conn, id).await?;
+        let job = match get(conn, id).await {
+            // Retention and `purge` take a job's events with it; a job deleted as it completed leaves them.
+            Err(Error::NotFound { .. }) if storage::events::outlived(conn, id).await? => {
+                return Err(Error::CompletedUnkept { id: id.to_owned() });
+            }
+            found => found?,
+        };
         if job.status.is_terminal() {
             return Ok(job);
         }

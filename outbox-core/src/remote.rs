@@ -229,7 +229,7 @@ fn payload_of(job: &ClaimedJob, kind: Option<&Kind>) -> std::result::Result<Valu
 }
 
 fn finished(id: &str, kind: &str, queue: &str, attempt: i32, outcome: Outcome) -> Finished {
-    Finished { id: id.to_owned(), kind: kind.to_owned(), queue: queue.to_owned(), attempt, outcome }
+    Finished { id: id.to_owned(), kind: kind.to_owned(), queue: queue.to_owned(), attempt, outcome, discard: false }
 }
 
 fn stale(id: &str, worker: &str, attempt: i32) -> Error {

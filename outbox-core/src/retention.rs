@@ -1,7 +1,7 @@
 //! Retention: finished jobs are deleted (with their history) once older than their status's age, in small
 //! batches, by one process of the fleet at a time (a named lease in the database).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
@@ -23,10 +23,15 @@ const LEASE: &str = "retention";
 /// Kept whatever their age: a failed or cancelled job that holds its sequence (until an operator acts), and
 /// the latest completed job of each sequence key, which the reconcilers read as the evidence of what the
 /// path or resource should be. [`crate::ops::purge`] stays for pruning by hand.
+///
+/// A kind may keep nothing instead ([`Retention::kind_keep_nothing`]): its jobs are deleted as they complete.
+/// Events outlive the jobs they tell of, so the event feed (and `Last-Event-ID`) never skips one; the pass
+/// prunes them once they are as old as the shortest age above.
 #[derive(Debug, Clone)]
 pub struct Retention {
     ages: BTreeMap<JobStatus, Option<Duration>>,
     kinds: BTreeMap<(String, JobStatus), Option<Duration>>,
+    keep_nothing: BTreeSet<String>,
     interval: Duration,
     batch: u64,
     enabled: bool,
@@ -40,7 +45,14 @@ impl Default for Retention {
             (JobStatus::Failed, Some(7 * DAY)),
             (JobStatus::Cancelled, Some(7 * DAY)),
         ]);
-        Retention { ages, kinds: BTreeMap::new(), interval: Duration::from_secs(60), batch: 500, enabled: true }
+        Retention {
+            ages,
+            kinds: BTreeMap::new(),
+            keep_nothing: BTreeSet::new(),
+            interval: Duration::from_secs(60),
+            batch: 500,
+            enabled: true,
+        }
     }
 }
 
@@ -66,6 +78,31 @@ impl Retention {
     pub fn kind_max_age(mut self, kind: impl Into<String>, status: JobStatus, age: Option<Duration>) -> Self {
         self.kinds.insert((kind.into(), status), age);
         self
+    }
+
+    /// Keeps nothing of `kind`'s completed jobs: a worker built with this retention deletes each one in the
+    /// statement that completes it, so the table never holds them and no pass has to delete them. What stays:
+    /// the job's events in the feed (its `enqueued`, `claimed` and `completed`, read by `Last-Event-ID` readers
+    /// and the server's metrics) until they are as old as the shortest age. What goes: its row, output and
+    /// history ([`crate::ops::get`] then finds no such job, and [`crate::ops::wait`] says it completed unkept).
+    ///
+    /// Still kept, by their ages: failed and cancelled jobs of the kind, jobs with a sequence key (the latest
+    /// completed one of a key is the reconcilers' evidence), and jobs another process completes (a remote
+    /// worker, or a worker built without this retention). A kind this worker has no handler for is refused when
+    /// the worker is built. It applies even where the worker prunes nothing ([`Retention::off`]).
+    pub fn kind_keep_nothing(mut self, kind: impl Into<String>) -> Self {
+        self.keep_nothing.insert(kind.into());
+        self
+    }
+
+    /// Whether completed jobs of `kind` are deleted as they complete.
+    pub(crate) fn keeps_nothing(&self, kind: &str) -> bool {
+        self.keep_nothing.contains(kind)
+    }
+
+    /// The kinds that keep nothing.
+    pub(crate) fn kinds_keeping_nothing(&self) -> impl Iterator<Item = &String> {
+        self.keep_nothing.iter()
     }
 
     /// How often a pass runs (default 60 s).

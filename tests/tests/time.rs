@@ -167,6 +167,91 @@ async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: Test
     assert_eq!(scalar(&t.db, orphans).await, 0, "pruned jobs take their history with them");
 }
 
+conformance!(a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_outlive_it_until_retention);
+async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_outlive_it_until_retention(t: TestDb) {
+    let refused = Worker::builder(&t.db)
+        .retention(Retention::off().kind_keep_nothing("nobody-handles-this"))
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect_err("a kind the worker has no handler for");
+    assert!(refused.to_string().contains("`nobody-handles-this`"), "{refused}");
+
+    let head = ops::feed_head(&t.db).await.expect("feed head");
+    let mut ids = Vec::new();
+    for n in 1..=30 {
+        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+    }
+    for seq in 1..=3 {
+        outbox_core::enqueue(&t.db, &Step { key: 9, seq, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    let worker = || {
+        Worker::builder(&t.db)
+            .concurrency(8)
+            .retention(Retention::off().kind_keep_nothing("probe").kind_keep_nothing("step"))
+            .register(|p: Probe, _: JobContext| async move {
+                if p.n == 7 { Err(JobError::permanent("seven fails")) } else { Ok(()) }
+            })
+            .register(|_: Step, _: JobContext| async { Ok::<_, JobError>(()) })
+    };
+    worker().build().await.expect("build").drain().await.expect("drain");
+    // One more, alone: a batch of one takes the single-row path on SQLite.
+    let alone =
+        outbox_core::enqueue(&t.db, &Probe { n: 31 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    worker().build().await.expect("build").drain().await.expect("drain");
+
+    let left = |kind: &str| format!("SELECT COUNT(*) FROM outbox_jobs WHERE kind = '{kind}'");
+    assert_eq!(scalar(&t.db, &left("probe")).await, 1, "only the failed probe is kept");
+    assert_eq!(ops::get(&t.db, &ids[6]).await.expect("the failed probe").status, JobStatus::Failed);
+    assert_eq!(scalar(&t.db, &left("step")).await, 3, "jobs with a sequence key are kept as evidence");
+    assert!(matches!(ops::get(&t.db, &ids[0]).await, Err(outbox_core::Error::NotFound { .. })));
+    for id in [&ids[0], &alone] {
+        let waited = ops::wait(&t.db, id, Duration::from_secs(5)).await.expect_err("nothing to return");
+        assert!(matches!(waited, outbox_core::Error::CompletedUnkept { .. }), "{waited}");
+    }
+    let never = ops::wait(&t.db, "no-such-job", Duration::from_secs(1)).await.expect_err("no such job");
+    assert!(matches!(never, outbox_core::Error::NotFound { .. }), "{never}");
+
+    // A reader of the feed from before the enqueues misses none of the deleted jobs' events.
+    let count = |events: &[outbox_core::FeedEvent], kind: JobEventKind| {
+        events.iter().filter(|e| e.kind == "probe" && e.event == kind).count()
+    };
+    let probes_completed = || async {
+        let events = ops::feed(&t.db, &head, 10_000).await.expect("feed");
+        events.iter().filter(|e| e.kind == "probe" && e.event == JobEventKind::Completed).count() == 30
+    };
+    assert!(outbox_tests::eventually(Duration::from_secs(20), probes_completed).await, "the feed shows them all");
+    let events = ops::feed(&t.db, &head, 10_000).await.expect("feed");
+    assert_eq!(count(&events, JobEventKind::Enqueued), 31);
+    assert_eq!(count(&events, JobEventKind::Claimed), 31);
+    assert_eq!(count(&events, JobEventKind::Completed), 30);
+    assert_eq!(count(&events, JobEventKind::Failed), 1);
+
+    // Retention: the events of deleted jobs go with the feed row of their completion once it is old enough,
+    // and nothing else goes.
+    let orphans = "SELECT COUNT(*) FROM outbox_job_events e WHERE e.job_id <> '' \
+                   AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.id = e.job_id)";
+    assert!(scalar(&t.db, orphans).await >= 30, "the deleted jobs' events outlive them");
+    let kept_events = "SELECT COUNT(*) FROM outbox_job_events e WHERE e.job_id <> '' \
+                       AND EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.id = e.job_id)";
+    let kept_before = scalar(&t.db, kept_events).await;
+    let old = t.backend.time(outbox_tests::now_ms() - 2 * DAY_MS);
+    exec(&t.db, &format!("UPDATE outbox_job_events SET at = {old} WHERE job_id = ''"), vec![]).await;
+    let pruner = Worker::builder(&t.db)
+        .retention(Retention::new().interval(Duration::from_millis(20)).batch_size(3))
+        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let pruned =
+        outbox_tests::eventually(Duration::from_secs(20), || async { scalar(&t.db, orphans).await == 0 }).await;
+    pruner.shutdown().await.expect("shutdown");
+    assert!(pruned, "orphaned events left: {}", scalar(&t.db, orphans).await);
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE job_id = ''").await, 0);
+    assert_eq!(scalar(&t.db, kept_events).await, kept_before, "the kept jobs keep their history");
+}
+
 /// The `n` of a probe's payload.
 fn n_expr(t: &TestDb) -> &'static str {
     match t.backend {

@@ -113,7 +113,16 @@ pub(super) async fn wait_for(
     wait: std::time::Duration,
     format: Format,
 ) -> Result<u8> {
-    let job = ops::wait(db, id, wait).await?;
+    let job = match ops::wait(db, id, wait).await {
+        Err(outbox_core::Error::CompletedUnkept { .. }) => {
+            match format {
+                Format::Json => render::json(&json!({ "id": id, "status": JobStatus::Completed, "kept": false }))?,
+                Format::Table => println!("{id} completed (its kind keeps nothing: no output is kept)"),
+            }
+            return Ok(code::OK);
+        }
+        waited => waited?,
+    };
     print_outcome(&job, format)?;
     Ok(if job.status == JobStatus::Completed { code::OK } else { code::JOB_FAILED })
 }

@@ -51,6 +51,18 @@ pub(crate) async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> 
     Ok(assemble(&job, stored(&rows, id)?))
 }
 
+/// Whether job `id` has events of its own: for a job no longer in the table, that it was deleted as it
+/// completed (its kind keeps nothing), as retention and `purge` delete a job's events with it.
+pub(crate) async fn outlived<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool> {
+    let b = Backend::of(conn)?;
+    let sql = "SELECT 1 FROM outbox_job_events WHERE job_id = $1 LIMIT 1";
+    let row = conn
+        .query_one_raw(b.stmt(sql, vec![id.into()]))
+        .await
+        .map_err(Error::db(format!("reading the events of job `{id}`")))?;
+    Ok(row.is_some())
+}
+
 /// History rows: at, event, attempt, worker, error, the claim and the completion it ended (ms).
 fn stored(rows: &[QueryResult], id: &str) -> Result<Vec<StoredEvent>> {
     let ctx = || Error::db(format!("reading the history of job `{id}`"));

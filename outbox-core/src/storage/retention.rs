@@ -1,5 +1,5 @@
 //! Retention: which finished jobs are due to go, deleted in batches by the worker that holds the retention
-//! lease, and workers' feed rows past their age.
+//! lease, and workers' feed rows past their age, with the events of the jobs they completed unkept.
 
 use sea_orm::{ConnectionTrait, Value};
 
@@ -69,15 +69,28 @@ pub(crate) async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRu
     Ok(res.rows_affected())
 }
 
-/// Deletes at most `batch` workers' feed rows older than `before`; how many.
+/// Deletes at most `batch` workers' feed rows older than `before`; how many. Before them, the events of the
+/// jobs their `completed` rows list that were deleted as they completed (kinds that keep nothing): those
+/// events outlived their job for the feed's readers, and go with the row that recorded the completion.
 pub(crate) async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64> {
     let b = Backend::of(conn)?;
-    let sql = format!(
-        "DELETE FROM outbox_job_events WHERE id IN \
-         (SELECT id FROM outbox_job_events WHERE job_id = '' AND at < {} ORDER BY id LIMIT $2)",
+    let window = format!(
+        "SELECT id, event, jobs FROM outbox_job_events WHERE job_id = '' AND at < {} ORDER BY id LIMIT $2",
         b.ts("$1")
     );
-    let values = vec![Value::from(before), limit_value(batch)];
-    let res = execute_write(conn, b.stmt(sql, values), || "pruning old feed rows".into()).await?;
+    let listed = match b {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => "SELECT x.value ->> 0 FROM w, json_each(w.jobs) AS x WHERE w.event = 'completed'",
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => "SELECT x ->> 0 FROM w, json_array_elements(w.jobs) AS x WHERE w.event = 'completed'",
+    };
+    let unkept = format!(
+        "WITH w AS ({window}) DELETE FROM outbox_job_events WHERE job_id IN ({listed}) \
+         AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.id = outbox_job_events.job_id)"
+    );
+    let values = || vec![Value::from(before), limit_value(batch)];
+    execute_write(conn, b.stmt(unkept, values()), || "pruning the events of jobs kept nowhere".into()).await?;
+    let sql = format!("WITH w AS ({window}) DELETE FROM outbox_job_events WHERE id IN (SELECT id FROM w)");
+    let res = execute_write(conn, b.stmt(sql, values()), || "pruning old feed rows".into()).await?;
     Ok(res.rows_affected())
 }

@@ -1,6 +1,6 @@
-//! The schema: per backend, one migration creating the tables (`sqlite/schema.sql`, `postgres/schema.sql`)
-//! and one giving claims their ready indexes (`ready.sql`), and the refusal of a database created by a build
-//! from before them.
+//! The schema: per backend, one migration creating the tables (`sqlite/schema.sql`, `postgres/schema.sql`),
+//! one giving claims their ready indexes (`ready.sql`) and one letting jobs deleted at completion leave their
+//! events to the feed (`keep.sql`), and the refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -8,7 +8,8 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 2] = ["m20261128_000001_outbox_schema", "m20261129_000002_ready_jobs"];
+pub(crate) const MIGRATIONS: [&str; 3] =
+    ["m20261128_000001_outbox_schema", "m20261129_000002_ready_jobs", "m20261130_000003_keep_nothing"];
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
 /// lists them grew through nine steps this build cannot vouch for: it is refused, never modified.
@@ -43,6 +44,14 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
              CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key) \
                  WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL;",
         )),
+        #[cfg(feature = "sqlite")]
+        (DbBackend::Sqlite, 2) => Some((
+            include_str!("sqlite/keep.sql"),
+            "DROP TRIGGER outbox_jobs_purged; \
+             CREATE TRIGGER outbox_jobs_purged AFTER DELETE ON outbox_jobs BEGIN \
+                 DELETE FROM outbox_job_events WHERE job_id = OLD.id; \
+             END;",
+        )),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -63,6 +72,13 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
                  WHERE status = 'pending' AND NOT waiting; \
              CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key) \
                  WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL;",
+        )),
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 2) => Some((
+            include_str!("postgres/keep.sql"),
+            "DROP TRIGGER outbox_jobs_purged ON outbox_jobs; \
+             CREATE TRIGGER outbox_jobs_purged AFTER DELETE ON outbox_jobs FOR EACH ROW \
+                 EXECUTE FUNCTION outbox_jobs_purged();",
         )),
         _ => None,
     }

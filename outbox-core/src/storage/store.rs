@@ -185,6 +185,9 @@ pub(crate) struct Finished {
     pub(crate) queue: String,
     pub(crate) attempt: i32,
     pub(crate) outcome: Outcome,
+    /// A completion that deletes the job instead of keeping it (its kind keeps nothing, and it has no sequence
+    /// key: the store checks that again). Ignored for other outcomes.
+    pub(crate) discard: bool,
 }
 
 /// A claim returned to pending or failed by the rescuer.

@@ -364,6 +364,7 @@ impl WorkerBuilder {
         kinds.sort();
         all_handled("a concurrency limit", self.limits.keys(), &self.handlers, &kinds)?;
         all_handled("a timeout", self.timeouts.keys(), &self.handlers, &kinds)?;
+        all_handled("retention keeping nothing", self.retention.kinds_keeping_nothing(), &self.handlers, &kinds)?;
         let limits: Vec<(String, u32)> = kinds
             .iter()
             .filter_map(|k| {

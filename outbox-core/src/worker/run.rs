@@ -295,7 +295,11 @@ impl Loop {
             Err(_) if asked_to_stop => Outcome::Released,
             Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
         };
-        self.worker.store.finish(finished(&job, outcome))
+        let mut finished = finished(&job, outcome);
+        finished.discard = matches!(finished.outcome, Outcome::Completed { .. })
+            && !job.sequenced
+            && self.worker.retention.keeps_nothing(&job.kind);
+        self.worker.store.finish(finished)
     }
 
     /// Renews the leases of in-flight jobs and rescues expired claims when they are due.
@@ -457,7 +461,14 @@ fn failure(job: &ClaimedJob, error: String, registered: Option<&Registered>) -> 
 }
 
 fn finished(job: &ClaimedJob, outcome: Outcome) -> Finished {
-    Finished { id: job.id.clone(), kind: job.kind.clone(), queue: job.queue.clone(), attempt: job.attempt, outcome }
+    Finished {
+        id: job.id.clone(),
+        kind: job.kind.clone(),
+        queue: job.queue.clone(),
+        attempt: job.attempt,
+        outcome,
+        discard: false,
+    }
 }
 
 fn panic_message(e: JoinError) -> String {

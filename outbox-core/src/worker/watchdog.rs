@@ -152,6 +152,7 @@ impl Watchdog {
                 queue: job.queue.clone(),
                 attempt: job.attempt,
                 outcome: Outcome::Released,
+                discard: false,
             },
             max_attempts: job.max_attempts,
             backoff,

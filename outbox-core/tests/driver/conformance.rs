@@ -266,7 +266,7 @@ fn opts(worker: &str, kinds: &[&str]) -> WorkerStoreOpts {
 }
 
 fn finished(id: &str, attempt: i32, outcome: Outcome) -> Finished {
-    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt, outcome }
+    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt, outcome, discard: false }
 }
 
 fn completed() -> Outcome {

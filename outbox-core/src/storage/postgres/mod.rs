@@ -151,6 +151,7 @@ pub(super) async fn remote_claim(
                     queue: String::new(),
                     attempt,
                     outcome: Outcome::Failed { error },
+                    discard: false,
                 };
                 remote_finish(db, &c.worker_id, failed).await?;
             }

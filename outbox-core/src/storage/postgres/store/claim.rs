@@ -311,6 +311,7 @@ pub(super) fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) ->
                     queue: row.try_get(2).unwrap_or_default(),
                     attempt,
                     outcome: Outcome::Failed { error },
+                    discard: false,
                 };
                 if let Err(e) = store.finish(finished) {
                     tracing::warn!(error = %e, "cannot fail an unreadable job; its lease will run out");

@@ -15,7 +15,7 @@ use crate::storage::{Finished, Outcome, transient};
 use crate::wake;
 
 /// Writes a batch of finished attempts in one statement, each fenced by (id, claimed, owner, attempt). The
-/// batched form records the completions as one feed row; the transition trigger records the rest, and every
+/// batched forms record the completions as one feed row; the transition trigger records the rest, and every
 /// outcome of the single form (a remote worker's, or one of a batch the database refused).
 macro_rules! finish_sql {
     (batched) => {
@@ -25,6 +25,28 @@ macro_rules! finish_sql {
             ", event_flip = (j.event_flip <> (f.status = 'completed')) ",
             finish_sql!(@from),
             " RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
+             e AS (",
+            feed_row!("$8", "completed", "$9", " WHERE status = 'completed'"),
+            ") SELECT id FROM u"
+        )
+    };
+    (discarding) => {
+        concat!(
+            "WITH d AS (DELETE FROM outbox_jobs j USING ",
+            finish_sql!(@unnest_discard),
+            " WHERE ",
+            finish_sql!(@fence),
+            " AND f.discard AND f.status = 'completed' AND j.sequence_key IS NULL \
+             RETURNING j.id, j.kind, j.queue, 'completed'::text COLLATE \"C\" AS status, j.attempts), \
+             k AS (UPDATE outbox_jobs j SET ",
+            finish_sql!(@set),
+            ", event_flip = (j.event_flip <> (f.status = 'completed')) FROM ",
+            finish_sql!(@unnest_discard),
+            " WHERE ",
+            finish_sql!(@fence),
+            " AND NOT (f.discard AND f.status = 'completed' AND j.sequence_key IS NULL) \
+             RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
+             u AS (SELECT * FROM k UNION ALL SELECT * FROM d), \
              e AS (",
             feed_row!("$8", "completed", "$9", " WHERE status = 'completed'"),
             ") SELECT id FROM u"
@@ -47,13 +69,25 @@ macro_rules! finish_sql {
         )
     };
     (@from) => {
-        "FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
-         AS f(id, attempt, status, output, error, run_at, give_back) \
-         WHERE j.id = f.id AND j.status = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt"
+        concat!(
+            "FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
+             AS f(id, attempt, status, output, error, run_at, give_back) WHERE ",
+            finish_sql!(@fence)
+        )
+    };
+    (@unnest_discard) => {
+        "unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[], $10::bool[]) \
+         AS f(id, attempt, status, output, error, run_at, give_back, discard)"
+    };
+    (@fence) => {
+        "j.id = f.id AND j.status = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt"
     };
 }
 
 const FINISH: &str = finish_sql!(batched);
+/// [`FINISH`] for a batch with completions of kinds that keep nothing: those jobs are deleted (leaving their
+/// events, see `keep.sql`) unless they have a sequence key, and recorded in the same feed row.
+const FINISH_DISCARDING: &str = finish_sql!(discarding);
 const FINISH_ONE: &str = finish_sql!(single);
 
 /// The arrays of one finish statement.
@@ -66,6 +100,7 @@ struct Columns {
     errors: Vec<Option<String>>,
     run_ats: Vec<Option<i64>>,
     give_backs: Vec<i32>,
+    discards: Vec<bool>,
 }
 
 impl Columns {
@@ -82,6 +117,7 @@ impl Columns {
             c.errors.push(o.error.map(|e| e.replace('\0', "\u{fffd}")));
             c.run_ats.push(o.run_at);
             c.give_backs.push(o.give_back);
+            c.discards.push(f.discard && matches!(f.outcome, Outcome::Completed { .. }));
         }
         c
     }
@@ -95,7 +131,13 @@ pub(in crate::storage::postgres) async fn write_batch(
     batched: bool,
 ) -> std::result::Result<HashSet<String>, sqlx::Error> {
     let c = Columns::of(batch);
-    let rows = sqlx::query(if batched { FINISH } else { FINISH_ONE })
+    let discarding = batched && c.discards.contains(&true);
+    let sql = match (batched, discarding) {
+        (true, true) => FINISH_DISCARDING,
+        (true, false) => FINISH,
+        (false, _) => FINISH_ONE,
+    };
+    let query = sqlx::query(sql)
         .bind(&c.ids)
         .bind(&c.attempts)
         .bind(&c.statuses)
@@ -104,9 +146,9 @@ pub(in crate::storage::postgres) async fn write_batch(
         .bind(&c.run_ats)
         .bind(&c.give_backs)
         .bind(crate::storage::now_ms())
-        .bind(owner)
-        .fetch_all(pool)
-        .await?;
+        .bind(owner);
+    let query = if discarding { query.bind(&c.discards) } else { query };
+    let rows = query.fetch_all(pool).await?;
     rows.iter().map(|r| r.try_get::<String, _>(0)).collect()
 }
 

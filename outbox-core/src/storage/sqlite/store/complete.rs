@@ -1,6 +1,6 @@
 //! Outcomes: each finished attempt written fenced by its claim, a batch of them in one statement.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::insert_batch_event;
 use crate::error::{Error, Result};
@@ -62,6 +62,20 @@ const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', att
      AND outbox_jobs.attempts = f.value ->> 'a' \
      RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
 
+/// The completions of a batch whose kind keeps nothing, each fenced as in [`FINISH_BATCH`]: deleted instead of
+/// updated, unless the job has a sequence key (then [`FINISH_BATCH`] completes it as usual). The deletion leaves
+/// the job's events (see `keep.sql`); the batch's feed row records the completion.
+const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, attempts) IN \
+     (SELECT f.value ->> 'i', f.value ->> 'a' FROM json_each(?1) AS f) \
+     AND status = 'claimed' AND locked_by = ?2 AND sequence_key IS NULL RETURNING id, kind, queue, attempts";
+
+/// A completion to delete, as [`DISCARD_BATCH`] reads it.
+#[derive(serde::Serialize)]
+struct DiscardRow<'a> {
+    i: &'a str,
+    a: i32,
+}
+
 fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
     let rows: Vec<BatchRow<'_>> = batch
         .iter()
@@ -70,11 +84,32 @@ fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Re
             BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at }
         })
         .collect();
-    let json = serde_json::to_string(&rows).map_err(|e| Error::Internal(format!("encoding finished jobs: {e}")))?;
+    let encode = |e: serde_json::Error| Error::Internal(format!("encoding finished jobs: {e}"));
+    let json = serde_json::to_string(&rows).map_err(encode)?;
     let ctx = || Error::db("writing finished jobs");
-    let mut stmt = tx.prepare_cached(FINISH_BATCH).map_err(ctx())?;
     let mut written = std::collections::HashSet::with_capacity(batch.len());
     let mut completed: Vec<(String, String, String, i32)> = Vec::with_capacity(batch.len());
+    let discards: Vec<DiscardRow<'_>> = batch
+        .iter()
+        .filter(|f| f.discard && matches!(f.outcome, Outcome::Completed { .. }))
+        .map(|f| DiscardRow { i: &f.id, a: f.attempt })
+        .collect();
+    if !discards.is_empty() {
+        let json = serde_json::to_string(&discards).map_err(encode)?;
+        let mut stmt = tx.prepare_cached(DISCARD_BATCH).map_err(ctx())?;
+        let mut rows = stmt.query(params![json, owner]).map_err(ctx())?;
+        while let Some(row) = rows.next().map_err(ctx())? {
+            let id: String = row.get(0).map_err(ctx())?;
+            completed.push((
+                id.clone(),
+                row.get(1).map_err(ctx())?,
+                row.get(2).map_err(ctx())?,
+                row.get(3).map_err(ctx())?,
+            ));
+            written.insert(id);
+        }
+    }
+    let mut stmt = tx.prepare_cached(FINISH_BATCH).map_err(ctx())?;
     let mut rows = stmt.query(params![json, owner, now]).map_err(ctx())?;
     while let Some(row) = rows.next().map_err(ctx())? {
         let id: String = row.get(0).map_err(ctx())?;
@@ -99,6 +134,10 @@ fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Res
     let mut applied = Vec::with_capacity(batch.len());
     {
         for f in batch {
+            if f.discard && matches!(f.outcome, Outcome::Completed { .. }) && discard_one(tx, owner, f, now)? {
+                applied.push(true);
+                continue;
+            }
             let n = match &f.outcome {
                 Outcome::Completed { output } => tx
                     .prepare_cached(concat!(
@@ -141,4 +180,22 @@ fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Res
         }
     }
     Ok(applied)
+}
+
+/// Deletes a completed job whose kind keeps nothing, fenced by its claim, and records the completion in a feed
+/// row (no trigger records a deletion); whether it did. A job with a sequence key is left to be completed as
+/// usual.
+fn discard_one(tx: &Connection, owner: &str, f: &Finished, now: i64) -> Result<bool> {
+    let ctx = || Error::db(format!("deleting completed job `{}` of kind `{}`", f.id, f.kind));
+    let deleted: Option<(String, String)> = tx
+        .prepare_cached(concat!(
+            "DELETE FROM outbox_jobs ",
+            fence!(),
+            " AND sequence_key IS NULL RETURNING kind, queue"
+        ))
+        .and_then(|mut s| s.query_row(params![f.id, owner, f.attempt], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(ctx())?;
+    let Some((kind, queue)) = deleted else { return Ok(false) };
+    insert_batch_event(tx, "completed", owner, now, &[(f.id.as_str(), kind, queue, f.attempt)])?;
+    Ok(true)
 }
