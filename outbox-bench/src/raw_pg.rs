@@ -124,7 +124,7 @@ fn finish_sql() -> String {
          scheduled = COALESCE(f.run_at > ($8)::int8, false), lease_expires_at = NULL, updated_at = {now}, event_flip = (j.event_flip <> (f.status = 'completed')) \
          FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
          AS f(id, attempt, status, output, error, run_at, give_back) \
-         WHERE j.id = f.id AND j.status = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt \
+         WHERE j.id = f.id AND (j.status || '') = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt \
          RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          SELECT '', '', '', {now}, 'completed', 0, $9, \
