@@ -88,8 +88,9 @@ impl Retention {
     ///
     /// Still kept, by their ages: failed and cancelled jobs of the kind, jobs with a sequence key (the latest
     /// completed one of a key is the reconcilers' evidence), and jobs another process completes (a remote
-    /// worker, or a worker built without this retention). A kind this worker has no handler for is refused when
-    /// the worker is built. It applies even where the worker prunes nothing ([`Retention::off`]).
+    /// worker, or a worker built without this retention). Refused when the worker is built: a kind it has no
+    /// handler for, and a kind that declares a sequence (all its jobs would be kept). It applies even where the
+    /// worker prunes nothing ([`Retention::off`]).
     pub fn kind_keep_nothing(mut self, kind: impl Into<String>) -> Self {
         self.keep_nothing.insert(kind.into());
         self

@@ -9,7 +9,10 @@ use outbox_core::{EnqueueOpts, JobError, Worker, ops};
 use outbox_server::ServerOpts;
 use outbox_tests::{GroupGuard, Probe, Race, Served, SseEvent, SseReader, TestDb, conformance};
 
-const JOBS: u64 = 1_000;
+// 3 events a job: more than one page of the feed (500) in each test that reads them all.
+const JOBS: u64 = 300;
+/// What the reconnecting client reads before it hangs up: part of the first half's events.
+const FIRST: usize = 3 * JOBS as usize / 4;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn opts() -> ServerOpts {
@@ -106,15 +109,15 @@ async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
         }
     });
     // Mid-run: read some, hang up, let more happen, then resume.
-    let first = read(&mut reader, 700).await;
-    assert_eq!(first.len(), 700);
+    let first = read(&mut reader, FIRST).await;
+    assert_eq!(first.len(), FIRST);
     drop(reader);
     enqueue_probes(&t, JOBS, JOBS / 2).await;
     worker.await.expect("worker");
     drain(&t).await;
     let last = first.last().expect("some").id.clone();
     let mut resumed = SseReader::open(&served.url("/api/events"), &[("last-event-id", &last)]).await;
-    let rest = read(&mut resumed, 3 * JOBS as usize - 700).await;
+    let rest = read(&mut resumed, 3 * JOBS as usize - FIRST).await;
     assert!(resumed.next(Duration::from_millis(300)).await.is_none(), "nothing more after the missed events");
     let all: Vec<SseEvent> = first.into_iter().chain(rest).collect();
     check_lifecycles(&all, JOBS as usize);

@@ -176,23 +176,30 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
         .await
         .expect_err("a kind the worker has no handler for");
     assert!(refused.to_string().contains("`nobody-handles-this`"), "{refused}");
+    let refused = Worker::builder(&t.db)
+        .retention(Retention::off().kind_keep_nothing("step"))
+        .register(|_: Step, _: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect_err("a kind whose jobs all run in sequences");
+    assert!(refused.to_string().contains("`step`") && refused.to_string().contains("sequences"), "{refused}");
 
     let head = ops::feed_head(&t.db).await.expect("feed head");
     let mut ids = Vec::new();
     for n in 1..=30 {
         ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
     }
-    for seq in 1..=3 {
-        outbox_core::enqueue(&t.db, &Step { key: 9, seq, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
+    // Three in a sequence of their own: the latest completed job of a sequence is evidence, so all are kept.
+    for n in 41..=43 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().sequence("kept")).await.expect("enqueue");
     }
     let worker = || {
         Worker::builder(&t.db)
             .concurrency(8)
-            .retention(Retention::off().kind_keep_nothing("probe").kind_keep_nothing("step"))
+            .retention(Retention::off().kind_keep_nothing("probe"))
             .register(|p: Probe, _: JobContext| async move {
                 if p.n == 7 { Err(JobError::permanent("seven fails")) } else { Ok(()) }
             })
-            .register(|_: Step, _: JobContext| async { Ok::<_, JobError>(()) })
     };
     worker().build().await.expect("build").drain().await.expect("drain");
     // One more, alone: a batch of one takes the single-row path on SQLite.
@@ -201,9 +208,10 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
     worker().build().await.expect("build").drain().await.expect("drain");
 
     let left = |kind: &str| format!("SELECT COUNT(*) FROM outbox_jobs WHERE kind = '{kind}'");
-    assert_eq!(scalar(&t.db, &left("probe")).await, 1, "only the failed probe is kept");
+    assert_eq!(scalar(&t.db, &left("probe")).await, 4, "the failed probe and the sequence are kept");
     assert_eq!(ops::get(&t.db, &ids[6]).await.expect("the failed probe").status, JobStatus::Failed);
-    assert_eq!(scalar(&t.db, &left("step")).await, 3, "jobs with a sequence key are kept as evidence");
+    let sequenced = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed' AND sequence_key IS NOT NULL";
+    assert_eq!(scalar(&t.db, sequenced).await, 3, "jobs with a sequence key are kept as evidence");
     assert!(matches!(ops::get(&t.db, &ids[0]).await, Err(outbox_core::Error::NotFound { .. })));
     for id in [&ids[0], &alone] {
         let waited = ops::wait(&t.db, id, Duration::from_secs(5)).await.expect_err("nothing to return");
@@ -218,13 +226,13 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
     };
     let probes_completed = || async {
         let events = ops::feed(&t.db, &head, 10_000).await.expect("feed");
-        events.iter().filter(|e| e.kind == "probe" && e.event == JobEventKind::Completed).count() == 30
+        events.iter().filter(|e| e.kind == "probe" && e.event == JobEventKind::Completed).count() == 33
     };
     assert!(outbox_tests::eventually(Duration::from_secs(20), probes_completed).await, "the feed shows them all");
     let events = ops::feed(&t.db, &head, 10_000).await.expect("feed");
-    assert_eq!(count(&events, JobEventKind::Enqueued), 31);
-    assert_eq!(count(&events, JobEventKind::Claimed), 31);
-    assert_eq!(count(&events, JobEventKind::Completed), 30);
+    assert_eq!(count(&events, JobEventKind::Enqueued), 34);
+    assert_eq!(count(&events, JobEventKind::Claimed), 34);
+    assert_eq!(count(&events, JobEventKind::Completed), 33);
     assert_eq!(count(&events, JobEventKind::Failed), 1);
 
     // Retention: the events of deleted jobs go with the feed row of their completion once it is old enough,

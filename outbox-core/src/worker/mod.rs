@@ -365,6 +365,13 @@ impl WorkerBuilder {
         all_handled("a concurrency limit", self.limits.keys(), &self.handlers, &kinds)?;
         all_handled("a timeout", self.timeouts.keys(), &self.handlers, &kinds)?;
         all_handled("retention keeping nothing", self.retention.kinds_keeping_nothing(), &self.handlers, &kinds)?;
+        let sequenced = |kind: &&String| self.handlers.get(*kind).is_some_and(|r| r.kind.sequence().is_some());
+        if let Some(kind) = self.retention.kinds_keeping_nothing().find(sequenced) {
+            return Err(Error::Invalid(format!(
+                "retention keeping nothing names kind `{kind}`, whose jobs all run in sequences: the latest \
+                 completed job of each sequence is the reconcilers' evidence, so they are kept by age instead"
+            )));
+        }
         let limits: Vec<(String, u32)> = kinds
             .iter()
             .filter_map(|k| {

@@ -184,6 +184,7 @@ driver_tests!(
     store_claim_lets_in_scheduled_jobs_once_due,
     store_claim_reads_only_served_kinds_and_queues,
     store_claims_each_job_once_and_a_later_higher_priority_within_a_second,
+    store_claims_a_job_ahead_of_a_short_read_by_the_next_claim,
 );
 
 /// A fixed time long past (ms): jobs enqueued at it are due.
@@ -1166,6 +1167,28 @@ async fn store_claim_reads_only_served_kinds_and_queues(db: &DatabaseConnection)
     got.sort_unstable();
     assert_eq!(got, ["k1", "o1", "o2"]);
     assert_eq!(get(db, "k1").await?.status, JobStatus::Claimed);
+    Ok(())
+}
+
+/// A claim that reads on from where the last one ended and finds fewer jobs than it asked for starts them at
+/// once; the next claim reads the head, where a job enqueued meanwhile ahead of them sorts.
+async fn store_claims_a_job_ahead_of_a_short_read_by_the_next_claim(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c"), job("d")]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    let first: Vec<String> = store.claim(2, now, now + 60_000).await?.into_iter().map(|c| c.id).collect();
+    assert_eq!(first, ["a", "b"]);
+    add(db, &[NewJob { priority: 9, ..job("hi") }]).await?;
+    let mut short: Vec<String> = store.claim(10, now + 10, now + 60_000).await?.into_iter().map(|c| c.id).collect();
+    short.sort_unstable();
+    assert!(short.starts_with(&["c".to_owned(), "d".to_owned()]), "{short:?}");
+    let next: Vec<String> = store.claim(10, now + 20, now + 60_000).await?.into_iter().map(|c| c.id).collect();
+    let mut seen: Vec<String> = first.into_iter().chain(short).chain(next).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, ["a", "b", "c", "d", "hi"], "every job once, the later one by the claim after the short one");
+    let empty = store.claim(10, now + 30, now + 60_000).await?;
+    assert!(empty.is_empty(), "{empty:?}");
+    store.close().await;
     Ok(())
 }
 

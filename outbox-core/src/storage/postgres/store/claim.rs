@@ -83,9 +83,10 @@ const CLAIM_ONE_KIND_AFTER: &str =
 /// session idle in a transaction) it can neither remove them nor mark them dead for scans to skip: a claim
 /// that starts at the head of the range visits every job claimed since in the heap, so draining a backlog
 /// costs the square of its size (a drain of 100,000 under a held snapshot ran at 0.32 of its free rate). The
-/// next claim reads on from here instead, within the same priority; the head is read again when that comes
-/// up short and at least every [`CURSOR_SPAN_MS`], so a job that sorts before the cursor (a higher priority,
-/// an earlier run time) waits at most that long.
+/// next claim reads on from here instead, within the same priority. The head is read again at least every
+/// [`CURSOR_SPAN_MS`], by the claim after one that read from the cursor came up short, and at once when the
+/// cursor finds nothing: a job that sorts before the cursor (a higher priority, an earlier run time) waits at
+/// most a second, or until the worker's next claim after a short one (its next outcome, wake-up or poll).
 #[derive(Debug, Clone)]
 pub(in crate::storage::postgres) struct Cursor {
     priority: i32,
@@ -191,8 +192,12 @@ async fn claim_unlimited(
         })
         .await?;
     }
+    // A read from the cursor that found some jobs but fewer than asked lets them start now: the next claim reads
+    // the head (the cursor is spent), instead of a second statement that every such claim waited for. On a
+    // worker that claims as jobs arrive, that statement was a round trip between each job's wake-up and its start.
+    let spent = from.is_some() && !rows.is_empty() && rows.len() < limit;
     let mut head = Vec::new();
-    if rows.len() < limit {
+    if rows.len() < limit && !spent {
         let left = limit - rows.len();
         let claimed = retrying("claiming jobs", || async {
             claim_query(c, &c.kinds, left, now, lease_until).fetch_all(pool).await
@@ -203,7 +208,11 @@ async fn claim_unlimited(
             Err(e) => return keep_claimed(rows, e),
         }
     }
-    if let Some(cell) = cursor {
+    if let Some(cell) = cursor
+        && spent
+    {
+        *cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    } else if let Some(cell) = cursor {
         // On from the last job of the head's claim when it read the head (the cursor restarts there), else
         // from the last of the cursor's.
         let (read, since) =
