@@ -279,7 +279,7 @@ impl Case {
                 Some("rusqlite: BEGIN IMMEDIATE; INSERT order; INSERT job ON CONFLICT DO NOTHING; COMMIT")
             }
             (Backend::Sqlite, Case::EnqueueBatch) => {
-                Some("rusqlite: one transaction per 1000 jobs, multi-row INSERT ... RETURNING id")
+                Some("rusqlite: one transaction per 1000 jobs, multi-row INSERT, row count checked")
             }
             (Backend::Sqlite, Case::Process) => {
                 Some("rusqlite: claim UPDATE ... RETURNING LIMIT 100, then 100 fenced UPDATEs in one transaction")
@@ -288,7 +288,7 @@ impl Case {
                 Some("sqlx-postgres: BEGIN; INSERT order; INSERT job ON CONFLICT DO NOTHING; COMMIT")
             }
             (Backend::Postgres, Case::EnqueueBatch) => {
-                Some("sqlx-postgres: one transaction per 1000 jobs, multi-row INSERT ... RETURNING id")
+                Some("sqlx-postgres: one transaction per 1000 jobs, multi-row INSERT, row count checked")
             }
             (Backend::Postgres, Case::Process) => Some(raw_pg::PROCESS),
             (_, Case::ProcessSequenced | Case::ProcessSequenced100) => {
