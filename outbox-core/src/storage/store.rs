@@ -190,6 +190,13 @@ pub(crate) struct Finished {
     pub(crate) discard: bool,
 }
 
+impl Finished {
+    /// Whether this outcome deletes the job: a completion marked [`Finished::discard`].
+    pub(crate) fn discards(&self) -> bool {
+        self.discard && matches!(self.outcome, Outcome::Completed { .. })
+    }
+}
+
 /// A claim returned to pending or failed by the rescuer.
 #[derive(Debug, Clone)]
 pub(crate) struct Rescued {

@@ -119,7 +119,7 @@ impl Columns {
             c.errors.push(o.error.map(|e| e.replace('\0', "\u{fffd}")));
             c.run_ats.push(o.run_at);
             c.give_backs.push(o.give_back);
-            c.discards.push(f.discard && matches!(f.outcome, Outcome::Completed { .. }));
+            c.discards.push(f.discards());
         }
         c
     }

@@ -36,8 +36,8 @@ pub(in crate::storage::sqlite) fn write_finished(
     write_rows(tx, owner, batch, now)
 }
 
-/// One finished attempt as [`FINISH_BATCH`] reads it: id, attempt, new status, attempts given back, output,
-/// error, next run.
+/// One finished attempt as [`FINISH_BATCH`] and [`DISCARD_BATCH`] read it: id, attempt, new status, attempts
+/// given back, output, error, next run, and whether the completion deletes the job (written only when it does).
 #[derive(serde::Serialize)]
 struct BatchRow<'a> {
     i: &'a str,
@@ -47,6 +47,8 @@ struct BatchRow<'a> {
     o: Option<&'a str>,
     e: Option<&'a str>,
     r: Option<i64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    d: bool,
 }
 
 /// The outcomes of a batch, each with the same columns and fence as in [`write_rows`].
@@ -62,68 +64,49 @@ const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', att
      AND outbox_jobs.attempts = f.value ->> 'a' \
      RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
 
-/// The completions of a batch whose kind keeps nothing, each fenced as in [`FINISH_BATCH`]: deleted instead of
-/// updated, unless the job has a sequence key (then [`FINISH_BATCH`] completes it as usual). The deletion leaves
-/// the job's events (see `keep.sql`); the batch's feed row records the completion.
+/// The completions of a batch whose kind keeps nothing (`d`), each fenced as in [`FINISH_BATCH`]: deleted
+/// instead of updated, unless the job has a sequence key (then [`FINISH_BATCH`] completes it as usual). The
+/// deletion leaves the job's events (see `keep.sql`); the batch's feed row records the completion. It returns
+/// the columns [`FINISH_BATCH`] does.
 const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, attempts) IN \
-     (SELECT f.value ->> 'i', f.value ->> 'a' FROM json_each(?1) AS f) \
-     AND status = 'claimed' AND locked_by = ?2 AND sequence_key IS NULL RETURNING id, kind, queue, attempts";
-
-/// A completion to delete, as [`DISCARD_BATCH`] reads it.
-#[derive(serde::Serialize)]
-struct DiscardRow<'a> {
-    i: &'a str,
-    a: i32,
-}
+     (SELECT f.value ->> 'i', f.value ->> 'a' FROM json_each(?1) AS f WHERE f.value ->> 'd') \
+     AND status = 'claimed' AND locked_by = ?2 AND sequence_key IS NULL \
+     RETURNING id, kind, queue, 'completed', attempts";
 
 fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
     let rows: Vec<BatchRow<'_>> = batch
         .iter()
         .map(|f| {
             let c = f.outcome.columns(now);
-            BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at }
+            let d = f.discards();
+            BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at, d }
         })
         .collect();
-    let encode = |e: serde_json::Error| Error::Internal(format!("encoding finished jobs: {e}"));
-    let json = serde_json::to_string(&rows).map_err(encode)?;
+    let json = serde_json::to_string(&rows).map_err(|e| Error::Internal(format!("encoding finished jobs: {e}")))?;
     let ctx = || Error::db("writing finished jobs");
     let mut written = std::collections::HashSet::with_capacity(batch.len());
     let mut completed: Vec<(String, String, String, i32)> = Vec::with_capacity(batch.len());
-    let discards: Vec<DiscardRow<'_>> = batch
-        .iter()
-        .filter(|f| f.discard && matches!(f.outcome, Outcome::Completed { .. }))
-        .map(|f| DiscardRow { i: &f.id, a: f.attempt })
-        .collect();
-    if !discards.is_empty() {
-        let json = serde_json::to_string(&discards).map_err(encode)?;
-        let mut stmt = tx.prepare_cached(DISCARD_BATCH).map_err(ctx())?;
-        let mut rows = stmt.query(params![json, owner]).map_err(ctx())?;
+    let mut apply = |sql: &str, values: &[&dyn rusqlite::ToSql]| -> Result<()> {
+        let mut stmt = tx.prepare_cached(sql).map_err(ctx())?;
+        let mut rows = stmt.query(values).map_err(ctx())?;
         while let Some(row) = rows.next().map_err(ctx())? {
             let id: String = row.get(0).map_err(ctx())?;
-            completed.push((
-                id.clone(),
-                row.get(1).map_err(ctx())?,
-                row.get(2).map_err(ctx())?,
-                row.get(3).map_err(ctx())?,
-            ));
+            if row.get_ref(3).map_err(ctx())?.as_str().ok() == Some("completed") {
+                completed.push((
+                    id.clone(),
+                    row.get(1).map_err(ctx())?,
+                    row.get(2).map_err(ctx())?,
+                    row.get(4).map_err(ctx())?,
+                ));
+            }
             written.insert(id);
         }
+        Ok(())
+    };
+    if rows.iter().any(|r| r.d) {
+        apply(DISCARD_BATCH, params![json, owner])?;
     }
-    let mut stmt = tx.prepare_cached(FINISH_BATCH).map_err(ctx())?;
-    let mut rows = stmt.query(params![json, owner, now]).map_err(ctx())?;
-    while let Some(row) = rows.next().map_err(ctx())? {
-        let id: String = row.get(0).map_err(ctx())?;
-        if row.get_ref(3).map_err(ctx())?.as_str().ok() == Some("completed") {
-            completed.push((
-                id.clone(),
-                row.get(1).map_err(ctx())?,
-                row.get(2).map_err(ctx())?,
-                row.get(4).map_err(ctx())?,
-            ));
-        }
-        written.insert(id);
-    }
-    drop(rows);
+    apply(FINISH_BATCH, params![json, owner, now])?;
     insert_batch_event(tx, "completed", owner, now, &completed)?;
     Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
 }
@@ -134,7 +117,7 @@ fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Res
     let mut applied = Vec::with_capacity(batch.len());
     {
         for f in batch {
-            if f.discard && matches!(f.outcome, Outcome::Completed { .. }) && discard_one(tx, owner, f, now)? {
+            if f.discards() && discard_one(tx, owner, f, now)? {
                 applied.push(true);
                 continue;
             }
