@@ -63,7 +63,7 @@ impl Job for Load {
 /// The time before measured enqueue `i + 1`: spread evenly from none to [`MAX_GAP`] (1.5 ms on average) in a
 /// fixed shuffled order, so some jobs find the worker idle and some find it claiming, running or recording
 /// the one before.
-fn gap(i: u64) -> Duration {
+pub(crate) fn gap(i: u64) -> Duration {
     MAX_GAP * ((i * 7_919 % 31) as u32) / 30
 }
 
@@ -163,7 +163,7 @@ pub(crate) async fn run(target: &Target, n: u64, loaded: bool) -> Result<(Measur
 }
 
 /// Microseconds since the Unix epoch: the one clock two processes on this machine share.
-fn epoch_us() -> i64 {
+pub(crate) fn epoch_us() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 

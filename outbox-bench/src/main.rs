@@ -29,7 +29,9 @@
 //! and how many waited 100 ms or more); `latency_loaded` does the same while another task enqueues 100 jobs/s.
 //! `latency_cross` is `latency` with the worker in another process (this binary again, `--latency-child`):
 //! the enqueues' commits reach it through the database alone (SQLite: a watch of the file; PostgreSQL:
-//! `LISTEN`). `idle_cpu` starts `outbox work` (the command, built beside this binary) on an empty database
+//! `LISTEN`); on PostgreSQL its runs also time the floor, bare sqlx doing the same inserts, claims and
+//! completions with the worker told in-process or woken through `LISTEN` in another process (see
+//! [`raw_pg::latency_floor`]). `idle_cpu` starts `outbox work` (the command, built beside this binary) on an empty database
 //! and reports the CPU it uses over a minute of waiting, as a percentage of one core.
 //! `million` drains 1,000,000 pending jobs in a child process against 20,000 in the same run; it also times a
 //! claim of 100 over 10,000 and 1,000,000 pending jobs and over the million once 100,000 future-dated and
@@ -417,6 +419,21 @@ struct Row {
     /// The latency cases: jobs that waited 100 ms or more, over all runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     start_waited_100ms: Option<u64>,
+    /// Case `latency_cross` on PostgreSQL: its floor, bare sqlx doing the same enqueues and claims (commit
+    /// returned to claim returned, medians over the runs, ms), with the worker told in the enqueuing process,
+    /// woken in another by `LISTEN` and claiming on a second connection, and claiming on the listening one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_in_process_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_in_process_p99_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_listen_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_listen_p99_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_listen_and_claim_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_listen_and_claim_p99_ms: Option<f64>,
     /// Case `stall`: an application enqueue on its own pool while a worker's runtime is stalled for 2 s (20
     /// stalls a run): its time (medians over the runs), ms, and how many of all took 100 ms or more.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -575,6 +592,17 @@ impl Runner {
         measure
     }
 
+    /// One run of a `latency_cross` floor on a fresh schema (see [`raw_pg::latency_floor`]).
+    fn floor_run(&self, target: &Target, n: u64, wake: raw_pg::Wake) -> Result<latency::Latency, BoxError> {
+        let prepared = self.rt.block_on(outbox::empty(target))?;
+        let Location::Url(url) = &prepared.location else {
+            return Err("the latency floor runs on PostgreSQL".into());
+        };
+        let l = self.rt.block_on(raw_pg::latency_floor(url, &outbox::noop_kind()?, n, wake));
+        self.rt.block_on(prepared.remove())?;
+        l
+    }
+
     /// One claim of [`CONCURRENCY`] jobs over `n` pending ones (in sequences of [`PER_SEQUENCE`] when
     /// `sequenced`), timed on the raw connection as the worker issues it.
     fn claim_run(&self, target: &Target, n: u64, sequenced: bool) -> Result<Measure, BoxError> {
@@ -692,6 +720,11 @@ impl Runner {
         let mut ceilings = Vec::new();
         let mut works: Vec<work::Work> = Vec::new();
         let mut free_works: Vec<work::Work> = Vec::new();
+        let mut floors: Vec<(raw_pg::Wake, Vec<latency::Latency>)> =
+            [raw_pg::Wake::InProcess, raw_pg::Wake::Listen, raw_pg::Wake::ListenAndClaim]
+                .into_iter()
+                .map(|w| (w, Vec::new()))
+                .collect();
         for run in 1..=self.runs {
             let (name, label, runs) = (case.name(), sync.label(backend), self.runs);
             eprintln!("{name} {} {label} run {run}/{runs} ({n} jobs)", backend.name());
@@ -761,6 +794,11 @@ impl Runner {
                 Case::LatencyCross => {
                     let (measure, l) = self.rt.block_on(latency::run_cross(&target, n))?;
                     starts.push(l);
+                    if let Target::Postgres { .. } = &target {
+                        for (wake, runs) in floors.iter_mut() {
+                            runs.push(self.floor_run(&target, n, *wake)?);
+                        }
+                    }
                     measure
                 }
                 Case::IdleCpu => {
@@ -841,6 +879,12 @@ impl Runner {
             start_p99_ms: latency(&starts, |l| l.p99_ms),
             start_max_ms: latency(&starts, |l| l.max_ms),
             start_waited_100ms: (!starts.is_empty()).then(|| starts.iter().map(|l| l.waited).sum()),
+            floor_in_process_p50_ms: latency(&floors[0].1, |l| l.p50_ms),
+            floor_in_process_p99_ms: latency(&floors[0].1, |l| l.p99_ms),
+            floor_listen_p50_ms: latency(&floors[1].1, |l| l.p50_ms),
+            floor_listen_p99_ms: latency(&floors[1].1, |l| l.p99_ms),
+            floor_listen_and_claim_p50_ms: latency(&floors[2].1, |l| l.p50_ms),
+            floor_listen_and_claim_p99_ms: latency(&floors[2].1, |l| l.p99_ms),
             stall_enqueue_p50_ms: latency(&stalls, |l| l.p50_ms),
             stall_enqueue_max_ms: latency(&stalls, |l| l.max_ms),
             stall_enqueue_waited_100ms: (!stalls.is_empty()).then(|| stalls.iter().map(|l| l.waited).sum()),
@@ -1017,10 +1061,35 @@ fn latency_child(argv: &[String]) -> Result<(), BoxError> {
     rt.block_on(latency::cross_child(&Location::parse(location), sync, jobs.parse()?))
 }
 
+/// The hidden first argument that makes this binary the worker process of a `latency_cross` floor on
+/// PostgreSQL: `--latency-floor-child <URL> <kind> <jobs> <listen|listen-and-claim>`.
+const FLOOR_CHILD: &str = "--latency-floor-child";
+
+fn floor_child(argv: &[String]) -> Result<(), BoxError> {
+    let [url, kind, jobs, wake] = argv else {
+        return Err(format!("usage: {FLOOR_CHILD} <URL> <kind> <jobs> <wake>").into());
+    };
+    let (jobs, wake): (u64, raw_pg::Wake) = (jobs.parse()?, raw_pg::Wake::parse(wake)?);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (url, kind) = (url.clone(), kind.clone());
+        let task = tokio::spawn(async move { raw_pg::floor_worker(&url, &kind, jobs, wake, None, ready_tx).await });
+        ready_rx.await?;
+        println!("ready");
+        let started = task.await??;
+        println!("{}", serde_json::to_string(&started)?);
+        Ok(())
+    })
+}
+
 fn run() -> Result<(), BoxError> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.first().is_some_and(|a| a == LATENCY_CHILD) {
         return latency_child(&argv[1..]);
+    }
+    if argv.first().is_some_and(|a| a == FLOOR_CHILD) {
+        return floor_child(&argv[1..]);
     }
     if argv.first().is_some_and(|a| a == DRAIN_CHILD) {
         return drain_child(&argv[1..]);

@@ -334,3 +334,203 @@ pub(crate) async fn claim_cost(url: &str, kinds: &[&str], batch: u64, reps: usiz
     }
     Ok(crate::median(&times))
 }
+
+/// How a `latency_cross` floor's worker learns of a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// In the enqueuing process, told after each commit returns (outbox-core's in-process wake-up).
+    InProcess,
+    /// In another process, through `LISTEN` on a connection of its own; it claims on a second connection, as
+    /// the worker does.
+    Listen,
+    /// As [`Wake::Listen`], claiming on the listening connection itself.
+    ListenAndClaim,
+}
+
+impl Wake {
+    fn arg(self) -> &'static str {
+        match self {
+            Wake::InProcess => "in-process",
+            Wake::Listen => "listen",
+            Wake::ListenAndClaim => "listen-and-claim",
+        }
+    }
+
+    pub(crate) fn parse(arg: &str) -> Result<Wake, BoxError> {
+        [Wake::InProcess, Wake::Listen, Wake::ListenAndClaim]
+            .into_iter()
+            .find(|w| w.arg() == arg)
+            .ok_or_else(|| format!("unknown wake-up `{arg}`").into())
+    }
+}
+
+/// The floor of `latency_cross` on PostgreSQL: the same enqueues (one autocommit INSERT each, [`gap`] apart,
+/// the insert trigger notifying) and the worker's claim statement, with nothing else around them. Each job is
+/// timed from its INSERT returning to the claim that took it returning, on the wall clock both processes
+/// share.
+///
+/// [`gap`]: crate::latency::gap
+pub(crate) async fn latency_floor(
+    url: &str,
+    kind: &KindInfo,
+    n: u64,
+    wake: Wake,
+) -> Result<crate::latency::Latency, BoxError> {
+    use tokio::io::AsyncBufReadExt;
+    let told = Arc::new(tokio::sync::Notify::new());
+    let mut child = None;
+    let mut lines = None;
+    let mut local = None;
+    if wake == Wake::InProcess {
+        let (url, name, told) = (url.to_owned(), kind.name.to_owned(), Arc::clone(&told));
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        local = Some(tokio::spawn(async move { floor_worker(&url, &name, n, wake, Some(told), ready_tx).await }));
+        ready_rx.await?;
+    } else {
+        let mut c = tokio::process::Command::new(std::env::current_exe()?)
+            .args([crate::FLOOR_CHILD, url, kind.name, &n.to_string(), wake.arg()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut l = tokio::io::BufReader::new(c.stdout.take().ok_or("the child's stdout")?).lines();
+        match l.next_line().await? {
+            Some(line) if line == "ready" => {}
+            other => return Err(format!("latency floor: the worker process said {other:?} instead of ready").into()),
+        }
+        child = Some(c);
+        lines = Some(l);
+    }
+    let mut conn = connect(url).await?;
+    let insert: Arc<str> = insert_job_sql().into();
+    let mut committed: Vec<(String, i64)> = Vec::with_capacity(usize::try_from(n)?);
+    let mut next = tokio::time::Instant::now();
+    for i in 0..n {
+        let row = JobRow::new(kind, i, now_ms());
+        let id = row.id.clone();
+        bind_row(query(&insert), row).execute(&mut conn).await?;
+        committed.push((id, crate::latency::epoch_us()));
+        told.notify_one();
+        next += crate::latency::gap(i);
+        tokio::time::sleep_until(next).await;
+    }
+    conn.close().await?;
+    let started: std::collections::HashMap<String, i64> = match (local, child, lines) {
+        (Some(task), _, _) => task.await??,
+        (None, Some(mut c), Some(mut l)) => {
+            let report = l.next_line().await?.ok_or("latency floor: the worker process printed no starts")?;
+            let status = c.wait().await?;
+            if !status.success() {
+                return Err(format!("latency floor: the worker process failed: {status}").into());
+            }
+            serde_json::from_str(&report)?
+        }
+        _ => return Err("latency floor: no worker".into()),
+    };
+    let ms = committed
+        .iter()
+        .map(|(id, at)| match started.get(id) {
+            Some(start) => Ok((start - at).max(0) as f64 / 1000.0),
+            None => Err(format!("latency floor: job {id} was never claimed")),
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    Ok(crate::latency::Latency::of(ms))
+}
+
+/// The floor's worker: waits to be told (in-process) or for a notification, then claims until nothing is
+/// left, noting when each job's claim returned; a one-second poll as the worker has. Says it is ready once
+/// its first, empty claim has gone by; returns once all `n` jobs were claimed, or 10 s after the last one was.
+pub(crate) async fn floor_worker(
+    url: &str,
+    kind: &str,
+    n: u64,
+    wake: Wake,
+    told: Option<Arc<tokio::sync::Notify>>,
+    ready: tokio::sync::oneshot::Sender<()>,
+) -> Result<std::collections::HashMap<String, i64>, BoxError> {
+    use sea_orm::sqlx::postgres::PgListener;
+    let mut conn = connect(url).await?;
+    let mut listener = match wake {
+        Wake::InProcess => None,
+        Wake::Listen | Wake::ListenAndClaim => {
+            let mut l = PgListener::connect(url).await?;
+            l.listen("outbox_jobs").await?;
+            sqlx::raw_sql("SET plan_cache_mode = force_custom_plan").execute(&mut l).await?;
+            Some(l)
+        }
+    };
+    let worker_id = format!("bench-floor:{}", std::process::id());
+    let kinds = vec![kind.to_owned()];
+    let claim: Arc<str> = claim_sql().into();
+    // Completions go out on a connection of their own, as the worker writes its outcomes, while it claims on.
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<(String, i32)>>();
+    let finisher = {
+        let (url, worker_id) = (url.to_owned(), worker_id.clone());
+        tokio::spawn(async move {
+            let mut conn = connect(&url).await?;
+            let finish: Arc<str> = finish_sql().into();
+            while let Some(mut jobs) = done_rx.recv().await {
+                while let Ok(more) = done_rx.try_recv() {
+                    jobs.extend(more);
+                }
+                jobs.sort();
+                let (ids, attempts): (Vec<String>, Vec<i32>) = jobs.into_iter().unzip();
+                let k = ids.len();
+                query(&finish)
+                    .bind(ids)
+                    .bind(attempts)
+                    .bind(vec!["completed"; k])
+                    .bind(vec![None::<String>; k])
+                    .bind(vec![None::<String>; k])
+                    .bind(vec![None::<i64>; k])
+                    .bind(vec![0i32; k])
+                    .bind(now_ms())
+                    .bind(&worker_id)
+                    .fetch_all(&mut conn)
+                    .await?;
+            }
+            Ok::<_, BoxError>(())
+        })
+    };
+    let mut started = std::collections::HashMap::with_capacity(usize::try_from(n)?);
+    let mut ready = Some(ready);
+    let mut progress = Instant::now();
+    while (started.len() as u64) < n && progress.elapsed() < std::time::Duration::from_secs(10) {
+        loop {
+            let now = now_ms();
+            let q = query(&claim).bind(&worker_id).bind(now).bind(now + LEASE_MS).bind(&kinds).bind(100_i64);
+            let rows = match (wake, listener.as_mut()) {
+                (Wake::ListenAndClaim, Some(l)) => q.fetch_all(l).await?,
+                _ => q.fetch_all(&mut conn).await?,
+            };
+            let at = crate::latency::epoch_us();
+            if rows.is_empty() {
+                break;
+            }
+            progress = Instant::now();
+            let mut done = Vec::with_capacity(rows.len());
+            for row in rows {
+                let id: String = row.try_get(0)?;
+                done.push((id.clone(), row.try_get::<i32, _>(4)?));
+                started.insert(id, at);
+            }
+            done_tx.send(done)?;
+        }
+        if let Some(r) = ready.take() {
+            let _ = r.send(());
+        }
+        let poll = std::time::Duration::from_secs(1);
+        match (&told, listener.as_mut()) {
+            (Some(t), _) => {
+                let _ = tokio::time::timeout(poll, t.notified()).await;
+            }
+            (None, Some(l)) => {
+                let _ = tokio::time::timeout(poll, l.recv()).await;
+            }
+            (None, None) => return Err("latency floor: a worker with no wake-up".into()),
+        }
+    }
+    drop(done_tx);
+    finisher.await??;
+    Ok(started)
+}
