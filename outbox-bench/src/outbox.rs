@@ -165,9 +165,9 @@ pub(crate) async fn enqueue_orm_ceiling(target: &Target, n: u64) -> Result<Measu
     let backend = scratch.db.get_database_backend();
     let kind = order_kind()?;
     let (insert_job, options) = match backend {
-        DbBackend::Postgres => (raw_pg::insert_job_sql(), TransactionOptions::default()),
+        DbBackend::Postgres => (raw_pg::insert_job_sql(&kind), TransactionOptions::default()),
         _ => (
-            raw::insert_job_sql(),
+            raw::insert_job_sql(&kind),
             TransactionOptions {
                 sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
                 ..TransactionOptions::default()

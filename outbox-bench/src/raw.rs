@@ -23,13 +23,13 @@ const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload,
 /// `push_row` of outbox-core's `storage/sqlite/mod.rs`.
 const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
 
-/// The single-job INSERT of outbox-core's `insert_job`.
-pub(crate) fn insert_job_sql() -> String {
-    format!("{INSERT_COLUMNS}{INSERT_ROW} ON CONFLICT DO NOTHING")
+/// The single-job INSERT of outbox-core's `insert_job`: `ON CONFLICT DO NOTHING` only for a keyed kind.
+pub(crate) fn insert_job_sql(kind: &KindInfo) -> String {
+    insert_jobs_sql(kind, 1)
 }
 
-/// The multi-row INSERT of outbox-core's `insert_jobs` for `rows` rows.
-fn insert_jobs_sql(rows: usize) -> String {
+/// The multi-row INSERT of outbox-core's `insert_jobs` for `rows` rows of `kind`.
+fn insert_jobs_sql(kind: &KindInfo, rows: usize) -> String {
     let mut sql = String::from(INSERT_COLUMNS);
     for i in 0..rows {
         if i > 0 {
@@ -37,7 +37,9 @@ fn insert_jobs_sql(rows: usize) -> String {
         }
         sql.push_str(INSERT_ROW);
     }
-    sql.push_str(" ON CONFLICT DO NOTHING");
+    if kind.unique {
+        sql.push_str(" ON CONFLICT DO NOTHING");
+    }
     sql
 }
 
@@ -185,7 +187,7 @@ fn expect_count(conn: &Connection, sql: &str, want: u64, what: &str) -> Result<(
 /// Case `enqueue`: per job `BEGIN IMMEDIATE; INSERT order; INSERT job; COMMIT`.
 pub(crate) fn enqueue(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64) -> Result<Measure, BoxError> {
     let mut conn = open(path, sync)?;
-    let insert_job = insert_job_sql();
+    let insert_job = insert_job_sql(kind);
     let start = Instant::now();
     for i in 0..n {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -224,7 +226,7 @@ pub(crate) fn enqueue_batch(
         }
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let written = {
-            let mut stmt = tx.prepare_cached(&insert_jobs_sql(usize::try_from(size)?))?;
+            let mut stmt = tx.prepare_cached(&insert_jobs_sql(kind, usize::try_from(size)?))?;
             stmt.execute(params_from_iter(values))?
         };
         if u64::try_from(written)? != size {

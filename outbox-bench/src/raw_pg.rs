@@ -57,16 +57,13 @@ fn push_row(sql: &mut String, first: usize) {
     ));
 }
 
-/// The single-job INSERT of outbox-core's `insert_job`.
-pub(crate) fn insert_job_sql() -> String {
-    let mut sql = String::from(INSERT_COLUMNS);
-    push_row(&mut sql, 1);
-    sql.push_str(" ON CONFLICT DO NOTHING");
-    sql
+/// The single-job INSERT of outbox-core's `insert_job`: `ON CONFLICT DO NOTHING` only for a keyed kind.
+pub(crate) fn insert_job_sql(kind: &KindInfo) -> String {
+    insert_jobs_sql(kind, 1)
 }
 
-/// The multi-row INSERT of outbox-core's `insert_jobs` for `rows` rows.
-fn insert_jobs_sql(rows: usize) -> String {
+/// The multi-row INSERT of outbox-core's `insert_jobs` for `rows` rows of `kind`.
+fn insert_jobs_sql(kind: &KindInfo, rows: usize) -> String {
     let mut sql = String::from(INSERT_COLUMNS);
     for i in 0..rows {
         if i > 0 {
@@ -74,7 +71,9 @@ fn insert_jobs_sql(rows: usize) -> String {
         }
         push_row(&mut sql, i * 11 + 1);
     }
-    sql.push_str(" ON CONFLICT DO NOTHING");
+    if kind.unique {
+        sql.push_str(" ON CONFLICT DO NOTHING");
+    }
     sql
 }
 
@@ -181,7 +180,7 @@ async fn expect_count(conn: &mut PgConnection, sql: &'static str, want: u64, wha
 /// Case `enqueue`: per job `BEGIN; INSERT order; INSERT job; COMMIT`.
 pub(crate) async fn enqueue(url: &str, kind: &KindInfo, n: u64) -> Result<Measure, BoxError> {
     let mut conn = connect(url).await?;
-    let insert_job: Arc<str> = insert_job_sql().into();
+    let insert_job: Arc<str> = insert_job_sql(kind).into();
     let start = Instant::now();
     for i in 0..n {
         let mut tx = conn.begin().await?;
@@ -209,7 +208,7 @@ pub(crate) async fn enqueue_batch(url: &str, kind: &KindInfo, n: u64, per_txn: u
     while next < n {
         let size = per_txn.min(n - next);
         let rows = usize::try_from(size)?;
-        let sql = statements.entry(size).or_insert_with(|| insert_jobs_sql(rows).into());
+        let sql = statements.entry(size).or_insert_with(|| insert_jobs_sql(kind, rows).into());
         let now = now_ms();
         let mut q = query(sql);
         for i in next..next + size {
@@ -402,7 +401,7 @@ pub(crate) async fn latency_floor(
         lines = Some(l);
     }
     let mut conn = connect(url).await?;
-    let insert: Arc<str> = insert_job_sql().into();
+    let insert: Arc<str> = insert_job_sql(kind).into();
     let mut committed: Vec<(String, i64)> = Vec::with_capacity(usize::try_from(n)?);
     let mut next = tokio::time::Instant::now();
     for i in 0..n {
