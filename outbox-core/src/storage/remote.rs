@@ -37,11 +37,13 @@ pub(crate) async fn finish(db: &DatabaseConnection, owner: &str, finished: Finis
 }
 
 /// Extends one claim's lease to `until` (never shortening it), fenced the same way; false when the fence held.
+/// The row is found by id, as the worker's renewals find theirs (`status || ''`, see `EXTEND` in
+/// `postgres/store/mod.rs`).
 pub(crate) async fn extend(db: &DatabaseConnection, owner: &str, id: &str, attempt: i32, until: i64) -> Result<bool> {
     let b = Backend::of(db)?;
     let sql = format!(
         "UPDATE outbox_jobs SET lease_expires_at = {}(COALESCE(lease_expires_at, {}), {}) \
-         WHERE id = $2 AND status = 'claimed' AND locked_by = $3 AND attempts = $4",
+         WHERE id = $2 AND (status || '') = 'claimed' AND locked_by = $3 AND attempts = $4",
         b.greatest(),
         b.ts("0"),
         b.ts("$1")

@@ -92,11 +92,13 @@ const EXTEND: &str = concat!(
 );
 
 /// The renewal of one row (a handler's own extension, or a heartbeat with one job): it holds no other row while
-/// it waits, so it can wait, and a handler's extension is never skipped.
+/// it waits, so it can wait, and a handler's extension is never skipped. Found by id like the others: with
+/// `status = 'claimed'` and statistics that count no claimed job, the planner scans the whole lease index
+/// for the one row (shown by `EXPLAIN` on 200,000 finished jobs).
 const EXTEND_ONE: &str = concat!(
     "UPDATE outbox_jobs SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, TIMESTAMPTZ 'epoch'), ",
     ts!("$1"),
-    ") WHERE status = 'claimed' AND locked_by = $2 AND id = ($3::text[])[1]"
+    ") WHERE (status || '') = 'claimed' AND locked_by = $2 AND id = ($3::text[])[1]"
 );
 
 /// Rescuers on several machines skip each other's rows instead of queueing behind them.
