@@ -49,3 +49,29 @@ fn the_busy_handler_waits_for_the_lock_then_gives_up_at_the_timeout() {
     assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(5), "gave up after {waited:?}");
     holder.execute_batch("COMMIT").expect("unlock");
 }
+
+/// The worker's connection commits a cycle that only claims at `NORMAL`, everything else at the database's
+/// setting, and never syncs more than the database asks for.
+#[test]
+fn a_cycle_that_only_claims_does_not_wait_for_the_disk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sync.db");
+    Connection::open(&path).expect("create the file");
+    let level = |actor: &Actor| -> i64 {
+        actor.conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).expect("read PRAGMA synchronous")
+    };
+    for (setting, strict) in [("FULL", 2), ("EXTRA", 3), ("NORMAL", 1), ("OFF", 0)] {
+        let config = StoreConfig { synchronous: setting.into(), ..config(path.clone(), Duration::from_secs(1)) };
+        let conn = open_connection(&config).expect("open");
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut actor = Actor { conn, config, rx, _watch: crate::wake::Watch::file(&path), relaxed: false };
+        assert_eq!(level(&actor), strict, "{setting} as opened");
+        actor.durability_for(true);
+        assert_eq!(level(&actor), strict.min(1), "{setting} for a cycle that only claims");
+        actor.durability_for(false);
+        assert_eq!(level(&actor), strict, "{setting} for a cycle that writes outcomes");
+        actor.durability_for(true);
+        let _ = actor.extend(&[], 0);
+        assert_eq!(level(&actor), strict, "{setting} for a lease renewal after a claim");
+    }
+}

@@ -62,7 +62,7 @@ impl SqliteStore {
         let watch = crate::wake::Watch::file(&config.path);
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
-            .spawn(move || Actor { conn, config, rx, _watch: watch }.run())
+            .spawn(move || Actor { conn, config, rx, _watch: watch, relaxed: false }.run())
             .map_err(|e| Error::Internal(format!("cannot start the worker's database thread: {e}")))?;
         Ok(SqliteStore { tx })
     }
@@ -164,6 +164,9 @@ struct Actor {
     rx: mpsc::UnboundedReceiver<Cmd>,
     /// Commits of other processes wake this process's workers while the worker's connection is open.
     _watch: crate::wake::Watch,
+    /// Whether the connection now commits at `synchronous=NORMAL` for a cycle that only claims (see
+    /// [`Actor::durability_for`]).
+    relaxed: bool,
 }
 
 /// A claim waiting for its turn.
@@ -180,7 +183,8 @@ const FINISH_TRIES: u32 = 12;
 impl Actor {
     /// Takes every command queued so far and runs the finished jobs and claims among them in one write
     /// transaction: under load the worker then pays one commit (one fsync at `synchronous=FULL`) per cycle of
-    /// "record what finished, take the next batch".
+    /// "record what finished, take the next batch". A cycle with nothing finished does not wait for the disk
+    /// ([`Actor::durability_for`]).
     fn run(mut self) {
         set_busy_timeout(self.config.busy_timeout);
         while let Some(first) = self.rx.blocking_recv() {
@@ -218,7 +222,27 @@ impl Actor {
         }
     }
 
+    /// Sets the connection's durability for a cycle: a cycle that only claims commits without waiting for the
+    /// disk (`synchronous=NORMAL`), so a job that arrives at an idle worker starts without an fsync of its
+    /// claim; one that writes outcomes, and every other transaction, commits at the database's setting. A claim lost to a power cut (the machine's,
+    /// not the process's: the frames are in the file) leaves its job pending, to run again as any unfinished
+    /// attempt does, and the next synced commit of the database syncs the claims before it. Only ever lowers
+    /// `FULL` or `EXTRA`.
+    fn durability_for(&mut self, claims_only: bool) {
+        let strict = matches!(self.config.synchronous.as_str(), "FULL" | "EXTRA");
+        let relax = claims_only && strict;
+        if relax == self.relaxed {
+            return;
+        }
+        let level = if relax { "NORMAL" } else { self.config.synchronous.as_str() };
+        match self.conn.pragma_update(None, "synchronous", level) {
+            Ok(()) => self.relaxed = relax,
+            Err(e) => tracing::warn!(error = %e, level, "setting the worker connection's durability failed"),
+        }
+    }
+
     fn write_cycle(&mut self, finished: Vec<Finished>, claims: Vec<ClaimReq>) {
+        self.durability_for(finished.is_empty());
         let config = &self.config;
         let attempt = self
             .conn
@@ -305,6 +329,7 @@ impl Actor {
     }
 
     fn extend(&mut self, ids: &[String], until: i64) -> Result<u64> {
+        self.durability_for(false);
         let ctx = || Error::db("renewing leases");
         let ids = serde_json::to_string(ids).map_err(|e| Error::Internal(format!("encoding job ids: {e}")))?;
         let n = self
@@ -321,6 +346,7 @@ impl Actor {
     }
 
     fn rescue(&mut self, now: i64) -> Result<Vec<Rescued>> {
+        self.durability_for(false);
         rescue(&self.conn, now)
     }
 }
