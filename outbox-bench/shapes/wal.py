@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""WAL bytes per job of the PostgreSQL table shapes, measured in one psql session.
+
+    python3 outbox-bench/shapes/wal.py postgres://user@host/db [jobs = 20000]
+
+Each shape gets a schema of its own (dropped afterwards, also on failure), enqueues `jobs` no-op jobs in
+statements of 2,000 rows, analyzes, then drains them as the worker does: claim 100 (autocommit), complete the
+100 (autocommit), with one feed row per claim and per completion. It prints the WAL written per job while
+enqueuing, while draining and in all, and the drain's rate on this one serial session (`pg_current_wal_lsn`
+around each phase).
+
+- `current`: the outbox schema as the migrations create it, and the worker's claim and fenced completion
+  (as in `outbox-bench/src/raw_pg.rs`; an `enqueued` event row per job from the insert trigger).
+- `ready_table`: the proposed shape. Jobs stay in a table with no index on anything a claim or completion
+  changes (mutable columns last, `fillfactor = 40`), so both updates of a job row are HOT; what can run sits in
+  a narrow ready table (its claim flag and lease indexed there), deleted at completion; one `enqueued` row per
+  inserting statement.
+"""
+
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "src", "storage", "postgres")
+CHUNK = 2000
+BATCH = 100
+
+CURRENT_ENQUEUE = """INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at,
+ idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
+SELECT '0192f1c2-' || lpad(g::text, 27, '0'), 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3, now(),
+ NULL, repeat('ab', 32), now(), now(), NULL, 1, false FROM generate_series({lo}, {hi}) g;"""
+
+CURRENT_CLAIM = """WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled
+ AND kind = 'noop' AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT {batch} FOR UPDATE SKIP LOCKED),
+u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = 'w1',
+ locked_at = now(), claimed_at = now(), lease_expires_at = now() + interval '5 minutes', updated_at = now(),
+ event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts),
+e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
+ SELECT '', '', '', now(), 'claimed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0)
+SELECT array_agg(id ORDER BY id) AS ids FROM u \\gset"""
+
+CURRENT_COMPLETE = """WITH u AS (UPDATE outbox_jobs j SET status = 'completed', output = NULL, completed_at = now(),
+ scheduled = false, lease_expires_at = NULL, updated_at = now(), event_flip = NOT j.event_flip
+ FROM unnest(:'ids'::text[]) AS f(id) WHERE j.id = f.id AND (j.status || '') = 'claimed' AND j.locked_by = 'w1'
+ RETURNING j.id, j.kind, j.queue, j.status, j.attempts),
+e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
+ SELECT '', '', '', now(), 'completed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u
+ WHERE status = 'completed' HAVING count(*) > 0)
+SELECT count(*) FROM u;"""
+
+READY_TABLES = """CREATE TABLE shape_jobs (id text COLLATE "C" PRIMARY KEY, kind text COLLATE "C" NOT NULL,
+ queue text COLLATE "C" NOT NULL, payload jsonb NOT NULL, priority int NOT NULL, max_attempts int NOT NULL,
+ idempotency_key text COLLATE "C", schema_hash text NOT NULL, created_at timestamptz NOT NULL,
+ sequence_key text COLLATE "C", sequence_no bigint, run_at timestamptz NOT NULL, output jsonb, last_error text,
+ completed_at timestamptz, claimed_at timestamptz, locked_at timestamptz, locked_by text,
+ lease_expires_at timestamptz, updated_at timestamptz NOT NULL, attempts int NOT NULL, runs int NOT NULL DEFAULT 0,
+ status text COLLATE "C" NOT NULL) WITH (fillfactor = 40);
+CREATE INDEX shape_jobs_sequence ON shape_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL;
+CREATE TABLE shape_ready (id text COLLATE "C" PRIMARY KEY, kind text COLLATE "C" NOT NULL, priority int NOT NULL,
+ run_at timestamptz NOT NULL, claimed boolean NOT NULL DEFAULT false, lease_expires_at timestamptz);
+CREATE INDEX shape_ready_next ON shape_ready (kind, priority DESC, run_at, id) WHERE NOT claimed;
+CREATE INDEX shape_ready_lease ON shape_ready (lease_expires_at) WHERE claimed;"""
+
+READY_ENQUEUE = """WITH j AS (INSERT INTO shape_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts,
+ run_at, idempotency_key, schema_hash, created_at, updated_at)
+ SELECT '0192f1c2-' || lpad(g::text, 27, '0'), 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3,
+ now(), NULL, repeat('ab', 32), now(), now() FROM generate_series({lo}, {hi}) g
+ RETURNING id, kind, queue, priority, run_at, attempts),
+r AS (INSERT INTO shape_ready (id, kind, priority, run_at) SELECT id, kind, priority, run_at FROM j)
+INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, jobs)
+SELECT '', '', '', now(), 'enqueued', 0, json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM j;"""
+
+READY_CLAIM = """WITH c AS (UPDATE shape_ready r SET claimed = true, lease_expires_at = now() + interval '5 minutes'
+ WHERE r.id IN (SELECT id FROM shape_ready WHERE NOT claimed AND kind = 'noop' AND run_at <= now()
+ ORDER BY priority DESC, run_at, id LIMIT {batch} FOR UPDATE SKIP LOCKED) RETURNING r.id),
+u AS (UPDATE shape_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = 'w1',
+ locked_at = now(), claimed_at = now(), lease_expires_at = now() + interval '5 minutes', updated_at = now()
+ FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts),
+e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
+ SELECT '', '', '', now(), 'claimed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0)
+SELECT array_agg(id ORDER BY id) AS ids FROM u \\gset"""
+
+READY_COMPLETE = """WITH u AS (UPDATE shape_jobs j SET status = 'completed', output = NULL, completed_at = now(),
+ lease_expires_at = NULL, updated_at = now()
+ FROM unnest(:'ids'::text[]) AS f(id) WHERE j.id = f.id AND j.status = 'claimed' AND j.locked_by = 'w1'
+ RETURNING j.id, j.kind, j.queue, j.status, j.attempts),
+d AS (DELETE FROM shape_ready r USING u WHERE r.id = u.id),
+e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
+ SELECT '', '', '', now(), 'completed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u
+ WHERE status = 'completed' HAVING count(*) > 0)
+SELECT count(*) FROM u;"""
+
+SHAPES = {
+    "current": ("", CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
+    "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
+}
+
+
+def script(schema, shape, jobs):
+    tables, enqueue, claim, complete = SHAPES[shape]
+    out = [
+        "\\set ON_ERROR_STOP 1",
+        f"CREATE SCHEMA {schema}; SET search_path = {schema}; SET plan_cache_mode = force_custom_plan;",
+    ]
+    out += [f"\\i {os.path.join(SCHEMA_SQL, f)}" for f in ("schema.sql", "ready.sql", "keep.sql")]
+    out += [tables, "CHECKPOINT;", "SELECT pg_current_wal_lsn() AS l0 \\gset"]
+    out += [enqueue.format(lo=lo + 1, hi=min(lo + CHUNK, jobs)) for lo in range(0, jobs, CHUNK)]
+    out += ["SELECT pg_current_wal_lsn() AS l1 \\gset", "ANALYZE;"]
+    out += ["SELECT pg_current_wal_lsn() AS l2, extract(epoch from clock_timestamp()) AS t2 \\gset"]
+    for _ in range((jobs + BATCH - 1) // BATCH):
+        out += [claim.format(batch=BATCH), complete]
+    out += ["SELECT pg_current_wal_lsn() AS l3, extract(epoch from clock_timestamp()) AS t3 \\gset"]
+    out += [
+        f"SELECT 'result', round(pg_wal_lsn_diff(:'l1', :'l0') / {jobs}), round(pg_wal_lsn_diff(:'l3', :'l2') / {jobs}),"
+        f" round((pg_wal_lsn_diff(:'l1', :'l0') + pg_wal_lsn_diff(:'l3', :'l2')) / {jobs}), round({jobs} / (:t3 - :t2));"
+    ]
+    return "\n".join(out) + "\n"
+
+
+def run(url, shape, jobs):
+    schema = f"outbox_shape_{os.getpid()}"
+    try:
+        done = subprocess.run(
+            ["psql", url, "-X", "-q", "-A", "-t", "-F", " "],
+            input=script(schema, shape, jobs), capture_output=True, text=True, check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"shape {shape}: psql failed: {done.stderr.strip()}")
+        result = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("result ")]
+        if not result:
+            raise SystemExit(f"shape {shape}: no result in psql's output")
+        return result[-1]
+    finally:
+        subprocess.run(["psql", url, "-X", "-q", "-c", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
+                       capture_output=True, check=False)
+
+
+def main():
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: wal.py <postgres url> [jobs = 20000]")
+    url, jobs = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 20000
+    print(f"{'shape':<12} {'enqueue B/job':>14} {'drain B/job':>12} {'life B/job':>11} {'drain jobs/s':>13}")
+    for shape in SHAPES:
+        enq, drain, life, rate = run(url, shape, jobs)
+        print(f"{shape:<12} {enq:>14} {drain:>12} {life:>11} {rate:>13}")
+
+
+if __name__ == "__main__":
+    main()
