@@ -224,10 +224,10 @@ impl Actor {
 
     /// Sets the connection's durability for a cycle: a cycle that only claims commits without waiting for the
     /// disk (`synchronous=NORMAL`), so a job that arrives at an idle worker starts without an fsync of its
-    /// claim; one that writes outcomes, and every other transaction, commits at the database's setting. A claim lost to a power cut (the machine's,
-    /// not the process's: the frames are in the file) leaves its job pending, to run again as any unfinished
-    /// attempt does, and the next synced commit of the database syncs the claims before it. Only ever lowers
-    /// `FULL` or `EXTRA`.
+    /// claim; one that writes outcomes, and every other transaction, commits at the database's setting. A
+    /// claim lost to a power cut (the machine's, not the process's: the frames are in the file) leaves its job
+    /// pending, to run again as any unfinished attempt does, and the next synced commit of the database syncs
+    /// the claims before it. Only ever lowers `FULL` or `EXTRA`.
     fn durability_for(&mut self, claims_only: bool) {
         let strict = matches!(self.config.synchronous.as_str(), "FULL" | "EXTRA");
         let relax = claims_only && strict;
