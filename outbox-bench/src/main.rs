@@ -31,8 +31,8 @@
 //! the enqueues' commits reach it through the database alone (SQLite: a watch of the file; PostgreSQL:
 //! `LISTEN`); on PostgreSQL its runs also time the floor, bare sqlx doing the same inserts, claims and
 //! completions with the worker told in-process or woken through `LISTEN` in another process (see
-//! [`raw_pg::latency_floor`]). `idle_cpu` starts `outbox work` (the command, built beside this binary) on an empty database
-//! and reports the CPU it uses over a minute of waiting, as a percentage of one core.
+//! [`raw_pg::latency_floor`]). `idle_cpu` starts `outbox work` (the command, built beside this binary) on an
+//! empty database and reports the CPU it uses over a minute of waiting, as a percentage of one core.
 //! `million` drains 1,000,000 pending jobs in a child process against 20,000 in the same run; it also times a
 //! claim of 100 over 10,000 and 1,000,000 pending jobs and over the million once 100,000 future-dated and
 //! 100,000 unserved jobs of a higher priority stand ahead of it (deleted again before the drain), compares the
