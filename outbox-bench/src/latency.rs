@@ -171,34 +171,65 @@ pub(crate) fn epoch_us() -> i64 {
 /// binary again, `--latency-child`); this process enqueues `n` jobs one per transaction, [`gap`] apart, and
 /// each is timed from its commit returning here to its handler starting there, on the wall clock both share.
 pub(crate) async fn run_cross(target: &Target, n: u64) -> Result<(Measure, Latency), BoxError> {
-    use tokio::io::AsyncBufReadExt;
     let scratch = Scratch::new(target).await?;
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
-        .arg(crate::LATENCY_CHILD)
-        .arg(scratch.prepared.location.arg())
-        .arg(target.sync().name())
-        .arg(n.to_string())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().ok_or("the child's stdout")?).lines();
-    match lines.next_line().await? {
-        Some(line) if line == "ready" => {}
-        other => return Err(format!("latency_cross: the worker process said {other:?} instead of ready").into()),
-    }
+    let args = [
+        crate::LATENCY_CHILD.into(),
+        scratch.prepared.location.arg(),
+        target.sync().name().into(),
+        n.to_string().into(),
+    ];
+    let mut child = WorkerProcess::start(&args, "latency_cross").await?;
     let begin = Instant::now();
     let committed = enqueue_spaced(&scratch.db, n, epoch_us).await?;
-    let report = lines.next_line().await?.ok_or("latency_cross: the worker process printed no starts")?;
+    let report = child.report().await?;
     let secs = begin.elapsed().as_secs_f64();
-    let status = child.wait().await?;
-    if !status.success() {
-        return Err(format!("latency_cross: the worker process failed: {status}").into());
-    }
+    child.exit().await?;
     let started: Vec<Option<i64>> = serde_json::from_str(&report)?;
     let ms = waits_ms("latency_cross", &committed, &started, |commit, start| (start - commit).max(0) as f64 / 1000.0)?;
     scratch.remove().await?;
     Ok((Measure { jobs: n, secs }, Latency::of(ms)))
+}
+
+/// This binary again as the worker process of a cross-process case: started with `args`, ready once it has
+/// printed `ready`; then its report is the next line it prints, and it must exit successfully.
+pub(crate) struct WorkerProcess {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    case: &'static str,
+}
+
+impl WorkerProcess {
+    /// Starts the process and waits for its `ready`; `case` names it in errors.
+    pub(crate) async fn start(args: &[std::ffi::OsString], case: &'static str) -> Result<WorkerProcess, BoxError> {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(std::env::current_exe()?)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().ok_or("the child's stdout")?).lines();
+        match lines.next_line().await? {
+            Some(line) if line == "ready" => {}
+            other => return Err(format!("{case}: the worker process said {other:?} instead of ready").into()),
+        }
+        Ok(WorkerProcess { child, lines, case })
+    }
+
+    /// The line the process prints when it is done.
+    pub(crate) async fn report(&mut self) -> Result<String, BoxError> {
+        let case = self.case;
+        Ok(self.lines.next_line().await?.ok_or_else(|| format!("{case}: the worker process printed no starts"))?)
+    }
+
+    /// Waits for the process to end; an error unless it succeeded.
+    pub(crate) async fn exit(mut self) -> Result<(), BoxError> {
+        let status = self.child.wait().await?;
+        if !status.success() {
+            return Err(format!("{}: the worker process failed: {status}", self.case).into());
+        }
+        Ok(())
+    }
 }
 
 /// The worker process of `latency_cross`: a worker at its defaults on the database at `location`; prints

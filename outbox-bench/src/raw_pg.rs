@@ -375,31 +375,17 @@ pub(crate) async fn latency_floor(
     n: u64,
     wake: Wake,
 ) -> Result<crate::latency::Latency, BoxError> {
-    use tokio::io::AsyncBufReadExt;
     let told = Arc::new(tokio::sync::Notify::new());
-    let mut child = None;
-    let mut lines = None;
-    let mut local = None;
-    if wake == Wake::InProcess {
+    let worker = if wake == Wake::InProcess {
         let (url, name, told) = (url.to_owned(), kind.name.to_owned(), Arc::clone(&told));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        local = Some(tokio::spawn(async move { floor_worker(&url, &name, n, wake, Some(told), ready_tx).await }));
+        let task = tokio::spawn(async move { floor_worker(&url, &name, n, wake, Some(told), ready_tx).await });
         ready_rx.await?;
+        FloorWorker::Task(task)
     } else {
-        let mut c = tokio::process::Command::new(std::env::current_exe()?)
-            .args([crate::FLOOR_CHILD, url, kind.name, &n.to_string(), wake.arg()])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?;
-        let mut l = tokio::io::BufReader::new(c.stdout.take().ok_or("the child's stdout")?).lines();
-        match l.next_line().await? {
-            Some(line) if line == "ready" => {}
-            other => return Err(format!("latency floor: the worker process said {other:?} instead of ready").into()),
-        }
-        child = Some(c);
-        lines = Some(l);
-    }
+        let args = [crate::FLOOR_CHILD, url, kind.name, &n.to_string(), wake.arg()].map(std::ffi::OsString::from);
+        FloorWorker::Process(Box::new(crate::latency::WorkerProcess::start(&args, "latency floor").await?))
+    };
     let mut conn = connect(url).await?;
     let insert: Arc<str> = insert_job_sql(kind).into();
     let mut committed: Vec<(String, i64)> = Vec::with_capacity(usize::try_from(n)?);
@@ -414,17 +400,13 @@ pub(crate) async fn latency_floor(
         tokio::time::sleep_until(next).await;
     }
     conn.close().await?;
-    let started: std::collections::HashMap<String, i64> = match (local, child, lines) {
-        (Some(task), _, _) => task.await??,
-        (None, Some(mut c), Some(mut l)) => {
-            let report = l.next_line().await?.ok_or("latency floor: the worker process printed no starts")?;
-            let status = c.wait().await?;
-            if !status.success() {
-                return Err(format!("latency floor: the worker process failed: {status}").into());
-            }
+    let started: std::collections::HashMap<String, i64> = match worker {
+        FloorWorker::Task(task) => task.await??,
+        FloorWorker::Process(mut child) => {
+            let report = child.report().await?;
+            child.exit().await?;
             serde_json::from_str(&report)?
         }
-        _ => return Err("latency floor: no worker".into()),
     };
     let ms = committed
         .iter()
@@ -434,6 +416,12 @@ pub(crate) async fn latency_floor(
         })
         .collect::<Result<Vec<f64>, String>>()?;
     Ok(crate::latency::Latency::of(ms))
+}
+
+/// Where a floor's worker runs: a task of this process, or another process.
+enum FloorWorker {
+    Task(tokio::task::JoinHandle<Result<std::collections::HashMap<String, i64>, BoxError>>),
+    Process(Box<crate::latency::WorkerProcess>),
 }
 
 /// The floor's worker: waits to be told (in-process) or for a notification, then claims until nothing is
