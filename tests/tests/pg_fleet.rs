@@ -244,8 +244,8 @@ struct Kills {
 }
 
 /// Every [`KILL_EVERY`] until `stop`, terminates every server connection the processes `pids` hold. The
-/// worker names its own connections (`outbox-worker`, `outbox-listener`) whatever the URL says, and other
-/// tests' workers share those names, so connections are told apart by their client port.
+/// worker names its own connections (`outbox-worker`, `outbox-claimer`, `outbox-listener`) whatever the URL
+/// says, and other tests' workers share those names, so connections are told apart by their client port.
 async fn kill_connections(admin: DatabaseConnection, pids: Vec<u32>, stop: Arc<AtomicBool>) -> Kills {
     let mut kills = Kills::default();
     let mut interval = tokio::time::interval(KILL_EVERY);
