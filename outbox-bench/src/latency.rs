@@ -251,10 +251,10 @@ pub(crate) async fn cross_child(
             let now = epoch_us();
             if let Ok(mut started) = seen.lock()
                 && let Some(slot) = started.get_mut(job.n as usize)
+                && slot.replace(now).is_none()
+                && first_starts.fetch_add(1, Ordering::Relaxed) + 1 == n
             {
-                if slot.replace(now).is_none() && first_starts.fetch_add(1, Ordering::Relaxed) + 1 == n {
-                    all_seen.notify_one();
-                }
+                all_seen.notify_one();
             }
             async { Ok::<_, JobError>(()) }
         })
