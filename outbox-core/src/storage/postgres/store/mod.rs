@@ -4,9 +4,9 @@
 //!
 //! The worker opens its own small pool (from the caller's connection options, named `outbox-worker <id>` in
 //! `pg_stat_activity`) so handlers and the application cannot starve the claim path, one connection for the
-//! worker loop's claims (`outbox-claimer <id>`), and one for `LISTEN` (`outbox-listener <id>`). A connection the server drops (restart, failover, `pg_terminate_backend`) costs one failed
-//! statement: every call is retried on a fresh connection, completions until they are written or their
-//! lease would have run out anyway.
+//! worker loop's claims (`outbox-claimer <id>`), and one for `LISTEN` (`outbox-listener <id>`). A connection
+//! the server drops (restart, failover, `pg_terminate_backend`) costs one failed statement: every call is
+//! retried on a fresh connection, completions until they are written or their lease would have run out anyway.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -279,16 +279,17 @@ impl PgStore {
     }
 }
 
-/// Claims, renewals and rescues run on the background runtime; finished attempts queue for the writer there.
+/// Renewals, rescues and limited kinds' claims run on the background runtime, and finished attempts queue for
+/// the writer there; other claims run on the worker loop's runtime.
 impl WorkerStore for PgStore {
     /// Claims up to `limit` due jobs (see [`claim_rows`]).
     ///
-    /// A worker that serves no limited kind claims on the loop's own runtime and connection: each of its claim
-    /// statements (and the promotion of due scheduled jobs) commits on its own, so a handler that stalls that
-    /// runtime mid-claim holds no lock, and going by the background thread cost two thread wake-ups between a
-    /// job's wake-up and its start (`latency_cross` on PostgreSQL, five alternating rounds: p99 11.9 ms
-    /// against 5.7 ms without them). A limited kind's claim is a transaction holding the kind's advisory lock,
-    /// so a worker with one claims on the background runtime.
+    /// A worker that serves no limited kind claims on the loop's own runtime and connection. Each of its claim
+    /// statements (and the promotion of due scheduled jobs) commits by itself, so a handler that stalls that
+    /// runtime mid-claim holds no lock. Going by the background thread cost two thread wake-ups between a job's
+    /// wake-up and its start (`latency_cross` on PostgreSQL, five alternating rounds: p99 11.9 ms with them
+    /// against 5.7 ms without). A limited kind's claim is a transaction holding the kind's advisory lock, so a
+    /// worker that serves one claims on the background runtime.
     fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
         Box::pin(async move {
             let last = self.inner.promoted_at.load(Ordering::Relaxed);
