@@ -239,7 +239,8 @@ struct Kills {
     rounds: u64,
     rounds_with_kills: u64,
     killed: i64,
-    /// Connections killed by `application_name`: the worker's claim pool, its listener, the process's own pool.
+    /// Connections killed by `application_name`: the worker's pool, its claim connection, its listener, the
+    /// process's own pool.
     by_app: BTreeMap<String, i64>,
 }
 
