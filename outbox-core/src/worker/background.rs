@@ -1,7 +1,7 @@
 //! The worker's background thread: a Tokio runtime of its own, where everything the worker does in the database
 //! besides calling handlers runs (PostgreSQL completions and limited kinds' claims, retention, schedules, the
 //! registry entry) and where handler timeouts are enforced ([`super::watchdog`]). On PostgreSQL the loop's other
-//! claims stay on its own runtime: each is one statement that commits by itself and holds nothing after.
+//! claims stay on its own runtime: each is one statement that commits by itself once its rows are sent.
 //!
 //! Handlers run on the application's runtime, and a handler that blocks its thread (a synchronous call, a
 //! paused VM) stalls every task of a current-thread runtime, and the tasks of a multi-thread runtime that

@@ -285,14 +285,14 @@ impl WorkerStore for PgStore {
     /// Claims up to `limit` due jobs (see [`claim_rows`]).
     ///
     /// A worker that serves no limited kind claims on the loop's own runtime and connection. Each of its claim
-    /// statements (and the promotion of due scheduled jobs) commits by itself once its rows are sent. Going by
-    /// the background thread cost two thread wake-ups between a job's wake-up and its start (`latency_cross` on
-    /// PostgreSQL, five alternating rounds: p99 11.9 ms with them against 5.7 ms without). The trade: a claim
-    /// whose rows outgrow the socket's buffers (megabytes of payloads: on loopback here 3.2 MB was committed
-    /// unread, 6.4 MB was not) while a handler stalls this runtime stays uncommitted until the runtime reads on. It then holds only the rows it claims, which every other
-    /// claim, rescue and completion skips or never touches, and vacuum's horizon. A limited kind's claim is a
-    /// transaction holding the kind's advisory lock, which other claimers wait for, so a worker that serves one
-    /// claims on the background runtime.
+    /// statements (and the promotion of due scheduled jobs) commits by itself once its rows are sent. Going by the
+    /// background thread cost two thread wake-ups between a job's wake-up and its start (`latency_cross` on PostgreSQL,
+    /// five alternating rounds: p99 11.9 ms with them against 5.7 ms without). The trade: a claim whose rows outgrow
+    /// the socket's buffers (megabytes of payloads: on loopback here 3.2 MB was committed unread, 6.4 MB was not) while
+    /// a handler stalls this runtime stays uncommitted until the runtime reads on. It then holds only the rows it
+    /// claims, which every other claim, rescue and completion skips or never touches, and vacuum's horizon. A limited
+    /// kind's claim is a transaction holding the kind's advisory lock, which other claimers wait for, so a worker that
+    /// serves one claims on the background runtime.
     fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
         Box::pin(async move {
             let last = self.inner.promoted_at.load(Ordering::Relaxed);
