@@ -1,6 +1,6 @@
 //! The schema migrations, tracked in the library's own `outbox_migrations` table so they never mix with the
-//! application's. The statements are each backend's `schema.sql` and `ready.sql`; a database an earlier build
-//! created is refused with what to do.
+//! application's. The statements are each backend's SQL files, listed in `storage/schema.rs`; a database an
+//! earlier build created is refused with what to do.
 
 use sea_orm::sea_query::{Alias, IntoIden};
 use sea_orm::{ConnectionTrait, DbErr, DynIden};

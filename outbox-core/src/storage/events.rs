@@ -1,7 +1,9 @@
 //! Events: how a job's transitions become its history and the event feed, and how both are read.
 //!
 //! Every transition is one row of `outbox_job_events`, written where it happens:
-//! - an insert by any writer: `enqueued`, by the trigger `outbox_jobs_enqueued` (`schema.sql`);
+//! - an insert by any writer: `enqueued`, by the trigger `outbox_jobs_enqueued`: on SQLite one row per job
+//!   (`schema.sql`); on PostgreSQL one per inserting statement, which lists the jobs of a statement of many
+//!   as a worker's row does (`enqueued.sql`);
 //! - a worker's claim and completion statements: one row for all their jobs (`job_id` empty, the jobs in
 //!   `jobs` as `[id, kind, queue, attempt]` arrays), written by the statement itself (`insert_batch_event` in
 //!   `sqlite/store/`, `feed_row!` in `postgres/store/`). One row per job and event cost the drain a tenth of
@@ -52,7 +54,8 @@ pub(crate) async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> 
 }
 
 /// Whether job `id` has events of its own: for a job no longer in the table, that it was deleted as it
-/// completed (its kind keeps nothing), as retention and `purge` delete a job's events with it.
+/// completed (its kind keeps nothing), as retention and `purge` delete a job's events with it. Such a job
+/// always has one: PostgreSQL's completion that deletes it writes it a row of its own (`store/complete.rs`).
 pub(crate) async fn outlived<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool> {
     let b = Backend::of(conn)?;
     let sql = "SELECT 1 FROM outbox_job_events WHERE job_id = $1 LIMIT 1";

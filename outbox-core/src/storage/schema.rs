@@ -1,6 +1,7 @@
 //! The schema: per backend, one migration creating the tables (`sqlite/schema.sql`, `postgres/schema.sql`),
-//! one giving claims their ready indexes (`ready.sql`) and one letting jobs deleted at completion leave their
-//! events to the feed (`keep.sql`), and the refusal of a database created by a build from before them.
+//! one giving claims their ready indexes (`ready.sql`), one letting jobs deleted at completion leave their
+//! events to the feed (`keep.sql`), one recording a statement's enqueued jobs in one row (`enqueued.sql`,
+//! PostgreSQL), and the refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -8,8 +9,12 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 3] =
-    ["m20261128_000001_outbox_schema", "m20261129_000002_ready_jobs", "m20261130_000003_keep_nothing"];
+pub(crate) const MIGRATIONS: [&str; 4] = [
+    "m20261128_000001_outbox_schema",
+    "m20261129_000002_ready_jobs",
+    "m20261130_000003_keep_nothing",
+    "m20261201_000004_enqueued_rows",
+];
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
 /// lists them grew through nine steps this build cannot vouch for: it is refused, never modified.
@@ -52,6 +57,8 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
                  DELETE FROM outbox_job_events WHERE job_id = OLD.id; \
              END;",
         )),
+        #[cfg(feature = "sqlite")]
+        (DbBackend::Sqlite, 3) => Some((include_str!("sqlite/enqueued.sql"), "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -79,6 +86,16 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
             "DROP TRIGGER outbox_jobs_purged ON outbox_jobs; \
              CREATE TRIGGER outbox_jobs_purged AFTER DELETE ON outbox_jobs FOR EACH ROW \
                  EXECUTE FUNCTION outbox_jobs_purged();",
+        )),
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 3) => Some((
+            include_str!("postgres/enqueued.sql"),
+            "CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN \
+                 INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt) \
+                 SELECT id, kind, queue, created_at, 'enqueued', attempts FROM inserted ORDER BY id; \
+                 RETURN NULL; \
+             END $$;",
         )),
         _ => None,
     }

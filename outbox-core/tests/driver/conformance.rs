@@ -673,26 +673,37 @@ async fn feed_pages(db: &DatabaseConnection, after: &str, limit: u64, want: usiz
 async fn feed_pages_through_single_and_batch_rows(db: &DatabaseConnection) -> Result<()> {
     let head = events::feed_head(db).await?;
     assert_eq!(enqueue::insert_jobs(db, &[job("a"), job("b"), job("c")]).await?.len(), 3);
+    assert_eq!(enqueue::insert_jobs(db, &[job("d")]).await?.len(), 1);
     let now = super::now_ms();
-    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?.len(), 3);
-    let one_by_one = feed_pages(db, &head, 1, 6).await?;
-    assert_eq!(feed_pages(db, &head, 4, 6).await?, one_by_one, "pages of 4 read the same as pages of 1");
-    assert_eq!(feed_pages(db, &head, 100, 6).await?, one_by_one);
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?.len(), 4);
+    let one_by_one = feed_pages(db, &head, 1, 8).await?;
+    assert_eq!(feed_pages(db, &head, 3, 8).await?, one_by_one, "pages of 3 read the same as pages of 1");
+    assert_eq!(feed_pages(db, &head, 100, 8).await?, one_by_one);
     let seen: Vec<(&str, JobEventKind)> = one_by_one.iter().map(|e| (e.job_id.as_str(), e.event)).collect();
-    assert_eq!(
-        seen[..3],
-        [("a", JobEventKind::Enqueued), ("b", JobEventKind::Enqueued), ("c", JobEventKind::Enqueued)]
-    );
-    let mut claimed: Vec<&str> = seen[3..].iter().map(|(id, _)| *id).collect();
+    use JobEventKind::Enqueued;
+    assert_eq!(seen[..4], [("a", Enqueued), ("b", Enqueued), ("c", Enqueued), ("d", Enqueued)]);
+    assert!(one_by_one[..4].iter().all(|e| (e.kind.as_str(), e.queue.as_str(), e.attempt) == ("k", "default", 0)));
+    let mut claimed: Vec<&str> = seen[4..].iter().map(|(id, _)| *id).collect();
     claimed.sort_unstable();
-    assert_eq!(claimed, ["a", "b", "c"]);
-    assert!(one_by_one[3..].iter().all(|e| e.event == JobEventKind::Claimed && e.worker.as_deref() == Some("r")));
-    assert!(one_by_one[3..].iter().all(|e| (e.kind.as_str(), e.queue.as_str(), e.attempt) == ("k", "default", 1)));
-    let batch_ids: Vec<&str> = one_by_one[3..].iter().map(|e| e.id.as_str()).collect();
-    let row = batch_ids[0].strip_suffix(".0").expect("a batch row's first event ends in .0");
-    assert_eq!(batch_ids, [format!("{row}.0"), format!("{row}.1"), format!("{row}.2")]);
-    assert!(one_by_one[..3].iter().all(|e| !e.id.contains('.')));
-    assert!(events::feed(db, &one_by_one[5].id, 10).await?.is_empty(), "nothing after the last event");
+    assert_eq!(claimed, ["a", "b", "c", "d"]);
+    assert!(one_by_one[4..].iter().all(|e| e.event == JobEventKind::Claimed && e.worker.as_deref() == Some("r")));
+    assert!(one_by_one[4..].iter().all(|e| (e.kind.as_str(), e.queue.as_str(), e.attempt) == ("k", "default", 1)));
+    // A row of many events names each `<row>.<n>`; a row of one, by its row alone.
+    let listed = |events: &[FeedEvent]| {
+        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+        let row = ids[0].strip_suffix(".0").expect("a batch row's first event ends in .0").to_owned();
+        assert_eq!(ids, (0..events.len()).map(|n| format!("{row}.{n}")).collect::<Vec<_>>());
+    };
+    listed(&one_by_one[4..]);
+    // PostgreSQL records a statement's enqueued jobs in one row; SQLite's triggers write one per job.
+    match Backend::of(db)? {
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => listed(&one_by_one[..3]),
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => assert!(one_by_one[..3].iter().all(|e| !e.id.contains('.'))),
+    }
+    assert!(!one_by_one[3].id.contains('.'), "a statement of one job keeps a row of its own");
+    assert!(events::feed(db, &one_by_one[7].id, 10).await?.is_empty(), "nothing after the last event");
     Ok(())
 }
 

@@ -47,6 +47,10 @@ macro_rules! finish_sql {
             " AND NOT (f.discard AND f.status = 'completed' AND j.sequence_key IS NULL) \
              RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
              u AS (SELECT * FROM k UNION ALL SELECT * FROM d), \
+             m AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+             SELECT id, kind, queue, ",
+            ts!("$8"),
+            ", 'completed', attempts, $9, '[]' FROM d), \
              e AS (",
             feed_row!("$8", "completed", "$9", " WHERE status = 'completed'"),
             ") SELECT id FROM u"
@@ -88,7 +92,10 @@ macro_rules! finish_sql {
 
 const FINISH: &str = finish_sql!(batched);
 /// [`FINISH`] for a batch with completions of kinds that keep nothing: those jobs are deleted (leaving their
-/// events, see `keep.sql`) unless they have a sequence key, and recorded in the same feed row.
+/// events, see `keep.sql`) unless they have a sequence key, and recorded in the same feed row. Each also gets
+/// a row of its own that lists no job (`jobs` empty, so the feed shows nothing of it): a job enqueued with
+/// others has no row of its own otherwise (`enqueued.sql`), and this one tells a waiter the job completed
+/// rather than never existed (`events::outlived`). Retention removes it with the job's other events.
 const FINISH_DISCARDING: &str = finish_sql!(discarding);
 const FINISH_ONE: &str = finish_sql!(single);
 
