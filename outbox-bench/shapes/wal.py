@@ -10,12 +10,14 @@ enqueuing, while draining and in all, and the drain's rate on this one serial se
 around each phase).
 
 - `current`: the outbox schema as the migrations create it, and the worker's claim and fenced completion
-  (as in `outbox-bench/src/raw_pg.rs`; an `enqueued` event row per job from the insert trigger).
+  (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger, and
+  half of each page of the jobs table left free for its rows' updates).
+- `previous`: `current` before its fourth migration: an `enqueued` row per job, and full pages, so each update
+  moves the row to another page.
 - `ready_table`: the proposed shape. Jobs stay in a table with no index on anything a claim or completion
   changes (mutable columns last, `fillfactor = 40`), so both updates of a job row are HOT; what can run sits in
   a narrow ready table (its claim flag and lease indexed there), deleted at completion; one `enqueued` row per
   inserting statement.
-- `batched`: `current` with one `enqueued` row per inserting statement (the trigger reads its transition table).
 - `ready_claimed`: the ready table deleted at claim instead. A claim deletes its ready rows and records its lease in
   one row per claim (`shape_claims`, deleted with the claim's completion), so no row is updated twice and nothing
   indexed is updated at all; the ready table has no primary key, only the claim's order.
@@ -103,13 +105,13 @@ e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, wo
  WHERE status = 'completed' HAVING count(*) > 0)
 SELECT count(*) FROM u;"""
 
-BATCHED_ENQUEUED = """CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
+PREVIOUS = """CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, jobs)
-    SELECT '', '', '', now(), 'enqueued', 0, json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id)
-    FROM inserted HAVING count(*) > 0;
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+    SELECT id, kind, queue, created_at, 'enqueued', attempts FROM inserted ORDER BY id;
     RETURN NULL;
-END $$;"""
+END $$;
+ALTER TABLE outbox_jobs RESET (fillfactor);"""
 
 CLAIMED_TABLES = SHAPE_JOBS + """
 CREATE TABLE shape_ready (id text COLLATE "C" NOT NULL, kind text COLLATE "C" NOT NULL, priority int NOT NULL,
@@ -160,7 +162,7 @@ def compact(sql):
 
 SHAPES = {
     "current": ("", CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
-    "batched": (BATCHED_ENQUEUED, CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
+    "previous": (PREVIOUS, CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
     "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
     "ready_claimed": (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE),
     "ready_compact": tuple(compact(x) for x in (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE)),
@@ -173,7 +175,7 @@ def script(schema, shape, jobs):
         "\\set ON_ERROR_STOP 1",
         f"CREATE SCHEMA {schema}; SET search_path = {schema}; SET plan_cache_mode = force_custom_plan;",
     ]
-    out += [f"\\i {os.path.join(SCHEMA_SQL, f)}" for f in ("schema.sql", "ready.sql", "keep.sql")]
+    out += [f"\\i {os.path.join(SCHEMA_SQL, f)}" for f in ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql")]
     out += [tables, "CHECKPOINT;", "SELECT pg_current_wal_lsn() AS l0 \\gset"]
     out += [enqueue.format(lo=lo + 1, hi=min(lo + CHUNK, jobs)) for lo in range(0, jobs, CHUNK)]
     out += ["SELECT pg_current_wal_lsn() AS l1 \\gset", "ANALYZE;"]

@@ -1,7 +1,8 @@
 //! The schema: per backend, one migration creating the tables (`sqlite/schema.sql`, `postgres/schema.sql`),
 //! one giving claims their ready indexes (`ready.sql`), one letting jobs deleted at completion leave their
-//! events to the feed (`keep.sql`), one recording a statement's enqueued jobs in one row (`enqueued.sql`,
-//! PostgreSQL), and the refusal of a database created by a build from before them.
+//! events to the feed (`keep.sql`), one making PostgreSQL write less per job (`fewer_writes.sql`: a
+//! statement's enqueued jobs in one row, room on each page for its rows' updates), and the refusal of a
+//! database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -13,7 +14,7 @@ pub(crate) const MIGRATIONS: [&str; 4] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
-    "m20261201_000004_enqueued_rows",
+    "m20261201_000004_fewer_writes",
 ];
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
@@ -58,7 +59,7 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
              END;",
         )),
         #[cfg(feature = "sqlite")]
-        (DbBackend::Sqlite, 3) => Some((include_str!("sqlite/enqueued.sql"), "SELECT 1;")),
+        (DbBackend::Sqlite, 3) => Some((include_str!("sqlite/fewer_writes.sql"), "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -89,8 +90,9 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         )),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 3) => Some((
-            include_str!("postgres/enqueued.sql"),
-            "CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$ \
+            include_str!("postgres/fewer_writes.sql"),
+            "ALTER TABLE outbox_jobs RESET (fillfactor); \
+             CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$ \
              BEGIN \
                  INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt) \
                  SELECT id, kind, queue, created_at, 'enqueued', attempts FROM inserted ORDER BY id; \

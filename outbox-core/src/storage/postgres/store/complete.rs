@@ -94,7 +94,7 @@ const FINISH: &str = finish_sql!(batched);
 /// [`FINISH`] for a batch with completions of kinds that keep nothing: those jobs are deleted (leaving their
 /// events, see `keep.sql`) unless they have a sequence key, and recorded in the same feed row. Each also gets
 /// a row of its own that lists no job (`jobs` empty, so the feed shows nothing of it): a job enqueued with
-/// others has no row of its own otherwise (`enqueued.sql`), and this one tells a waiter the job completed
+/// others has no row of its own otherwise (`fewer_writes.sql`), and this one tells a waiter the job completed
 /// rather than never existed (`events::outlived`). Retention removes it with the job's other events.
 const FINISH_DISCARDING: &str = finish_sql!(discarding);
 const FINISH_ONE: &str = finish_sql!(single);
