@@ -158,24 +158,6 @@ async fn outcomes_waiting_to_be_written_keep_their_slots() {
     handle.shutdown().await.expect("shutdown");
 }
 
-/// Enqueues probes 1 to `n` in one batch.
-async fn enqueue_probes(db: &DatabaseConnection, n: u64) {
-    let jobs: Vec<Probe> = (1..=n).map(|n| Probe { n }).collect();
-    outbox_core::enqueue_batch(db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
-}
-
-/// Drains the probes with a worker of `concurrency` slots doing nothing; `completed` jobs must be completed.
-async fn drain_probes(db: &DatabaseConnection, concurrency: usize, completed: i64) {
-    let worker = Worker::builder(db)
-        .concurrency(concurrency)
-        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
-        .build()
-        .await
-        .expect("build");
-    worker.drain().await.expect("drain");
-    assert_eq!(scalar(db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, completed);
-}
-
 /// A claim of 60 jobs lists them in one feed row of about 4 kB. Past PostgreSQL's default TOAST target (2 kB)
 /// every such row was compressed and moved to the TOAST table; migration 8 keeps it inline and uncompressed.
 #[tokio::test(flavor = "multi_thread")]
@@ -183,8 +165,16 @@ async fn a_workers_feed_rows_stay_inline_and_uncompressed() {
     let Some(t) = fresh(Backend::Postgres, "a_workers_feed_rows_stay_inline_and_uncompressed").await else {
         return;
     };
-    enqueue_probes(&t.db, 60).await;
-    drain_probes(&t.db, 60, 60).await;
+    let jobs: Vec<Probe> = (1..=60).map(|n| Probe { n }).collect();
+    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    let worker = Worker::builder(&t.db)
+        .concurrency(60)
+        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .build()
+        .await
+        .expect("build");
+    worker.drain().await.expect("drain");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 60);
     let widest = "SELECT COALESCE(MAX(octet_length(jobs::text)), 0) FROM outbox_job_events WHERE jobs IS NOT NULL";
     assert!(scalar(&t.db, widest).await > 2_100, "no feed row wider than the default TOAST target to check");
     let compressed = "SELECT COUNT(*) FROM outbox_job_events \
