@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """WAL bytes per job of the PostgreSQL table shapes, measured in one psql session.
 
-    python3 outbox-bench/shapes/wal.py postgres://user@host/db [jobs = 20000]
+    python3 outbox-bench/shapes/wal.py postgres://user@host/db [jobs = 20000] [sessions = 1] [shape ...]
 
 Each shape gets a schema of its own (dropped afterwards, also on failure), enqueues `jobs` no-op jobs in
 statements of 2,000 rows, analyzes, then drains them as the worker does: claim 100 (autocommit), complete the
 100 (autocommit), with one feed row per claim and per completion. It prints the WAL written per job while
-enqueuing, while draining and in all, and the drain's rate on this one serial session (`pg_current_wal_lsn`
-around each phase).
+enqueuing, while draining and in all, and the drain's rate (`pg_current_wal_lsn` around each phase). The drain
+runs on `sessions` psql sessions at once, each claiming and completing in turn, as several workers (or one
+worker's claim and completion connections) would: the rate of the statements alone, with no client around them.
 
 - `current`: the outbox schema as the migrations create it, and the worker's claim and fenced completion
   (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger, and
@@ -32,6 +33,8 @@ of expired leases, retention's scan of finished jobs) without an index on anythi
 import os
 import subprocess
 import sys
+import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "src", "storage", "postgres")
@@ -50,7 +53,7 @@ u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, ru
  event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
  SELECT '', '', '', now(), 'claimed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0)
-SELECT array_agg(id ORDER BY id) AS ids FROM u \\gset"""
+SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids FROM u \\gset"""
 
 CURRENT_COMPLETE = """WITH u AS (UPDATE outbox_jobs j SET status = 'completed', output = NULL, completed_at = now(),
  scheduled = false, lease_expires_at = NULL, updated_at = now(), event_flip = NOT j.event_flip
@@ -93,7 +96,7 @@ u AS (UPDATE shape_jobs j SET status = 'claimed', attempts = j.attempts + 1, run
  FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
  SELECT '', '', '', now(), 'claimed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0)
-SELECT array_agg(id ORDER BY id) AS ids FROM u \\gset"""
+SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids FROM u \\gset"""
 
 READY_COMPLETE = """WITH u AS (UPDATE shape_jobs j SET status = 'completed', output = NULL, completed_at = now(),
  lease_expires_at = NULL, updated_at = now()
@@ -130,7 +133,7 @@ l AS (INSERT INTO shape_claims (worker, lease_expires_at, jobs) SELECT 'w1', now
  FROM u HAVING count(*) > 0 RETURNING id),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
  SELECT '', '', '', now(), 'claimed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0)
-SELECT array_agg(id ORDER BY id) AS ids, (SELECT id FROM l) AS claim FROM u \\gset"""
+SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids, COALESCE((SELECT id FROM l), 0) AS claim FROM u \\gset"""
 
 CLAIMED_COMPLETE = """WITH u AS (UPDATE shape_jobs j SET status = 'completed', output = NULL, completed_at = now(),
  lease_expires_at = NULL, updated_at = now()
@@ -169,8 +172,9 @@ SHAPES = {
 }
 
 
-def script(schema, shape, jobs):
-    tables, enqueue, claim, complete = SHAPES[shape]
+def setup(schema, shape, jobs):
+    """Creates the shape's schema and enqueues the jobs; prints the WAL written while enqueuing."""
+    tables, enqueue, _, _ = SHAPES[shape]
     out = [
         "\\set ON_ERROR_STOP 1",
         f"CREATE SCHEMA {schema}; SET search_path = {schema}; SET plan_cache_mode = force_custom_plan;",
@@ -178,31 +182,58 @@ def script(schema, shape, jobs):
     out += [f"\\i {os.path.join(SCHEMA_SQL, f)}" for f in ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql")]
     out += [tables, "CHECKPOINT;", "SELECT pg_current_wal_lsn() AS l0 \\gset"]
     out += [enqueue.format(lo=lo + 1, hi=min(lo + CHUNK, jobs)) for lo in range(0, jobs, CHUNK)]
-    out += ["SELECT pg_current_wal_lsn() AS l1 \\gset", "ANALYZE;"]
-    out += ["SELECT pg_current_wal_lsn() AS l2, extract(epoch from clock_timestamp()) AS t2 \\gset"]
-    for _ in range((jobs + BATCH - 1) // BATCH):
-        out += [claim.format(batch=BATCH), complete]
-    out += ["SELECT pg_current_wal_lsn() AS l3, extract(epoch from clock_timestamp()) AS t3 \\gset"]
-    out += [
-        f"SELECT 'result', round(pg_wal_lsn_diff(:'l1', :'l0') / {jobs}), round(pg_wal_lsn_diff(:'l3', :'l2') / {jobs}),"
-        f" round((pg_wal_lsn_diff(:'l1', :'l0') + pg_wal_lsn_diff(:'l3', :'l2')) / {jobs}), round({jobs} / (:t3 - :t2));"
-    ]
+    out += ["SELECT 'result', pg_wal_lsn_diff(pg_current_wal_lsn(), :'l0');", "ANALYZE;"]
     return "\n".join(out) + "\n"
 
 
-def run(url, shape, jobs):
+def drain(schema, shape, claims):
+    """One session's part of the drain: `claims` claims, each followed by the completion of what it claimed."""
+    _, _, claim, complete = SHAPES[shape]
+    out = ["\\set ON_ERROR_STOP 1", f"SET search_path = {schema}; SET plan_cache_mode = force_custom_plan;"]
+    for _ in range(claims):
+        out += [claim.format(batch=BATCH), complete]
+    return "\n".join(out) + "\n"
+
+
+def query(url, sql, what):
+    done = subprocess.run(["psql", url, "-X", "-q", "-A", "-t", "-F", " ", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{what}: psql failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def run(url, shape, jobs, sessions):
     schema = f"outbox_shape_{os.getpid()}"
+    table = "outbox_jobs" if shape in ("current", "previous") else "shape_jobs"
     try:
-        done = subprocess.run(
-            ["psql", url, "-X", "-q", "-A", "-t", "-F", " "],
-            input=script(schema, shape, jobs), capture_output=True, text=True, check=False,
-        )
+        done = subprocess.run(["psql", url, "-X", "-q", "-A", "-t", "-F", " "], input=setup(schema, shape, jobs),
+                              capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"shape {shape}: psql failed: {done.stderr.strip()}")
-        result = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("result ")]
-        if not result:
+        enqueued = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("result ")]
+        if not enqueued:
             raise SystemExit(f"shape {shape}: no result in psql's output")
-        return result[-1]
+        # Every session makes its share of the claims and two more, which find nothing once the jobs are gone.
+        claims = -(-jobs // (BATCH * sessions)) + 2
+        with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+            script.write(drain(schema, shape, claims))
+            script.flush()
+            l2 = query(url, "SELECT pg_current_wal_lsn()", f"shape {shape}")
+            started = time.perf_counter()
+            procs = [subprocess.Popen(["psql", url, "-X", "-q", "-f", script.name], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True) for _ in range(sessions)]
+            failures = [proc.communicate()[1].strip() for proc in procs]
+            secs = time.perf_counter() - started
+        failures = [f for f, proc in zip(failures, procs) if proc.returncode != 0]
+        if failures:
+            raise SystemExit(f"shape {shape}: a draining session failed: {failures[0]}")
+        drained = query(url, f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{l2}'), "
+                        f"(SELECT count(*) FROM {schema}.{table} WHERE status = 'completed')", f"shape {shape}").split()
+        if int(drained[1]) != jobs:
+            raise SystemExit(f"shape {shape}: {drained[1]} of {jobs} jobs completed")
+        enq, dr = float(enqueued[0]) / jobs, float(drained[0]) / jobs
+        return round(enq), round(dr), round(enq + dr), round(jobs / secs)
     finally:
         subprocess.run(["psql", url, "-X", "-q", "-c", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
                        capture_output=True, check=False)
@@ -210,12 +241,18 @@ def run(url, shape, jobs):
 
 def main():
     if len(sys.argv) < 2:
-        raise SystemExit("usage: wal.py <postgres url> [jobs = 20000]")
-    url, jobs = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 20000
+        raise SystemExit("usage: wal.py <postgres url> [jobs = 20000] [sessions = 1] [shape ...]")
+    url = sys.argv[1]
+    jobs = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
+    sessions = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    shapes = sys.argv[4:] or list(SHAPES)
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        raise SystemExit(f"unknown shape `{unknown[0]}`; the shapes are {', '.join(SHAPES)}")
     print(f"{'shape':<14} {'enqueue B/job':>14} {'drain B/job':>12} {'life B/job':>11} {'drain jobs/s':>13}")
-    for shape in SHAPES:
-        enq, drain, life, rate = run(url, shape, jobs)
-        print(f"{shape:<14} {enq:>14} {drain:>12} {life:>11} {rate:>13}")
+    for shape in shapes:
+        enq, dr, life, rate = run(url, shape, jobs, sessions)
+        print(f"{shape:<14} {enq:>14} {dr:>12} {life:>11} {rate:>13}", flush=True)
 
 
 if __name__ == "__main__":
