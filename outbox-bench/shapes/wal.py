@@ -40,6 +40,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "src", "storage", "postgres")
 CHUNK = 2000
 BATCH = 100
+# The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`).
+MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql")
 
 CURRENT_ENQUEUE = """INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at,
  idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
@@ -179,7 +181,7 @@ def setup(schema, shape, jobs):
         "\\set ON_ERROR_STOP 1",
         f"CREATE SCHEMA {schema}; SET search_path = {schema}; SET plan_cache_mode = force_custom_plan;",
     ]
-    out += [f"\\i {os.path.join(SCHEMA_SQL, f)}" for f in ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql")]
+    out += [f"\\i {os.path.join(SCHEMA_SQL, f)}" for f in MIGRATIONS]
     out += [tables, "CHECKPOINT;", "SELECT pg_current_wal_lsn() AS l0 \\gset"]
     out += [enqueue.format(lo=lo + 1, hi=min(lo + CHUNK, jobs)) for lo in range(0, jobs, CHUNK)]
     out += ["SELECT 'result', pg_wal_lsn_diff(pg_current_wal_lsn(), :'l0');", "ANALYZE;"]

@@ -93,6 +93,22 @@ async fn keys_are_unique_among_active_jobs_only(t: TestDb) {
     let dups = ops::duplicates(&t.db, 10).await.expect("duplicates");
     assert_eq!(dups.len(), 1);
     assert_eq!((dups[0].jobs, dups[0].active, dups[0].completed), (2, 1, 1));
+
+    // Cancelling lets the key go; the cancelled job cannot be retried while the new holder is active, and takes
+    // the key back once it has finished: a duplicate then collapses onto it.
+    let key = || EnqueueOpts::new().idempotency_key("c");
+    let cancelled = outbox_core::enqueue(&t.db, &Probe { n: 9 }, key()).await.expect("enqueue");
+    ops::cancel(&t.db, cancelled.id()).await.expect("cancel");
+    let holder = outbox_core::enqueue(&t.db, &Probe { n: 10 }, key()).await.expect("enqueue");
+    assert!(holder.is_new());
+    assert!(ops::retry(&t.db, cancelled.id()).await.is_err(), "retried while another active job holds its key");
+    exec(&t.db, "UPDATE outbox_jobs SET status = 'failed' WHERE id = ?", vec![holder.id().into()]).await;
+    ops::retry(&t.db, cancelled.id()).await.expect("retry once the key is free");
+    let dup = outbox_core::enqueue(&t.db, &Probe { n: 11 }, key()).await.expect("enqueue");
+    assert_eq!(dup, Enqueued::Existing(cancelled.id().to_owned()));
+    // A job deleted while active (as a kind that keeps nothing deletes it at completion) lets it go too.
+    exec(&t.db, "DELETE FROM outbox_jobs WHERE id = ?", vec![cancelled.id().into()]).await;
+    assert!(outbox_core::enqueue(&t.db, &Probe { n: 12 }, key()).await.expect("enqueue").is_new());
 }
 
 conformance!(invalid_payloads_are_rejected_with_their_path_and_write_nothing);

@@ -199,3 +199,44 @@ async fn the_jobs_table_leaves_room_for_updates() {
                    AND 'fillfactor=50' = ANY(reloptions)";
     assert_eq!(scalar(&t.db, options).await, 1, "outbox_jobs has fillfactor 50");
 }
+
+/// A claim and a completion of an unkeyed job, and the claim of a keyed one, change nothing the unique index of
+/// keys reads: it names the generated `active_key`, never the job's status, so it does not stop those updates
+/// from being heap-only. A keyed job gives its key up as it finishes, for any writer.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_key_index_reads_what_only_a_keyed_job_s_end_changes() {
+    let Some(t) = fresh(Backend::Postgres, "the_key_index_reads_what_only_a_keyed_job_s_end_changes").await else {
+        return;
+    };
+    let def: String =
+        t.db.query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT pg_get_indexdef('outbox_jobs_active_key'::regclass)",
+        ))
+        .await
+        .expect("index definition")
+        .expect("a row")
+        .try_get_by_index(0)
+        .expect("text");
+    assert!(def.contains("(kind, active_key)") && !def.contains("status"), "{def}");
+
+    let keyed =
+        outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().idempotency_key("k")).await.expect("keyed");
+    let plain = insert_by_hand(&t.db, 2).await;
+    let active_keys = |status: &str| {
+        format!(
+            "SELECT COUNT(*) FROM outbox_jobs WHERE status = '{status}' AND \
+             active_key IS NOT DISTINCT FROM idempotency_key"
+        )
+    };
+    assert_eq!(scalar(&t.db, &active_keys("pending")).await, 2, "pending jobs keep their key (or none)");
+    let claim = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1";
+    t.db.execute_unprepared(claim).await.expect("claim");
+    assert_eq!(scalar(&t.db, &active_keys("claimed")).await, 2, "a claim changes neither job's active_key");
+    t.db.execute_unprepared("UPDATE outbox_jobs SET status = 'completed'").await.expect("complete");
+    let held = "SELECT COUNT(*) FROM outbox_jobs WHERE active_key IS NOT NULL";
+    assert_eq!(scalar(&t.db, held).await, 0, "finished jobs hold no key");
+    let again =
+        outbox_core::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new().idempotency_key("k")).await.expect("again");
+    assert!(again.is_new() && again.id() != keyed.id() && again.id() != plain, "{again:?}");
+}

@@ -169,6 +169,20 @@ async fn present<C: ConnectionTrait + ?Sized>(conn: &C, b: Backend, jobs: &[&New
     rows.iter().map(|row| row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))).collect()
 }
 
+/// The condition that the job `j` holds the key `key` (an SQL expression): it is active (pending or claimed) and
+/// was not superseded, which is what the unique index of keys reads. On PostgreSQL that is the generated
+/// `active_key` column (`postgres/active_keys.sql`), so the index serves the lookup.
+pub(crate) fn holds_key(b: Backend, j: &str, key: &str) -> String {
+    match b {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => {
+            format!("{j}.idempotency_key = {key} AND {j}.status IN ('pending', 'claimed') AND NOT {j}.superseded")
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => format!("{j}.active_key = {key}"),
+    }
+}
+
 /// The active (pending or claimed) job of `kind` holding `key`, that a duplicate would collapse onto.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Twin {
@@ -186,10 +200,12 @@ pub(crate) async fn find_twin<C: ConnectionTrait + ?Sized>(
     sequence: Option<&str>,
 ) -> Result<Option<Twin>> {
     let b = Backend::of(conn)?;
-    let sql = "SELECT t.id, COALESCE(t.sequence_key = $3 AND EXISTS (SELECT 1 FROM outbox_jobs l \
+    let sql = format!(
+        "SELECT t.id, COALESCE(t.sequence_key = $3 AND EXISTS (SELECT 1 FROM outbox_jobs l \
          WHERE l.sequence_key = t.sequence_key AND l.sequence_no > t.sequence_no), FALSE) \
-         FROM outbox_jobs t WHERE t.kind = $1 AND t.idempotency_key = $2 AND t.status IN ('pending', 'claimed') \
-         AND NOT t.superseded LIMIT 1";
+         FROM outbox_jobs t WHERE t.kind = $1 AND {} LIMIT 1",
+        holds_key(b, "t", "$2")
+    );
     let row = conn
         .query_one_raw(b.stmt(sql, vec![Value::from(kind), Value::from(key), Value::from(sequence)]))
         .await

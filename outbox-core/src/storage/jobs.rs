@@ -112,11 +112,11 @@ pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Re
 const RETRY_SET: &str = "status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, \
      sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL";
 
-/// No active job (pending or claimed) of the same kind holds the key of the job `j`.
-fn key_free(j: &str) -> String {
+/// No job of the same kind holds the key of the job `j` (see [`super::enqueue::holds_key`]).
+fn key_free(b: Backend, j: &str) -> String {
     format!(
-        "({j}.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = {j}.kind \
-         AND a.idempotency_key = {j}.idempotency_key AND a.status IN ('pending', 'claimed')))"
+        "({j}.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = {j}.kind AND {}))",
+        super::enqueue::holds_key(b, "a", &format!("{j}.idempotency_key"))
     )
 }
 
@@ -127,7 +127,7 @@ pub(crate) async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: 
     let sql = format!(
         "UPDATE outbox_jobs SET {RETRY_SET}, run_at = {now}, updated_at = {now} \
          WHERE id = $2 AND status IN ('failed', 'cancelled') AND {}",
-        key_free("outbox_jobs"),
+        key_free(b, "outbox_jobs"),
         now = b.ts("$1"),
     );
     let res = execute_write(conn, b.stmt(sql, vec![now.into(), id.into()]), || format!("retrying job `{id}`")).await?;
@@ -153,7 +153,7 @@ pub(crate) async fn retry_failed<C: ConnectionTrait + ?Sized>(
                  PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) \
                  ORDER BY f.updated_at DESC, f.id DESC) AS rn \
              FROM outbox_jobs f WHERE f.status = 'failed'{kind_filter}{error_filter} AND {}) r WHERE rn = 1)",
-        key_free("f")
+        key_free(b, "f")
     );
     let res = execute_write(conn, b.stmt(sql, p.0), || "retrying failed jobs".into()).await?;
     Ok(res.rows_affected())

@@ -1,8 +1,9 @@
 //! The schema: per backend, one migration creating the tables (`sqlite/schema.sql`, `postgres/schema.sql`),
 //! one giving claims their ready indexes (`ready.sql`), one letting jobs deleted at completion leave their
 //! events to the feed (`keep.sql`), one making PostgreSQL write less per job (`fewer_writes.sql`: a
-//! statement's enqueued jobs in one row, room on each page for its rows' updates), and the refusal of a
-//! database created by a build from before them.
+//! statement's enqueued jobs in one row, room on each page for its rows' updates), one keying PostgreSQL's
+//! unique index of active jobs' keys on a generated column rather than their status (`active_keys.sql`), and the refusal of a database created by a
+//! build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -10,11 +11,12 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 4] = [
+pub(crate) const MIGRATIONS: [&str; 5] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
     "m20261201_000004_fewer_writes",
+    "m20261202_000005_active_keys",
 ];
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
@@ -60,6 +62,8 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         )),
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 3) => Some((include_str!("sqlite/fewer_writes.sql"), "SELECT 1;")),
+        #[cfg(feature = "sqlite")]
+        (DbBackend::Sqlite, 4) => Some((include_str!("sqlite/active_keys.sql"), "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -98,6 +102,13 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
                  SELECT id, kind, queue, created_at, 'enqueued', attempts FROM inserted ORDER BY id; \
                  RETURN NULL; \
              END $$;",
+        )),
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 4) => Some((
+            include_str!("postgres/active_keys.sql"),
+            "DROP INDEX outbox_jobs_active_key; ALTER TABLE outbox_jobs DROP COLUMN active_key; \
+             CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key) \
+                 WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL AND NOT superseded;",
         )),
         _ => None,
     }

@@ -30,7 +30,8 @@ async fn health_tells_when_the_schema_is_not_current(t: TestDb) {
             "m20261128_000001_outbox_schema",
             "m20261129_000002_ready_jobs",
             "m20261130_000003_keep_nothing",
-            "m20261201_000004_fewer_writes"
+            "m20261201_000004_fewer_writes",
+            "m20261202_000005_active_keys"
         ])
     );
 }
