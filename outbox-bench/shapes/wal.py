@@ -41,7 +41,7 @@ SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "src", "storage", "po
 CHUNK = 2000
 BATCH = 100
 # The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`).
-MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql")
+MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql")
 
 CURRENT_ENQUEUE = """INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at,
  idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)

@@ -240,3 +240,42 @@ async fn the_key_index_reads_what_only_a_keyed_job_s_end_changes() {
         outbox_core::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new().idempotency_key("k")).await.expect("again");
     assert!(again.is_new() && again.id() != keyed.id() && again.id() != plain, "{again:?}");
 }
+
+/// Rebuilding the jobs table with its columns in a new order (the sixth migration) keeps its rows, its history,
+/// its privileges, and every index and trigger as the earlier migrations defined them, and writes no event.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_jobs_table_rebuilt_in_column_order_keeps_everything() {
+    use sea_orm_migration::MigratorTrait;
+    let Some(t) = fresh(Backend::Postgres, "the_jobs_table_rebuilt_in_column_order_keeps_everything").await else {
+        return;
+    };
+    outbox_core::Migrator::down(&t.db, None).await.expect("undo every migration");
+    outbox_core::Migrator::up(&t.db, Some(5)).await.expect("the first five migrations");
+    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().idempotency_key("k")).await.expect("keyed");
+    let plain = insert_by_hand(&t.db, 2).await;
+    t.db.execute_unprepared(&format!("UPDATE outbox_jobs SET status = 'completed' WHERE id = '{plain}'"))
+        .await
+        .expect("complete by hand");
+    t.db.execute_unprepared("GRANT SELECT ON outbox_jobs TO PUBLIC").await.expect("grant");
+    let snapshot = async |db: &DatabaseConnection| -> Vec<String> {
+        let sql = "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = 'outbox_jobs'::regclass \
+                   UNION ALL SELECT pg_get_triggerdef(oid) FROM pg_trigger \
+                   WHERE tgrelid = 'outbox_jobs'::regclass AND NOT tgisinternal \
+                   UNION ALL SELECT id || ' ' || status || ' ' || COALESCE(active_key, '-') || ' ' || attempts \
+                   FROM outbox_jobs \
+                   UNION ALL SELECT job_id || ' ' || event || ' ' || attempt FROM outbox_job_events \
+                   UNION ALL SELECT COALESCE(array_to_string(relacl, ' '), 'no grants') || ' ' \
+                   || COALESCE(array_to_string(reloptions, ' '), 'no options') \
+                   FROM pg_class WHERE oid = 'outbox_jobs'::regclass ORDER BY 1";
+        let rows = db.query_all_raw(Statement::from_string(DbBackend::Postgres, sql)).await.expect("snapshot");
+        rows.iter().map(|r| r.try_get_by_index::<String>(0).expect("text")).collect()
+    };
+    let before = snapshot(&t.db).await;
+    assert!(before.len() >= 9 + 9 + 2 + 3, "{before:#?}");
+    outbox_core::Migrator::up(&t.db, None).await.expect("the sixth migration");
+    assert_eq!(snapshot(&t.db).await, before);
+    let first = "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = 'outbox_jobs'::regclass \
+                 AND attname = 'status' AND attnum > (SELECT attnum FROM pg_attribute \
+                 WHERE attrelid = 'outbox_jobs'::regclass AND attname = 'schema_hash')";
+    assert_eq!(scalar(&t.db, first).await, 1, "status comes after the columns no update changes");
+}

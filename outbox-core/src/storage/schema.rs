@@ -2,8 +2,9 @@
 //! one giving claims their ready indexes (`ready.sql`), one letting jobs deleted at completion leave their
 //! events to the feed (`keep.sql`), one making PostgreSQL write less per job (`fewer_writes.sql`: a
 //! statement's enqueued jobs in one row, room on each page for its rows' updates), one keying PostgreSQL's
-//! unique index of active jobs' keys on a generated column rather than their status (`active_keys.sql`), and the refusal of a database created by a
-//! build from before them.
+//! unique index of active jobs' keys on a generated column rather than their status (`active_keys.sql`), one
+//! rebuilding PostgreSQL's jobs table with the columns its updates change last (`columns_last.sql`), and the
+//! refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -11,12 +12,13 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 5] = [
+pub(crate) const MIGRATIONS: [&str; 6] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
     "m20261201_000004_fewer_writes",
     "m20261202_000005_active_keys",
+    "m20261203_000006_columns_last",
 ];
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
@@ -64,6 +66,8 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         (DbBackend::Sqlite, 3) => Some((include_str!("sqlite/fewer_writes.sql"), "SELECT 1;")),
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 4) => Some((include_str!("sqlite/active_keys.sql"), "SELECT 1;")),
+        #[cfg(feature = "sqlite")]
+        (DbBackend::Sqlite, 5) => Some((include_str!("sqlite/columns_last.sql"), "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -110,6 +114,10 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
              CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key) \
                  WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL AND NOT superseded;",
         )),
+        // Undone by nothing: every statement of every build names the columns it reads and writes, so the order
+        // it leaves is the schema the earlier migrations describe.
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 5) => Some((include_str!("postgres/columns_last.sql"), "SELECT 1;")),
         _ => None,
     }
 }
