@@ -5,6 +5,10 @@
 #
 #   outbox-bench/graphile/compare.sh <postgres url> [jobs = 20000]
 #
+# With SHAPES set (e.g. SHAPES="current ready_claimed"), each round also drains those table shapes of
+# `outbox-bench/shapes/wal.py` on two psql sessions (the statements alone, no client around them; needs psql),
+# and the summary adds each shape's median drain rate, its ratio to graphile-worker and its WAL bytes per job.
+#
 # Needs Node.js and npm (graphile-worker is installed here from the npm registry on first use). CI does not
 # run it.
 set -eu
@@ -16,7 +20,13 @@ jobs=${2:-20000}
 bench="$here/../../target/release/outbox-bench"
 ours=""
 theirs=""
+shapes=""
 for run in 1 2 3; do
+  if [ -n "${SHAPES:-}" ]; then
+    # shellcheck disable=SC2086
+    shapes="$shapes
+$(python3 "$here/../shapes/wal.py" "$url" "$jobs" 2 $SHAPES | tail -n +2)"
+  fi
   theirs="$theirs
 $(node "$here/bench.mjs" "$url" "$jobs" 1 2>/dev/null)"
   ours="$ours
@@ -24,6 +34,11 @@ $("$bench" --pg-url "$url" --backend postgres --case process --sync full --jobs 
 done
 node --input-type=module -e '
 const [ours, theirs] = process.argv.slice(1, 3).map((s) => s.trim().split("\n").map((l) => JSON.parse(l)));
+const shapeRuns = {};
+for (const line of process.argv[4].trim().split("\n").filter((l) => l.trim())) {
+  const [name, , , life, rate] = line.trim().split(/\s+/);
+  (shapeRuns[name] ??= []).push({ life: Number(life), rate: Number(rate) });
+}
 const median = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
 const of = (runs, field) => median(runs.map((r) => r[field]));
 const [o, t] = [of(ours, "jobs_per_sec"), of(theirs, "jobs_per_sec")];
@@ -34,5 +49,9 @@ console.log(JSON.stringify({ case: "process", backend: "postgres", sync: "on", j
   outbox_wal_bytes_per_job: ow, graphile_wal_bytes_per_job: tw,
   outbox_wal_bytes_per_job_drain: of(ours, "wal_bytes_per_job_drain"),
   graphile_wal_bytes_per_job_drain: of(theirs, "wal_bytes_per_job_drain"),
-  wal_ratio: Math.round((ow / tw) * 1000) / 1000 }));
-' "$ours" "$theirs" "$jobs"
+  wal_ratio: Math.round((ow / tw) * 1000) / 1000,
+  shapes_two_sessions: Object.fromEntries(Object.entries(shapeRuns).map(([name, runs]) => [name, {
+    drain_runs: runs.map((r) => r.rate), drain_jobs_per_sec: median(runs.map((r) => r.rate)),
+    ratio: Math.round((median(runs.map((r) => r.rate)) / t) * 1000) / 1000,
+    wal_bytes_per_job: median(runs.map((r) => r.life)) }])) }));
+' "$ours" "$theirs" "$jobs" "$shapes"

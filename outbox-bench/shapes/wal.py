@@ -11,10 +11,10 @@ runs on `sessions` psql sessions at once, each claiming and completing in turn, 
 worker's claim and completion connections) would: the rate of the statements alone, with no client around them.
 
 - `current`: the outbox schema as the migrations create it, and the worker's claim and fenced completion
-  (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger, and
-  half of each page of the jobs table left free for its rows' updates).
-- `previous`: `current` before its fourth migration: an `enqueued` row per job, and full pages, so each update
-  moves the row to another page.
+  (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger,
+  half of each page of the jobs table left free for its rows' updates, the columns updates change last).
+- `previous`: `current` without its fourth migration's changes: an `enqueued` row per job, and full pages, so
+  each update moves the row to another page.
 - `ready_table`: the proposed shape. Jobs stay in a table with no index on anything a claim or completion
   changes (mutable columns last, `fillfactor = 40`), so both updates of a job row are HOT; what can run sits in
   a narrow ready table (its claim flag and lease indexed there), deleted at completion; one `enqueued` row per
@@ -207,7 +207,7 @@ def query(url, sql, what):
 
 def run(url, shape, jobs, sessions):
     schema = f"outbox_shape_{os.getpid()}"
-    table = "outbox_jobs" if shape in ("current", "previous") else "shape_jobs"
+    table = "shape_jobs" if shape.startswith("ready") else "outbox_jobs"
     try:
         done = subprocess.run(["psql", url, "-X", "-q", "-A", "-t", "-F", " "], input=setup(schema, shape, jobs),
                               capture_output=True, text=True, check=False)
