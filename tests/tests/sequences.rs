@@ -309,6 +309,47 @@ async fn a_job_retried_after_its_sequence_went_on_waits_for_the_running_one(t: T
     assert_eq!(most.load(Ordering::SeqCst), 1, "two jobs of one sequence ran at once");
 }
 
+conformance!(jobs_of_one_sequence_retried_together_rejoin_in_order);
+async fn jobs_of_one_sequence_retried_together_rejoin_in_order(t: TestDb) {
+    use outbox_core::{JobStatus, ops};
+    use outbox_tests::Onward;
+
+    let mut ids = Vec::new();
+    for n in 1..=3 {
+        let job = outbox_core::enqueue(&t.db, &Onward { key: 7, n }, EnqueueOpts::new()).await.expect("enqueue");
+        ids.push(job.id().to_owned());
+    }
+    // As a worker leaves them under the continue policy: the first two failed for good, the third completed.
+    for (id, status) in [(&ids[0], "failed"), (&ids[1], "failed"), (&ids[2], "completed")] {
+        outbox_tests::exec(
+            &t.db,
+            "UPDATE outbox_jobs SET status = ?, attempts = 1 WHERE id = ?",
+            vec![status.into(), id.as_str().into()],
+        )
+        .await;
+    }
+    // One statement puts both back: the first may run at once, the second waits for it.
+    assert_eq!(ops::retry_failed(&t.db, Some("onward")).await.expect("retry failed"), 2);
+    let first = ops::get(&t.db, &ids[0]).await.expect("get");
+    let second = ops::get(&t.db, &ids[1]).await.expect("get");
+    assert_eq!((first.status, first.waiting_for.as_deref()), (JobStatus::Pending, None), "{first:?}");
+    assert_eq!(
+        (second.status, second.waiting_for.as_deref()),
+        (JobStatus::Pending, Some(ids[0].as_str())),
+        "{second:?}"
+    );
+    // Put back alone, with nothing of its sequence to run, a job may run at once.
+    exec_status(&t, &ids[0], "completed").await;
+    exec_status(&t, &ids[1], "failed").await;
+    ops::retry(&t.db, &ids[1]).await.expect("retry");
+    let alone = ops::get(&t.db, &ids[1]).await.expect("get");
+    assert_eq!((alone.status, alone.waiting_for.as_deref()), (JobStatus::Pending, None), "{alone:?}");
+}
+
+async fn exec_status(t: &TestDb, id: &str, status: &str) {
+    outbox_tests::exec(&t.db, "UPDATE outbox_jobs SET status = ? WHERE id = ?", vec![status.into(), id.into()]).await;
+}
+
 conformance!(a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep);
 async fn a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep(t: TestDb) {
     // What a lost race (or a hand-written row) leaves behind: a waiting job whose sequence has nothing ahead.

@@ -3,7 +3,8 @@
 //! events to the feed (`keep.sql`), one making PostgreSQL write less per job (`fewer_writes.sql`: a
 //! statement's enqueued jobs in one row, room on each page for its rows' updates), one keying PostgreSQL's
 //! unique index of active jobs' keys on a generated column rather than their status (`active_keys.sql`), one
-//! rebuilding PostgreSQL's jobs table with the columns its updates change last (`columns_last.sql`), and the
+//! rebuilding PostgreSQL's jobs table with the columns its updates change last and its rejoin trigger run after
+//! the update (`columns_last.sql`), and the
 //! refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
@@ -114,10 +115,16 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
              CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key) \
                  WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL AND NOT superseded;",
         )),
-        // Undone by nothing: every statement of every build names the columns it reads and writes, so the order
-        // it leaves is the schema the earlier migrations describe.
+        // The column order stays: every statement of every build names the columns it reads and writes.
         #[cfg(feature = "postgres")]
-        (DbBackend::Postgres, 5) => Some((include_str!("postgres/columns_last.sql"), "SELECT 1;")),
+        (DbBackend::Postgres, 5) => Some((
+            include_str!("postgres/columns_last.sql"),
+            "DROP TRIGGER outbox_jobs_sequence_rejoin ON outbox_jobs; DROP FUNCTION outbox_jobs_sequence_rejoined(); \
+             CREATE TRIGGER outbox_jobs_sequence_rejoin BEFORE UPDATE OF status ON outbox_jobs \
+                 FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL AND NEW.status = 'pending' \
+                     AND OLD.status IN ('completed', 'failed', 'cancelled')) \
+                 EXECUTE FUNCTION outbox_jobs_sequence_rejoin();",
+        )),
         _ => None,
     }
 }
