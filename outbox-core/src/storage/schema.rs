@@ -4,8 +4,7 @@
 //! statement's enqueued jobs in one row, room on each page for its rows' updates), one keying PostgreSQL's
 //! unique index of active jobs' keys on a generated column rather than their status (`active_keys.sql`), one
 //! rebuilding PostgreSQL's jobs table with the columns its updates change last and its rejoin trigger run after
-//! the update (`columns_last.sql`), and the
-//! refusal of a database created by a build from before them.
+//! the update (`columns_last.sql`), and the refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
