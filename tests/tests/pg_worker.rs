@@ -242,7 +242,8 @@ async fn the_key_index_reads_what_only_a_keyed_job_s_end_changes() {
 }
 
 /// Rebuilding the jobs table with its columns in a new order (the sixth migration) keeps its rows, its history,
-/// its privileges, and every index and trigger as the earlier migrations defined them but the rejoin, which now
+/// its privileges, its columns' types, defaults and constraints, and every index and trigger as the earlier
+/// migrations defined them but the rejoin, which now
 /// runs after the update, and writes no event. No BEFORE UPDATE row trigger is left: its presence makes every
 /// update lock each row first.
 #[tokio::test(flavor = "multi_thread")]
@@ -264,6 +265,14 @@ async fn the_jobs_table_rebuilt_in_column_order_keeps_everything() {
                    UNION ALL SELECT pg_get_triggerdef(oid) FROM pg_trigger \
                    WHERE tgrelid = 'outbox_jobs'::regclass AND NOT tgisinternal \
                    AND tgname <> 'outbox_jobs_sequence_rejoin' \
+                   UNION ALL SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' \
+                   || COALESCE(c.collname, '-') || ' ' || a.attnotnull || ' ' || a.attgenerated::text || ' ' \
+                   || COALESCE(pg_get_expr(d.adbin, d.adrelid), '-') FROM pg_attribute a \
+                   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+                   LEFT JOIN pg_collation c ON c.oid = a.attcollation AND a.attcollation <> 100 \
+                   WHERE a.attrelid = 'outbox_jobs'::regclass AND a.attnum > 0 AND NOT a.attisdropped \
+                   UNION ALL SELECT conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint \
+                   WHERE conrelid = 'outbox_jobs'::regclass \
                    UNION ALL SELECT id || ' ' || status || ' ' || COALESCE(active_key, '-') || ' ' || attempts \
                    FROM outbox_jobs \
                    UNION ALL SELECT job_id || ' ' || event || ' ' || attempt FROM outbox_job_events \
@@ -274,7 +283,7 @@ async fn the_jobs_table_rebuilt_in_column_order_keeps_everything() {
         rows.iter().map(|r| r.try_get_by_index::<String>(0).expect("text")).collect()
     };
     let before = snapshot(&t.db).await;
-    assert!(before.len() >= 9 + 9 + 2 + 3, "{before:#?}");
+    assert!(before.len() >= 29 + 9 + 8 + 2 + 3, "{before:#?}");
     outbox_core::Migrator::up(&t.db, None).await.expect("the sixth migration");
     assert_eq!(snapshot(&t.db).await, before);
     let first = "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = 'outbox_jobs'::regclass \

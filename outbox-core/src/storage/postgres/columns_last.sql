@@ -12,7 +12,7 @@ CREATE TABLE outbox_jobs_reordered (
     queue text COLLATE "C" NOT NULL DEFAULT 'default',
     payload jsonb NOT NULL,
     priority integer NOT NULL DEFAULT 0,
-    max_attempts integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+    max_attempts integer NOT NULL DEFAULT 3 CONSTRAINT outbox_jobs_max_attempts_check CHECK (max_attempts >= 1),
     idempotency_key text COLLATE "C",
     schema_hash text NOT NULL,
     created_at timestamptz NOT NULL,
@@ -30,7 +30,7 @@ CREATE TABLE outbox_jobs_reordered (
     locked_by text,
     locked_at timestamptz,
     claimed_at timestamptz,
-    status text COLLATE "C" NOT NULL DEFAULT 'pending'
+    status text COLLATE "C" NOT NULL DEFAULT 'pending' CONSTRAINT outbox_jobs_status_check
         CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
     completed_at timestamptz,
     lease_expires_at timestamptz,
