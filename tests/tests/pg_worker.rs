@@ -243,9 +243,8 @@ async fn the_key_index_reads_what_only_a_keyed_job_s_end_changes() {
 
 /// Rebuilding the jobs table with its columns in a new order (the sixth migration) keeps its rows, its history,
 /// its privileges, its columns' types, defaults and constraints, and every index and trigger as the earlier
-/// migrations defined them but the rejoin, which now
-/// runs after the update, and writes no event. No BEFORE UPDATE row trigger is left: its presence makes every
-/// update lock each row first.
+/// migrations defined them but the rejoin, which now runs after the update, and writes no event. No BEFORE
+/// UPDATE row trigger is left: its presence makes every update lock each row first.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_jobs_table_rebuilt_in_column_order_keeps_everything() {
     use sea_orm_migration::MigratorTrait;

@@ -59,6 +59,13 @@ BEGIN
             CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
 END $$;
+-- The old table's indexes and triggers, as the earlier migrations (or an operator) left them, are made again on
+-- the new one from their own definitions; the primary key and the rejoin trigger are made below.
+CREATE TEMPORARY TABLE outbox_jobs_definitions ON COMMIT DROP AS
+    SELECT pg_get_indexdef(indexrelid) AS definition FROM pg_index
+        WHERE indrelid = 'outbox_jobs'::regclass AND NOT indisprimary
+    UNION ALL SELECT pg_get_triggerdef(oid) FROM pg_trigger
+        WHERE tgrelid = 'outbox_jobs'::regclass AND NOT tgisinternal AND tgname <> 'outbox_jobs_sequence_rejoin';
 DROP TABLE outbox_jobs;
 ALTER TABLE outbox_jobs_reordered RENAME TO outbox_jobs;
 ALTER TABLE outbox_jobs ADD PRIMARY KEY (id);
@@ -85,46 +92,14 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- The indexes and triggers of the migrations before, as they left them (the rejoin above aside).
-CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id)
-    WHERE status = 'pending' AND NOT waiting AND NOT scheduled;
-CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id)
-    WHERE status = 'pending' AND NOT waiting AND NOT scheduled;
-CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (run_at) WHERE status = 'pending' AND scheduled;
-CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, active_key) WHERE active_key IS NOT NULL;
-CREATE INDEX outbox_jobs_lease ON outbox_jobs (lease_expires_at) WHERE status = 'claimed';
-CREATE INDEX outbox_jobs_finished
-    ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled');
-CREATE INDEX outbox_jobs_sequence
-    ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL;
-CREATE INDEX outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no)
-    WHERE sequence_key IS NOT NULL AND (outbox_jobs.status IN ('pending', 'claimed')
-        OR (outbox_jobs.status IN ('failed', 'cancelled') AND outbox_jobs.sequence_hold = 1));
-
-CREATE TRIGGER outbox_jobs_notify AFTER INSERT ON outbox_jobs
-    FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_notify();
-CREATE TRIGGER outbox_jobs_sequence_insert BEFORE INSERT ON outbox_jobs
-    FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL) EXECUTE FUNCTION outbox_jobs_sequence_insert();
-CREATE TRIGGER outbox_jobs_sequence_moved AFTER UPDATE OF status, sequence_hold ON outbox_jobs
-    FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL
-        AND (OLD.status IN ('pending', 'claimed') OR (OLD.status IN ('failed', 'cancelled') AND OLD.sequence_hold = 1))
-        AND NOT (NEW.status IN ('pending', 'claimed') OR (NEW.status IN ('failed', 'cancelled') AND NEW.sequence_hold = 1)))
-    EXECUTE FUNCTION outbox_jobs_sequence_note();
-CREATE TRIGGER outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs
-    FOR EACH ROW WHEN (OLD.sequence_key IS NOT NULL
-        AND (OLD.status IN ('pending', 'claimed') OR (OLD.status IN ('failed', 'cancelled') AND OLD.sequence_hold = 1)))
-    EXECUTE FUNCTION outbox_jobs_sequence_note();
-CREATE TRIGGER outbox_jobs_sequence_next AFTER UPDATE OR DELETE ON outbox_jobs
-    FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_sequence_next();
+DO $$
+DECLARE d text;
+BEGIN
+    FOR d IN SELECT definition FROM outbox_jobs_definitions LOOP
+        EXECUTE d;
+    END LOOP;
+END $$;
 CREATE TRIGGER outbox_jobs_sequence_rejoin AFTER UPDATE OF status ON outbox_jobs
     FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL AND NEW.status = 'pending'
         AND OLD.status IN ('completed', 'failed', 'cancelled'))
     EXECUTE FUNCTION outbox_jobs_sequence_rejoined();
-CREATE TRIGGER outbox_jobs_enqueued AFTER INSERT ON outbox_jobs REFERENCING NEW TABLE AS inserted
-    FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_enqueued();
-CREATE TRIGGER outbox_jobs_purged AFTER DELETE ON outbox_jobs FOR EACH ROW WHEN (OLD.status <> 'claimed')
-    EXECUTE FUNCTION outbox_jobs_purged();
-CREATE TRIGGER outbox_jobs_transition AFTER UPDATE OF status, attempts ON outbox_jobs
-    FOR EACH ROW WHEN ((OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts)
-        AND OLD.event_flip = NEW.event_flip)
-    EXECUTE FUNCTION outbox_jobs_transition();
