@@ -61,7 +61,7 @@ BEGIN
 END $$;
 -- The old table's indexes and triggers, as the earlier migrations (or an operator) left them, are made again on
 -- the new one from their own definitions; the primary key and the rejoin trigger are made below.
-CREATE TEMPORARY TABLE outbox_jobs_definitions ON COMMIT DROP AS
+CREATE TEMPORARY TABLE outbox_jobs_definitions AS
     SELECT pg_get_indexdef(indexrelid) AS definition FROM pg_index
         WHERE indrelid = 'outbox_jobs'::regclass AND NOT indisprimary
     UNION ALL SELECT pg_get_triggerdef(oid) FROM pg_trigger
@@ -99,6 +99,7 @@ BEGIN
         EXECUTE d;
     END LOOP;
 END $$;
+DROP TABLE outbox_jobs_definitions;
 CREATE TRIGGER outbox_jobs_sequence_rejoin AFTER UPDATE OF status ON outbox_jobs
     FOR EACH ROW WHEN (NEW.sequence_key IS NOT NULL AND NEW.status = 'pending'
         AND OLD.status IN ('completed', 'failed', 'cancelled'))
