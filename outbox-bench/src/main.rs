@@ -10,7 +10,9 @@
 //! `synchronous` (FULL, NORMAL) and, on PostgreSQL, `synchronous_commit` (FULL = on, NORMAL = off).
 //! `--jobs N` (default 20,000) sizes the cases: `enqueue` runs N/10 jobs at FULL and N/4 at NORMAL (one
 //! transaction each; each `enqueue` run is followed by an `enqueue_orm_ceiling` run, and the row carries their
-//! ratio as `orm_ceiling_ratio`), `enqueue_batch` and `process` N, `process_memory` 5×N. `process_memory` drains in a
+//! ratio as `orm_ceiling_ratio`), `enqueue_batch` and `process` N, `process_memory` 5×N. `--concurrency N`
+//! (default 100) is the worker's concurrency in `process`, `process_sequenced` and `held_snapshot`, and the
+//! baselines' claim size. `process_memory` drains in a
 //! child process (this binary again, `--drain-child`) so its RSS figures hold the worker alone (on
 //! PostgreSQL, without the server's processes). `reconcile` runs outbox-fs's reconciler over 5×N completed
 //! `create_file` jobs whose files are on disk (default 100,000), also in a child process
@@ -346,6 +348,10 @@ struct Args {
     /// The PostgreSQL server the PostgreSQL rows run on.
     #[arg(long, value_name = "URL")]
     pg_url: Option<String>,
+    /// Worker concurrency in the process cases (`process`, `process_sequenced`, `held_snapshot`), and the
+    /// baselines' claim size.
+    #[arg(long, value_name = "N", default_value_t = CONCURRENCY)]
+    concurrency: usize,
 }
 
 /// The arguments, checked beyond what clap checks; `--pg-url` defaults to the first of
@@ -357,8 +363,8 @@ fn parse_args() -> Result<Args, BoxError> {
             .into_iter()
             .find_map(|var| std::env::var(var).ok().filter(|url| !url.is_empty()))
     });
-    if args.runs == 0 || args.jobs == 0 {
-        return Err("--runs and --jobs must be at least 1".into());
+    if args.runs == 0 || args.jobs == 0 || args.concurrency == 0 {
+        return Err("--runs, --jobs and --concurrency must be at least 1".into());
     }
     if args.backend == Some(Backend::Postgres) && args.pg_url.is_none() {
         return Err("--backend postgres needs a server: --pg-url URL".into());
@@ -527,6 +533,8 @@ struct Runner {
     rt: tokio::runtime::Runtime,
     runs: usize,
     base_jobs: u64,
+    /// Worker concurrency in the process cases (`--concurrency`).
+    concurrency: usize,
     /// The PostgreSQL server the `postgres` rows run on.
     pg_url: Option<String>,
     /// Baseline runs already measured, by (baseline, backend, sync, jobs): the ORM ceiling shares `enqueue`'s.
@@ -547,7 +555,7 @@ impl Runner {
     fn baseline_run(&self, case: Case, target: &Target, n: u64) -> Result<Measure, BoxError> {
         let prepared = match case {
             Case::ProcessSequenced | Case::ProcessSequenced100 => {
-                return Ok(self.rt.block_on(outbox::process(target, n, CONCURRENCY))?.0);
+                return Ok(self.rt.block_on(outbox::process(target, n, self.concurrency))?.0);
             }
             Case::ClaimSequenced => return self.claim_run(target, n, false),
             Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch => self.rt.block_on(outbox::empty(target))?,
@@ -564,7 +572,7 @@ impl Runner {
                 return Err(format!("the {} case has no baseline", case.name()).into());
             }
             Case::HeldSnapshot => {
-                return Ok(self.rt.block_on(outbox::held_snapshot(target, n, CONCURRENCY, false))?.0);
+                return Ok(self.rt.block_on(outbox::held_snapshot(target, n, self.concurrency, false))?.0);
             }
             Case::Retention => {
                 let old = n * RETENTION_OLD_PER_JOB;
@@ -577,14 +585,14 @@ impl Runner {
                 raw::enqueue_batch(path, sync, &outbox::order_kind()?, n, BATCH)
             }
             (Location::File(path), Case::Process | Case::ProcessMemory) => {
-                raw::process(path, sync, &outbox::noop_kind()?, n, CONCURRENCY as u64)
+                raw::process(path, sync, &outbox::noop_kind()?, n, self.concurrency as u64)
             }
             (Location::File(path), _) => raw::enqueue(path, sync, &outbox::order_kind()?, n),
             (Location::Url(url), Case::EnqueueBatch) => {
                 self.rt.block_on(raw_pg::enqueue_batch(url, &outbox::order_kind()?, n, BATCH))
             }
             (Location::Url(url), Case::Process | Case::ProcessMemory) => {
-                self.rt.block_on(raw_pg::process(url, &outbox::noop_kind()?, n, CONCURRENCY as u64))
+                self.rt.block_on(raw_pg::process(url, &outbox::noop_kind()?, n, self.concurrency as u64))
             }
             (Location::Url(url), _) => self.rt.block_on(raw_pg::enqueue(url, &outbox::order_kind()?, n)),
         };
@@ -738,22 +746,24 @@ impl Runner {
                 Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?,
                 Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(&target, n, BATCH))?,
                 Case::Process => {
-                    let (measure, w) = self.rt.block_on(outbox::process(&target, n, CONCURRENCY))?;
+                    let (measure, w) = self.rt.block_on(outbox::process(&target, n, self.concurrency))?;
                     works.push(w);
                     measure
                 }
                 Case::HeldSnapshot => {
                     // The free drain alternates with the held one, run by run, on the same server.
-                    let (held, w) = self.rt.block_on(outbox::held_snapshot(&target, n, CONCURRENCY, true))?;
+                    let (held, w) = self.rt.block_on(outbox::held_snapshot(&target, n, self.concurrency, true))?;
                     works.push(w);
-                    let (free, fw) = self.rt.block_on(outbox::held_snapshot(&target, n, CONCURRENCY, false))?;
+                    let (free, fw) = self.rt.block_on(outbox::held_snapshot(&target, n, self.concurrency, false))?;
                     theirs.push(free.jobs_per_sec());
                     free_works.push(fw);
                     held
                 }
-                Case::ProcessSequenced => self.rt.block_on(outbox::process_sequenced(&target, n, n, CONCURRENCY))?,
+                Case::ProcessSequenced => {
+                    self.rt.block_on(outbox::process_sequenced(&target, n, n, self.concurrency))?
+                }
                 Case::ProcessSequenced100 => {
-                    self.rt.block_on(outbox::process_sequenced(&target, n, FEW_KEYS, CONCURRENCY))?
+                    self.rt.block_on(outbox::process_sequenced(&target, n, FEW_KEYS, self.concurrency))?
                 }
                 Case::ClaimSequenced => self.claim_run(&target, n, true)?,
                 Case::ProcessMemory => {
@@ -862,7 +872,7 @@ impl Runner {
                 Case::EnqueueBatch => Some(BATCH),
                 _ => None,
             },
-            concurrency: process.then_some(CONCURRENCY),
+            concurrency: process.then_some(self.concurrency),
             baseline,
             run_jobs_per_sec: ours.iter().map(|v| round(*v, 1)).collect(),
             baseline_run_jobs_per_sec: theirs.iter().map(|v| round(*v, 1)).collect(),
@@ -1104,8 +1114,14 @@ fn run() -> Result<(), BoxError> {
         .filter(|&b| args.backend.is_none_or(|only| only == b))
         .filter(|&b| b == Backend::Sqlite || args.pg_url.is_some())
         .collect();
-    let mut runner =
-        Runner { rt, runs: args.runs, base_jobs: args.jobs, pg_url: args.pg_url, baselines: HashMap::new() };
+    let mut runner = Runner {
+        rt,
+        runs: args.runs,
+        base_jobs: args.jobs,
+        concurrency: args.concurrency,
+        pg_url: args.pg_url,
+        baselines: HashMap::new(),
+    };
     let mut out = std::io::stdout().lock();
     if !args.json {
         writeln!(out, "{}", table_header())?;

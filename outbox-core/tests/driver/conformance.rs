@@ -39,7 +39,7 @@ macro_rules! driver_tests {
 }
 
 /// Runs `body` on a fresh migrated database of `backend`, and closes it.
-async fn run(backend: Backend, test: &str, body: impl AsyncFnOnce(&DatabaseConnection) -> Result<()>) {
+pub(super) async fn run(backend: Backend, test: &str, body: impl AsyncFnOnce(&DatabaseConnection) -> Result<()>) {
     let (db, _owned): (DatabaseConnection, Box<dyn std::any::Any>) = match backend {
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => {

@@ -28,15 +28,18 @@ macro_rules! claim_sql {
             " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
         ))
     };
+    // The picked rows are updated by `id = ANY(...)`, one primary key lookup each. Joined to the table
+    // (`FROM c WHERE j.id = c.id`), a claim of more than about 230 jobs was planned as a hash join over a scan
+    // of all of it (see `finish_sql!` in `complete.rs`).
     (@claim $pick:expr) => {
         concat!(
             "WITH c AS MATERIALIZED (",
             $pick,
             "), u AS (UPDATE outbox_jobs j SET ",
             claim_sql!(@set),
-            ", event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, \
-             j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, \
-             j.sequence_key IS NOT NULL AS sequenced, j.priority, \
+            ", event_flip = NOT j.event_flip WHERE j.id = ANY(ARRAY(SELECT id FROM c)) \
+             RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, \
+             j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, \
              (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms), \
              e AS (",
             feed_row!("$2", "claimed", "$1", ""),
@@ -74,7 +77,7 @@ macro_rules! claim_sql {
     };
 }
 
-const CLAIM_ONE_KIND: &str = claim_sql!(one kind "");
+pub(super) const CLAIM_ONE_KIND: &str = claim_sql!(one kind "");
 const CLAIM_ONE_KIND_AFTER: &str =
     claim_sql!(one kind concat!(" AND priority = $6 AND (run_at, id) > (", ts!("$7"), ", $8)"));
 
@@ -101,20 +104,20 @@ const CURSOR_SPAN_MS: i64 = 1_000;
 
 /// A worker's cursor, when it claims one kind from every queue.
 pub(in crate::storage::postgres) type CursorCell = std::sync::Mutex<Option<Cursor>>;
-const CLAIM_ANY_QUEUE: &str = claim_sql!("", "");
-const CLAIM_QUEUES: &str = claim_sql!(" CROSS JOIN unnest($6::text[]) AS q(queue)", " AND queue = q.queue");
+pub(super) const CLAIM_ANY_QUEUE: &str = claim_sql!("", "");
+pub(super) const CLAIM_QUEUES: &str = claim_sql!(" CROSS JOIN unnest($6::text[]) AS q(queue)", " AND queue = q.queue");
 
 /// Scheduled jobs that have come due join the ready indexes, the earliest first, a bounded number per claim.
 /// Promoters on several machines skip each other's rows.
-const PROMOTE: &str = concat!(
-    "UPDATE outbox_jobs SET scheduled = false WHERE id IN (SELECT id FROM outbox_jobs \
+pub(super) const PROMOTE: &str = concat!(
+    "UPDATE outbox_jobs SET scheduled = false WHERE id = ANY(ARRAY(SELECT id FROM outbox_jobs \
      WHERE status = 'pending' AND scheduled AND run_at <= ",
     ts!("$1"),
-    " ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED) AND status = 'pending' AND scheduled"
+    " ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND status = 'pending' AND scheduled"
 );
 
 /// Scheduled jobs let in by one claim at most; the rest follow with the next claims.
-const PROMOTE_PER_CLAIM: i64 = 1_000;
+pub(super) const PROMOTE_PER_CLAIM: i64 = 1_000;
 
 /// A worker lets in scheduled jobs at most this often (ms): the statement is a round trip of its own, a
 /// twentieth of a claim's cost on a busy worker when made before every claim (measured). A job due

@@ -67,6 +67,8 @@ macro_rules! feed_row {
 
 mod claim;
 mod complete;
+#[cfg(test)]
+mod plans;
 
 pub(in crate::storage::postgres) use claim::claimed_job;
 pub(in crate::storage::postgres) use complete::write_batch;
@@ -82,13 +84,14 @@ pub(in crate::storage::postgres) use complete::write_batch;
 /// an entry for every claim since the last vacuum, and while a snapshot older than them is open (a report, a
 /// session idle in a transaction) none of them can be removed or marked dead: a completion of 100 jobs that
 /// scanned it walked 4,700 pages in 16 ms under a held snapshot, against one lookup per id (measured with
-/// `auto_explain`). The completion's fence (`complete.rs`) is written the same way.
-const EXTEND: &str = concat!(
+/// `auto_explain`). The completion's fence (`complete.rs`) is written the same way. The rows are updated by
+/// `id = ANY(...)` rather than joined, as the claim's are (`claim.rs`), whatever their number.
+pub(super) const EXTEND: &str = concat!(
     "WITH l AS (SELECT id FROM outbox_jobs WHERE (status || '') = 'claimed' AND locked_by = $2 AND id = ANY($3) \
      FOR UPDATE SKIP LOCKED) \
      UPDATE outbox_jobs j SET lease_expires_at = GREATEST(COALESCE(j.lease_expires_at, TIMESTAMPTZ 'epoch'), ",
     ts!("$1"),
-    ") FROM l WHERE j.id = l.id"
+    ") WHERE j.id = ANY(ARRAY(SELECT id FROM l))"
 );
 
 /// The renewal of one row (a handler's own extension, or a heartbeat with one job): it holds no other row while
@@ -102,7 +105,7 @@ const EXTEND_ONE: &str = concat!(
 );
 
 /// Rescuers on several machines skip each other's rows instead of queueing behind them.
-const RESCUE: &str = concat!(
+pub(super) const RESCUE: &str = concat!(
     "WITH r AS (SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < ",
     ts!("$1"),
     " FOR UPDATE SKIP LOCKED) \
@@ -114,7 +117,7 @@ const RESCUE: &str = concat!(
     ts!("$1"),
     ", updated_at = ",
     ts!("$1"),
-    " FROM r WHERE j.id = r.id RETURNING j.id, j.kind, j.queue, j.attempts, j.status, j.locked_by"
+    " WHERE j.id = ANY(ARRAY(SELECT id FROM r)) RETURNING j.id, j.kind, j.queue, j.attempts, j.status, j.locked_by"
 );
 
 /// The sequences with a waiting job whose lock is free (taken for the transaction), as an array: the first
