@@ -86,7 +86,7 @@ fn claim_sql() -> String {
          ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED), \
          u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
          locked_by = $1, locked_at = {now}, claimed_at = {now}, lease_expires_at = {lease}, updated_at = {now}, \
-         event_flip = NOT j.event_flip FROM c WHERE j.id = c.id \
+         event_flip = NOT j.event_flip WHERE j.id = ANY(ARRAY(SELECT id FROM c)) \
          RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, \
          j.runs), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
@@ -101,8 +101,8 @@ fn claim_sql() -> String {
 /// The worker's promotion of due scheduled jobs, issued before every claim (`PROMOTE`).
 fn promote_sql() -> String {
     format!(
-        "UPDATE outbox_jobs SET scheduled = false WHERE id IN (SELECT id FROM outbox_jobs \
-         WHERE status = 'pending' AND scheduled AND run_at <= {now} ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+        "UPDATE outbox_jobs SET scheduled = false WHERE id = ANY(ARRAY(SELECT id FROM outbox_jobs \
+         WHERE status = 'pending' AND scheduled AND run_at <= {now} ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED)) \
          AND status = 'pending' AND scheduled",
         now = ts("$1"),
     )
@@ -113,25 +113,33 @@ const PROMOTE_PER_CLAIM: i64 = 1_000;
 const PROMOTE_EVERY_MS: i64 = 100;
 
 /// The worker's batched fenced write of finished attempts (`FINISH`), each job by id and the attempt it was
-/// claimed at, with one feed row for the completions; the baseline only completes.
+/// claimed at, its outcome read from `$2` (`{id: [attempt, status, output, error, run_at, give_back, discard]}`),
+/// with one feed row for the completions; the baseline only completes.
 fn finish_sql() -> String {
+    let f = |i: u8| format!("(($2::jsonb -> j.id) ->> {i})");
     format!(
-        "WITH u AS (UPDATE outbox_jobs j SET status = f.status, attempts = j.attempts - f.give_back, \
-         output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END, \
-         completed_at = CASE WHEN f.status = 'completed' THEN {now} ELSE j.completed_at END, \
-         last_error = COALESCE(f.error, j.last_error), run_at = COALESCE({run_at}, j.run_at), \
-         scheduled = COALESCE(f.run_at > ($8)::int8, false), lease_expires_at = NULL, updated_at = {now}, event_flip = (j.event_flip <> (f.status = 'completed')) \
-         FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int4[]) \
-         AS f(id, attempt, status, output, error, run_at, give_back) \
-         WHERE j.id = f.id AND (j.status || '') = 'claimed' AND j.locked_by = $9 AND j.attempts = f.attempt \
+        "WITH u AS (UPDATE outbox_jobs j SET status = {status}, attempts = j.attempts - {give_back}::int4, \
+         output = CASE WHEN {status} = 'completed' THEN {output}::jsonb ELSE j.output END, \
+         completed_at = CASE WHEN {status} = 'completed' THEN {now} ELSE j.completed_at END, \
+         last_error = COALESCE({error}, j.last_error), \
+         run_at = COALESCE(TIMESTAMPTZ 'epoch' + {run_at}::int8 * INTERVAL '1 millisecond', j.run_at), \
+         scheduled = COALESCE({run_at}::int8 > ($3)::int8, false), lease_expires_at = NULL, updated_at = {now}, \
+         event_flip = (j.event_flip <> ({status} = 'completed')) \
+         WHERE j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 \
+         AND j.attempts = {attempt}::int4 \
          RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-         SELECT '', '', '', {now}, 'completed', 0, $9, \
+         SELECT '', '', '', {now}, 'completed', 0, $4, \
          json_agg(json_build_array(id, kind, queue, attempts)) FROM u \
          WHERE status = 'completed' HAVING count(*) > 0) \
          SELECT id FROM u",
-        now = ts("$8"),
-        run_at = ts("f.run_at"),
+        now = ts("$3"),
+        attempt = f(0),
+        status = f(1),
+        output = f(2),
+        error = f(3),
+        run_at = f(4),
+        give_back = f(5),
     )
 }
 
@@ -274,16 +282,13 @@ pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> R
         let mut claimed = claimed;
         claimed.sort_by(|a, b| a.id.cmp(&b.id));
         let ids: Vec<String> = claimed.iter().map(|c| c.id.clone()).collect();
-        let attempts: Vec<i32> = claimed.iter().map(|c| c.attempt).collect();
-        let none = || vec![None::<String>; claimed.len()];
+        let outcomes: serde_json::Map<String, serde_json::Value> = claimed
+            .iter()
+            .map(|c| (c.id.clone(), serde_json::json!([c.attempt, "completed", null, null, null, 0, false])))
+            .collect();
         let done = query(&finish)
             .bind(ids)
-            .bind(attempts)
-            .bind(vec!["completed"; claimed.len()])
-            .bind(none())
-            .bind(none())
-            .bind(vec![None::<i64>; claimed.len()])
-            .bind(vec![0i32; claimed.len()])
+            .bind(serde_json::Value::Object(outcomes))
             .bind(now_ms())
             .bind(&worker_id)
             .fetch_all(&mut conn)
