@@ -9,6 +9,9 @@
 # `outbox-bench/shapes/wal.py` on two psql sessions (the statements alone, no client around them; needs psql),
 # and the summary adds each shape's median drain rate, its ratio to graphile-worker and its WAL bytes per job.
 #
+# OUTBOX_CONCURRENCY (default 100) is the worker's concurrency in our `process` runs, and so the most jobs one
+# claim and one completion statement carry (graphile-worker's performance settings fetch 500 at a time).
+#
 # Needs Node.js and npm (graphile-worker is installed here from the npm registry on first use). CI does not
 # run it.
 set -eu
@@ -30,7 +33,8 @@ $(python3 "$here/../shapes/wal.py" "$url" "$jobs" 2 $SHAPES | tail -n +2)"
   theirs="$theirs
 $(node "$here/bench.mjs" "$url" "$jobs" 1 2>/dev/null)"
   ours="$ours
-$("$bench" --pg-url "$url" --backend postgres --case process --sync full --jobs "$jobs" --runs 1 --json 2>/dev/null)"
+$("$bench" --pg-url "$url" --backend postgres --case process --sync full --jobs "$jobs" --runs 1 \
+  --concurrency "${OUTBOX_CONCURRENCY:-100}" --json 2>/dev/null)"
 done
 node --input-type=module -e '
 const [ours, theirs] = process.argv.slice(1, 3).map((s) => s.trim().split("\n").map((l) => JSON.parse(l)));
@@ -44,6 +48,7 @@ const of = (runs, field) => median(runs.map((r) => r[field]));
 const [o, t] = [of(ours, "jobs_per_sec"), of(theirs, "jobs_per_sec")];
 const [ow, tw] = [of(ours, "wal_bytes_per_job"), of(theirs, "wal_bytes_per_job")];
 console.log(JSON.stringify({ case: "process", backend: "postgres", sync: "on", jobs: Number(process.argv[3]),
+  outbox_concurrency: ours[0].concurrency,
   outbox_runs: ours.map((r) => r.jobs_per_sec), graphile_runs: theirs.map((r) => r.jobs_per_sec),
   outbox_jobs_per_sec: o, graphile_jobs_per_sec: t, ratio: Math.round((o / t) * 1000) / 1000,
   outbox_wal_bytes_per_job: ow, graphile_wal_bytes_per_job: tw,
