@@ -542,6 +542,16 @@ struct Runner {
 }
 
 impl Runner {
+    /// The worker concurrency (and baseline claim size) `case` runs at: `--concurrency` in the cases it sizes,
+    /// [`CONCURRENCY`] in the others (`process_memory`'s child, the claims of `claim_sequenced` and `million`,
+    /// `retention`).
+    fn concurrency_for(&self, case: Case) -> usize {
+        match case {
+            Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100 | Case::HeldSnapshot => self.concurrency,
+            _ => CONCURRENCY,
+        }
+    }
+
     fn target(&self, backend: Backend, sync: SyncMode) -> Result<Target, BoxError> {
         Ok(match backend {
             Backend::Sqlite => Target::Sqlite(sync),
@@ -555,7 +565,7 @@ impl Runner {
     fn baseline_run(&self, case: Case, target: &Target, n: u64) -> Result<Measure, BoxError> {
         let prepared = match case {
             Case::ProcessSequenced | Case::ProcessSequenced100 => {
-                return Ok(self.rt.block_on(outbox::process(target, n, self.concurrency))?.0);
+                return Ok(self.rt.block_on(outbox::process(target, n, self.concurrency_for(case)))?.0);
             }
             Case::ClaimSequenced => return self.claim_run(target, n, false),
             Case::Enqueue | Case::EnqueueOrmCeiling | Case::EnqueueBatch => self.rt.block_on(outbox::empty(target))?,
@@ -572,7 +582,7 @@ impl Runner {
                 return Err(format!("the {} case has no baseline", case.name()).into());
             }
             Case::HeldSnapshot => {
-                return Ok(self.rt.block_on(outbox::held_snapshot(target, n, self.concurrency, false))?.0);
+                return Ok(self.rt.block_on(outbox::held_snapshot(target, n, self.concurrency_for(case), false))?.0);
             }
             Case::Retention => {
                 let old = n * RETENTION_OLD_PER_JOB;
@@ -585,14 +595,14 @@ impl Runner {
                 raw::enqueue_batch(path, sync, &outbox::order_kind()?, n, BATCH)
             }
             (Location::File(path), Case::Process | Case::ProcessMemory) => {
-                raw::process(path, sync, &outbox::noop_kind()?, n, self.concurrency as u64)
+                raw::process(path, sync, &outbox::noop_kind()?, n, self.concurrency_for(case) as u64)
             }
             (Location::File(path), _) => raw::enqueue(path, sync, &outbox::order_kind()?, n),
             (Location::Url(url), Case::EnqueueBatch) => {
                 self.rt.block_on(raw_pg::enqueue_batch(url, &outbox::order_kind()?, n, BATCH))
             }
             (Location::Url(url), Case::Process | Case::ProcessMemory) => {
-                self.rt.block_on(raw_pg::process(url, &outbox::noop_kind()?, n, self.concurrency as u64))
+                self.rt.block_on(raw_pg::process(url, &outbox::noop_kind()?, n, self.concurrency_for(case) as u64))
             }
             (Location::Url(url), _) => self.rt.block_on(raw_pg::enqueue(url, &outbox::order_kind()?, n)),
         };
@@ -746,24 +756,26 @@ impl Runner {
                 Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?,
                 Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(&target, n, BATCH))?,
                 Case::Process => {
-                    let (measure, w) = self.rt.block_on(outbox::process(&target, n, self.concurrency))?;
+                    let (measure, w) = self.rt.block_on(outbox::process(&target, n, self.concurrency_for(case)))?;
                     works.push(w);
                     measure
                 }
                 Case::HeldSnapshot => {
                     // The free drain alternates with the held one, run by run, on the same server.
-                    let (held, w) = self.rt.block_on(outbox::held_snapshot(&target, n, self.concurrency, true))?;
+                    let (held, w) =
+                        self.rt.block_on(outbox::held_snapshot(&target, n, self.concurrency_for(case), true))?;
                     works.push(w);
-                    let (free, fw) = self.rt.block_on(outbox::held_snapshot(&target, n, self.concurrency, false))?;
+                    let (free, fw) =
+                        self.rt.block_on(outbox::held_snapshot(&target, n, self.concurrency_for(case), false))?;
                     theirs.push(free.jobs_per_sec());
                     free_works.push(fw);
                     held
                 }
                 Case::ProcessSequenced => {
-                    self.rt.block_on(outbox::process_sequenced(&target, n, n, self.concurrency))?
+                    self.rt.block_on(outbox::process_sequenced(&target, n, n, self.concurrency_for(case)))?
                 }
                 Case::ProcessSequenced100 => {
-                    self.rt.block_on(outbox::process_sequenced(&target, n, FEW_KEYS, self.concurrency))?
+                    self.rt.block_on(outbox::process_sequenced(&target, n, FEW_KEYS, self.concurrency_for(case)))?
                 }
                 Case::ClaimSequenced => self.claim_run(&target, n, true)?,
                 Case::ProcessMemory => {
@@ -872,7 +884,7 @@ impl Runner {
                 Case::EnqueueBatch => Some(BATCH),
                 _ => None,
             },
-            concurrency: process.then_some(self.concurrency),
+            concurrency: process.then_some(self.concurrency_for(case)),
             baseline,
             run_jobs_per_sec: ours.iter().map(|v| round(*v, 1)).collect(),
             baseline_run_jobs_per_sec: theirs.iter().map(|v| round(*v, 1)).collect(),
