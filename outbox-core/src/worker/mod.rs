@@ -229,8 +229,7 @@ impl WorkerBuilder {
 
     /// Jobs run at once (default 10). Claims are sized to the free slots, so this is also how many jobs one claim
     /// statement can carry; outcomes are written up to 1,000 per statement. For many short jobs a concurrency in
-    /// the hundreds means fewer statements per job (on PostgreSQL, 20,000 no-op jobs drained at about 12,000 jobs/s
-    /// at 100 and 21,000 at 1,000; `outbox-bench --case process --concurrency N`).
+    /// the hundreds means fewer statements per job (figures in the README, "Wide workers").
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n.max(1);
         self
