@@ -291,9 +291,9 @@ impl Case {
             (Backend::Postgres, Case::Enqueue | Case::EnqueueOrmCeiling) => {
                 Some("sqlx-postgres: BEGIN; INSERT order; INSERT job ON CONFLICT DO NOTHING; COMMIT")
             }
-            (Backend::Postgres, Case::EnqueueBatch) => {
-                Some("sqlx-postgres: one transaction per 1000 jobs, multi-row INSERT, row count checked")
-            }
+            (Backend::Postgres, Case::EnqueueBatch) => Some(
+                "sqlx-postgres: one transaction per 1000 jobs, one INSERT from json_to_recordset, row count checked",
+            ),
             (Backend::Postgres, Case::Process) => Some(raw_pg::PROCESS),
             (_, Case::ProcessSequenced | Case::ProcessSequenced100) => {
                 Some("outbox process: as many unsequenced jobs, same worker, same run")

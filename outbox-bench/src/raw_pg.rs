@@ -77,6 +77,44 @@ fn insert_jobs_sql(kind: &KindInfo, rows: usize) -> String {
     sql
 }
 
+/// The batch INSERT of outbox-core's `insert_recordset`: the rows as one JSON array, in order.
+fn insert_recordset_sql(kind: &KindInfo) -> String {
+    let mut sql = format!(
+        "{}SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, {}, r.y, r.h, {}, {} \
+         FROM ROWS FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, \
+         y text, h text, c int8)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, n) ORDER BY r.n",
+        INSERT_COLUMNS.trim_end_matches("VALUES "),
+        ts("r.t"),
+        ts("r.c"),
+        ts("r.c"),
+    );
+    if kind.unique {
+        sql.push_str(" ON CONFLICT DO NOTHING");
+    }
+    sql
+}
+
+/// One row of [`insert_recordset_sql`]'s array.
+fn push_json_row(rows: &mut String, row: &JobRow) {
+    let text = |s: &str| serde_json::Value::from(s).to_string();
+    if rows.len() > 1 {
+        rows.push(',');
+    }
+    rows.push_str(&format!(
+        "{{\"i\":{},\"k\":{},\"q\":{},\"p\":{},\"r\":{},\"m\":{},\"t\":{},\"y\":{},\"h\":{},\"c\":{}}}",
+        text(&row.id),
+        text(&row.kind),
+        text(&row.queue),
+        row.payload,
+        row.priority,
+        row.max_attempts,
+        row.run_at,
+        row.key.as_deref().map_or_else(|| "null".to_owned(), text),
+        text(&row.schema_hash),
+        row.created_at,
+    ));
+}
+
 /// The worker's claim of one kind (`CLAIM_ONE_KIND`): due pending jobs, locked past other claimers, in claim
 /// order, with their `claimed` feed row written by the same statement.
 fn claim_sql() -> String {
@@ -207,23 +245,22 @@ pub(crate) async fn enqueue(url: &str, kind: &KindInfo, n: u64) -> Result<Measur
     Ok(Measure { jobs: n, secs })
 }
 
-/// Case `enqueue_batch`: per `per_txn` jobs one transaction holding the multi-row INSERT, its row count checked.
+/// Case `enqueue_batch`: per `per_txn` jobs one transaction holding the batch INSERT, its row count checked.
 pub(crate) async fn enqueue_batch(url: &str, kind: &KindInfo, n: u64, per_txn: u64) -> Result<Measure, BoxError> {
     let mut conn = connect(url).await?;
-    let mut statements: std::collections::HashMap<u64, Arc<str>> = std::collections::HashMap::new();
+    let sql: Arc<str> = insert_recordset_sql(kind).into();
     let start = Instant::now();
     let mut next = 0;
     while next < n {
         let size = per_txn.min(n - next);
-        let rows = usize::try_from(size)?;
-        let sql = statements.entry(size).or_insert_with(|| insert_jobs_sql(kind, rows).into());
         let now = now_ms();
-        let mut q = query(sql);
+        let mut rows = String::from("[");
         for i in next..next + size {
-            q = bind_row(q, JobRow::new(kind, i, now));
+            push_json_row(&mut rows, &JobRow::new(kind, i, now));
         }
+        rows.push(']');
         let mut tx = conn.begin().await?;
-        let written = q.execute(&mut *tx).await?.rows_affected();
+        let written = query(&sql).bind(rows).execute(&mut *tx).await?.rows_affected();
         if written != size {
             return Err(format!("baseline enqueue_batch: {written} of {size} jobs written").into());
         }

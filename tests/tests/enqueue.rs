@@ -1,7 +1,7 @@
 //! Transactional enqueue, deduplication and validation, on every backend.
 
 use outbox_core::{EnqueueOpts, Enqueued, Error, Kind, KindOpts, ops};
-use outbox_tests::{Keyed, Probe, Span, TestDb, conformance, exec, scalar, try_exec};
+use outbox_tests::{Keyed, Probe, Span, Step, TestDb, conformance, exec, scalar, try_exec};
 use sea_orm::TransactionTrait;
 use serde_json::json;
 
@@ -183,6 +183,47 @@ async fn batch_enqueue_writes_in_order_and_collapses_duplicates(t: TestDb) {
         .expect_err("invalid member");
     assert!(err.to_string().contains("at /n:"), "{err}");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe'").await, 0);
+}
+
+conformance!(a_batch_writes_each_job_as_given_and_a_sequence_in_list_order);
+async fn a_batch_writes_each_job_as_given_and_a_sequence_in_list_order(t: TestDb) {
+    // Notes no JSON or SQL quoting may change: quotes, backslashes, control characters, line separators,
+    // characters outside the BMP.
+    let notes =
+        ["plain", "it's \"quoted\"", "back\\slash \\u0041", "tab\tnew\nline", "\u{2028}\u{2029}", "🦀 ünï ∑", ""];
+    let jobs: Vec<Keyed> =
+        notes.iter().enumerate().map(|(i, n)| Keyed { user_id: i as i64 + 10, note: (*n).to_owned() }).collect();
+    let opts = EnqueueOpts::new().priority(-7).max_attempts(9).queue("q2").delay(std::time::Duration::from_secs(3600));
+    let results = outbox_core::enqueue_batch(&t.db, &jobs, opts).await.expect("batch");
+    for (job, result) in jobs.iter().zip(&results) {
+        assert!(result.is_new());
+        let rec = ops::get(&t.db, result.id()).await.expect("get");
+        assert_eq!(rec.payload, json!({ "userId": job.user_id, "note": job.note }), "job {}", rec.id);
+        assert_eq!((rec.priority, rec.max_attempts, rec.queue.as_str(), rec.attempts), (-7, 9, "q2", 0));
+        assert_eq!(rec.idempotency_key, Some(format!("{{\"userId\":{}}}", job.user_id)));
+        let ahead = rec.run_at - rec.created_at;
+        assert!(ahead >= chrono::Duration::seconds(3599) && ahead <= chrono::Duration::seconds(3601), "{ahead}");
+    }
+    // Delayed jobs wait off the ready indexes until due.
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'keyed' AND scheduled").await, 7);
+
+    // Three sequences interleaved in one batch: each takes its places in the order the list gives, and only
+    // its first job is free to run.
+    let steps: Vec<Step> = (0..30).map(|i| Step { key: i % 3, seq: i / 3, sleep_ms: 0 }).collect();
+    let results = outbox_core::enqueue_batch(&t.db, &steps, EnqueueOpts::new()).await.expect("steps");
+    for key in 0..3 {
+        let mut placed: Vec<(i64, u32, bool)> = Vec::new();
+        for (step, result) in steps.iter().zip(&results).filter(|(s, _)| s.key == key) {
+            let no = scalar(&t.db, &format!("SELECT sequence_no FROM outbox_jobs WHERE id = '{}'", result.id())).await;
+            let waiting =
+                scalar(&t.db, &format!("SELECT COUNT(*) FROM outbox_jobs WHERE id = '{}' AND waiting", result.id()))
+                    .await;
+            placed.push((no, step.seq, waiting == 1));
+        }
+        assert!(placed.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1), "sequence {key}: {placed:?}");
+        assert_eq!(placed.iter().filter(|p| !p.2).count(), 1, "sequence {key}: {placed:?}");
+        assert!(!placed[0].2, "sequence {key}: its first job is free to run: {placed:?}");
+    }
 }
 
 conformance!(a_kind_s_own_rules_run_after_its_schema);
