@@ -205,8 +205,18 @@ fn bind_row<'q>(q: Query<'q, Postgres, PgArguments>, row: JobRow) -> Query<'q, P
 
 /// One connection, planning every statement for its values.
 async fn connect(url: &str) -> Result<PgConnection, BoxError> {
+    connect_planning(url, "force_custom_plan").await
+}
+
+/// One connection that plans each statement once, as the worker's claimer and completion writer do.
+async fn connect_generic(url: &str) -> Result<PgConnection, BoxError> {
+    connect_planning(url, "force_generic_plan").await
+}
+
+async fn connect_planning(url: &str, mode: &'static str) -> Result<PgConnection, BoxError> {
     let mut conn = PgConnection::connect(url).await?;
-    sqlx::raw_sql("SET plan_cache_mode = force_custom_plan").execute(&mut conn).await?;
+    let set = format!("SET plan_cache_mode = {mode}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(set)).execute(&mut conn).await?;
     Ok(conn)
 }
 
@@ -276,7 +286,7 @@ pub(crate) async fn enqueue_batch(url: &str, kind: &KindInfo, n: u64, per_txn: u
 /// Case `process`: claim `batch` jobs in one autocommit statement, complete them (sorted by id, as the
 /// worker writes them) in one fenced UPDATE, until nothing is left. `n` jobs of `kind` must be pending.
 pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> Result<Measure, BoxError> {
-    let mut conn = connect(url).await?;
+    let mut conn = connect_generic(url).await?;
     let worker_id = format!("bench-host:{}:0a1b2c3d", std::process::id());
     let kinds = vec![kind.name.to_owned()];
     let limit = i64::try_from(batch)?;
@@ -342,13 +352,13 @@ pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> R
 
 /// Case `claim_sequenced`: the worker's claim of `batch` jobs of `kinds`, each in a transaction rolled back
 /// so the backlog stays as it was; returns the median seconds of one claim over `reps`.
-/// The claim is the worker's for one kind, and includes letting in the scheduled jobs that are due, as a
-/// worker's first claim does.
+/// The claim is the worker's for one kind, planned once as the worker's claimer plans it, and includes letting in
+/// the scheduled jobs that are due, as a worker's first claim does.
 pub(crate) async fn claim_cost(url: &str, kinds: &[&str], batch: u64, reps: usize) -> Result<f64, BoxError> {
     if kinds.len() != 1 {
         return Err("claim cost: the worker's claim of one kind is timed".into());
     }
-    let mut conn = connect(url).await?;
+    let mut conn = connect_generic(url).await?;
     let kinds: Vec<String> = kinds.iter().map(|k| (*k).to_owned()).collect();
     let limit = i64::try_from(batch)?;
     let claim: Arc<str> = claim_sql().into();
@@ -478,7 +488,7 @@ pub(crate) async fn floor_worker(
     ready: tokio::sync::oneshot::Sender<()>,
 ) -> Result<std::collections::HashMap<String, i64>, BoxError> {
     use sea_orm::sqlx::postgres::PgListener;
-    let mut conn = connect(url).await?;
+    let mut conn = connect_generic(url).await?;
     let mut listener = match wake {
         Wake::InProcess => None,
         Wake::Listen | Wake::ListenAndClaim => {

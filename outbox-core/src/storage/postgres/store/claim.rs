@@ -78,7 +78,7 @@ macro_rules! claim_sql {
 }
 
 pub(super) const CLAIM_ONE_KIND: &str = claim_sql!(one kind "");
-const CLAIM_ONE_KIND_AFTER: &str =
+pub(super) const CLAIM_ONE_KIND_AFTER: &str =
     claim_sql!(one kind concat!(" AND priority = $6 AND (run_at, id) > (", ts!("$7"), ", $8)"));
 
 /// Where a worker's last claim of its one kind ended, in claim order. The ready index keeps an entry for every

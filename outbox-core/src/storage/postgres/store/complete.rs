@@ -129,7 +129,7 @@ pub(super) const FINISH: &str = finish_sql!(batched);
 /// others has no row of its own otherwise (`fewer_writes.sql`), and this one tells a waiter the job completed
 /// rather than never existed (`events::outlived`). Retention removes it with the job's other events.
 pub(super) const FINISH_DISCARDING: &str = finish_sql!(discarding);
-const FINISH_ONE: &str = finish_sql!(single);
+pub(super) const FINISH_ONE: &str = finish_sql!(single);
 
 /// The ids of one finish statement and their outcomes keyed by id, as [`outcome!`] reads them; whether any
 /// completion is deleted as it completes.

@@ -1,12 +1,13 @@
 //! The worker's statements find their rows by id, however many a statement takes and whatever the table's
 //! size: their plans on 30,000 jobs, for batches of hundreds (a worker of high concurrency, a completion batch
-//! behind a slow write), read no whole table.
+//! behind a slow write), read no whole table. The claims and completions run on connections that plan each
+//! statement once (`force_generic_plan`, see `PgStore::open`), so their generic plans are held to the same.
 
 use sea_orm::sqlx::{self, Row};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
-use super::claim::{CLAIM_ANY_QUEUE, CLAIM_ONE_KIND, CLAIM_QUEUES, PROMOTE, PROMOTE_PER_CLAIM};
-use super::complete::{FINISH, FINISH_DISCARDING, outcomes};
+use super::claim::{CLAIM_ANY_QUEUE, CLAIM_ONE_KIND, CLAIM_ONE_KIND_AFTER, CLAIM_QUEUES, PROMOTE, PROMOTE_PER_CLAIM};
+use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, outcomes};
 use super::{EXTEND, RESCUE};
 use crate::error::{Error, Result};
 use crate::storage::{Backend, Finished, Outcome};
@@ -31,24 +32,39 @@ fn table_scans(plan: &serde_json::Value, found: &mut Vec<String>) {
     }
 }
 
-/// Fails when the plan of `query` scans `outbox_jobs` whole.
-async fn reads_by_id(
-    db: &DatabaseConnection,
-    what: &str,
-    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
-) -> Result<()> {
-    let row =
-        query.fetch_one(db.get_postgres_connection_pool()).await.map_err(Error::db(format!("explaining {what}")))?;
+/// An SQL literal of `s`.
+fn text(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// An SQL literal of the text array `items`.
+fn texts(items: &[String]) -> String {
+    format!("ARRAY[{}]::text[]", items.iter().map(|s| text(s)).collect::<Vec<_>>().join(", "))
+}
+
+/// Fails when `sql`, prepared and run with the literals `args`, is planned to scan `outbox_jobs` whole: planned
+/// for those values (`generic` false), or once for any (`generic`), as the worker's claimer and writer plan it.
+async fn reads_by_id(db: &DatabaseConnection, what: &str, sql: &str, args: &[String], generic: bool) -> Result<()> {
+    let mode = if generic { "force_generic_plan" } else { "force_custom_plan" };
+    let what = format!("{what} ({mode})");
+    let mut conn = db.get_postgres_connection_pool().acquire().await.map_err(Error::db("connecting"))?;
+    let script = format!("SET plan_cache_mode = {mode}; PREPARE planned AS {sql}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(script))
+        .execute(&mut *conn)
+        .await
+        .map_err(Error::db(format!("preparing {what}")))?;
+    let explain = format!("EXPLAIN (FORMAT JSON) EXECUTE planned({})", args.join(", "));
+    let row = sqlx::query(sqlx::AssertSqlSafe(explain)).fetch_one(&mut *conn).await;
+    sqlx::raw_sql("DEALLOCATE planned; RESET plan_cache_mode")
+        .execute(&mut *conn)
+        .await
+        .map_err(Error::db("deallocating"))?;
+    let row = row.map_err(Error::db(format!("explaining {what}")))?;
     let plan: serde_json::Value = row.try_get(0).map_err(Error::db(format!("reading the plan of {what}")))?;
     let mut scans = Vec::new();
     table_scans(&plan, &mut scans);
     assert!(!scans.iter().any(|r| r == "outbox_jobs"), "{what} scans the whole jobs table: {plan}");
     Ok(())
-}
-
-/// `sql` under `EXPLAIN`, as the driver takes statements (`'static`; a test's few are leaked).
-fn explain(sql: &str) -> &'static str {
-    Box::leak(format!("EXPLAIN (FORMAT JSON) {sql}").into_boxed_str())
 }
 
 async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
@@ -72,19 +88,9 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
         .map(|r| r.try_get_by_index(0))
         .collect::<std::result::Result<_, _>>()
         .map_err(Error::db("reading ids"))?;
-    let (now, lease, limit) = (crate::storage::now_ms(), crate::storage::now_ms() + 60_000, BATCH as i64);
-    let kinds = vec!["probe".to_owned()];
-
-    let claim = explain(CLAIM_ONE_KIND);
-    let q = sqlx::query(claim).bind("w").bind(now).bind(lease).bind(&kinds).bind(limit);
-    reads_by_id(db, "a claim of one kind", q).await?;
-    let claim = explain(CLAIM_ANY_QUEUE);
-    let q = sqlx::query(claim).bind("w").bind(now).bind(lease).bind(&kinds).bind(limit);
-    reads_by_id(db, "a claim of several kinds", q).await?;
-    let claim = explain(CLAIM_QUEUES);
-    let queues = vec!["default".to_owned()];
-    let q = sqlx::query(claim).bind("w").bind(now).bind(lease).bind(&kinds).bind(limit).bind(&queues);
-    reads_by_id(db, "a claim of some queues", q).await?;
+    let (now, lease) = (crate::storage::now_ms(), crate::storage::now_ms() + 60_000);
+    let (now, lease, limit, w) = (now.to_string(), lease.to_string(), BATCH.to_string(), text("w"));
+    let kinds = texts(&["probe".to_owned()]);
 
     let batch: Vec<Finished> = ids
         .iter()
@@ -99,17 +105,54 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
         })
         .collect();
     let (ids, map, _) = outcomes(&batch);
-    for (what, sql) in [("a completion", FINISH), ("a completion that deletes", FINISH_DISCARDING)] {
-        let finish = explain(sql);
-        let q = sqlx::query(finish).bind(&ids).bind(&map).bind(now).bind("w");
-        reads_by_id(db, what, q).await?;
+    let (ids, map) = (texts(&ids), format!("{}::jsonb", text(&map.to_string())));
+    let one = &batch[..1];
+    let (one_id, one_map, _) = outcomes(one);
+    let (one_id, one_map) = (texts(&one_id), format!("{}::jsonb", text(&one_map.to_string())));
+
+    // The claimer's and the writer's statements, in both kinds of plan.
+    let planned_once = [
+        (
+            "a claim of one kind",
+            CLAIM_ONE_KIND,
+            vec![w.clone(), now.clone(), lease.clone(), kinds.clone(), limit.clone()],
+        ),
+        (
+            "a claim of one kind from the cursor",
+            CLAIM_ONE_KIND_AFTER,
+            vec![
+                w.clone(),
+                now.clone(),
+                lease.clone(),
+                kinds.clone(),
+                limit.clone(),
+                "0".into(),
+                "0".into(),
+                text("0"),
+            ],
+        ),
+        (
+            "a claim of several kinds",
+            CLAIM_ANY_QUEUE,
+            vec![w.clone(), now.clone(), lease.clone(), kinds.clone(), limit.clone()],
+        ),
+        (
+            "a claim of some queues",
+            CLAIM_QUEUES,
+            vec![w.clone(), now.clone(), lease.clone(), kinds.clone(), limit.clone(), texts(&["default".to_owned()])],
+        ),
+        ("letting scheduled jobs in", PROMOTE, vec![now.clone(), PROMOTE_PER_CLAIM.to_string()]),
+        ("a completion", FINISH, vec![ids.clone(), map.clone(), now.clone(), w.clone()]),
+        ("a completion that deletes", FINISH_DISCARDING, vec![ids.clone(), map.clone(), now.clone(), w.clone()]),
+        ("a completion of one job", FINISH_ONE, vec![one_id, one_map, now.clone(), w.clone()]),
+    ];
+    for (what, sql, args) in &planned_once {
+        for generic in [false, true] {
+            reads_by_id(db, what, sql, args, generic).await?;
+        }
     }
-    let extend = explain(EXTEND);
-    reads_by_id(db, "a lease renewal", sqlx::query(extend).bind(lease).bind("w").bind(&ids)).await?;
-    let rescue = explain(RESCUE);
-    reads_by_id(db, "a rescue", sqlx::query(rescue).bind(now)).await?;
-    let promote = explain(PROMOTE);
-    reads_by_id(db, "letting scheduled jobs in", sqlx::query(promote).bind(now).bind(PROMOTE_PER_CLAIM)).await
+    reads_by_id(db, "a lease renewal", EXTEND, &[lease.clone(), w.clone(), ids], false).await?;
+    reads_by_id(db, "a rescue", RESCUE, &[now], false).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
