@@ -1,14 +1,14 @@
 //! The PostgreSQL baselines: the statements outbox-core's PostgreSQL storage issues, run through bare sqlx on
 //! one connection, each prepared once (sqlx caches statements per connection).
 //!
-//! Statements are planned for their values every time (`plan_cache_mode = force_custom_plan`): after five
-//! executions PostgreSQL may switch a prepared statement to a generic plan, and the generic plans of the claim
-//! (a hash join over the whole table) and of the batched completion (a nested loop of every job the worker
-//! holds against every finished one) grow with the table and the backlog. A baseline is the best the same
-//! statements can do.
+//! The claim and the completion are planned once per connection (`plan_cache_mode = force_generic_plan`), as
+//! the worker's claimer and completion writer plan them: both find their rows by id whatever the values, and
+//! planning them afresh was a sixth of their time. Other statements are planned for their values every time
+//! (`force_custom_plan`). A baseline is the best the same statements can do.
 //!
-//! The job INSERT is copied from `outbox-core/src/storage/postgres/mod.rs`, the claim and the batched fenced
-//! completion from the PostgreSQL worker store; keep them in step when those change. Rows carry the values
+//! The job INSERTs (a row's, and a batch's from `json_to_recordset`) are copied from
+//! `outbox-core/src/storage/enqueue.rs`, the claim and the batched fenced completion from the PostgreSQL worker
+//! store; keep them in step when those change. Rows carry the values
 //! [`JobRow`] gives the SQLite baselines, times as integer milliseconds converted at the statement's edge, as
 //! outbox-core binds them.
 
@@ -494,7 +494,7 @@ pub(crate) async fn floor_worker(
         Wake::Listen | Wake::ListenAndClaim => {
             let mut l = PgListener::connect(url).await?;
             l.listen("outbox_jobs").await?;
-            sqlx::raw_sql("SET plan_cache_mode = force_custom_plan").execute(&mut l).await?;
+            sqlx::raw_sql("SET plan_cache_mode = force_generic_plan").execute(&mut l).await?;
             Some(l)
         }
     };
