@@ -33,6 +33,26 @@ const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload,
 /// Rows per batch statement: 15 values a row at most, 32,000 values under SQLite's parameter limit (32,766);
 /// PostgreSQL's batch binds one value ([`insert_recordset`]) and keeps the same size.
 const ROWS_PER_INSERT: usize = 2_000;
+/// Payload bytes per batch statement at most (a statement holds one job at least): a server takes a statement's
+/// values in one message of at most 1 GB, which 2,000 payloads of a raised size cap could pass.
+const BYTES_PER_INSERT: usize = 64 << 20;
+
+/// `jobs` cut into statements of at most `rows` jobs and `bytes` bytes of payload, in order.
+fn statements<'a, 'j>(jobs: &'a [&'j NewJob], rows: usize, bytes: usize) -> Vec<&'a [&'j NewJob]> {
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, job) in jobs.iter().enumerate() {
+        if i > start && (i - start == rows || size + job.payload.len() > bytes) {
+            out.push(&jobs[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += job.payload.len();
+    }
+    if start < jobs.len() {
+        out.push(&jobs[start..]);
+    }
+    out
+}
 
 /// One row of the INSERT, its placeholders numbered after the values already pushed (plain `?` on SQLite,
 /// written here rather than by [`Backend::stmt`]: this is the statement with the most values). A sequenced
@@ -199,7 +219,7 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
     };
     let (single, batched): (Vec<&NewJob>, Vec<&NewJob>) = order.into_iter().partition(|j| per_row(j));
     let mut written = Vec::with_capacity(jobs.len());
-    for chunk in batched.chunks(ROWS_PER_INSERT).chain(single.chunks(1)) {
+    for chunk in statements(&batched, ROWS_PER_INSERT, BYTES_PER_INSERT).into_iter().chain(single.chunks(1)) {
         let started = std::time::Instant::now();
         // The count tells whether every row went in, as it nearly always does; only a chunk a duplicate key
         // cut short reads back which. Returning every id instead cost SQLite's batch enqueue a twentieth of its
@@ -286,4 +306,44 @@ pub(crate) async fn supersede<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -
         return Err(write_failed(conn, format!("letting job `{id}` go of its idempotency key"), e, started).await);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{NewJob, statements};
+
+    fn job(n: usize, bytes: usize) -> NewJob {
+        NewJob {
+            id: n.to_string(),
+            kind: "k".into(),
+            queue: "default".into(),
+            payload: "x".repeat(bytes),
+            priority: 0,
+            max_attempts: 1,
+            run_at: 0,
+            scheduled: false,
+            key: None,
+            schema_hash: String::new(),
+            created_at: 0,
+            sequence_key: None,
+            hold: false,
+        }
+    }
+
+    /// The ids of each statement.
+    fn cut(sizes: &[usize], rows: usize, bytes: usize) -> Vec<Vec<String>> {
+        let jobs: Vec<NewJob> = sizes.iter().enumerate().map(|(n, b)| job(n, *b)).collect();
+        let refs: Vec<&NewJob> = jobs.iter().collect();
+        statements(&refs, rows, bytes).iter().map(|s| s.iter().map(|j| j.id.clone()).collect()).collect()
+    }
+
+    #[test]
+    fn statements_hold_at_most_their_rows_and_bytes_and_one_job_at_least() {
+        let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(cut(&[1; 5], 2, 100), vec![ids(&["0", "1"]), ids(&["2", "3"]), ids(&["4"])]);
+        assert_eq!(cut(&[4, 4, 4, 1], 10, 8), vec![ids(&["0", "1"]), ids(&["2", "3"])]);
+        // A payload larger than the bound goes alone.
+        assert_eq!(cut(&[1, 20, 1], 10, 8), vec![ids(&["0"]), ids(&["1"]), ids(&["2"])]);
+        assert!(cut(&[], 10, 8).is_empty());
+    }
 }
