@@ -167,9 +167,10 @@ pub(crate) struct PgStore {
 }
 
 struct Inner {
-    /// Renewals, rescues and claims that take a limited kind's lock, on the background runtime (completions go
-    /// by the writer's own connection, which the writer closes when it ends).
+    /// Renewals, rescues and claims that take a limited kind's lock, on the background runtime.
     pool: PgPool,
+    /// The completion writer's connection, on the background runtime.
+    write_pool: PgPool,
     /// The worker loop's claims when the worker serves no limited kind, on the loop's own runtime: each is one
     /// statement that commits on its own (see [`WorkerStore::claim`]).
     claim_pool: PgPool,
@@ -255,12 +256,13 @@ impl PgStore {
         let listen_pool = super::listener::pool(listen_options);
         let (tx, rx) = mpsc::unbounded_channel();
         let unwritten = Unwritten::default();
-        tokio::spawn(write_finished(write_pool, config.worker_id.clone(), rx, Arc::clone(&unwritten)));
+        tokio::spawn(write_finished(write_pool.clone(), config.worker_id.clone(), rx, Arc::clone(&unwritten)));
         let promoted_at = AtomicI64::new(i64::MIN);
         let cursor = CursorCell::default();
         let listener = std::sync::Mutex::new(None);
         let inner = Inner {
             pool,
+            write_pool,
             claim_pool,
             config,
             tx,
@@ -357,7 +359,8 @@ impl WorkerStore for PgStore {
     }
 
     /// Stops the listener and closes the worker's pools: the claim connection here, on the loop's runtime, and
-    /// `outbox-worker <id>` on the background runtime, where their connections live.
+    /// `outbox-worker <id>` and `outbox-writer <id>` on the background runtime, where their connections live. The
+    /// worker has written its outcomes by then.
     fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             self.inner.claim_pool.close().await;
@@ -365,6 +368,7 @@ impl WorkerStore for PgStore {
                 .on_bg(|inner| async move {
                     inner.stop_listening();
                     inner.pool.close().await;
+                    inner.write_pool.close().await;
                     Ok(())
                 })
                 .await;
