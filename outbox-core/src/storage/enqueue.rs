@@ -31,7 +31,7 @@ pub(crate) struct NewJob {
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled";
 /// Rows per batch statement: 15 values a row at most, 32,000 values under SQLite's parameter limit (32,766);
-/// PostgreSQL's batch binds one value ([`insert_recordset`]) and keeps the same size.
+/// PostgreSQL's batch binds one value (`insert_recordset`) and keeps the same size.
 const ROWS_PER_INSERT: usize = 2_000;
 /// Payload bytes per batch statement at most (a statement holds one job at least): a server takes a statement's
 /// values in one message of at most 1 GB, which 2,000 payloads of a raised size cap could pass.
@@ -114,10 +114,19 @@ fn push_row(b: Backend, sql: &mut String, values: &mut Vec<Value>, job: &NewJob)
 /// PostgreSQL `ON CONFLICT` makes every row a speculative insertion, 47 more WAL bytes and twice the time per
 /// row (measured on a table with one partial unique index).
 fn insert_statement(b: Backend, jobs: &[&NewJob]) -> sea_orm::Statement {
-    #[cfg(feature = "postgres")]
-    if b == Backend::Postgres && jobs.len() > 1 {
-        return insert_recordset(jobs);
+    let (mut sql, values) = match b {
+        #[cfg(feature = "postgres")]
+        Backend::Postgres if jobs.len() > 1 => insert_recordset(jobs),
+        _ => insert_values(b, jobs),
+    };
+    if jobs.iter().any(|j| j.key.is_some()) {
+        sql.push_str(" ON CONFLICT DO NOTHING");
     }
+    b.stmt(sql, values)
+}
+
+/// The INSERT of `jobs` as a `VALUES` list, and its values.
+fn insert_values(b: Backend, jobs: &[&NewJob]) -> (String, Vec<Value>) {
     let mut sql = String::with_capacity(INSERT_COLUMNS.len() + jobs.len() * 112 + 96);
     sql.push_str(INSERT_COLUMNS);
     #[cfg(feature = "sqlite")]
@@ -132,10 +141,7 @@ fn insert_statement(b: Backend, jobs: &[&NewJob]) -> sea_orm::Statement {
         }
         push_row(b, &mut sql, &mut values, job);
     }
-    if jobs.iter().any(|j| j.key.is_some()) {
-        sql.push_str(" ON CONFLICT DO NOTHING");
-    }
-    b.stmt(sql, values)
+    (sql, values)
 }
 
 /// PostgreSQL's INSERT of a batch: its rows as one JSON array, read by `json_to_recordset`. Bound as 15
@@ -145,7 +151,7 @@ fn insert_statement(b: Backend, jobs: &[&NewJob]) -> sea_orm::Statement {
 /// payload goes in as the JSON text it already is. The rows go in as listed, so a sequence's jobs take their
 /// places in order.
 #[cfg(feature = "postgres")]
-fn insert_recordset(jobs: &[&NewJob]) -> sea_orm::Statement {
+fn insert_recordset(jobs: &[&NewJob]) -> (String, Vec<Value>) {
     use std::fmt::Write;
     let text = |s: &str| serde_json::Value::from(s).to_string();
     let opt = |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_owned(), text);
@@ -176,7 +182,7 @@ fn insert_recordset(jobs: &[&NewJob]) -> sea_orm::Statement {
     }
     rows.push(']');
     let ts = |p: &str| Backend::Postgres.ts(p);
-    let mut sql = format!(
+    let sql = format!(
         "{INSERT_COLUMNS}) SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, {}, r.y, r.h, {}, {}, r.s, r.o, r.d \
          FROM ROWS FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, \
          y text, h text, c int8, s text, o int2, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, d, n) \
@@ -185,10 +191,7 @@ fn insert_recordset(jobs: &[&NewJob]) -> sea_orm::Statement {
         ts("r.c"),
         ts("r.c"),
     );
-    if jobs.iter().any(|j| j.key.is_some()) {
-        sql.push_str(" ON CONFLICT DO NOTHING");
-    }
-    Backend::Postgres.stmt(sql, vec![Value::from(rows)])
+    (sql, vec![Value::from(rows)])
 }
 
 /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
