@@ -42,6 +42,12 @@ fn texts(items: &[String]) -> String {
     format!("ARRAY[{}]::text[]", items.iter().map(|s| text(s)).collect::<Vec<_>>().join(", "))
 }
 
+/// The literals of a finish statement's ids (`$1`) and outcomes (`$2`) for `batch`.
+fn outcome_literals(batch: &[Finished]) -> (String, String) {
+    let (ids, map, _) = outcomes(batch);
+    (texts(&ids), format!("{}::jsonb", text(&map.to_string())))
+}
+
 /// Fails when `sql`, prepared and run with the literals `args`, is planned to scan `outbox_jobs` whole: planned
 /// for those values (`generic` false), or once for any (`generic`), as the worker's claimer and writer plan it.
 async fn reads_by_id(db: &DatabaseConnection, what: &str, sql: &str, args: &[String], generic: bool) -> Result<()> {
@@ -104,11 +110,8 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
             discard: n % 2 == 0,
         })
         .collect();
-    let (ids, map, _) = outcomes(&batch);
-    let (ids, map) = (texts(&ids), format!("{}::jsonb", text(&map.to_string())));
-    let one = &batch[..1];
-    let (one_id, one_map, _) = outcomes(one);
-    let (one_id, one_map) = (texts(&one_id), format!("{}::jsonb", text(&one_map.to_string())));
+    let (ids, map) = outcome_literals(&batch);
+    let (one_id, one_map) = outcome_literals(&batch[..1]);
 
     // The claimer's and the writer's statements, in both kinds of plan.
     let planned_once = [
