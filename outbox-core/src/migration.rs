@@ -67,7 +67,19 @@ impl MigrationTrait for Step {
     }
 
     async fn down(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(statements(manager, self.0)?.1).await.map(drop)
+        let conn = manager.get_connection();
+        // SQLite's archive partitions are tables retention named: found, then dropped with the rest.
+        #[cfg(feature = "sqlite")]
+        if schema::MIGRATIONS[self.0] == schema::ARCHIVE && manager.get_database_backend() == sea_orm::DbBackend::Sqlite
+        {
+            let names = crate::storage::archive::sqlite_partitions(conn)
+                .await
+                .map_err(|e| DbErr::Migration(format!("listing the archive's tables to undo it: {e}")))?;
+            for name in names {
+                conn.execute_unprepared(&format!("DROP TABLE \"{name}\"")).await?;
+            }
+        }
+        conn.execute_unprepared(statements(manager, self.0)?.1).await.map(drop)
     }
 
     /// Applied and recorded in one transaction on one connection: never seen half done.

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::kind::{Kind, MAX_NAME_BYTES};
 use crate::record::{JobStatus, from_ms, ms_after};
 use crate::storage::workers::WorkerRow;
-use crate::storage::{self, ClaimedJob, Finished, Outcome, WorkerStoreOpts, now_ms};
+use crate::storage::{self, ClaimedJob, Finished, Keep, Outcome, WorkerStoreOpts, now_ms};
 use crate::worker::RetryPolicy;
 
 /// The most jobs one claim may take.
@@ -229,7 +229,7 @@ fn payload_of(job: &ClaimedJob, kind: Option<&Kind>) -> std::result::Result<Valu
 }
 
 fn finished(id: &str, kind: &str, queue: &str, attempt: i32, outcome: Outcome) -> Finished {
-    Finished { id: id.to_owned(), kind: kind.to_owned(), queue: queue.to_owned(), attempt, outcome, discard: false }
+    Finished { id: id.to_owned(), kind: kind.to_owned(), queue: queue.to_owned(), attempt, outcome, keep: Keep::Row }
 }
 
 fn stale(id: &str, worker: &str, attempt: i32) -> Error {

@@ -9,10 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::record::{JobStatus, ms_after};
+use crate::storage::archive;
 use crate::storage::retention::PruneRules;
 use crate::storage::{self, now_ms};
 
 const DAY: Duration = Duration::from_secs(86_400);
+const HOUR: Duration = Duration::from_secs(3_600);
 
 /// The lease's name in `outbox_locks`.
 const LEASE: &str = "retention";
@@ -32,6 +34,8 @@ pub struct Retention {
     ages: BTreeMap<JobStatus, Option<Duration>>,
     kinds: BTreeMap<(String, JobStatus), Option<Duration>>,
     keep_nothing: BTreeSet<String>,
+    partitioned: BTreeSet<String>,
+    span: Duration,
     interval: Duration,
     batch: u64,
     enabled: bool,
@@ -49,6 +53,8 @@ impl Default for Retention {
             ages,
             kinds: BTreeMap::new(),
             keep_nothing: BTreeSet::new(),
+            partitioned: BTreeSet::new(),
+            span: HOUR,
             interval: Duration::from_secs(60),
             batch: 500,
             enabled: true,
@@ -96,6 +102,44 @@ impl Retention {
         self
     }
 
+    /// Keeps `kind`'s completed jobs in time partitions: a worker built with this retention moves each one, in
+    /// the statement that completes it, out of the table claims read into an archive partitioned by time of
+    /// completion, and the retention pass drops a whole partition once all of it is older than the completed
+    /// jobs' age ([`Retention::max_age`] of [`JobStatus::Completed`], a day by default; `None` keeps them).
+    /// Pruning deletes no rows and the jobs table holds only what is pending, running or failed, whatever the
+    /// throughput; a job stays up to one [`Retention::partition_span`] past its age.
+    ///
+    /// What stays readable until then: the job itself ([`crate::ops::get`], [`crate::ops::wait`] with its output,
+    /// listings and counts), and its events for as long as the feed keeps them (the shortest age, the same
+    /// cutoff as for any job's feed rows). Kept in the jobs table as usual: failed and cancelled jobs of the
+    /// kind, jobs with a sequence key, and jobs another process completes. Refused when the worker is built: a
+    /// kind it has no handler for, one that declares a sequence, one that also keeps nothing, and one given its
+    /// own age for completed jobs ([`Retention::kind_max_age`]). It applies even where the worker prunes
+    /// nothing ([`Retention::off`]); then another process's pass drops the partitions.
+    pub fn kind_in_partitions(mut self, kind: impl Into<String>) -> Self {
+        self.partitioned.insert(kind.into());
+        self
+    }
+
+    /// How much time of completions one partition of the archive holds (default an hour, at least 10 ms): the
+    /// pass drops a partition when its last moment is older than the completed jobs' age. On PostgreSQL
+    /// partitions are made three spans ahead; on SQLite the archive table is set aside as a partition once per
+    /// span. Processes of one fleet should agree on it; a partition already made keeps its bounds.
+    pub fn partition_span(mut self, span: Duration) -> Self {
+        self.span = span.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Whether completed jobs of `kind` move into the archive as they complete.
+    pub(crate) fn archives(&self, kind: &str) -> bool {
+        self.partitioned.contains(kind)
+    }
+
+    /// The kinds kept in time partitions.
+    pub(crate) fn kinds_in_partitions(&self) -> impl Iterator<Item = &String> {
+        self.partitioned.iter()
+    }
+
     /// Whether completed jobs of `kind` are deleted as they complete.
     pub(crate) fn keeps_nothing(&self, kind: &str) -> bool {
         self.keep_nothing.contains(kind)
@@ -124,6 +168,19 @@ impl Retention {
         if let Some(bad) = statuses.into_iter().find(|s| !s.is_terminal()) {
             return Err(Error::Invalid(format!(
                 "retention applies to finished jobs (completed, failed, cancelled); `{bad}` jobs are never pruned"
+            )));
+        }
+        if let Some(kind) = self.partitioned.intersection(&self.keep_nothing).next() {
+            return Err(Error::Invalid(format!(
+                "retention names kind `{kind}` both to keep nothing and to keep in time partitions; choose one"
+            )));
+        }
+        if let Some((kind, _)) =
+            self.kinds.keys().find(|(kind, status)| *status == JobStatus::Completed && self.partitioned.contains(kind))
+        {
+            return Err(Error::Invalid(format!(
+                "retention gives kind `{kind}` its own age for completed jobs, but keeps them in time partitions, \
+                 which go by the completed jobs' age of all kinds (`Retention::max_age`)"
             )));
         }
         Ok(())
@@ -166,6 +223,17 @@ pub(crate) async fn run(db: DatabaseConnection, retention: Retention, worker: St
             Ok((jobs, feed_rows)) => tracing::info!(worker, jobs, feed_rows, "retention pruned finished jobs"),
             Err(e) => tracing::warn!(worker, error = %e, "retention pass failed; trying again next interval"),
         }
+        match upkeep(&db, &retention, &worker).await {
+            Ok(done) if done == archive::Done::default() => {}
+            Ok(done) => tracing::info!(
+                worker,
+                made = done.made,
+                dropped = done.dropped,
+                jobs = done.jobs,
+                "retention kept the archive's partitions"
+            ),
+            Err(e) => tracing::warn!(worker, error = %e, "archive upkeep failed; trying again next interval"),
+        }
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(retention.interval) => {}
@@ -176,6 +244,29 @@ pub(crate) async fn run(db: DatabaseConnection, retention: Retention, worker: St
     if let Err(e) = released {
         tracing::debug!(worker, error = %e, "giving up the retention lease failed; it expires on its own");
     }
+}
+
+/// Makes and drops the archive's partitions (`storage/archive.rs`) in one transaction that holds the lease.
+async fn upkeep(db: &DatabaseConnection, retention: &Retention, worker: &str) -> Result<archive::Done> {
+    let now = now_ms();
+    if storage::locks::held_by_other(db, LEASE, worker, now).await? {
+        return Ok(archive::Done::default());
+    }
+    let txn = storage::begin_write(db).await?;
+    let lease_until = ms_after(now, retention.interval * 2 + Duration::from_secs(60));
+    if !storage::locks::take(&txn, LEASE, worker, now, lease_until).await? {
+        return Ok(archive::Done::default());
+    }
+    let age = retention.ages.get(&JobStatus::Completed).copied().flatten();
+    let plan = archive::Upkeep {
+        span: i64::try_from(retention.span.as_millis()).unwrap_or(i64::MAX),
+        cutoff: age.map(|a| now.saturating_sub(ms_after(0, a))),
+        ahead: !retention.partitioned.is_empty(),
+        batch: retention.batch,
+    };
+    let done = archive::upkeep(&txn, &plan, now).await?;
+    txn.commit().await.map_err(Error::db("committing the archive's upkeep"))?;
+    Ok(done)
 }
 
 /// One pass: batches until none is full. Each batch renews the lease in its own transaction, so a process

@@ -264,6 +264,133 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
     assert_eq!(scalar(&t.db, kept_events).await, kept_before, "the kept jobs keep their history");
 }
 
+conformance!(a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_partition_whole);
+async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_partition_whole(t: TestDb) {
+    let refusal = |retention: Retention| async {
+        Worker::builder(&t.db)
+            .retention(retention)
+            .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+            .register(|_: Step, _: JobContext| async { Ok::<_, JobError>(()) })
+            .build()
+            .await
+            .expect_err("refused")
+            .to_string()
+    };
+    let e = refusal(Retention::off().kind_in_partitions("nobody-handles-this")).await;
+    assert!(e.contains("`nobody-handles-this`"), "{e}");
+    let e = refusal(Retention::off().kind_in_partitions("step")).await;
+    assert!(e.contains("`step`") && e.contains("sequences"), "{e}");
+    let e = refusal(Retention::off().kind_in_partitions("probe").kind_keep_nothing("probe")).await;
+    assert!(e.contains("`probe`") && e.contains("choose one"), "{e}");
+    let own_age = Retention::off().kind_in_partitions("probe").kind_max_age("probe", JobStatus::Completed, None);
+    let e = refusal(own_age).await;
+    assert!(e.contains("`probe`") && e.contains("its own age"), "{e}");
+
+    let mut ids = Vec::new();
+    for n in 1..=20 {
+        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+    }
+    let batch: Vec<Probe> = (21..=30).map(|n| Probe { n }).collect();
+    let batched = outbox_core::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("enqueue a batch");
+    ids.extend(batched.iter().map(|e| e.id().to_owned()));
+    for n in 41..=43 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().sequence("kept")).await.expect("enqueue");
+    }
+    let worker = |retention: Retention| {
+        Worker::builder(&t.db).concurrency(8).retention(retention).register(|p: Probe, _: JobContext| async move {
+            if p.n == 7 { Err(JobError::permanent("seven fails")) } else { Ok(serde_json::json!(p.n)) }
+        })
+    };
+    let archiving = || Retention::off().kind_in_partitions("probe");
+    worker(archiving()).build().await.expect("build").drain().await.expect("drain");
+    // One more, alone: a batch of one takes the single-row path on SQLite.
+    let alone =
+        outbox_core::enqueue(&t.db, &Probe { n: 31 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    worker(archiving()).build().await.expect("build").drain().await.expect("drain");
+    ids.push(alone);
+
+    let in_jobs = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe'";
+    assert_eq!(scalar(&t.db, in_jobs).await, 4, "the failed probe and the sequence stay in the jobs table");
+    let archived = "SELECT COUNT(*) FROM outbox_jobs_archive WHERE kind = 'probe' AND status = 'completed'";
+    assert_eq!(scalar(&t.db, archived).await, 30);
+    // Each is read as it was completed, wherever it is.
+    let job = ops::get(&t.db, &ids[0]).await.expect("an archived job");
+    assert_eq!((job.status, job.output.clone(), job.attempts), (JobStatus::Completed, Some(serde_json::json!(1)), 1));
+    assert!(job.completed_at.is_some() && job.claimed_at.is_some(), "{job:?}");
+    let waited = ops::wait(&t.db, &ids[25], Duration::from_secs(5)).await.expect("wait for an archived job");
+    assert_eq!(waited.output, Some(serde_json::json!(26)));
+    assert_eq!(ops::get(&t.db, &ids[6]).await.expect("the failed probe").status, JobStatus::Failed);
+    let all = ops::list(&t.db, &outbox_core::JobFilter { kind: Some("probe".into()), ..Default::default() })
+        .await
+        .expect("list");
+    assert_eq!(all.len(), 34, "listings read both tables");
+    assert!(all.windows(2).all(|w| w[0].id > w[1].id), "newest first across both tables");
+    let two = outbox_core::JobFilter { kind: Some("probe".into()), limit: 2, ..Default::default() };
+    let newest = ops::list(&t.db, &two).await.expect("list two");
+    assert_eq!(newest.iter().map(|j| j.id.clone()).collect::<Vec<_>>(), vec![all[0].id.clone(), all[1].id.clone()]);
+    let completed = ops::counts(&t.db)
+        .await
+        .expect("counts")
+        .into_iter()
+        .filter(|c| c.kind == "probe" && c.status == JobStatus::Completed)
+        .map(|c| c.count)
+        .sum::<u64>();
+    assert_eq!(completed, 33, "counts read both tables");
+
+    // A pass makes the partitions (SQLite: sets the table aside as one) and keeps every job younger than the age.
+    let partitions = match t.backend {
+        outbox_tests::Backend::Sqlite => {
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name GLOB 'outbox_jobs_done_[0-9]*'"
+        }
+        outbox_tests::Backend::Postgres => {
+            "SELECT COUNT(*) FROM pg_inherits WHERE inhparent = 'outbox_jobs_done'::regclass \
+             AND inhrelid <> 'outbox_jobs_done_default'::regclass"
+        }
+    };
+    let span = Duration::from_millis(300);
+    let keeper =
+        worker(Retention::new().interval(Duration::from_millis(20)).partition_span(span).kind_in_partitions("probe"))
+            .build()
+            .await
+            .expect("build")
+            .start();
+    let made =
+        outbox_tests::eventually(Duration::from_secs(20), || async { scalar(&t.db, partitions).await > 0 }).await;
+    keeper.shutdown().await.expect("shutdown");
+    assert!(made, "no partition was made");
+    assert_eq!(scalar(&t.db, archived).await, 30, "a day's age keeps them all");
+    // Completions after it land in a partition.
+    let later: Vec<Probe> = (51..=55).map(|n| Probe { n }).collect();
+    outbox_core::enqueue_batch(&t.db, &later, EnqueueOpts::new()).await.expect("enqueue");
+    worker(archiving()).build().await.expect("build").drain().await.expect("drain");
+    assert_eq!(scalar(&t.db, archived).await, 35);
+
+    // With an age of a millisecond, whole partitions go (and PostgreSQL's default partition row by row).
+    let events_before = scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events").await;
+    let pruner = worker(
+        Retention::new()
+            .interval(Duration::from_millis(20))
+            .partition_span(span)
+            .max_age(JobStatus::Completed, Some(Duration::from_millis(1)))
+            .kind_in_partitions("probe"),
+    )
+    .build()
+    .await
+    .expect("build")
+    .start();
+    let emptied =
+        outbox_tests::eventually(Duration::from_secs(20), || async { scalar(&t.db, archived).await == 0 }).await;
+    pruner.shutdown().await.expect("shutdown");
+    assert!(emptied, "archived jobs left: {}", scalar(&t.db, archived).await);
+    assert!(matches!(ops::get(&t.db, &ids[0]).await, Err(outbox_core::Error::NotFound { .. })));
+    assert_eq!(
+        scalar(&t.db, in_jobs).await,
+        2,
+        "the failed probe and the latest of the sequence (its evidence) are kept"
+    );
+    assert!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events").await <= events_before);
+}
+
 /// The `n` of a probe's payload.
 fn n_expr(t: &TestDb) -> &'static str {
     match t.backend {

@@ -53,17 +53,22 @@ pub(crate) async fn records<C: ConnectionTrait + ?Sized>(
     rows.iter().map(decode::record).collect()
 }
 
-/// One job by id.
+/// One job by id, from the jobs table or the archive.
 pub(crate) async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<JobRecord>> {
     let b = Backend::of(conn)?;
-    let sql = format!("SELECT {} FROM outbox_jobs WHERE id = $1", record_columns(b));
+    let columns = record_columns(b);
+    let sql = format!(
+        "SELECT {columns} FROM outbox_jobs WHERE id = $1 \
+         UNION ALL SELECT {columns} FROM outbox_jobs_archive outbox_jobs WHERE id = $1"
+    );
     Ok(records(conn, || format!("reading job `{id}`"), b.stmt(sql, vec![id.into()])).await?.into_iter().next())
 }
 
-/// Jobs matching a filter, newest first (by place, in a sequence).
+/// Jobs matching a filter, newest first (by place, in a sequence), from the jobs table and, for completed jobs
+/// without a sequence, the archive. Each table is read in its own order up to the limit, then the two merged.
 pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
     let b = Backend::of(conn)?;
-    let mut sql = format!("SELECT {} FROM outbox_jobs WHERE TRUE", record_columns(b));
+    let mut sql = " WHERE TRUE".to_owned();
     let mut p = Params::default();
     if let Some(status) = filter.status {
         sql.push_str(&format!(" AND status = {}", p.push(status.as_str())));
@@ -92,7 +97,18 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilt
             "id DESC"
         }
     };
-    sql.push_str(&format!(" ORDER BY {order} LIMIT {}", p.push(limit_value(filter.limit))));
+    let limit = p.push(limit_value(filter.limit));
+    let columns = record_columns(b);
+    let jobs = format!("SELECT {columns} FROM outbox_jobs{sql} ORDER BY {order} LIMIT {limit}");
+    let archived = filter.sequence.is_none() && filter.status.is_none_or(|s| s == JobStatus::Completed);
+    let sql = if archived {
+        format!(
+            "SELECT * FROM ({jobs}) j UNION ALL SELECT * FROM (SELECT {columns} FROM outbox_jobs_archive outbox_jobs\
+             {sql} ORDER BY {order} LIMIT {limit}) a ORDER BY 1 DESC LIMIT {limit}"
+        )
+    } else {
+        jobs
+    };
     records(conn, || "listing jobs".into(), b.stmt(sql, p.0)).await
 }
 
@@ -173,7 +189,8 @@ pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now:
     Ok(res.rows_affected() == 1)
 }
 
-/// Deletes terminal jobs of the given statuses last changed before `before`, and workers' feed rows as old.
+/// Deletes terminal jobs of the given statuses last changed before `before` (archived ones too), and workers'
+/// feed rows as old.
 pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64> {
     let terminal: Vec<&str> = statuses.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
     if terminal.is_empty() {
@@ -186,10 +203,19 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
     let sql =
         format!("DELETE FROM outbox_jobs WHERE status IN ({}) AND updated_at < {cutoff} {HELD_KEPT}", marks.join(", "));
     let res = execute_write(conn, b.stmt(sql, p.0), || "purging finished jobs".into()).await?;
+    let mut purged = res.rows_affected();
+    if terminal.contains(&"completed") {
+        for table in super::archive::tables(conn).await? {
+            let sql = format!("DELETE FROM \"{table}\" WHERE updated_at < {}", b.ts("$1"));
+            let res =
+                execute_write(conn, b.stmt(sql, vec![Value::from(before)]), || "purging archived jobs".into()).await?;
+            purged += res.rows_affected();
+        }
+    }
     // Workers' feed rows list many jobs and belong to none: they go by the same age.
     let sql = format!("DELETE FROM outbox_job_events WHERE job_id = '' AND at < {}", b.ts("$1"));
     execute_write(conn, b.stmt(sql, vec![Value::from(before)]), || "purging old feed rows".into()).await?;
-    Ok(res.rows_affected())
+    Ok(purged)
 }
 
 /// Deletes one finished (completed, failed, cancelled) job that does not hold its sequence; `Ok(false)` when
@@ -199,5 +225,15 @@ pub(crate) async fn delete<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> R
     let sql =
         format!("DELETE FROM outbox_jobs WHERE id = $1 AND status IN ('completed', 'failed', 'cancelled') {HELD_KEPT}");
     let res = execute_write(conn, b.stmt(sql, vec![id.into()]), || format!("deleting job `{id}`")).await?;
-    Ok(res.rows_affected() == 1)
+    if res.rows_affected() == 1 {
+        return Ok(true);
+    }
+    for table in super::archive::tables(conn).await? {
+        let sql = format!("DELETE FROM \"{table}\" WHERE id = $1");
+        let res = execute_write(conn, b.stmt(sql, vec![id.into()]), || format!("deleting archived job `{id}`")).await?;
+        if res.rows_affected() == 1 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

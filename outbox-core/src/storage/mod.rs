@@ -1,12 +1,13 @@
 //! Storage, written once. Every operation the crate asks of a database is a plain function in the file named
 //! for what it answers (`enqueue`, `jobs`, `stats`, `events`, `kinds`, `workers`, `schedules`, `locks`,
 //! `retention`, `reconciliations`, `scans`, `remote`), with one statement for every backend built from the
-//! short list of differences in [`backend`]. What the engines really do differently lives in the backend
+//! short list of differences in [`backend`]. `archive` is the table of completed jobs kept in time partitions. What the engines really do differently lives in the backend
 //! folders: the schema (`schema.sql`), connections and transaction modes, and the worker's claim and completion
 //! path (`store/`), which each engine runs its own way.
 //!
 //! Not an extension point: users bring a sea-orm connection and never implement storage.
 
+pub(crate) mod archive;
 mod backend;
 /// The driver-level conformance suite: every operation of this module on every backend. It lives beside the
 /// crate's other tests and is compiled in here, where the operations are visible.
@@ -41,7 +42,7 @@ use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTrans
 
 pub(crate) use backend::Backend;
 pub(crate) use store::{
-    ClaimedJob, Finished, Outcome, Rescued, Store, Unreadable, WorkerStore, WorkerStoreOpts, log_finished,
+    ClaimedJob, Finished, Keep, Outcome, Rescued, Store, Unreadable, WorkerStore, WorkerStoreOpts, log_finished,
 };
 
 use crate::error::{Error, Result};

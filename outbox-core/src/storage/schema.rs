@@ -12,14 +12,18 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 6] = [
+pub(crate) const MIGRATIONS: [&str; 7] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
     "m20261201_000004_fewer_writes",
     "m20261202_000005_active_keys",
     "m20261203_000006_columns_last",
+    "m20261204_000007_archive",
 ];
+
+/// The migration that makes the archive of completed jobs kept in time partitions.
+pub(crate) const ARCHIVE: &str = "m20261204_000007_archive";
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
 /// lists them grew through nine steps this build cannot vouch for: it is refused, never modified.
@@ -68,6 +72,9 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         (DbBackend::Sqlite, 4) => Some((include_str!("sqlite/active_keys.sql"), "SELECT 1;")),
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 5) => Some((include_str!("sqlite/columns_last.sql"), "SELECT 1;")),
+        // Undoing it drops the archive's tables, with the jobs in them.
+        #[cfg(feature = "sqlite")]
+        (DbBackend::Sqlite, 6) => Some((include_str!("sqlite/archive.sql"), SQLITE_ARCHIVE_UNDO)),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -124,9 +131,17 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
                      AND OLD.status IN ('completed', 'failed', 'cancelled')) \
                  EXECUTE FUNCTION outbox_jobs_sequence_rejoin();",
         )),
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 6) => {
+            Some((include_str!("postgres/archive.sql"), "DROP VIEW outbox_jobs_archive; DROP TABLE outbox_jobs_done;"))
+        }
         _ => None,
     }
 }
+
+/// Undoes `sqlite/archive.sql`, after the migration has dropped the tables retention renamed (`migration.rs`).
+#[cfg(feature = "sqlite")]
+const SQLITE_ARCHIVE_UNDO: &str = "DROP VIEW outbox_jobs_archive; DROP TABLE outbox_jobs_done;";
 
 /// Refuses a database whose outbox tables an earlier build created, saying what to do; a database without
 /// them, or with this build's, passes.

@@ -1,7 +1,8 @@
-//! Counts and measures over the jobs table, for `outbox stats`, the dashboard and Prometheus.
+//! Counts and measures over the jobs table (and the archive, for finished jobs), for `outbox stats`, the dashboard and Prometheus.
 
 use sea_orm::{ConnectionTrait, QueryResult, Value};
 
+use super::archive::jobs_and_archive;
 use super::jobs::{blocking, record_columns};
 use super::{Backend, decode, limit_value};
 use crate::error::{Error, Result};
@@ -21,8 +22,9 @@ async fn rows<C: ConnectionTrait + ?Sized>(
 pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<StatusCount>> {
     let b = Backend::of(conn)?;
     let sql = format!(
-        "SELECT kind, status, COUNT(*), {} FROM outbox_jobs GROUP BY kind, status ORDER BY kind, status",
-        b.ms("MIN(created_at)")
+        "SELECT kind, status, COUNT(*), {} FROM {} GROUP BY kind, status ORDER BY kind, status",
+        b.ms("MIN(created_at)"),
+        jobs_and_archive()
     );
     decode::status_counts(&rows(conn, "counting jobs", sql, vec![]).await?)
 }
@@ -31,9 +33,10 @@ pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<
 pub(crate) async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<StatusCount>> {
     let b = Backend::of(conn)?;
     let sql = format!(
-        "SELECT kind, status, COUNT(*), {} FROM outbox_jobs WHERE status IN ('completed', 'failed', 'cancelled') \
+        "SELECT kind, status, COUNT(*), {} FROM {} WHERE status IN ('completed', 'failed', 'cancelled') \
          AND updated_at >= {} GROUP BY kind, status ORDER BY kind, status",
         b.ms("MIN(created_at)"),
+        jobs_and_archive(),
         b.ts("$1")
     );
     decode::status_counts(&rows(conn, "counting recently finished jobs", sql, vec![since.into()]).await?)
@@ -50,9 +53,10 @@ pub(crate) async fn activity<C: ConnectionTrait + ?Sized>(
     let b = Backend::of(conn)?;
     let sql = format!(
         "SELECT ({} / $1) * $1, COUNT(*) FILTER (WHERE status = 'completed'), \
-         COUNT(*) FILTER (WHERE status = 'failed') FROM outbox_jobs \
+         COUNT(*) FILTER (WHERE status = 'failed') FROM {} \
          WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= {} GROUP BY 1 ORDER BY 1",
         b.ms("updated_at"),
+        jobs_and_archive(),
         b.ts("$2")
     );
     decode::activity(&rows(conn, "counting recent activity", sql, vec![bucket_ms.into(), since.into()]).await?)
@@ -74,8 +78,9 @@ pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64)
     let b = Backend::of(conn)?;
     let sql = format!(
         "SELECT kind, COUNT(*), CAST(AVG({run}) AS DOUBLE PRECISION), MAX({run}), \
-         CAST(AVG({wait}) AS DOUBLE PRECISION) FROM outbox_jobs WHERE status = 'completed' AND updated_at >= {} \
+         CAST(AVG({wait}) AS DOUBLE PRECISION) FROM {} WHERE status = 'completed' AND updated_at >= {} \
          GROUP BY kind ORDER BY kind",
+        jobs_and_archive(),
         b.ts("$1"),
         run = b.ms("completed_at - claimed_at"),
         wait = b.ms("claimed_at - created_at"),
@@ -85,10 +90,13 @@ pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64)
 
 /// Idempotency keys held by more than one job (across all statuses), most repeated first.
 pub(crate) async fn duplicates<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>> {
-    let sql = "SELECT kind, idempotency_key, COUNT(*), COUNT(*) FILTER (WHERE status IN ('pending', 'claimed')), \
-         COUNT(*) FILTER (WHERE status = 'completed') FROM outbox_jobs WHERE idempotency_key IS NOT NULL \
-         GROUP BY kind, idempotency_key HAVING COUNT(*) > 1 ORDER BY COUNT(*) DESC, kind LIMIT $1";
-    decode::duplicates(&rows(conn, "finding duplicate keys", sql.into(), vec![limit_value(limit)]).await?)
+    let sql = format!(
+        "SELECT kind, idempotency_key, COUNT(*), COUNT(*) FILTER (WHERE status IN ('pending', 'claimed')), \
+         COUNT(*) FILTER (WHERE status = 'completed') FROM {} WHERE idempotency_key IS NOT NULL \
+         GROUP BY kind, idempotency_key HAVING COUNT(*) > 1 ORDER BY COUNT(*) DESC, kind LIMIT $1",
+        jobs_and_archive()
+    );
+    decode::duplicates(&rows(conn, "finding duplicate keys", sql, vec![limit_value(limit)]).await?)
 }
 
 /// Job counts of every queue by state, with the oldest due pending job.
@@ -104,8 +112,9 @@ pub(crate) async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> R
          COUNT(*) FILTER (WHERE status = 'completed'), COUNT(*) FILTER (WHERE status = 'failed'), \
          COUNT(*) FILTER (WHERE status = 'cancelled'), {}, \
          COUNT(*) FILTER (WHERE status = 'pending' AND waiting) \
-         FROM outbox_jobs GROUP BY queue ORDER BY queue",
-        b.ms(&format!("MIN(run_at) FILTER (WHERE {due})"))
+         FROM {} GROUP BY queue ORDER BY queue",
+        b.ms(&format!("MIN(run_at) FILTER (WHERE {due})")),
+        jobs_and_archive()
     );
     decode::queues(&rows(conn, "counting jobs by queue", sql, vec![now.into()]).await?)
 }

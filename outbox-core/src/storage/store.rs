@@ -185,15 +185,32 @@ pub(crate) struct Finished {
     pub(crate) queue: String,
     pub(crate) attempt: i32,
     pub(crate) outcome: Outcome,
-    /// A completion that deletes the job instead of keeping it (its kind keeps nothing, and it has no sequence
-    /// key: the store checks that again). Ignored for other outcomes.
-    pub(crate) discard: bool,
+    /// Where a completion leaves the job. Ignored for other outcomes.
+    pub(crate) keep: Keep,
+}
+
+/// Where a completed job goes: a job with a sequence key always stays in the jobs table (the store checks that
+/// again), as the latest completed job of a sequence is the reconcilers' evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Keep {
+    /// In the jobs table, until retention deletes it.
+    #[default]
+    Row,
+    /// Nowhere: deleted as it completes (its kind keeps nothing).
+    Nothing,
+    /// In the archive's time partitions (`storage/archive.rs`).
+    Archive,
 }
 
 impl Finished {
-    /// Whether this outcome deletes the job: a completion marked [`Finished::discard`].
+    /// Whether this outcome deletes the job from the jobs table: a completion kept nowhere or in the archive.
     pub(crate) fn discards(&self) -> bool {
-        self.discard && matches!(self.outcome, Outcome::Completed { .. })
+        self.keep != Keep::Row && matches!(self.outcome, Outcome::Completed { .. })
+    }
+
+    /// Whether this outcome moves the job into the archive.
+    pub(crate) fn archives(&self) -> bool {
+        self.keep == Keep::Archive && matches!(self.outcome, Outcome::Completed { .. })
     }
 }
 

@@ -374,6 +374,13 @@ impl WorkerBuilder {
                  completed job of each sequence is the reconcilers' evidence, so they are kept by age instead"
             )));
         }
+        all_handled("retention in time partitions", self.retention.kinds_in_partitions(), &self.handlers, &kinds)?;
+        if let Some(kind) = self.retention.kinds_in_partitions().find(sequenced) {
+            return Err(Error::Invalid(format!(
+                "retention in time partitions names kind `{kind}`, whose jobs all run in sequences: the latest \
+                 completed job of each sequence is the reconcilers' evidence, so they are kept by age instead"
+            )));
+        }
         let limits: Vec<(String, u32)> = kinds
             .iter()
             .filter_map(|k| {

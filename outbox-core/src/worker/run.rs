@@ -16,7 +16,7 @@ use super::{Registered, Worker};
 use crate::error::Result;
 use crate::record::ms_after;
 
-use crate::storage::{ClaimedJob, Finished, Outcome, now_ms};
+use crate::storage::{ClaimedJob, Finished, Keep, Outcome, now_ms};
 use crate::wake;
 
 type HandlerResult = std::result::Result<Option<Value>, JobError>;
@@ -296,9 +296,14 @@ impl Loop {
             Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
         };
         let mut finished = finished(&job, outcome);
-        finished.discard = matches!(finished.outcome, Outcome::Completed { .. })
-            && !job.sequenced
-            && self.worker.retention.keeps_nothing(&job.kind);
+        if matches!(finished.outcome, Outcome::Completed { .. }) && !job.sequenced {
+            let retention = &self.worker.retention;
+            if retention.keeps_nothing(&job.kind) {
+                finished.keep = Keep::Nothing;
+            } else if retention.archives(&job.kind) {
+                finished.keep = Keep::Archive;
+            }
+        }
         self.worker.store.finish(finished)
     }
 
@@ -467,7 +472,7 @@ fn finished(job: &ClaimedJob, outcome: Outcome) -> Finished {
         queue: job.queue.clone(),
         attempt: job.attempt,
         outcome,
-        discard: false,
+        keep: Keep::Row,
     }
 }
 

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::background::Background;
 use crate::record::ms_after;
-use crate::storage::{ClaimedJob, Finished, Outcome, Store, now_ms};
+use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Store, now_ms};
 
 /// A watched job's handler is running.
 const RUNNING: u8 = 0;
@@ -152,7 +152,7 @@ impl Watchdog {
                 queue: job.queue.clone(),
                 attempt: job.attempt,
                 outcome: Outcome::Released,
-                discard: false,
+                keep: Keep::Row,
             },
             max_attempts: job.max_attempts,
             backoff,

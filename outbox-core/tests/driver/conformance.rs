@@ -13,7 +13,9 @@ use super::kinds::{self, KindRow};
 use super::retention::{self, PruneRules};
 use super::schedules::{self, ScheduleRow};
 use super::workers::{self, WorkerRow};
-use super::{Backend, Finished, Outcome, WorkerStoreOpts, events, jobs, locks, reconciliations, remote, scans, stats};
+use super::{
+    Backend, Finished, Keep, Outcome, WorkerStoreOpts, events, jobs, locks, reconciliations, remote, scans, stats,
+};
 use crate::error::{Error, Result};
 use crate::record::{FeedEvent, JobEventKind, JobFilter, JobRecord, JobStatus, ReconciliationRecord, from_ms};
 use crate::stats::{DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
@@ -267,7 +269,7 @@ fn opts(worker: &str, kinds: &[&str]) -> WorkerStoreOpts {
 }
 
 fn finished(id: &str, attempt: i32, outcome: Outcome) -> Finished {
-    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt, outcome, discard: false }
+    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt, outcome, keep: Keep::Row }
 }
 
 fn completed() -> Outcome {

@@ -9,7 +9,7 @@ mod store;
 use sea_orm::sqlx::postgres::PgPoolOptions;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, SqlxPostgresConnector, Statement};
 
-use super::{ClaimedJob, Finished, Outcome, Store, WorkerStoreOpts};
+use super::{ClaimedJob, Finished, Keep, Outcome, Store, WorkerStoreOpts};
 use crate::error::{Error, Result, pointer_token};
 use crate::job::Violation;
 use store::{PgStore, PgStoreConfig};
@@ -151,7 +151,7 @@ pub(super) async fn remote_claim(
                     queue: String::new(),
                     attempt,
                     outcome: Outcome::Failed { error },
-                    discard: false,
+                    keep: Keep::Row,
                 };
                 remote_finish(db, &c.worker_id, failed).await?;
             }

@@ -8,7 +8,7 @@ use super::{PgStore, PgStoreConfig, retrying};
 use crate::error::{Error, Result};
 use crate::storage::postgres::ts;
 use crate::storage::store::limited_share;
-use crate::storage::{ClaimedJob, Finished, Outcome, Unreadable, WorkerStore};
+use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Unreadable, WorkerStore};
 
 /// The claim of due jobs, with one feed row for them all.
 macro_rules! claim_sql {
@@ -323,7 +323,7 @@ pub(super) fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) ->
                     queue: row.try_get(2).unwrap_or_default(),
                     attempt,
                     outcome: Outcome::Failed { error },
-                    discard: false,
+                    keep: Keep::Row,
                 };
                 if let Err(e) = store.finish(finished) {
                     tracing::warn!(error = %e, "cannot fail an unreadable job; its lease will run out");

@@ -47,7 +47,21 @@ macro_rules! finish_sql {
             finish_sql!(@fence),
             " AND ",
             finish_sql!(@discarded),
-            " RETURNING j.id, j.kind, j.queue, 'completed'::text COLLATE \"C\" AS status, j.attempts), \
+            " RETURNING j.*, ",
+            outcome!(output),
+            " AS done_output, ",
+            outcome!(archive),
+            "::bool AS archived), \
+             a AS (INSERT INTO outbox_jobs_done (id, kind, queue, payload, priority, max_attempts, idempotency_key, \
+             schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, \
+             last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, \
+             lease_expires_at, updated_at) SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, \
+             schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, \
+             last_error, done_output::jsonb, attempts, runs, locked_by, locked_at, claimed_at, 'completed', ",
+            ts!("$3"),
+            ", NULL, ",
+            ts!("$3"),
+            " FROM d WHERE archived), \
              k AS (UPDATE outbox_jobs j SET ",
             finish_sql!(@set),
             ", event_flip = (j.event_flip <> (",
@@ -57,11 +71,12 @@ macro_rules! finish_sql {
             " AND NOT (",
             finish_sql!(@discarded),
             ") RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
-             u AS (SELECT * FROM k UNION ALL SELECT * FROM d), \
+             u AS (SELECT * FROM k UNION ALL \
+             SELECT id, kind, queue, 'completed'::text COLLATE \"C\", attempts FROM d), \
              m AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
              SELECT id, kind, queue, ",
             ts!("$3"),
-            ", 'completed', attempts, $4, '[]' FROM d), \
+            ", 'completed', attempts, $4, '[]' FROM d WHERE NOT archived), \
              e AS (",
             feed_row!("$3", "completed", "$4", " WHERE status = 'completed'"),
             ") SELECT id FROM u"
@@ -109,7 +124,7 @@ macro_rules! finish_sql {
 }
 
 /// One field of the row's outcome, as text: `$2` maps each job id to `[attempt, status, output, error, run_at,
-/// give_back, discard]` ([`outcomes`]). An object's key is found by binary search. It is bound as `jsonb`, so
+/// give_back, discard, archive]` ([`outcomes`]). An object's key is found by binary search. It is bound as `jsonb`, so
 /// the server parses it once; bound as text, each of its casts parsed it again (a tenth of the drain's rate).
 macro_rules! outcome {
     (attempt) => { outcome!(@at "0") };
@@ -119,13 +134,15 @@ macro_rules! outcome {
     (run_at) => { outcome!(@at "4") };
     (give_back) => { outcome!(@at "5") };
     (discard) => { outcome!(@at "6") };
+    (archive) => { outcome!(@at "7") };
     (@at $i:literal) => { concat!("(($2::jsonb -> j.id) ->> ", $i, ")") };
 }
 
 pub(super) const FINISH: &str = finish_sql!(batched);
-/// [`FINISH`] for a batch with completions of kinds that keep nothing: those jobs are deleted (leaving their
-/// events, see `keep.sql`) unless they have a sequence key, and recorded in the same feed row. Each also gets
-/// a row of its own that lists no job (`jobs` empty, so the feed shows nothing of it): a job enqueued with
+/// [`FINISH`] for a batch with completions of kinds that keep nothing or keep in time partitions: those jobs are
+/// deleted (leaving their events, see `keep.sql`) unless they have a sequence key, and recorded in the same feed
+/// row; the archived ones are written, completed, into the archive (`archive.sql`). Each job kept nowhere also
+/// gets a row of its own that lists no job (`jobs` empty, so the feed shows nothing of it): a job enqueued with
 /// others has no row of its own otherwise (`fewer_writes.sql`), and this one tells a waiter the job completed
 /// rather than never existed (`events::outlived`). Retention removes it with the job's other events.
 pub(super) const FINISH_DISCARDING: &str = finish_sql!(discarding);
@@ -147,7 +164,7 @@ pub(super) fn outcomes(batch: &[Finished]) -> (Vec<String>, serde_json::Value, b
         let error = o.error.map(|e| e.replace('\0', "\u{fffd}"));
         map.insert(
             f.id.clone(),
-            serde_json::json!([f.attempt, o.status, o.output, error, o.run_at, o.give_back, discard]),
+            serde_json::json!([f.attempt, o.status, o.output, error, o.run_at, o.give_back, discard, f.archives()]),
         );
     }
     (ids, serde_json::Value::Object(map), discarding)

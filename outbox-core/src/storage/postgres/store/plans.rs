@@ -10,7 +10,7 @@ use super::claim::{CLAIM_ANY_QUEUE, CLAIM_ONE_KIND, CLAIM_ONE_KIND_AFTER, CLAIM_
 use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, outcomes};
 use super::{EXTEND, RESCUE};
 use crate::error::{Error, Result};
-use crate::storage::{Backend, Finished, Outcome};
+use crate::storage::{Backend, Finished, Keep, Outcome};
 
 /// Jobs in the table, their ids in the order of their rows as time-ordered ids are (UUIDv7).
 const TABLE: usize = 30_000;
@@ -107,7 +107,7 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
             queue: "default".into(),
             attempt: 1,
             outcome: Outcome::Completed { output: None },
-            discard: n % 2 == 0,
+            keep: [Keep::Row, Keep::Nothing, Keep::Archive][n % 3],
         })
         .collect();
     let (ids, map) = outcome_literals(&batch);

@@ -36,8 +36,8 @@ pub(in crate::storage::sqlite) fn write_finished(
     write_rows(tx, owner, batch, now)
 }
 
-/// One finished attempt as [`FINISH_BATCH`] and [`DISCARD_BATCH`] read it: id, attempt, new status, attempts
-/// given back, output, error, next run, and whether the completion deletes the job (written only when it does).
+/// One finished attempt as [`FINISH_BATCH`], [`ARCHIVE_BATCH`] and [`DISCARD_BATCH`] read it: id, attempt, new
+/// status, attempts given back, output, error, next run, and whether the completion deletes the job.
 #[derive(serde::Serialize)]
 struct BatchRow<'a> {
     i: &'a str,
@@ -49,6 +49,9 @@ struct BatchRow<'a> {
     r: Option<i64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     d: bool,
+    /// Whether the deleted job goes into the archive (written only when it does).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    k: bool,
 }
 
 /// The outcomes of a batch, each with the same columns and fence as in [`write_rows`].
@@ -73,13 +76,46 @@ const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, attempts) IN \
      AND status = 'claimed' AND locked_by = ?2 AND sequence_key IS NULL \
      RETURNING id, kind, queue, 'completed', attempts";
 
+/// The archive's row of a job completing at `$now` with output `$output`, read from its row in `outbox_jobs`.
+macro_rules! archived {
+    ($output:literal, $now:literal) => {
+        concat!(
+            "INSERT INTO outbox_jobs_done (id, kind, queue, payload, priority, max_attempts, idempotency_key, \
+             schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, \
+             last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, \
+             lease_expires_at, updated_at) SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, \
+             schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, \
+             last_error, ",
+            $output,
+            ", attempts, runs, locked_by, locked_at, claimed_at, 'completed', ",
+            $now,
+            ", NULL, ",
+            $now,
+            " "
+        )
+    };
+}
+
+/// The completions of a batch whose kind keeps them in time partitions (`k`), written into the archive before
+/// [`DISCARD_BATCH`] deletes them, each fenced as in [`FINISH_BATCH`]; never a job with a sequence key.
+const ARCHIVE_BATCH: &str = concat!(
+    archived!("f.o", "?3"),
+    // `json_each` has columns named like the job's (`id`): its values are read in a subquery of their own.
+    "FROM (SELECT value ->> 'i' AS i, value ->> 'a' AS a, value ->> 'o' AS o FROM json_each(?1) WHERE value ->> 'k') \
+     AS f JOIN outbox_jobs ON outbox_jobs.id = f.i WHERE outbox_jobs.status = 'claimed' \
+     AND outbox_jobs.locked_by = ?2 AND outbox_jobs.attempts = f.a AND outbox_jobs.sequence_key IS NULL"
+);
+
+/// [`ARCHIVE_BATCH`] for one job, fenced by `?1` to `?3`: `?4` is its output, `?5` the time.
+const ARCHIVE_ONE: &str = concat!(archived!("?4", "?5"), "FROM outbox_jobs ", fence!(), " AND sequence_key IS NULL");
+
 fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
     let rows: Vec<BatchRow<'_>> = batch
         .iter()
         .map(|f| {
             let c = f.outcome.columns(now);
-            let d = f.discards();
-            BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at, d }
+            let (d, k) = (f.discards(), f.archives());
+            BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at, d, k }
         })
         .collect();
     let json = serde_json::to_string(&rows).map_err(|e| Error::Internal(format!("encoding finished jobs: {e}")))?;
@@ -103,6 +139,11 @@ fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Re
         }
         Ok(())
     };
+    if rows.iter().any(|r| r.k) {
+        tx.prepare_cached(ARCHIVE_BATCH)
+            .and_then(|mut s| s.execute(params![json, owner, now]))
+            .map_err(Error::db("archiving completed jobs"))?;
+    }
     if rows.iter().any(|r| r.d) {
         apply(DISCARD_BATCH, params![json, owner])?;
     }
@@ -165,11 +206,16 @@ fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Res
     Ok(applied)
 }
 
-/// Deletes a completed job whose kind keeps nothing, fenced by its claim, and records the completion in a feed
+/// Deletes a completed job whose kind keeps nothing (or moves it into the archive), fenced by its claim, and records the completion in a feed
 /// row (no trigger records a deletion); whether it did. A job with a sequence key is left to be completed as
 /// usual.
 fn discard_one(tx: &Connection, owner: &str, f: &Finished, now: i64) -> Result<bool> {
     let ctx = || Error::db(format!("deleting completed job `{}` of kind `{}`", f.id, f.kind));
+    if let (true, Outcome::Completed { output }) = (f.archives(), &f.outcome) {
+        tx.prepare_cached(ARCHIVE_ONE)
+            .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now]))
+            .map_err(Error::db(format!("archiving completed job `{}` of kind `{}`", f.id, f.kind)))?;
+    }
     let deleted: Option<(String, String)> = tx
         .prepare_cached(concat!(
             "DELETE FROM outbox_jobs ",
