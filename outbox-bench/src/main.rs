@@ -26,6 +26,8 @@
 //! `retention` drains N new jobs with a started worker whose retention prunes 50×N finished jobs completed
 //! two days ago (1,000,000 by default), against the same drain beside the same old jobs with retention off;
 //! it also reports how many were pruned during the drain and how long pruning all of them took.
+//! `retention_partitioned` is `retention` for a kind kept in time partitions: the old jobs are in an archive
+//! partition of two days ago, the new ones are archived as they complete, and retention drops the partition.
 //! `latency` enqueues 1,000 jobs one per transaction, 0 to 3 ms apart (1.5 ms on average), to a started
 //! worker at its defaults and times each from its commit returning to its handler starting (p50, p99, max,
 //! and how many waited 100 ms or more); `latency_loaded` does the same while another task enqueues 100 jobs/s.
@@ -157,6 +159,7 @@ enum Case {
     Http,
     Dashboard,
     Retention,
+    RetentionPartitioned,
     Latency,
     LatencyLoaded,
     Million,
@@ -166,7 +169,7 @@ enum Case {
     IdleCpu,
 }
 
-const CASES: [Case; 19] = [
+const CASES: [Case; 20] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -179,6 +182,7 @@ const CASES: [Case; 19] = [
     Case::Http,
     Case::Dashboard,
     Case::Retention,
+    Case::RetentionPartitioned,
     Case::Latency,
     Case::LatencyLoaded,
     Case::Million,
@@ -221,6 +225,7 @@ impl Case {
             Case::Http => "http",
             Case::Dashboard => "dashboard",
             Case::Retention => "retention",
+            Case::RetentionPartitioned => "retention_partitioned",
             Case::Latency => "latency",
             Case::LatencyLoaded => "latency_loaded",
             Case::Million => "million",
@@ -239,6 +244,7 @@ impl Case {
             | Case::ClaimSequenced
             | Case::Dashboard
             | Case::Retention
+            | Case::RetentionPartitioned
             | Case::Million
             | Case::Stall
             | Case::HeldSnapshot
@@ -253,7 +259,7 @@ impl Case {
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Full) => base / 10,
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Normal) => base / 4,
             (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
-            (Case::Retention, _) => base,
+            (Case::Retention | Case::RetentionPartitioned, _) => base,
             (Case::Latency | Case::LatencyLoaded | Case::LatencyCross, _) => LATENCY_JOBS,
             (Case::IdleCpu, _) => 1,
             (Case::Million, _) => million::BIG,
@@ -312,7 +318,9 @@ impl Case {
             ) => None,
             (_, Case::Million) => Some("the same worker draining 20,000 jobs, same run"),
             (_, Case::HeldSnapshot) => Some("the same drain with no snapshot held, runs alternating"),
-            (_, Case::Retention) => Some("the same drain beside the same old finished jobs, retention off"),
+            (_, Case::Retention | Case::RetentionPartitioned) => {
+                Some("the same drain beside the same old finished jobs, retention off")
+            }
             (_, Case::Http) => Some("outbox enqueue in process: 16 tasks on the pool, one job per statement"),
         }
     }
@@ -584,9 +592,10 @@ impl Runner {
             Case::HeldSnapshot => {
                 return Ok(self.rt.block_on(outbox::held_snapshot(target, n, self.concurrency_for(case), false))?.0);
             }
-            Case::Retention => {
+            Case::Retention | Case::RetentionPartitioned => {
                 let old = n * RETENTION_OLD_PER_JOB;
-                return Ok(self.rt.block_on(retention::run(target, n, old, CONCURRENCY, false))?.0);
+                let partitioned = case == Case::RetentionPartitioned;
+                return Ok(self.rt.block_on(retention::run(target, n, old, CONCURRENCY, false, partitioned))?.0);
             }
         };
         let sync = target.sync();
@@ -795,9 +804,11 @@ impl Runner {
                     latencies.push(run.latency);
                     run.http
                 }
-                Case::Retention => {
+                Case::Retention | Case::RetentionPartitioned => {
                     let old = n * RETENTION_OLD_PER_JOB;
-                    let (measure, p) = self.rt.block_on(retention::run(&target, n, old, CONCURRENCY, true))?;
+                    let partitioned = case == Case::RetentionPartitioned;
+                    let (measure, p) =
+                        self.rt.block_on(retention::run(&target, n, old, CONCURRENCY, true, partitioned))?;
                     pruned.extend(p);
                     measure
                 }
@@ -865,6 +876,7 @@ impl Runner {
                 | Case::ProcessSequenced100
                 | Case::ClaimSequenced
                 | Case::Retention
+                | Case::RetentionPartitioned
                 | Case::Million
                 | Case::HeldSnapshot
         );
@@ -932,7 +944,7 @@ impl Runner {
             dead_tuples: per_job(&works, |w| w.dead.map(|d| d as f64), 0).map(|d| d as i64),
             baseline_wal_bytes_per_job_drain: per_job(&free_works, |w| Some(w.drain_bytes), 0),
             baseline_dead_tuples: per_job(&free_works, |w| w.dead.map(|d| d as f64), 0).map(|d| d as i64),
-            old_jobs: (case == Case::Retention).then_some(n * RETENTION_OLD_PER_JOB),
+            old_jobs: matches!(case, Case::Retention | Case::RetentionPartitioned).then_some(n * RETENTION_OLD_PER_JOB),
             pruned_during_drain: (!pruned.is_empty())
                 .then(|| median(&pruned.iter().map(|p| p.during_drain as f64).collect::<Vec<_>>()).round() as u64),
             prune_all_secs: (!pruned.is_empty())

@@ -229,7 +229,7 @@ pub(crate) async fn run(db: DatabaseConnection, retention: Retention, worker: St
                 worker,
                 made = done.made,
                 dropped = done.dropped,
-                jobs = done.jobs,
+                default_partition_jobs = done.pruned,
                 "retention kept the archive's partitions"
             ),
             Err(e) => tracing::warn!(worker, error = %e, "archive upkeep failed; trying again next interval"),

@@ -9,7 +9,7 @@
 //! (`to` is the time of the renaming) before making it again empty. Either way a partition goes when `to` is
 //! older than the completed jobs' age: one statement, whatever it holds.
 
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::ConnectionTrait;
 
 use super::{Backend, execute_write};
 use crate::error::{Error, Result};
@@ -30,6 +30,7 @@ const PARTITION: &str = "outbox_jobs_done_";
 
 /// How many spans ahead PostgreSQL's partitions are made, the current one included: retention may miss a few
 /// passes without completions falling into the default partition.
+#[cfg(feature = "postgres")]
 const SPANS_AHEAD: i64 = 3;
 
 /// What one round of upkeep is to do: spans of `span` milliseconds, partitions whose end is at or before
@@ -38,8 +39,10 @@ const SPANS_AHEAD: i64 = 3;
 pub(crate) struct Upkeep {
     pub(crate) span: i64,
     pub(crate) cutoff: Option<i64>,
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) ahead: bool,
     /// Rows of PostgreSQL's default partition deleted per round, past the cutoff.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) batch: u64,
 }
 
@@ -49,8 +52,8 @@ pub(crate) struct Done {
     /// Partitions made (PostgreSQL) or tables renamed into partitions (SQLite).
     pub(crate) made: u64,
     pub(crate) dropped: u64,
-    /// Jobs of the dropped partitions, and rows deleted from PostgreSQL's default partition.
-    pub(crate) jobs: u64,
+    /// Jobs deleted from PostgreSQL's default partition (those of dropped partitions are not counted).
+    pub(crate) pruned: u64,
 }
 
 /// A partition's bounds from its name; `None` for any other name (the default partition, SQLite's current
@@ -99,49 +102,49 @@ async fn run<C: ConnectionTrait + ?Sized>(
     Ok(execute_write(conn, b.stmt(sql, vec![]), what).await?.rows_affected())
 }
 
-async fn count<C: ConnectionTrait + ?Sized>(conn: &C, b: Backend, table: &str) -> Result<u64> {
-    let sql = format!("SELECT COUNT(*) FROM \"{table}\"");
-    let row = conn
-        .query_one_raw(b.stmt(sql, vec![]))
-        .await
-        .map_err(Error::db(format!("counting the jobs of archive table `{table}`")))?
-        .ok_or_else(|| Error::Internal(format!("no count of archive table `{table}`")))?;
-    let n: i64 = row.try_get_by_index(0).map_err(Error::db(format!("counting the jobs of `{table}`")))?;
-    Ok(u64::try_from(n).unwrap_or(0))
+/// Whether `sql` (a `SELECT EXISTS (...)`, its values in `values`) finds a row.
+async fn exists<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    b: Backend,
+    sql: String,
+    values: Vec<sea_orm::Value>,
+    what: impl FnOnce() -> String,
+) -> Result<bool> {
+    let row = conn.query_one_raw(b.stmt(sql, values)).await.map_err(Error::db(what()))?;
+    Ok(row
+        .map(|r| r.try_get_by_index::<bool>(0))
+        .transpose()
+        .map_err(Error::db("reading a yes or no"))?
+        .unwrap_or(false))
 }
 
-/// One round of upkeep at `now`, in the caller's transaction (which holds the retention lease). On PostgreSQL
-/// the caller sets a lock timeout: dropping or attaching a partition waits for readers of the archive.
+/// One round of upkeep at `now`, in the caller's transaction (which holds the retention lease): the partitions
+/// ahead first, so that completions land in them, then the old ones dropped. Nothing here reads a partition's
+/// rows, so a round costs the same whatever they hold.
 pub(crate) async fn upkeep<C: ConnectionTrait + ?Sized>(conn: &C, plan: &Upkeep, now: i64) -> Result<Done> {
     let b = Backend::of(conn)?;
     let span = plan.span.max(1);
-    // Making and dropping a partition wait for the archive's readers; a long one costs a pass, not every
-    // completion queued behind the waiting lock.
-    #[cfg(feature = "postgres")]
-    if matches!(b, Backend::Postgres) {
-        run(conn, b, "SET LOCAL lock_timeout = '2s'".into(), || "bounding the upkeep's lock waits".into()).await?;
-    }
     let existing = partitions(conn, b).await?;
-    let mut done = Done::default();
-    let old: Vec<&(String, i64, i64)> = match plan.cutoff {
-        Some(cutoff) => existing.iter().filter(|(_, _, to)| *to <= cutoff).collect(),
-        None => Vec::new(),
-    };
-    for (name, _, _) in &old {
-        done.jobs += count(conn, b, name).await?;
-        run(conn, b, format!("DROP TABLE \"{name}\""), || format!("dropping archive partition `{name}`")).await?;
-        done.dropped += 1;
-    }
     let newest = existing.iter().map(|(_, _, to)| *to).max();
     let window = now.div_euclid(span) * span;
+    let mut done = Done::default();
+    let old: Vec<&String> = match plan.cutoff {
+        Some(cutoff) => existing.iter().filter(|(_, _, to)| *to <= cutoff).map(|(name, _, _)| name).collect(),
+        None => Vec::new(),
+    };
     match b {
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
-            // Renamed once per span, and only with jobs in it.
+            // Set aside once per span, and only with jobs in it.
             let due = newest.is_none_or(|to| to < window);
-            if due && count(conn, b, "outbox_jobs_done").await? > 0 {
+            let holds = || "SELECT EXISTS (SELECT 1 FROM outbox_jobs_done)".to_owned();
+            if due && exists(conn, b, holds(), vec![], || "looking into the archive table".into()).await? {
                 rotate(conn, b, newest.unwrap_or(0).min(now), now).await?;
                 done.made += 1;
+            }
+            for name in &old {
+                drop_partition(conn, b, name).await?;
+                done.dropped += 1;
             }
             if done.made + done.dropped > 0 {
                 let kept = partitions(conn, b).await?;
@@ -156,36 +159,60 @@ pub(crate) async fn upkeep<C: ConnectionTrait + ?Sized>(conn: &C, plan: &Upkeep,
         }
         #[cfg(feature = "postgres")]
         Backend::Postgres => {
+            // Making and dropping a partition wait for the archive's readers; a long one costs a pass, not every
+            // completion queued behind the waiting lock.
+            run(conn, b, "SET LOCAL lock_timeout = '2s'".into(), || "bounding the upkeep's lock waits".into()).await?;
+            if plan.ahead || !existing.is_empty() {
+                let mut from = newest.map_or(window, |to| to.max(window));
+                let until = window + SPANS_AHEAD * span;
+                while from < until {
+                    let to = (from.div_euclid(span) + 1) * span;
+                    // A span the default partition already holds completions of (the first pass, or passes
+                    // missed for longer than the spans ahead) cannot become a partition: its completions stay
+                    // there, pruned row by row.
+                    let taken = format!(
+                        "SELECT EXISTS (SELECT 1 FROM outbox_jobs_done_default WHERE updated_at >= {} \
+                         AND updated_at < {})",
+                        b.ts("$1"),
+                        b.ts("$2")
+                    );
+                    let values = vec![sea_orm::Value::from(from), sea_orm::Value::from(to)];
+                    if !exists(conn, b, taken, values, || "looking into the default partition".into()).await? {
+                        let name = partition_name(from, to);
+                        let sql = format!(
+                            "CREATE TABLE \"{name}\" PARTITION OF outbox_jobs_done FOR VALUES FROM ({}) TO ({})",
+                            b.ts(&from.to_string()),
+                            b.ts(&to.to_string())
+                        );
+                        run(conn, b, sql, || format!("making archive partition `{name}`")).await?;
+                        done.made += 1;
+                    }
+                    from = to;
+                }
+            }
+            for name in &old {
+                drop_partition(conn, b, name).await?;
+                done.dropped += 1;
+            }
             if let Some(cutoff) = plan.cutoff {
                 let sql = format!(
                     "DELETE FROM outbox_jobs_done_default WHERE id IN (SELECT id FROM outbox_jobs_done_default \
                      WHERE updated_at <= {} LIMIT $2)",
                     b.ts("$1")
                 );
-                let values = vec![Value::from(cutoff), super::limit_value(plan.batch)];
+                let values = vec![sea_orm::Value::from(cutoff), super::limit_value(plan.batch)];
                 let res = execute_write(conn, b.stmt(sql, values), || "pruning the archive's default partition".into())
                     .await?;
-                done.jobs += res.rows_affected();
-            }
-            if plan.ahead || !existing.is_empty() {
-                let mut from = newest.map_or(window, |to| to.max(window));
-                let until = window + SPANS_AHEAD * span;
-                while from < until {
-                    let to = (from.div_euclid(span) + 1) * span;
-                    let name = partition_name(from, to);
-                    let sql = format!(
-                        "CREATE TABLE \"{name}\" PARTITION OF outbox_jobs_done FOR VALUES FROM ({}) TO ({})",
-                        b.ts(&from.to_string()),
-                        b.ts(&to.to_string())
-                    );
-                    run(conn, b, sql, || format!("making archive partition `{name}`")).await?;
-                    done.made += 1;
-                    from = to;
-                }
+                done.pruned += res.rows_affected();
             }
         }
     }
     Ok(done)
+}
+
+async fn drop_partition<C: ConnectionTrait + ?Sized>(conn: &C, b: Backend, name: &str) -> Result<()> {
+    run(conn, b, format!("DROP TABLE \"{name}\""), || format!("dropping archive partition `{name}`")).await?;
+    Ok(())
 }
 
 /// Renames SQLite's `outbox_jobs_done` to a partition ending at `to` and makes it again, empty, from its own
@@ -222,14 +249,15 @@ async fn rotate<C: ConnectionTrait + ?Sized>(conn: &C, b: Backend, from: i64, to
 /// The tables holding archived jobs that a delete names: on PostgreSQL the partitioned table; on SQLite, where
 /// the view cannot be deleted from, `outbox_jobs_done` and each partition.
 pub(crate) async fn tables<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<String>> {
-    let mut tables = vec!["outbox_jobs_done".to_owned()];
-    match Backend::of(conn)? {
+    let current = "outbox_jobs_done".to_owned();
+    Ok(match Backend::of(conn)? {
         #[cfg(feature = "sqlite")]
-        b @ Backend::Sqlite => tables.extend(partitions(conn, b).await?.into_iter().map(|(name, _, _)| name)),
+        b @ Backend::Sqlite => {
+            std::iter::once(current).chain(partitions(conn, b).await?.into_iter().map(|(name, _, _)| name)).collect()
+        }
         #[cfg(feature = "postgres")]
-        Backend::Postgres => {}
-    }
-    Ok(tables)
+        Backend::Postgres => vec![current],
+    })
 }
 
 /// The names of SQLite's archive partitions, for the migration's undo.

@@ -4,7 +4,8 @@
 //! statement's enqueued jobs in one row, room on each page for its rows' updates), one keying PostgreSQL's
 //! unique index of active jobs' keys on a generated column rather than their status (`active_keys.sql`), one
 //! rebuilding PostgreSQL's jobs table with the columns its updates change last and its rejoin trigger run after
-//! the update (`columns_last.sql`), and the refusal of a database created by a build from before them.
+//! the update (`columns_last.sql`), one making the archive of completed jobs kept in time partitions
+//! (`archive.sql`), and the refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -23,6 +24,7 @@ pub(crate) const MIGRATIONS: [&str; 7] = [
 ];
 
 /// The migration that makes the archive of completed jobs kept in time partitions.
+#[cfg(feature = "sqlite")]
 pub(crate) const ARCHIVE: &str = "m20261204_000007_archive";
 
 /// The migrations of builds before the schema was written as one. Their tables may match, but a database that
