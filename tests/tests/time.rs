@@ -336,6 +336,13 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
         .map(|c| c.count)
         .sum::<u64>();
     assert_eq!(completed, 33, "counts read both tables");
+    // An operator deletes an archived job like any other, with its history.
+    let history = format!("SELECT COUNT(*) FROM outbox_job_events WHERE job_id = '{}'", ids[1]);
+    assert!(scalar(&t.db, &history).await > 0, "an archived job keeps its history");
+    ops::delete(&t.db, &ids[1]).await.expect("delete an archived job");
+    assert!(matches!(ops::get(&t.db, &ids[1]).await, Err(outbox_core::Error::NotFound { .. })));
+    assert_eq!(scalar(&t.db, &history).await, 0, "its history goes with it");
+    assert_eq!(scalar(&t.db, archived).await, 29);
 
     // A pass makes the partitions (SQLite: sets the table aside as one) and keeps every job younger than the age.
     let partitions = match t.backend {
@@ -358,12 +365,12 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
         outbox_tests::eventually(Duration::from_secs(20), || async { scalar(&t.db, partitions).await > 0 }).await;
     keeper.shutdown().await.expect("shutdown");
     assert!(made, "no partition was made");
-    assert_eq!(scalar(&t.db, archived).await, 30, "a day's age keeps them all");
+    assert_eq!(scalar(&t.db, archived).await, 29, "a day's age keeps them all");
     // Completions after it land in a partition.
     let later: Vec<Probe> = (51..=55).map(|n| Probe { n }).collect();
     outbox_core::enqueue_batch(&t.db, &later, EnqueueOpts::new()).await.expect("enqueue");
     worker(archiving()).build().await.expect("build").drain().await.expect("drain");
-    assert_eq!(scalar(&t.db, archived).await, 35);
+    assert_eq!(scalar(&t.db, archived).await, 34);
 
     // With an age of a millisecond, whole partitions go (and PostgreSQL's default partition row by row).
     let events_before = scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events").await;
