@@ -185,18 +185,7 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
     assert!(refused.to_string().contains("`step`") && refused.to_string().contains("sequences"), "{refused}");
 
     let head = ops::feed_head(&t.db).await.expect("feed head");
-    let mut ids = Vec::new();
-    for n in 1..=20 {
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
-    }
-    // Ten in one statement: on PostgreSQL their enqueue is one row that belongs to none of them.
-    let batch: Vec<Probe> = (21..=30).map(|n| Probe { n }).collect();
-    let batched = outbox_core::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("enqueue a batch");
-    ids.extend(batched.iter().map(|e| e.id().to_owned()));
-    // Three in a sequence of their own: the latest completed job of a sequence is evidence, so all are kept.
-    for n in 41..=43 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().sequence("kept")).await.expect("enqueue");
-    }
+    let ids = enqueue_probes(&t).await;
     let worker = || {
         Worker::builder(&t.db)
             .concurrency(8)
@@ -286,16 +275,7 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
     let e = refusal(own_age).await;
     assert!(e.contains("`probe`") && e.contains("its own age"), "{e}");
 
-    let mut ids = Vec::new();
-    for n in 1..=20 {
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
-    }
-    let batch: Vec<Probe> = (21..=30).map(|n| Probe { n }).collect();
-    let batched = outbox_core::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("enqueue a batch");
-    ids.extend(batched.iter().map(|e| e.id().to_owned()));
-    for n in 41..=43 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().sequence("kept")).await.expect("enqueue");
-    }
+    let mut ids = enqueue_probes(&t).await;
     let worker = |retention: Retention| {
         Worker::builder(&t.db).concurrency(8).retention(retention).register(|p: Probe, _: JobContext| async move {
             if p.n == 7 { Err(JobError::permanent("seven fails")) } else { Ok(serde_json::json!(p.n)) }
@@ -396,6 +376,23 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
         "the failed probe and the latest of the sequence (its evidence) are kept"
     );
     assert!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events").await <= events_before);
+}
+
+/// Probes 1 to 30 (their ids returned in order): 1 to 20 one per statement, 21 to 30 in one statement (on
+/// PostgreSQL their enqueue is one row that belongs to none of them); and 41 to 43 in a sequence of their own,
+/// whose latest completed job is evidence, so that retention keeps it.
+async fn enqueue_probes(t: &TestDb) -> Vec<String> {
+    let mut ids = Vec::new();
+    for n in 1..=20 {
+        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+    }
+    let batch: Vec<Probe> = (21..=30).map(|n| Probe { n }).collect();
+    let batched = outbox_core::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("enqueue a batch");
+    ids.extend(batched.iter().map(|e| e.id().to_owned()));
+    for n in 41..=43 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().sequence("kept")).await.expect("enqueue");
+    }
+    ids
 }
 
 /// The `n` of a probe's payload.

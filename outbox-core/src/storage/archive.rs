@@ -14,10 +14,19 @@ use sea_orm::ConnectionTrait;
 use super::{Backend, execute_write};
 use crate::error::{Error, Result};
 
-/// The archive's columns, in the order of its tables; `outbox_jobs` has each of them.
-pub(crate) const COLUMNS: &str = "id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, \
-     created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, \
-     output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, lease_expires_at, updated_at";
+/// The archive's columns, in the order of its tables; `outbox_jobs` has each of them. A macro, so that the
+/// completion statements name them in their `concat!`.
+macro_rules! archive_columns {
+    () => {
+        "id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, created_at, sequence_key, \
+         sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, output, attempts, runs, \
+         locked_by, locked_at, claimed_at, status, completed_at, lease_expires_at, updated_at"
+    };
+}
+pub(crate) use archive_columns;
+
+/// [`archive_columns`] as a constant.
+pub(crate) const COLUMNS: &str = archive_columns!();
 
 /// `outbox_jobs` and the archive read as one relation named `outbox_jobs`, for the readers of finished jobs
 /// (one job, listings, counts). A job is in one of them at a time.

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::{FINISH_BATCH, FINISH_GIVE_UP, Msg, Unwritten, unwritten_ids};
 use crate::backoff::Backoff;
+use crate::storage::archive::archive_columns;
 use crate::storage::postgres::ts;
 use crate::storage::{Finished, Outcome, transient};
 use crate::wake;
@@ -52,10 +53,9 @@ macro_rules! finish_sql {
             " AS done_output, ",
             outcome!(archive),
             "::bool AS archived), \
-             a AS (INSERT INTO outbox_jobs_done (id, kind, queue, payload, priority, max_attempts, idempotency_key, \
-             schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, \
-             last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, \
-             lease_expires_at, updated_at) SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, \
+             a AS (INSERT INTO outbox_jobs_done (",
+            archive_columns!(),
+            ") SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, \
              schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, \
              last_error, done_output::jsonb, attempts, runs, locked_by, locked_at, claimed_at, 'completed', ",
             ts!("$3"),

@@ -4,6 +4,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::insert_batch_event;
 use crate::error::{Error, Result};
+use crate::storage::archive::archive_columns;
 use crate::storage::{Finished, Outcome};
 
 /// The fence of every write after the claim: this job, still claimed, by this owner, in this attempt.
@@ -80,10 +81,9 @@ const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, attempts) IN \
 macro_rules! archived {
     ($output:literal, $now:literal) => {
         concat!(
-            "INSERT INTO outbox_jobs_done (id, kind, queue, payload, priority, max_attempts, idempotency_key, \
-             schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, \
-             last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, \
-             lease_expires_at, updated_at) SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, \
+            "INSERT INTO outbox_jobs_done (",
+            archive_columns!(),
+            ") SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, \
              schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, \
              last_error, ",
             $output,
