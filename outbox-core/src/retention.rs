@@ -107,7 +107,7 @@ impl Retention {
     /// completion, and the retention pass drops a whole partition once all of it is older than the completed
     /// jobs' age ([`Retention::max_age`] of [`JobStatus::Completed`], a day by default; `None` keeps them).
     /// Pruning deletes no rows and the jobs table holds only what is pending, running or failed, whatever the
-    /// throughput; a job stays up to one [`Retention::partition_span`] past its age.
+    /// throughput; a job stays up to about one [`Retention::partition_span`] (and a pass's interval) past its age.
     ///
     /// What stays readable until then: the job itself ([`crate::ops::get`], [`crate::ops::wait`] with its output,
     /// listings and counts), and its events for as long as the feed keeps them (the shortest age, the same
@@ -246,9 +246,13 @@ pub(crate) async fn run(db: DatabaseConnection, retention: Retention, worker: St
     }
 }
 
-/// Makes and drops the archive's partitions (`storage/archive.rs`) in one transaction that holds the lease.
+/// Makes and drops the archive's partitions (`storage/archive.rs`) in one transaction that holds the lease;
+/// nothing while no kind is kept in partitions here and the archive is empty.
 async fn upkeep(db: &DatabaseConnection, retention: &Retention, worker: &str) -> Result<archive::Done> {
     let now = now_ms();
+    if retention.partitioned.is_empty() && !archive::in_use(db).await? {
+        return Ok(archive::Done::default());
+    }
     if storage::locks::held_by_other(db, LEASE, worker, now).await? {
         return Ok(archive::Done::default());
     }

@@ -4,9 +4,9 @@
 //!
 //! A partition is a table named `outbox_jobs_done_<from>_<to>` (milliseconds since the epoch) holding jobs
 //! completed in `[from, to)`. On PostgreSQL they are partitions of `outbox_jobs_done` by range of
-//! `updated_at` (an archived job's completion time), made a few spans ahead; rows no partition covers go to `outbox_jobs_done_default`. On SQLite
-//! completions always write `outbox_jobs_done`, which retention renames to a partition's name once per span
-//! (`to` is the time of the renaming) before making it again empty. Either way a partition goes when `to` is
+//! `updated_at` (an archived job's completion time), made a few spans ahead; rows no partition covers go to
+//! `outbox_jobs_done_default`. On SQLite completions always write `outbox_jobs_done`, which retention renames
+//! to a partition's name once per span (`to` is the time of the renaming) before making it again empty. Either way a partition goes when `to` is
 //! older than the completed jobs' age: one statement, whatever it holds.
 
 use sea_orm::ConnectionTrait;
@@ -253,6 +253,14 @@ async fn rotate<C: ConnectionTrait + ?Sized>(conn: &C, b: Backend, from: i64, to
     );
     run(conn, b, trigger, || "making the new archive table's trigger".into()).await?;
     Ok(())
+}
+
+/// Whether the archive holds any job: a worker whose retention keeps no kind in partitions leaves the upkeep
+/// (and its write transaction) alone until another process has archived something.
+pub(crate) async fn in_use<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<bool> {
+    let b = Backend::of(conn)?;
+    let sql = "SELECT EXISTS (SELECT 1 FROM outbox_jobs_archive)".to_owned();
+    exists(conn, b, sql, vec![], || "looking into the archive".into()).await
 }
 
 /// The tables holding archived jobs that a delete names: on PostgreSQL the partitioned table; on SQLite, where
