@@ -4,14 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::record::{JobStatus, ms_after};
 use crate::storage::archive;
 use crate::storage::retention::PruneRules;
-use crate::storage::{self, now_ms};
+use crate::storage::{self, Keep, now_ms};
 
 const DAY: Duration = Duration::from_secs(86_400);
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -130,19 +130,20 @@ impl Retention {
         self
     }
 
-    /// Whether completed jobs of `kind` move into the archive as they complete.
-    pub(crate) fn archives(&self, kind: &str) -> bool {
-        self.partitioned.contains(kind)
-    }
-
     /// The kinds kept in time partitions.
     pub(crate) fn kinds_in_partitions(&self) -> impl Iterator<Item = &String> {
         self.partitioned.iter()
     }
 
-    /// Whether completed jobs of `kind` are deleted as they complete.
-    pub(crate) fn keeps_nothing(&self, kind: &str) -> bool {
-        self.keep_nothing.contains(kind)
+    /// Where a completed job of `kind` without a sequence key goes as it completes.
+    pub(crate) fn keep(&self, kind: &str) -> Keep {
+        if self.keep_nothing.contains(kind) {
+            Keep::Nothing
+        } else if self.partitioned.contains(kind) {
+            Keep::Archive
+        } else {
+            Keep::Row
+        }
     }
 
     /// The kinds that keep nothing.
@@ -188,7 +189,7 @@ impl Retention {
 
     /// The rules of a pass at `now`.
     fn rules(&self, now: i64) -> PruneRules {
-        let cutoff = |age: Option<Duration>| age.map_or(0, |a| now.saturating_sub(ms_after(0, a)).max(0));
+        let cutoff = |age: Option<Duration>| age.map_or(0, |a| before(now, a).max(0));
         let statuses = self
             .ages
             .iter()
@@ -208,7 +209,7 @@ impl Retention {
     /// Feed rows go by the shortest age of all.
     fn feed_cutoff(&self, now: i64) -> Option<i64> {
         let shortest = self.ages.values().chain(self.kinds.values()).flatten().min()?;
-        Some(now.saturating_sub(ms_after(0, *shortest)))
+        Some(before(now, *shortest))
     }
 }
 
@@ -246,6 +247,27 @@ pub(crate) async fn run(db: DatabaseConnection, retention: Retention, worker: St
     }
 }
 
+/// A write transaction holding the retention lease at `now` (taken or renewed in it), or `None` when another
+/// process holds it. A worker without the lease finds that out by reading, never waiting for the write lock.
+async fn leased_write(
+    db: &DatabaseConnection,
+    retention: &Retention,
+    worker: &str,
+    now: i64,
+) -> Result<Option<DatabaseTransaction>> {
+    if storage::locks::held_by_other(db, LEASE, worker, now).await? {
+        return Ok(None);
+    }
+    let txn = storage::begin_write(db).await?;
+    let lease_until = ms_after(now, retention.interval * 2 + Duration::from_secs(60));
+    Ok(storage::locks::take(&txn, LEASE, worker, now, lease_until).await?.then_some(txn))
+}
+
+/// The time `age` before `now`, in milliseconds: finished jobs last changed before it are due.
+fn before(now: i64, age: Duration) -> i64 {
+    now.saturating_sub(ms_after(0, age))
+}
+
 /// Makes and drops the archive's partitions (`storage/archive.rs`) in one transaction that holds the lease;
 /// nothing while no kind is kept in partitions here and the archive is empty.
 async fn upkeep(db: &DatabaseConnection, retention: &Retention, worker: &str) -> Result<archive::Done> {
@@ -253,18 +275,13 @@ async fn upkeep(db: &DatabaseConnection, retention: &Retention, worker: &str) ->
     if retention.partitioned.is_empty() && !archive::in_use(db).await? {
         return Ok(archive::Done::default());
     }
-    if storage::locks::held_by_other(db, LEASE, worker, now).await? {
+    let Some(txn) = leased_write(db, retention, worker, now).await? else {
         return Ok(archive::Done::default());
-    }
-    let txn = storage::begin_write(db).await?;
-    let lease_until = ms_after(now, retention.interval * 2 + Duration::from_secs(60));
-    if !storage::locks::take(&txn, LEASE, worker, now, lease_until).await? {
-        return Ok(archive::Done::default());
-    }
+    };
     let age = retention.ages.get(&JobStatus::Completed).copied().flatten();
     let plan = archive::Upkeep {
         span: i64::try_from(retention.span.as_millis()).unwrap_or(i64::MAX),
-        cutoff: age.map(|a| now.saturating_sub(ms_after(0, a))),
+        cutoff: age.map(|a| before(now, a)),
         ahead: !retention.partitioned.is_empty(),
         batch: retention.batch,
     };
@@ -286,15 +303,9 @@ async fn pass(
     loop {
         let started = std::time::Instant::now();
         let now = now_ms();
-        let lease_until = ms_after(now, retention.interval * 2 + Duration::from_secs(60));
-        if storage::locks::held_by_other(db, LEASE, worker, now).await? {
+        let Some(txn) = leased_write(db, retention, worker, now).await? else {
             return Ok((jobs, feed_rows));
-        }
-        let txn = storage::begin_write(db).await?;
-        if !storage::locks::take(&txn, LEASE, worker, now, lease_until).await? {
-            drop(txn);
-            return Ok((jobs, feed_rows));
-        }
+        };
         let pruned = storage::retention::prune(&txn, &retention.rules(now), retention.batch).await?;
         let feed = match retention.feed_cutoff(now) {
             Some(before) if !feed_done => storage::retention::prune_feed(&txn, before, retention.batch).await?,

@@ -146,8 +146,8 @@ pub(crate) async fn upkeep<C: ConnectionTrait + ?Sized>(conn: &C, plan: &Upkeep,
         Backend::Sqlite => {
             // Set aside once per span, and only with jobs in it.
             let due = newest.is_none_or(|to| to < window);
-            let holds = || "SELECT EXISTS (SELECT 1 FROM outbox_jobs_done)".to_owned();
-            if due && exists(conn, b, holds(), vec![], || "looking into the archive table".into()).await? {
+            let holds = "SELECT EXISTS (SELECT 1 FROM outbox_jobs_done)".to_owned();
+            if due && exists(conn, b, holds, vec![], || "looking into the archive table".into()).await? {
                 rotate(conn, b, newest.unwrap_or(0).min(now), now).await?;
                 done.made += 1;
             }

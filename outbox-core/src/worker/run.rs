@@ -296,13 +296,8 @@ impl Loop {
             Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
         };
         let mut finished = finished(&job, outcome);
-        if matches!(finished.outcome, Outcome::Completed { .. }) && !job.sequenced {
-            let retention = &self.worker.retention;
-            if retention.keeps_nothing(&job.kind) {
-                finished.keep = Keep::Nothing;
-            } else if retention.archives(&job.kind) {
-                finished.keep = Keep::Archive;
-            }
+        if !job.sequenced {
+            finished.keep = self.worker.retention.keep(&job.kind);
         }
         self.worker.store.finish(finished)
     }
