@@ -46,6 +46,61 @@ async fn completes_jobs_and_records_output(t: TestDb) {
     }
 }
 
+conformance!(a_completion_the_database_refuses_fails_that_job_alone_and_at_once);
+/// A completion the database refuses for good (here a trigger an operator added) fails that job with the
+/// database's reason as soon as it is refused, and the rest of its batch completes: nothing waits for a lease to
+/// run out, and the job does not run again to be refused again.
+async fn a_completion_the_database_refuses_fails_that_job_alone_and_at_once(t: TestDb) {
+    let refuse = match t.backend {
+        Backend::Sqlite => vec![
+            "CREATE TRIGGER refuse_13 BEFORE UPDATE OF status ON outbox_jobs \
+             WHEN NEW.status = 'completed' AND json_extract(NEW.payload, '$.n') = 13 \
+             BEGIN SELECT RAISE(ABORT, 'job 13 may not complete'); END",
+        ],
+        Backend::Postgres => vec![
+            "CREATE FUNCTION refuse_13() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'job 13 may not complete'; END $$",
+            "CREATE TRIGGER refuse_13 BEFORE UPDATE OF status ON outbox_jobs FOR EACH ROW \
+             WHEN (NEW.status = 'completed' AND NEW.payload ->> 'n' = '13') EXECUTE FUNCTION refuse_13()",
+        ],
+    };
+    for sql in refuse {
+        exec(&t.db, sql, vec![]).await;
+    }
+    let mut ids = Vec::new();
+    for n in 1..=20 {
+        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let worker = quick(&t.db)
+        .concurrency(20)
+        .register(move |_: Probe, _: JobContext| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, JobError>(json!({"ok": true})) }
+        })
+        .build()
+        .await
+        .expect("build");
+    // The drain ends once every outcome is written; a refused batch must not wait out its leases first.
+    tokio::time::timeout(Duration::from_secs(60), worker.drain())
+        .await
+        .expect("the drain ended within a minute")
+        .expect("drain");
+    for (n, id) in (1..=20).zip(&ids) {
+        let job = ops::get(&t.db, id).await.expect("get");
+        if n == 13 {
+            assert_eq!(job.status, JobStatus::Failed, "job {n}: {job:?}");
+            let error = job.last_error.clone().unwrap_or_default();
+            assert!(error.contains("could not be stored") && error.contains("job 13 may not complete"), "{error}");
+            assert_eq!(job.output, None);
+        } else {
+            assert_eq!(job.status, JobStatus::Completed, "job {n}: {job:?}");
+        }
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 20, "each job ran once");
+}
+
 conformance!(retries_back_off_then_fail_after_max_attempts);
 async fn retries_back_off_then_fail_after_max_attempts(t: TestDb) {
     let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");

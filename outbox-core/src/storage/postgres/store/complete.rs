@@ -277,10 +277,8 @@ async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
             }
             Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => retry.sleep().await,
             Err(e) if matches!(item.outcome, Outcome::Completed { .. }) && !transient::sqlx(&e) => {
-                // The handler succeeded but its output cannot be stored: the job fails for good with the
-                // reason instead of running again.
-                item.outcome =
-                    Outcome::Failed { error: format!("the job's output could not be stored: {e}").replace('\0', "") };
+                tracing::warn!(job_id = %item.id, kind = %item.kind, error = %e, "a completion was refused; failing the job with the reason");
+                item = item.refused(&e).unwrap_or(item);
             }
             Err(e) => {
                 tracing::error!(

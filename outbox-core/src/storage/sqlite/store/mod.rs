@@ -293,6 +293,29 @@ impl Actor {
         }
     }
 
+    /// Writes a batch the database refused for good one job at a time, so that one job it refuses does not sink
+    /// the rest: a completion refused by itself fails its job with the reason ([`Finished::refused`]); any other
+    /// outcome refused by itself is left to its lease.
+    fn refused(&mut self, batch: &[Finished], e: &Error) {
+        if let [f] = batch {
+            match f.refused(e) {
+                Some(instead) => {
+                    tracing::warn!(job_id = %f.id, kind = %f.kind, error = %e, "a completion was refused; failing the job with the reason");
+                    self.finish_with_retries(std::slice::from_ref(&instead));
+                }
+                None => tracing::error!(
+                    job_id = %f.id, kind = %f.kind, outcome = f.outcome.name(), error = %e,
+                    "giving up writing a finished job the database refuses; its lease will expire and it will run again"
+                ),
+            }
+            return;
+        }
+        tracing::warn!(error = %e, jobs = batch.len(), "a batch of finished jobs was refused; writing them one by one");
+        for f in batch {
+            self.finish_with_retries(std::slice::from_ref(f));
+        }
+    }
+
     fn finish_with_retries(&mut self, batch: &[Finished]) {
         let mut retry = Backoff::new(Duration::from_millis(20), Duration::from_secs(30));
         for attempt in 1..=FINISH_TRIES {
@@ -312,6 +335,12 @@ impl Actor {
                         crate::storage::log_finished(f, ok, worker_id);
                     }
                     crate::wake::outcome_written();
+                    return;
+                }
+                // Refused for good (a trigger or constraint an operator added, a statement this build got wrong):
+                // trying again is refused again, and would hold every job of the batch until its lease ran out.
+                Err(e) if !e.is_transient() => {
+                    self.refused(batch, &e);
                     return;
                 }
                 Err(e) if attempt < FINISH_TRIES => {
