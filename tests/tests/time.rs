@@ -351,6 +351,31 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
     outbox_core::enqueue_batch(&t.db, &later, EnqueueOpts::new()).await.expect("enqueue");
     worker(archiving()).build().await.expect("build").drain().await.expect("drain");
     assert_eq!(scalar(&t.db, archived).await, 34);
+    // The readers of what finished lately read the partitions that can hold it, the ones set aside included.
+    let db = &t.db;
+    let recent = |window: Duration| async move {
+        ops::recent(db, window)
+            .await
+            .expect("recent")
+            .into_iter()
+            .filter(|c| c.kind == "probe" && c.status == JobStatus::Completed)
+            .map(|c| c.count)
+            .sum::<u64>()
+    };
+    let in_table = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe' AND status = 'completed'";
+    let expected = u64::try_from(scalar(&t.db, archived).await + scalar(&t.db, in_table).await).expect("a count");
+    assert_eq!(recent(Duration::from_secs(3600)).await, expected, "archived and kept completions alike");
+    let timed = ops::durations(&t.db, Duration::from_secs(3600)).await.expect("durations");
+    assert_eq!(timed.iter().find(|d| d.kind == "probe").map(|d| d.completed), Some(expected));
+    if t.backend == outbox_tests::Backend::Sqlite {
+        // A table named as set aside a day after the epoch is not read for the last hour, whatever it holds.
+        exec(&t.db, "CREATE TABLE outbox_jobs_done_1_86400000 AS SELECT * FROM outbox_jobs_done WHERE 0", vec![]).await;
+        exec(&t.db, "INSERT INTO outbox_jobs_done_1_86400000 SELECT * FROM outbox_jobs_archive LIMIT 1", vec![]).await;
+        assert_eq!(recent(Duration::from_secs(3600)).await, expected, "the stray table's job is not counted");
+        let ever = Duration::from_secs(60 * 60 * 24 * 365 * 100);
+        assert_eq!(recent(ever).await, expected + 1, "a window reaching back to its time reads it");
+        exec(&t.db, "DROP TABLE outbox_jobs_done_1_86400000", vec![]).await;
+    }
 
     // With an age of a millisecond, whole partitions go (and PostgreSQL's default partition row by row).
     let events_before = scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events").await;

@@ -34,6 +34,38 @@ pub(crate) fn jobs_and_archive() -> String {
     format!("(SELECT {COLUMNS} FROM outbox_jobs UNION ALL SELECT {COLUMNS} FROM outbox_jobs_archive) outbox_jobs")
 }
 
+/// [`jobs_and_archive`] for the readers of jobs finished since `since` (ms). On SQLite, whose partitions are
+/// plain tables its planner cannot skip (they have no index on `updated_at`, which would cost every archived job
+/// an index entry), only the partitions that can hold such jobs: the time ending a partition's name is when
+/// retention set it aside, holding the write lock, so no job in it finished later. PostgreSQL's planner skips
+/// partitions by their bounds by itself. A partition retention drops between the listing and the read fails
+/// that read once; only a reader looking back further than the completed jobs' age can meet one.
+#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
+pub(crate) async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<String> {
+    match Backend::of(conn)? {
+        #[cfg(feature = "sqlite")]
+        b @ Backend::Sqlite => {
+            let mut sql =
+                format!("(SELECT {COLUMNS} FROM outbox_jobs UNION ALL SELECT {COLUMNS} FROM outbox_jobs_done");
+            // A clock set back after a partition was set aside must not hide its last jobs.
+            let from = since.saturating_sub(CLOCK_SLACK_MS);
+            for (name, _, to) in partitions(conn, b).await? {
+                if to >= from {
+                    sql.push_str(&format!(" UNION ALL SELECT {COLUMNS} FROM \"{name}\""));
+                }
+            }
+            sql.push_str(") outbox_jobs");
+            Ok(sql)
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => Ok(jobs_and_archive()),
+    }
+}
+
+/// How far before a reader's `since` SQLite's partitions are still read (ms).
+#[cfg(feature = "sqlite")]
+const CLOCK_SLACK_MS: i64 = 60_000;
+
 /// The name prefix of a partition.
 const PARTITION: &str = "outbox_jobs_done_";
 
@@ -148,7 +180,10 @@ pub(crate) async fn upkeep<C: ConnectionTrait + ?Sized>(conn: &C, plan: &Upkeep,
             let due = newest.is_none_or(|to| to < window);
             let holds = "SELECT EXISTS (SELECT 1 FROM outbox_jobs_done)".to_owned();
             if due && exists(conn, b, holds, vec![], || "looking into the archive table".into()).await? {
-                rotate(conn, b, newest.unwrap_or(0).min(now), now).await?;
+                // Read again under the write lock the caller's transaction holds: every completion in the table
+                // committed before it, so none finished after the partition's end (readers rely on that).
+                let to = crate::storage::now_ms().max(now);
+                rotate(conn, b, newest.unwrap_or(0).min(now), to).await?;
                 done.made += 1;
             }
             for name in &old {

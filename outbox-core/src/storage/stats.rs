@@ -2,7 +2,7 @@
 
 use sea_orm::{ConnectionTrait, QueryResult, Value};
 
-use super::archive::jobs_and_archive;
+use super::archive::{jobs_and_archive, jobs_and_archive_since};
 use super::jobs::{blocking, record_columns};
 use super::{Backend, decode, limit_value};
 use crate::error::{Error, Result};
@@ -36,7 +36,7 @@ pub(crate) async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since:
         "SELECT kind, status, COUNT(*), {} FROM {} WHERE status IN ('completed', 'failed', 'cancelled') \
          AND updated_at >= {} GROUP BY kind, status ORDER BY kind, status",
         b.ms("MIN(created_at)"),
-        jobs_and_archive(),
+        jobs_and_archive_since(conn, since).await?,
         b.ts("$1")
     );
     decode::status_counts(&rows(conn, "counting recently finished jobs", sql, vec![since.into()]).await?)
@@ -56,7 +56,7 @@ pub(crate) async fn activity<C: ConnectionTrait + ?Sized>(
          COUNT(*) FILTER (WHERE status = 'failed') FROM {} \
          WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= {} GROUP BY 1 ORDER BY 1",
         b.ms("updated_at"),
-        jobs_and_archive(),
+        jobs_and_archive_since(conn, since).await?,
         b.ts("$2")
     );
     decode::activity(&rows(conn, "counting recent activity", sql, vec![bucket_ms.into(), since.into()]).await?)
@@ -80,7 +80,7 @@ pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64)
         "SELECT kind, COUNT(*), CAST(AVG({run}) AS DOUBLE PRECISION), MAX({run}), \
          CAST(AVG({wait}) AS DOUBLE PRECISION) FROM {} WHERE status = 'completed' AND updated_at >= {} \
          GROUP BY kind ORDER BY kind",
-        jobs_and_archive(),
+        jobs_and_archive_since(conn, since).await?,
         b.ts("$1"),
         run = b.ms("completed_at - claimed_at"),
         wait = b.ms("claimed_at - created_at"),
