@@ -24,6 +24,11 @@ worker's claim and completion connections) would: the rate of the statements alo
   indexed is updated at all; the ready table has no primary key, only the claim's order.
 - `ready_compact`: `ready_claimed` with 16-byte ids (`uuid`), a 64-bit schema hash instead of 256 bits, and feed
   rows that name their kind and queue once, listing `[id, attempt]` per job.
+- `hot_completion`: `current` with no index that a completion changes, so that a completion is a heap-only update
+  while the claim still is not. The ready, scheduled and sequence-blocking indexes read stored generated columns
+  that are false (or NULL, for a job with no sequence) both while claimed and once completed; the lease goes to one
+  row per claim (`outbox_claims`, deleted with the claim's completion); there is no index of finished jobs (what
+  retention and the readers of recent work would need instead is not measured here). No ready table.
 
 The shapes measure tables and statements, not the triggers a schema carries (sequences, transitions): the
 proposed ones have none, and a production schema must keep its guarantees (idempotency among active jobs, rescue
@@ -148,6 +153,40 @@ e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, wo
 SELECT count(*) FROM u;"""
 
 
+HOT_COMPLETION_TABLES = """ALTER TABLE outbox_jobs
+ ADD COLUMN ready boolean GENERATED ALWAYS AS (status = 'pending' AND NOT waiting AND NOT scheduled) STORED,
+ ADD COLUMN due_later boolean GENERATED ALWAYS AS (status = 'pending' AND scheduled) STORED,
+ ADD COLUMN blocks boolean GENERATED ALWAYS AS (CASE WHEN sequence_key IS NOT NULL THEN status IN ('pending', 'claimed')
+  OR (status IN ('failed', 'cancelled') AND sequence_hold = 1) END) STORED;
+DROP INDEX outbox_jobs_ready, outbox_jobs_ready_queue, outbox_jobs_scheduled, outbox_jobs_lease, outbox_jobs_finished,
+ outbox_jobs_sequence_blocking;
+CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id) WHERE ready;
+CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id) WHERE ready;
+CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (run_at) WHERE due_later;
+CREATE INDEX outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) WHERE blocks;
+CREATE TABLE outbox_claims (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, worker text NOT NULL,
+ lease_expires_at timestamptz NOT NULL, jobs text[] NOT NULL);
+CREATE INDEX outbox_claims_lease ON outbox_claims (lease_expires_at);"""
+
+HOT_COMPLETION_CLAIM = (
+    CURRENT_CLAIM.replace("WHERE status = 'pending' AND NOT waiting AND NOT scheduled\n AND kind", "WHERE ready AND kind")
+    .replace(
+        "SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids FROM u",
+        "SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids, COALESCE((SELECT id FROM l), 0) AS claim FROM u",
+    )
+    .replace(
+        "e AS (INSERT",
+        "l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT 'w1', now() + interval '5 minutes', "
+        "array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),\ne AS (INSERT",
+        1,
+    )
+)
+
+HOT_COMPLETION_COMPLETE = CURRENT_COMPLETE.replace(
+    "e AS (INSERT", "d AS (DELETE FROM outbox_claims c WHERE c.id = :claim),\ne AS (INSERT", 1
+)
+
+
 def compact(sql):
     """`ready_claimed` with 16-byte ids (`uuid`), a 64-bit schema hash, and feed rows that name their kind and queue once."""
     sql = sql.replace('id text COLLATE "C" PRIMARY KEY, kind', "id uuid PRIMARY KEY, kind")
@@ -171,6 +210,7 @@ SHAPES = {
     "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
     "ready_claimed": (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE),
     "ready_compact": tuple(compact(x) for x in (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE)),
+    "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, HOT_COMPLETION_COMPLETE),
 }
 
 
