@@ -29,6 +29,10 @@ worker's claim and completion connections) would: the rate of the statements alo
   that are false (or NULL, for a job with no sequence) both while claimed and once completed; the lease goes to one
   row per claim (`outbox_claims`, deleted with the claim's completion); there is no index of finished jobs (what
   retention and the readers of recent work would need instead is not measured here). No ready table.
+- `ready_indexed`: `ready_claimed` with the two indexes today's readers use kept: the ready table's queue index (for
+  workers of some queues) and an index of finished jobs by time (for retention and the readers of recent work),
+  on a generated column that stays NULL while a job runs, so the claim stays heap-only and only the completion is
+  not.
 
 The shapes measure tables and statements, not the triggers a schema carries (sequences, transitions): the
 proposed ones have none, and a production schema must keep its guarantees (idempotency among active jobs, rescue
@@ -211,6 +215,20 @@ SHAPES = {
     "ready_claimed": (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE),
     "ready_compact": tuple(compact(x) for x in (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE)),
     "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, HOT_COMPLETION_COMPLETE),
+    "ready_indexed": (
+        CLAIMED_TABLES.replace("run_at timestamptz NOT NULL);\nCREATE INDEX shape_ready_next",
+                               "run_at timestamptz NOT NULL, queue text COLLATE \"C\" NOT NULL DEFAULT 'default');\n"
+                               "CREATE INDEX shape_ready_queue ON shape_ready (queue, kind, priority DESC, run_at, id);\n"
+                               "CREATE INDEX shape_ready_next")
+        + """
+ALTER TABLE shape_jobs ADD COLUMN finished_at timestamptz GENERATED ALWAYS AS
+ (CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN updated_at END) STORED;
+CREATE INDEX shape_jobs_finished ON shape_jobs (finished_at) WHERE finished_at IS NOT NULL;""",
+        READY_ENQUEUE.replace("INSERT INTO shape_ready (id, kind, priority, run_at) SELECT id, kind, priority, run_at FROM j",
+                              "INSERT INTO shape_ready (id, kind, queue, priority, run_at) SELECT id, kind, queue, priority, run_at FROM j"),
+        CLAIMED_CLAIM,
+        CLAIMED_COMPLETE,
+    ),
 }
 
 
