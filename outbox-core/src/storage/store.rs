@@ -216,11 +216,15 @@ impl Finished {
     /// What to write instead when the database refused this outcome for good (an output it cannot store, a
     /// trigger or constraint an operator added): a completion becomes a failure that gives the database's
     /// reason, as the handler's work is done but cannot be recorded, and running the job again would be refused
-    /// again. `None` for any other outcome, which is left to its lease. Every backend's writer calls it.
+    /// again; logged. `None` for any other outcome, which is left to its lease. Every backend's writer calls it.
     pub(crate) fn refused(&self, reason: &dyn std::fmt::Display) -> Option<Finished> {
         let Outcome::Completed { .. } = self.outcome else { return None };
         // PostgreSQL text cannot hold NUL; an error message is for people.
         let error = format!("the job's completion could not be stored: {reason}").replace('\0', "\u{fffd}");
+        tracing::warn!(
+            job_id = %self.id, kind = %self.kind, error = %reason,
+            "a completion was refused; failing the job with the reason"
+        );
         Some(Finished { outcome: Outcome::Failed { error }, ..self.clone() })
     }
 }

@@ -277,7 +277,6 @@ async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
             }
             Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => retry.sleep().await,
             Err(e) if matches!(item.outcome, Outcome::Completed { .. }) && !transient::sqlx(&e) => {
-                tracing::warn!(job_id = %item.id, kind = %item.kind, error = %e, "a completion was refused; failing the job with the reason");
                 item = item.refused(&e).unwrap_or(item);
             }
             Err(e) => {

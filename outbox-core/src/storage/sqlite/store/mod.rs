@@ -299,10 +299,7 @@ impl Actor {
     fn refused(&mut self, batch: &[Finished], e: &Error) {
         if let [f] = batch {
             match f.refused(e) {
-                Some(instead) => {
-                    tracing::warn!(job_id = %f.id, kind = %f.kind, error = %e, "a completion was refused; failing the job with the reason");
-                    self.finish_with_retries(std::slice::from_ref(&instead));
-                }
+                Some(instead) => self.finish_with_retries(std::slice::from_ref(&instead)),
                 None => tracing::error!(
                     job_id = %f.id, kind = %f.kind, outcome = f.outcome.name(), error = %e,
                     "giving up writing a finished job the database refuses; its lease will expire and it will run again"
