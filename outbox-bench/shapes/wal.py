@@ -12,7 +12,10 @@ worker's claim and completion connections) would: the rate of the statements alo
 
 - `current`: the outbox schema as the migrations create it, and the worker's claim and fenced completion
   (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger,
-  half of each page of the jobs table left free for its rows' updates, the columns updates change last).
+  half of each page of the jobs table left free for its rows' updates, the columns updates change last, each
+  claim's lease in one row of `outbox_claims`, deleted with the claim's completion).
+- `lease_index`: `current` before its eighth migration: leases found through a partial index of the jobs table
+  (`status = 'claimed'`), which every claim and completion writes, rather than one row per claim in `outbox_claims`.
 - `previous`: `current` without its fourth migration's changes: an `enqueued` row per job, and full pages, so
   each update moves the row to another page.
 - `ready_table`: the proposed shape. Jobs stay in a table with no index on anything a claim or completion
@@ -26,8 +29,7 @@ worker's claim and completion connections) would: the rate of the statements alo
   rows that name their kind and queue once, listing `[id, attempt]` per job.
 - `hot_completion`: `current` with no index that a completion changes, so that a completion is a heap-only update
   while the claim still is not. The ready, scheduled and sequence-blocking indexes read stored generated columns
-  that are false (or NULL, for a job with no sequence) both while claimed and once completed; the lease goes to one
-  row per claim (`outbox_claims`, deleted with the claim's completion); there is no index of finished jobs (what
+  that are false (or NULL, for a job with no sequence) both while claimed and once completed; there is no index of finished jobs (what
   retention and the readers of recent work would need instead is not measured here). No ready table.
 - `ready_indexed`: `ready_claimed` with the two indexes today's readers use kept: the ready table's queue index (for
   workers of some queues) and an index of finished jobs by time (for retention and the readers of recent work),
@@ -50,7 +52,8 @@ SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "src", "storage", "po
 CHUNK = 2000
 BATCH = 100
 # The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`).
-MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql")
+MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql",
+              "archive.sql", "claims.sql")
 
 CURRENT_ENQUEUE = """INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at,
  idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
@@ -62,18 +65,30 @@ CURRENT_CLAIM = """WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE stat
 u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = 'w1',
  locked_at = now(), claimed_at = now(), lease_expires_at = now() + interval '5 minutes', updated_at = now(),
  event_flip = NOT j.event_flip FROM c WHERE j.id = c.id RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts),
+l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT 'w1', now() + interval '5 minutes', array_agg(id)
+ FROM u HAVING count(*) > 0 RETURNING id),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
  SELECT '', '', '', now(), 'claimed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0)
-SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids FROM u \\gset"""
+SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids, COALESCE((SELECT id FROM l), 0) AS claim FROM u \\gset"""
 
 CURRENT_COMPLETE = """WITH u AS (UPDATE outbox_jobs j SET status = 'completed', output = NULL, completed_at = now(),
  scheduled = false, lease_expires_at = NULL, updated_at = now(), event_flip = NOT j.event_flip
  FROM unnest(:'ids'::text[]) AS f(id) WHERE j.id = f.id AND (j.status || '') = 'claimed' AND j.locked_by = 'w1'
  RETURNING j.id, j.kind, j.queue, j.status, j.attempts),
+x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs)
  SELECT '', '', '', now(), 'completed', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts)) FROM u
  WHERE status = 'completed' HAVING count(*) > 0)
 SELECT count(*) FROM u;"""
+
+# Before the eighth migration: leases found through a partial index of the jobs table, no claims.
+LEASE_INDEX = """DROP TRIGGER outbox_jobs_claimed_elsewhere ON outbox_jobs; DROP TRIGGER outbox_jobs_inserted_claimed ON outbox_jobs;
+DROP TABLE outbox_claims;
+CREATE INDEX outbox_jobs_lease ON outbox_jobs (lease_expires_at) WHERE status = 'claimed';"""
+LEASE_INDEX_CLAIM = CURRENT_CLAIM.replace("""l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT 'w1', now() + interval '5 minutes', array_agg(id)
+ FROM u HAVING count(*) > 0 RETURNING id),
+""", "").replace(", COALESCE((SELECT id FROM l), 0) AS claim", "")
+LEASE_INDEX_COMPLETE = CURRENT_COMPLETE.replace("x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),\n", "")
 
 SHAPE_JOBS = """CREATE TABLE shape_jobs (id text COLLATE "C" PRIMARY KEY, kind text COLLATE "C" NOT NULL,
  queue text COLLATE "C" NOT NULL, payload jsonb NOT NULL, priority int NOT NULL, max_attempts int NOT NULL,
@@ -162,34 +177,15 @@ HOT_COMPLETION_TABLES = """ALTER TABLE outbox_jobs
  ADD COLUMN due_later boolean GENERATED ALWAYS AS (status = 'pending' AND scheduled) STORED,
  ADD COLUMN blocks boolean GENERATED ALWAYS AS (CASE WHEN sequence_key IS NOT NULL THEN status IN ('pending', 'claimed')
   OR (status IN ('failed', 'cancelled') AND sequence_hold = 1) END) STORED;
-DROP INDEX outbox_jobs_ready, outbox_jobs_ready_queue, outbox_jobs_scheduled, outbox_jobs_lease, outbox_jobs_finished,
+DROP INDEX outbox_jobs_ready, outbox_jobs_ready_queue, outbox_jobs_scheduled, outbox_jobs_finished,
  outbox_jobs_sequence_blocking;
 CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id) WHERE ready;
 CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id) WHERE ready;
 CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (run_at) WHERE due_later;
-CREATE INDEX outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) WHERE blocks;
-CREATE TABLE outbox_claims (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, worker text NOT NULL,
- lease_expires_at timestamptz NOT NULL, jobs text[] NOT NULL);
-CREATE INDEX outbox_claims_lease ON outbox_claims (lease_expires_at);"""
+CREATE INDEX outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) WHERE blocks;"""
 
-HOT_COMPLETION_CLAIM = (
-    CURRENT_CLAIM.replace("WHERE status = 'pending' AND NOT waiting AND NOT scheduled\n AND kind", "WHERE ready AND kind")
-    .replace(
-        "SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids FROM u",
-        "SELECT COALESCE(array_agg(id ORDER BY id), '{{}}') AS ids, COALESCE((SELECT id FROM l), 0) AS claim FROM u",
-    )
-    .replace(
-        "e AS (INSERT",
-        "l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT 'w1', now() + interval '5 minutes', "
-        "array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),\ne AS (INSERT",
-        1,
-    )
-)
-
-HOT_COMPLETION_COMPLETE = CURRENT_COMPLETE.replace(
-    "e AS (INSERT", "d AS (DELETE FROM outbox_claims c WHERE c.id = :claim),\ne AS (INSERT", 1
-)
-
+HOT_COMPLETION_CLAIM = CURRENT_CLAIM.replace(
+    "WHERE status = 'pending' AND NOT waiting AND NOT scheduled\n AND kind", "WHERE ready AND kind")
 
 def compact(sql):
     """`ready_claimed` with 16-byte ids (`uuid`), a 64-bit schema hash, and feed rows that name their kind and queue once."""
@@ -214,7 +210,8 @@ SHAPES = {
     "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
     "ready_claimed": (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE),
     "ready_compact": tuple(compact(x) for x in (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE)),
-    "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, HOT_COMPLETION_COMPLETE),
+    "lease_index": (LEASE_INDEX, CURRENT_ENQUEUE, LEASE_INDEX_CLAIM, LEASE_INDEX_COMPLETE),
+    "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, CURRENT_COMPLETE),
     "ready_indexed": (
         CLAIMED_TABLES.replace("run_at timestamptz NOT NULL);\nCREATE INDEX shape_ready_next",
                                "run_at timestamptz NOT NULL, queue text COLLATE \"C\" NOT NULL DEFAULT 'default');\n"

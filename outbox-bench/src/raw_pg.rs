@@ -116,7 +116,7 @@ fn push_json_row(rows: &mut String, row: &JobRow) {
 }
 
 /// The worker's claim of one kind (`CLAIM_ONE_KIND`): due pending jobs, locked past other claimers, in claim
-/// order, with their `claimed` feed row written by the same statement.
+/// order, with their claim's row (its lease) and their `claimed` feed row written by the same statement.
 fn claim_sql() -> String {
     format!(
         "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting \
@@ -127,10 +127,12 @@ fn claim_sql() -> String {
          event_flip = NOT j.event_flip WHERE j.id = ANY(ARRAY(SELECT id FROM c)) \
          RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, \
          j.runs), \
+         l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, {lease}, array_agg(id) FROM u \
+         HAVING count(*) > 0 RETURNING id), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          SELECT '', '', '', {now}, 'claimed', 0, $1, \
          json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0) \
-         SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs FROM u",
+         SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, (SELECT id FROM l) FROM u",
         now = ts("$2"),
         lease = ts("$3"),
     )
@@ -152,7 +154,8 @@ const PROMOTE_EVERY_MS: i64 = 100;
 
 /// The worker's batched fenced write of finished attempts (`FINISH`), each job by id and the attempt it was
 /// claimed at, its outcome read from `$2` (`{id: [attempt, status, output, error, run_at, give_back, discard]}`),
-/// with one feed row for the completions; the baseline only completes.
+/// with one feed row for the completions and the deletion of the claims whose last jobs these are; the baseline
+/// only completes, a claim at a time.
 fn finish_sql() -> String {
     let f = |i: u8| format!("(($2::jsonb -> j.id) ->> {i})");
     format!(
@@ -169,7 +172,8 @@ fn finish_sql() -> String {
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          SELECT '', '', '', {now}, 'completed', 0, $4, \
          json_agg(json_build_array(id, kind, queue, attempts)) FROM u \
-         WHERE status = 'completed' HAVING count(*) > 0) \
+         WHERE status = 'completed' HAVING count(*) > 0), \
+         x AS (DELETE FROM outbox_claims c WHERE c.id = ANY($5::int8[])) \
          SELECT id FROM u",
         now = ts("$3"),
         attempt = f(0),
@@ -326,6 +330,7 @@ pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> R
         if claimed.is_empty() {
             break;
         }
+        let claims: Vec<i64> = rows.first().map(|r| r.try_get(8)).transpose()?.into_iter().collect();
         let mut claimed = claimed;
         claimed.sort_by(|a, b| a.id.cmp(&b.id));
         let ids: Vec<String> = claimed.iter().map(|c| c.id.clone()).collect();
@@ -338,6 +343,7 @@ pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> R
             .bind(serde_json::Value::Object(outcomes))
             .bind(now_ms())
             .bind(&worker_id)
+            .bind(claims)
             .fetch_all(&mut conn)
             .await?;
         if done.len() != claimed.len() {

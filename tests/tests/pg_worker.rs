@@ -283,7 +283,7 @@ async fn the_jobs_table_rebuilt_in_column_order_keeps_everything() {
     };
     let before = snapshot(&t.db).await;
     assert!(before.len() >= 29 + 9 + 8 + 2 + 3, "{before:#?}");
-    outbox_core::Migrator::up(&t.db, None).await.expect("the sixth migration");
+    outbox_core::Migrator::up(&t.db, Some(1)).await.expect("the sixth migration");
     assert_eq!(snapshot(&t.db).await, before);
     let first = "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = 'outbox_jobs'::regclass \
                  AND attname = 'status' AND attnum > (SELECT attnum FROM pg_attribute \
@@ -293,4 +293,114 @@ async fn the_jobs_table_rebuilt_in_column_order_keeps_everything() {
     let before_update = "SELECT COUNT(*) FROM pg_trigger WHERE tgrelid = 'outbox_jobs'::regclass \
                          AND tgtype & 19 = 19";
     assert_eq!(scalar(&t.db, before_update).await, 0, "no BEFORE UPDATE row trigger");
+}
+
+/// A claim records its jobs and their lease in one row of `outbox_claims`, and the worker deletes that row in the
+/// statement that writes the outcome of the claim's last job: a drain in claims of many sizes (a concurrency of 7
+/// against 300 jobs finishing at their own pace) leaves none, and takes no lease index entry on the jobs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_s_row_goes_with_the_outcome_of_its_last_job() {
+    let Some(t) = fresh(Backend::Postgres, "a_claim_s_row_goes_with_the_outcome_of_its_last_job").await else {
+        return;
+    };
+    let lease_index = "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'outbox_jobs' \
+                       AND indexdef LIKE '%lease%'";
+    assert_eq!(scalar(&t.db, lease_index).await, 0, "no index of the jobs reads their lease");
+    for n in 1..=300 {
+        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (s, db) = (Arc::clone(&seen), t.db.clone());
+    let worker = Worker::builder(&t.db)
+        .register::<Probe, _, _, _>(move |job: Probe, ctx| {
+            let (s, db) = (Arc::clone(&s), db.clone());
+            let listed = format!("SELECT COUNT(*) FROM outbox_claims WHERE jobs @> ARRAY['{}']", ctx.id());
+            async move {
+                // Jobs of one claim end at different times; until its own outcome is written, a job's claim
+                // lists it.
+                tokio::time::sleep(Duration::from_millis(job.n % 5)).await;
+                if scalar(&db, &listed).await == 1 {
+                    s.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            }
+        })
+        .concurrency(7)
+        .build()
+        .await
+        .expect("build worker");
+    let handle = worker.start();
+    assert!(
+        outbox_tests::wait_scalar(
+            &t.db,
+            "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'",
+            300,
+            Duration::from_secs(60)
+        )
+        .await,
+        "every job completed"
+    );
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(seen.load(Ordering::SeqCst), 300, "every running job was listed by a claim");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_claims").await, 0, "no claim is left");
+}
+
+/// The rescue reads the claims whose lease ran out. Of a claim of two jobs, one of which was renewed since, it
+/// puts back only the one whose own lease ran out, and moves the claim on to the other's lease rather than
+/// deleting it: that job is still rescued once its lease runs out. A job claimed by hand-written SQL gets a claim
+/// of its own, so it is rescued too.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rescue_puts_back_what_expired_and_keeps_the_claim_of_the_rest() {
+    let Some(t) = fresh(Backend::Postgres, "the_rescue_puts_back_what_expired_and_keeps_the_claim_of_the_rest").await
+    else {
+        return;
+    };
+    let (a, b, c) = (insert_by_hand(&t.db, 1).await, insert_by_hand(&t.db, 2).await, insert_by_hand(&t.db, 3).await);
+    // `a` and `b` claimed as the worker's claim statement claims (its feed flag flipped, so no trigger lists
+    // them), `a` expired and `b` renewed for an hour; their claim expired with `a`.
+    let claim = |id: &str, lease: &str| {
+        format!(
+            "UPDATE outbox_jobs SET status = 'claimed', attempts = 1, runs = 1, locked_by = 'gone', \
+             locked_at = now(), claimed_at = now(), lease_expires_at = {lease}, updated_at = now(), \
+             event_flip = NOT event_flip WHERE id = '{id}'"
+        )
+    };
+    t.db.execute_unprepared(&claim(&a, "now() - interval '1 second'")).await.expect("claim a");
+    t.db.execute_unprepared(&claim(&b, "now() + interval '1 hour'")).await.expect("claim b");
+    t.db.execute_unprepared(&format!(
+        "INSERT INTO outbox_claims (worker, lease_expires_at, jobs) \
+         VALUES ('gone', now() - interval '1 second', ARRAY['{a}', '{b}'])"
+    ))
+    .await
+    .expect("their claim");
+    // `c` claimed by hand, its lease already run out: a trigger lists it in a claim of its own.
+    t.db.execute_unprepared(&format!(
+        "UPDATE outbox_jobs SET status = 'claimed', attempts = 1, locked_by = 'hand', \
+         lease_expires_at = now() - interval '1 second' WHERE id = '{c}'"
+    ))
+    .await
+    .expect("claim c by hand");
+    let listed = |id: &str| format!("SELECT COUNT(*) FROM outbox_claims WHERE jobs @> ARRAY['{id}']");
+    assert_eq!(scalar(&t.db, &listed(&c)).await, 1, "a job claimed by hand is listed by a claim");
+
+    let worker = Worker::builder(&t.db)
+        .register::<Probe, _, _, _>(|_job: Probe, _ctx| async { Ok(()) })
+        .rescue_interval(Duration::from_millis(50))
+        .build()
+        .await
+        .expect("build worker");
+    let handle = worker.start();
+    let done = format!("SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed' AND id IN ('{a}', '{c}')");
+    assert!(outbox_tests::wait_scalar(&t.db, &done, 2, Duration::from_secs(30)).await, "a and c were rescued and ran");
+    handle.shutdown().await.expect("shutdown");
+
+    let b_row =
+        format!("SELECT COUNT(*) FROM outbox_jobs WHERE id = '{b}' AND status = 'claimed' AND locked_by = 'gone'");
+    assert_eq!(scalar(&t.db, &b_row).await, 1, "b, renewed, is still claimed");
+    let moved_on = format!(
+        "SELECT COUNT(*) FROM outbox_claims c JOIN outbox_jobs j ON j.id = '{b}' \
+         WHERE c.jobs @> ARRAY['{b}'] AND c.lease_expires_at = j.lease_expires_at"
+    );
+    assert_eq!(scalar(&t.db, &moved_on).await, 1, "b's claim took b's lease");
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_claims").await, 1, "only b's claim is left");
 }

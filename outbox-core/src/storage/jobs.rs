@@ -112,11 +112,22 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilt
     records(conn, || "listing jobs".into(), b.stmt(sql, p.0)).await
 }
 
-/// Claimed jobs whose lease ran out before `now`: their worker died or hung and no rescuer has run since.
+/// Claimed jobs whose lease ran out before `now`: their worker died or hung and no rescuer has run since. On
+/// PostgreSQL they are found through the claims whose lease ran out, which list every such job (`claims.sql`).
 pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<JobRecord>> {
     let b = Backend::of(conn)?;
+    let through_claims = match b {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => String::new(),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => format!(
+            "id = ANY(ARRAY(SELECT unnest(jobs) FROM outbox_claims WHERE lease_expires_at < {})) AND ",
+            b.ts("$1")
+        ),
+    };
     let sql = format!(
-        "SELECT {} FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < {} ORDER BY lease_expires_at",
+        "SELECT {} FROM outbox_jobs WHERE {through_claims}status = 'claimed' AND lease_expires_at < {} \
+         ORDER BY lease_expires_at",
         record_columns(b),
         b.ts("$1")
     );

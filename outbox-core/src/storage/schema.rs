@@ -5,7 +5,8 @@
 //! unique index of active jobs' keys on a generated column rather than their status (`active_keys.sql`), one
 //! rebuilding PostgreSQL's jobs table with the columns its updates change last and its rejoin trigger run after
 //! the update (`columns_last.sql`), one making the archive of completed jobs kept in time partitions
-//! (`archive.sql`), and the refusal of a database created by a build from before them.
+//! (`archive.sql`), one finding PostgreSQL's leases through a table of claims rather than an index of the jobs
+//! (`claims.sql`; nothing on SQLite), and the refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -13,7 +14,7 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 7] = [
+pub(crate) const MIGRATIONS: [&str; 8] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
@@ -21,6 +22,7 @@ pub(crate) const MIGRATIONS: [&str; 7] = [
     "m20261202_000005_active_keys",
     "m20261203_000006_columns_last",
     "m20261204_000007_archive",
+    "m20261205_000008_claims",
 ];
 
 /// The migration that makes the archive of completed jobs kept in time partitions.
@@ -77,6 +79,8 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         // Undoing it drops the archive's tables, with the jobs in them.
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 6) => Some((include_str!("sqlite/archive.sql"), SQLITE_ARCHIVE_UNDO)),
+        #[cfg(feature = "sqlite")]
+        (DbBackend::Sqlite, 7) => Some(("SELECT 1;", "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -137,6 +141,14 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         (DbBackend::Postgres, 6) => {
             Some((include_str!("postgres/archive.sql"), "DROP VIEW outbox_jobs_archive; DROP TABLE outbox_jobs_done;"))
         }
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 7) => Some((
+            include_str!("postgres/claims.sql"),
+            "CREATE INDEX outbox_jobs_lease ON outbox_jobs (lease_expires_at) WHERE status = 'claimed'; \
+             DROP TRIGGER outbox_jobs_claimed_elsewhere ON outbox_jobs; \
+             DROP TRIGGER outbox_jobs_inserted_claimed ON outbox_jobs; \
+             DROP FUNCTION outbox_jobs_claimed_elsewhere(); DROP TABLE outbox_claims;",
+        )),
         _ => None,
     }
 }

@@ -33,7 +33,8 @@ async fn health_tells_when_the_schema_is_not_current(t: TestDb) {
             "m20261201_000004_fewer_writes",
             "m20261202_000005_active_keys",
             "m20261203_000006_columns_last",
-            "m20261204_000007_archive"
+            "m20261204_000007_archive",
+            "m20261205_000008_claims"
         ])
     );
 }

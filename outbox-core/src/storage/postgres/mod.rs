@@ -165,7 +165,7 @@ pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished
     let pool = db.get_postgres_connection_pool();
     let batch = std::slice::from_ref(&finished);
     let applied =
-        store::retrying("writing a remote worker's outcome", || store::write_batch(pool, owner, batch, false))
+        store::retrying("writing a remote worker's outcome", || store::write_batch(pool, owner, batch, false, &[]))
             .await?
             .contains(&finished.id);
     super::log_finished(&finished, applied, owner);

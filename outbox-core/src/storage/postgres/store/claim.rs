@@ -28,7 +28,8 @@ macro_rules! claim_sql {
             " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
         ))
     };
-    // The picked rows are updated by `id = ANY(...)`, one primary key lookup each. Joined to the table
+    // The picked rows are updated by `id = ANY(...)`, one primary key lookup each, and listed with their lease
+    // in one row of `outbox_claims` (see `claims.sql`), whose id each returned row carries. Joined to the table
     // (`FROM c WHERE j.id = c.id`), a claim of more than about 230 jobs was planned as a hash join over a scan
     // of all of it (see `finish_sql!` in `complete.rs`).
     (@claim $pick:expr) => {
@@ -41,10 +42,13 @@ macro_rules! claim_sql {
              RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, \
              j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, \
              (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms), \
+             l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, ",
+            ts!("$3"),
+            ", array_agg(id) FROM u HAVING count(*) > 0 RETURNING id), \
              e AS (",
             feed_row!("$2", "claimed", "$1", ""),
             ") SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced, priority, \
-             run_at_ms FROM u"
+             run_at_ms, (SELECT id FROM l) AS claim FROM u"
         )
     };
     // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
@@ -237,6 +241,10 @@ fn last_in_claim_order(rows: &[sqlx::postgres::PgRow]) -> Option<Cursor> {
         .max_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)).then_with(|| a.id.cmp(&b.id)))
 }
 
+/// The running jobs of a kind, found through the claims that list them (see `claims.sql`), each once.
+pub(super) const RUNNING: &str = "SELECT count(*) FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) \
+     FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1";
+
 /// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts the
 /// running jobs and claims what the limit leaves: claimers on every machine take turns.
 async fn claim_limited(
@@ -255,11 +263,7 @@ async fn claim_limited(
             .bind(kind)
             .execute(&mut *tx)
             .await?;
-        let running: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM outbox_jobs WHERE status = 'claimed' AND kind = $1")
-                .bind(kind)
-                .fetch_one(&mut *tx)
-                .await?;
+        let running: i64 = sqlx::query_scalar(RUNNING).bind(kind).fetch_one(&mut *tx).await?;
         let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
         if room == 0 {
             tx.commit().await?;

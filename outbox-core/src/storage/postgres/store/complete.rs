@@ -8,7 +8,7 @@ use sea_orm::sqlx::postgres::PgPool;
 use sea_orm::sqlx::{self, Row};
 use tokio::sync::mpsc;
 
-use super::{FINISH_BATCH, FINISH_GIVE_UP, Msg, Unwritten, unwritten_ids};
+use super::{Claims, FINISH_BATCH, FINISH_GIVE_UP, Msg, Unwritten, claim_counts, unwritten_ids};
 use crate::backoff::Backoff;
 use crate::storage::archive::archive_columns;
 use crate::storage::postgres::ts;
@@ -39,7 +39,9 @@ macro_rules! finish_sql {
             " RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
              e AS (",
             feed_row!("$3", "completed", "$4", " WHERE status = 'completed'"),
-            ") SELECT id FROM u"
+            "), ",
+            finish_sql!(@claims),
+            " SELECT id FROM u"
         )
     };
     (discarding) => {
@@ -79,11 +81,25 @@ macro_rules! finish_sql {
             ", 'completed', attempts, $4, '[]' FROM d WHERE NOT archived), \
              e AS (",
             feed_row!("$3", "completed", "$4", " WHERE status = 'completed'"),
-            ") SELECT id FROM u"
+            "), ",
+            finish_sql!(@claims),
+            " SELECT id FROM u"
         )
     };
     (single) => {
-        concat!("UPDATE outbox_jobs j SET ", finish_sql!(@set), " WHERE ", finish_sql!(@fence), " RETURNING j.id")
+        concat!(
+            "WITH u AS (UPDATE outbox_jobs j SET ",
+            finish_sql!(@set),
+            " WHERE ",
+            finish_sql!(@fence),
+            " RETURNING j.id), ",
+            finish_sql!(@claims),
+            " SELECT id FROM u"
+        )
+    };
+    // The worker's claims whose last outcomes these are (`$5`, see `ClaimCounts`): their rows go with them.
+    (@claims) => {
+        "x AS (DELETE FROM outbox_claims c WHERE c.id = ANY($5::int8[]))"
     };
     (@set) => {
         concat!(
@@ -170,12 +186,14 @@ pub(super) fn outcomes(batch: &[Finished]) -> (Vec<String>, serde_json::Value, b
     (ids, serde_json::Value::Object(map), discarding)
 }
 
-/// Writes one batch; returns the ids the fence let through.
+/// Writes one batch, and deletes the claims `done` (ids of `outbox_claims`) with it; returns the ids the fence
+/// let through.
 pub(in crate::storage::postgres) async fn write_batch(
     pool: &PgPool,
     owner: &str,
     batch: &[Finished],
     batched: bool,
+    done: &[i64],
 ) -> std::result::Result<HashSet<String>, sqlx::Error> {
     let (ids, outcomes, discarding) = outcomes(batch);
     let discarding = batched && discarding;
@@ -184,17 +202,19 @@ pub(in crate::storage::postgres) async fn write_batch(
         (true, false) => FINISH,
         (false, _) => FINISH_ONE,
     };
-    let rows =
-        sqlx::query(sql).bind(&ids).bind(outcomes).bind(crate::storage::now_ms()).bind(owner).fetch_all(pool).await?;
+    let query = sqlx::query(sql).bind(&ids).bind(outcomes).bind(crate::storage::now_ms()).bind(owner).bind(done);
+    let rows = query.fetch_all(pool).await?;
     rows.iter().map(|r| r.try_get::<String, _>(0)).collect()
 }
 
-/// Writes finished attempts as they arrive, everything queued so far in one statement.
+/// Writes finished attempts as they arrive, everything queued so far in one statement; the claims of `claims`
+/// whose last outcomes it writes are deleted with them.
 pub(super) async fn write_finished(
     pool: PgPool,
     owner: String,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     unwritten: Unwritten,
+    claims: Claims,
 ) {
     while let Some(first) = rx.recv().await {
         let mut batch = Vec::new();
@@ -212,7 +232,7 @@ pub(super) async fn write_finished(
         if !batch.is_empty() {
             batch.sort_by(|a, b| a.id.cmp(&b.id));
             let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
-            write_with_retries(&pool, &owner, batch).await;
+            write_with_retries(&pool, &owner, &claims, batch).await;
             {
                 let mut set = unwritten_ids(&unwritten);
                 for id in &ids {
@@ -229,12 +249,14 @@ pub(super) async fn write_finished(
     pool.close().await;
 }
 
-async fn write_with_retries(pool: &PgPool, owner: &str, batch: Vec<Finished>) {
+async fn write_with_retries(pool: &PgPool, owner: &str, claims: &Claims, batch: Vec<Finished>) {
     let started = tokio::time::Instant::now();
     let mut retry = Backoff::new(Duration::from_millis(10), Duration::from_secs(5));
+    let done = claim_counts(claims).emptied_by(&batch);
     loop {
-        match write_batch(pool, owner, &batch, true).await {
+        match write_batch(pool, owner, &batch, true, &done).await {
             Ok(applied) => {
+                claim_counts(claims).written(batch.iter().map(|f| f.id.as_str()));
                 for f in &batch {
                     crate::storage::log_finished(f, applied.contains(&f.id), owner);
                 }
@@ -256,7 +278,7 @@ async fn write_with_retries(pool: &PgPool, owner: &str, batch: Vec<Finished>) {
                 // A row the database refuses (an output it cannot store) must not sink the rest of the batch.
                 tracing::warn!(error = %e, jobs = batch.len(), "a batch of finished jobs was refused; writing them one by one");
                 for f in batch {
-                    write_alone(pool, owner, f).await;
+                    write_alone(pool, owner, claims, f).await;
                 }
                 return;
             }
@@ -264,13 +286,15 @@ async fn write_with_retries(pool: &PgPool, owner: &str, batch: Vec<Finished>) {
     }
 }
 
-async fn write_alone(pool: &PgPool, owner: &str, f: Finished) {
+async fn write_alone(pool: &PgPool, owner: &str, claims: &Claims, f: Finished) {
     let mut retry = Backoff::new(Duration::from_millis(10), Duration::from_secs(5));
     let started = tokio::time::Instant::now();
     let mut item = f;
+    let done = claim_counts(claims).emptied_by(std::slice::from_ref(&item));
     loop {
-        match write_batch(pool, owner, std::slice::from_ref(&item), false).await {
+        match write_batch(pool, owner, std::slice::from_ref(&item), false, &done).await {
             Ok(applied) => {
+                claim_counts(claims).written([item.id.as_str()]);
                 crate::storage::log_finished(&item, applied.contains(&item.id), owner);
                 crate::wake::outcome_written();
                 return;

@@ -9,7 +9,7 @@
 //! the server drops (restart, failover, `pg_terminate_backend`) costs one failed statement: every call is
 //! retried on a fresh connection, completions until they are written or their lease would have run out anyway.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -80,13 +80,14 @@ pub(in crate::storage::postgres) use complete::write_batch;
 /// it, a rescuer, an application transaction that enqueued a duplicate behind it) is renewed by a later
 /// heartbeat, a third of a lease on.
 ///
-/// Rows are found by id: the claim's test is written `status || ''`, which the planner cannot match to the
-/// partial lease index (`status = 'claimed'`). Its statistics make that index look nearly empty, but it keeps
-/// an entry for every claim since the last vacuum, and while a snapshot older than them is open (a report, a
-/// session idle in a transaction) none of them can be removed or marked dead: a completion of 100 jobs that
-/// scanned it walked 4,700 pages in 16 ms under a held snapshot, against one lookup per id (measured with
-/// `auto_explain`). The completion's fence (`complete.rs`) is written the same way. The rows are updated by
-/// `id = ANY(...)` rather than joined, as the claim's are (`claim.rs`), whatever their number.
+/// Rows are found by id: the claim's test is written `status || ''`, which the planner cannot match to a partial
+/// index on the status. Such an index's statistics can make it look nearly empty while it keeps an entry for
+/// every claim since the last vacuum, none of which can be removed or marked dead while a snapshot older than
+/// them is open (a report, a session idle in a transaction): a completion of 100 jobs that scanned the lease
+/// index this table had (`claims.sql`) walked 4,700 pages in 16 ms under a held snapshot, against one lookup per
+/// id (measured with `auto_explain`). The completion's fence (`complete.rs`) and the rescue are written the same
+/// way. The rows are updated by `id = ANY(...)` rather than joined, as the claim's are (`claim.rs`), whatever
+/// their number. A renewal moves only the jobs' leases: their claims keep theirs (see [`RESCUE`]).
 pub(super) const EXTEND: &str = concat!(
     "WITH l AS (SELECT id FROM outbox_jobs WHERE (status || '') = 'claimed' AND locked_by = $2 AND id = ANY($3) \
      FOR UPDATE SKIP LOCKED) \
@@ -97,20 +98,29 @@ pub(super) const EXTEND: &str = concat!(
 
 /// The renewal of one row (a handler's own extension, or a heartbeat with one job): it holds no other row while
 /// it waits, so it can wait, and a handler's extension is never skipped. Found by id like the others: with
-/// `status = 'claimed'` and statistics that count no claimed job, the planner scans the whole lease index
-/// for the one row (shown by `EXPLAIN` on 200,000 finished jobs).
+/// `status = 'claimed'` and statistics that counted no claimed job, the planner scanned the whole lease index
+/// this table had for the one row (shown by `EXPLAIN` on 200,000 finished jobs).
 const EXTEND_ONE: &str = concat!(
     "UPDATE outbox_jobs SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, TIMESTAMPTZ 'epoch'), ",
     ts!("$1"),
     ") WHERE (status || '') = 'claimed' AND locked_by = $2 AND id = ($3::text[])[1]"
 );
 
-/// Rescuers on several machines skip each other's rows instead of queueing behind them.
+/// The rescue of expired claims, found through `outbox_claims` (see `claims.sql`): of the claims whose lease ran
+/// out, the jobs still claimed whose own lease ran out too are put back to pending (or failed, with no attempts
+/// left); then each such claim is deleted, or moved on to the earliest lease among its jobs still claimed (renewed
+/// since, claimed again, or held by another transaction and so skipped here). Rescuers on several machines skip
+/// each other's claims and jobs instead of queueing behind them. The statement's reads of `outbox_jobs` see the
+/// rows as they were before it, so the jobs it puts back are left out by id.
 pub(super) const RESCUE: &str = concat!(
-    "WITH r AS (SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < ",
+    "WITH x AS (SELECT id, jobs FROM outbox_claims WHERE lease_expires_at < ",
     ts!("$1"),
-    " FOR UPDATE SKIP LOCKED) \
-     UPDATE outbox_jobs j SET \
+    " FOR UPDATE SKIP LOCKED), \
+     r AS (SELECT id FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) FROM x)) \
+     AND (status || '') = 'claimed' AND lease_expires_at < ",
+    ts!("$1"),
+    " FOR UPDATE SKIP LOCKED), \
+     u AS (UPDATE outbox_jobs j SET \
      status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END, \
      last_error = 'lease expired while claimed by ' || COALESCE(j.locked_by, 'an unknown worker') \
      || CASE WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END, \
@@ -118,7 +128,13 @@ pub(super) const RESCUE: &str = concat!(
     ts!("$1"),
     ", updated_at = ",
     ts!("$1"),
-    " WHERE j.id = ANY(ARRAY(SELECT id FROM r)) RETURNING j.id, j.kind, j.queue, j.attempts, j.status, j.locked_by"
+    " WHERE j.id = ANY(ARRAY(SELECT id FROM r)) RETURNING j.id, j.kind, j.queue, j.attempts, j.status, j.locked_by), \
+     k AS (SELECT x.id, (SELECT min(COALESCE(j.lease_expires_at, TIMESTAMPTZ 'epoch')) FROM outbox_jobs j \
+     WHERE j.id = ANY(x.jobs) AND (j.status || '') = 'claimed' AND j.id <> ALL(ARRAY(SELECT id FROM r))) AS next \
+     FROM x), \
+     d AS (DELETE FROM outbox_claims c USING k WHERE c.id = k.id AND k.next IS NULL), \
+     m AS (UPDATE outbox_claims c SET lease_expires_at = k.next FROM k WHERE c.id = k.id AND k.next IS NOT NULL) \
+     SELECT id, kind, queue, attempts, status, locked_by FROM u"
 );
 
 /// The sequences with a waiting job whose lock is free (taken for the transaction), as an array: the first
@@ -190,10 +206,71 @@ struct Inner {
     promoted_at: AtomicI64,
     /// Where its last claim ended (see [`claim::Cursor`]).
     cursor: CursorCell,
+    /// Its claims with outcomes still to write.
+    claims: Claims,
 }
 
 /// Ids of finished attempts waiting for the completion writer.
 type Unwritten = Arc<std::sync::Mutex<HashSet<String>>>;
+
+/// This worker's claims whose jobs' outcomes are not all written yet, by the id of their row in `outbox_claims`:
+/// the writer deletes a claim's row in the statement that writes the outcome of its last job. A row whose jobs
+/// never all get written (an outcome given up on, a worker that stops) is left to the rescuers, which delete it
+/// once its lease and its jobs' have run out (see [`RESCUE`]).
+#[derive(Debug, Default)]
+pub(super) struct ClaimCounts {
+    claim_of: HashMap<String, i64>,
+    left: HashMap<i64, usize>,
+}
+
+pub(super) type Claims = Arc<std::sync::Mutex<ClaimCounts>>;
+
+pub(super) fn claim_counts(claims: &Claims) -> std::sync::MutexGuard<'_, ClaimCounts> {
+    // Plain counts, changed in one step each: a panic elsewhere while it was locked leaves nothing half-done.
+    claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl ClaimCounts {
+    /// Job `id` was claimed by the claim `claim`.
+    fn claimed(&mut self, claim: i64, id: String) {
+        if let Some(before) = self.claim_of.insert(id, claim) {
+            self.drop_one(before);
+        }
+        *self.left.entry(claim).or_default() += 1;
+    }
+
+    fn drop_one(&mut self, claim: i64) {
+        if let Some(n) = self.left.get_mut(&claim) {
+            *n -= 1;
+            if *n == 0 {
+                self.left.remove(&claim);
+            }
+        }
+    }
+
+    /// The claims whose jobs with unwritten outcomes are all in `batch`: written with it, they are done.
+    pub(super) fn emptied_by(&self, batch: &[Finished]) -> Vec<i64> {
+        let mut in_batch: HashMap<i64, usize> = HashMap::new();
+        for f in batch {
+            if let Some(claim) = self.claim_of.get(&f.id) {
+                *in_batch.entry(*claim).or_default() += 1;
+            }
+        }
+        let mut done: Vec<i64> =
+            in_batch.into_iter().filter(|(claim, n)| self.left.get(claim) == Some(n)).map(|(claim, _)| claim).collect();
+        done.sort_unstable();
+        done
+    }
+
+    /// The outcomes of `ids` were written (whatever their fences let through).
+    pub(super) fn written<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
+        for id in ids {
+            if let Some(claim) = self.claim_of.remove(id) {
+                self.drop_one(claim);
+            }
+        }
+    }
+}
 
 fn unwritten_ids(unwritten: &Unwritten) -> std::sync::MutexGuard<'_, HashSet<String>> {
     // The set holds plain ids; a panic elsewhere while it was locked leaves nothing half-done in it.
@@ -256,7 +333,9 @@ impl PgStore {
         let listen_pool = super::listener::pool(listen_options);
         let (tx, rx) = mpsc::unbounded_channel();
         let unwritten = Unwritten::default();
-        tokio::spawn(write_finished(write_pool.clone(), config.worker_id.clone(), rx, Arc::clone(&unwritten)));
+        let claims = Claims::default();
+        let owner = config.worker_id.clone();
+        tokio::spawn(write_finished(write_pool.clone(), owner, rx, Arc::clone(&unwritten), Arc::clone(&claims)));
         let promoted_at = AtomicI64::new(i64::MIN);
         let cursor = CursorCell::default();
         let listener = std::sync::Mutex::new(None);
@@ -272,6 +351,7 @@ impl PgStore {
             bg: bg.clone(),
             promoted_at,
             cursor,
+            claims,
         };
         PgStore { inner: Arc::new(inner) }
     }
@@ -323,6 +403,15 @@ impl WorkerStore for PgStore {
                 })
                 .await?
             };
+            {
+                let mut claims = claim_counts(&inner.claims);
+                for row in &rows {
+                    if let (Ok(Some(claim)), Ok(id)) = (row.try_get::<Option<i64>, _>(11), row.try_get::<String, _>(0))
+                    {
+                        claims.claimed(claim, id);
+                    }
+                }
+            }
             Ok(claimed_jobs(self, rows))
         })
     }

@@ -6,7 +6,9 @@
 use sea_orm::sqlx::{self, Row};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
-use super::claim::{CLAIM_ANY_QUEUE, CLAIM_ONE_KIND, CLAIM_ONE_KIND_AFTER, CLAIM_QUEUES, PROMOTE, PROMOTE_PER_CLAIM};
+use super::claim::{
+    CLAIM_ANY_QUEUE, CLAIM_ONE_KIND, CLAIM_ONE_KIND_AFTER, CLAIM_QUEUES, PROMOTE, PROMOTE_PER_CLAIM, RUNNING,
+};
 use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, outcomes};
 use super::{EXTEND, RESCUE};
 use crate::error::{Error, Result};
@@ -97,6 +99,13 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
     let (now, lease) = (crate::storage::now_ms(), crate::storage::now_ms() + 60_000);
     let (now, lease, limit, w) = (now.to_string(), lease.to_string(), BATCH.to_string(), text("w"));
     let kinds = texts(&["probe".to_owned()]);
+    let claims = "ARRAY[1, 2]::int8[]".to_owned();
+    // A claim of the batch, as the claim statements record one, so the statements that read the claims find it.
+    let claim = format!(
+        "INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT 'w', now(), array_agg(id) \
+         FROM (SELECT id FROM outbox_jobs ORDER BY id LIMIT {BATCH}) b; ANALYZE outbox_claims"
+    );
+    db.execute_unprepared(&claim).await.map_err(Error::db("recording a claim"))?;
 
     let batch: Vec<Finished> = ids
         .iter()
@@ -145,9 +154,13 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
             vec![w.clone(), now.clone(), lease.clone(), kinds.clone(), limit.clone(), texts(&["default".to_owned()])],
         ),
         ("letting scheduled jobs in", PROMOTE, vec![now.clone(), PROMOTE_PER_CLAIM.to_string()]),
-        ("a completion", FINISH, vec![ids.clone(), map.clone(), now.clone(), w.clone()]),
-        ("a completion that deletes", FINISH_DISCARDING, vec![ids.clone(), map.clone(), now.clone(), w.clone()]),
-        ("a completion of one job", FINISH_ONE, vec![one_id, one_map, now.clone(), w.clone()]),
+        ("a completion", FINISH, vec![ids.clone(), map.clone(), now.clone(), w.clone(), claims.clone()]),
+        (
+            "a completion that deletes",
+            FINISH_DISCARDING,
+            vec![ids.clone(), map.clone(), now.clone(), w.clone(), claims.clone()],
+        ),
+        ("a completion of one job", FINISH_ONE, vec![one_id, one_map, now.clone(), w.clone(), claims]),
     ];
     for (what, sql, args) in &planned_once {
         for generic in [false, true] {
@@ -155,6 +168,7 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
         }
     }
     reads_by_id(db, "a lease renewal", EXTEND, &[lease.clone(), w.clone(), ids], false).await?;
+    reads_by_id(db, "a limited kind's running jobs", RUNNING, &[text("probe")], false).await?;
     reads_by_id(db, "a rescue", RESCUE, &[now], false).await
 }
 
