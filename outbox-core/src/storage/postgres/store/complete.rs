@@ -128,8 +128,8 @@ macro_rules! finish_sql {
     (@discarded) => {
         concat!(outcome!(discard), "::bool AND ", outcome!(status), " = 'completed' AND j.sequence_key IS NULL")
     };
-    // `j.status || ''`: the claim's test in a form the planner cannot match to the partial lease index (see
-    // `EXTEND` in `mod.rs`), so each row is found by its id.
+    // `j.status || ''`: the claim's test in a form the planner cannot match to a partial index on the status
+    // (see `EXTEND` in `mod.rs`), so each row is found by its id.
     (@fence) => {
         concat!(
             "j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 AND j.attempts = ",
