@@ -14,9 +14,11 @@ worker's claim and completion connections) would: the rate of the statements alo
   (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger,
   half of each page of the jobs table left free for its rows' updates, the columns updates change last, each
   claim's lease in one row of `outbox_claims`, deleted with the claim's completion).
-- `lease_index`: `current` before its eighth migration: leases found through a partial index of the jobs table
+- `two_ready_indexes`: `current` before its ninth migration: a ready index led by the kind beside the one led by
+  the queue, both written by every enqueue.
+- `lease_index`: `two_ready_indexes` before its eighth migration: leases found through a partial index of the jobs table
   (`status = 'claimed'`), which every claim and completion writes, rather than one row per claim in `outbox_claims`.
-- `previous`: `current` without its fourth migration's changes: an `enqueued` row per job, and full pages, so
+- `previous`: `two_ready_indexes` without its fourth migration's changes: an `enqueued` row per job, and full pages, so
   each update moves the row to another page.
 - `ready_table`: the proposed shape. Jobs stay in a table with no index on anything a claim or completion
   changes (mutable columns last, `fillfactor = 40`), so both updates of a job row are HOT; what can run sits in
@@ -29,8 +31,9 @@ worker's claim and completion connections) would: the rate of the statements alo
   rows that name their kind and queue once, listing `[id, attempt]` per job.
 - `hot_completion`: `current` with no index that a completion changes, so that a completion is a heap-only update
   while the claim still is not. The ready, scheduled and sequence-blocking indexes read stored generated columns
-  that are false (or NULL, for a job with no sequence) both while claimed and once completed; there is no index of finished jobs (what
-  retention and the readers of recent work would need instead is not measured here). No ready table.
+  that are false (or NULL, for a job with no sequence) both while claimed and once completed; there is no index of
+  finished jobs (what retention and the readers of recent work would need instead is not measured here). No ready
+  table.
 - `ready_indexed`: `ready_claimed` with the two indexes today's readers use kept: the ready table's queue index (for
   workers of some queues) and an index of finished jobs by time (for retention and the readers of recent work),
   on a generated column that stays NULL while a job runs, so the claim stays heap-only and only the completion is
@@ -53,14 +56,18 @@ CHUNK = 2000
 BATCH = 100
 # The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`).
 MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql",
-              "archive.sql", "claims.sql")
+              "archive.sql", "claims.sql", "one_ready_index.sql")
+# The ready index led by the kind, which the ninth migration drops.
+TWO_READY = """CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id)
+ WHERE status = 'pending' AND NOT waiting AND NOT scheduled;
+"""
 
 CURRENT_ENQUEUE = """INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at,
  idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
 SELECT '0192f1c2-' || lpad(g::text, 27, '0'), 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3, now(),
  NULL, repeat('ab', 32), now(), now(), NULL, 1, false FROM generate_series({lo}, {hi}) g;"""
 
-CURRENT_CLAIM = """WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled
+TWO_READY_CLAIM = """WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled
  AND kind = 'noop' AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT {batch} FOR UPDATE SKIP LOCKED),
 u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = 'w1',
  locked_at = now(), claimed_at = now(), lease_expires_at = now() + interval '5 minutes', updated_at = now(),
@@ -82,10 +89,10 @@ e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, wo
 SELECT count(*) FROM u;"""
 
 # Before the eighth migration: leases found through a partial index of the jobs table, no claims.
-LEASE_INDEX = """DROP TRIGGER outbox_jobs_claimed_elsewhere ON outbox_jobs; DROP TRIGGER outbox_jobs_inserted_claimed ON outbox_jobs;
+LEASE_INDEX = TWO_READY + """DROP TRIGGER outbox_jobs_claimed_elsewhere ON outbox_jobs; DROP TRIGGER outbox_jobs_inserted_claimed ON outbox_jobs;
 DROP TABLE outbox_claims;
 CREATE INDEX outbox_jobs_lease ON outbox_jobs (lease_expires_at) WHERE status = 'claimed';"""
-LEASE_INDEX_CLAIM = CURRENT_CLAIM.replace("""l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT 'w1', now() + interval '5 minutes', array_agg(id)
+LEASE_INDEX_CLAIM = TWO_READY_CLAIM.replace("""l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT 'w1', now() + interval '5 minutes', array_agg(id)
  FROM u HAVING count(*) > 0 RETURNING id),
 """, "").replace(", COALESCE((SELECT id FROM l), 0) AS claim", "")
 LEASE_INDEX_COMPLETE = CURRENT_COMPLETE.replace("x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),\n", "")
@@ -134,7 +141,7 @@ e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, wo
  WHERE status = 'completed' HAVING count(*) > 0)
 SELECT count(*) FROM u;"""
 
-PREVIOUS = """CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
+PREVIOUS = TWO_READY + """CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
     SELECT id, kind, queue, created_at, 'enqueued', attempts FROM inserted ORDER BY id;
@@ -172,7 +179,7 @@ e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, wo
 SELECT count(*) FROM u;"""
 
 
-HOT_COMPLETION_TABLES = """ALTER TABLE outbox_jobs
+HOT_COMPLETION_TABLES = TWO_READY + """ALTER TABLE outbox_jobs
  ADD COLUMN ready boolean GENERATED ALWAYS AS (status = 'pending' AND NOT waiting AND NOT scheduled) STORED,
  ADD COLUMN due_later boolean GENERATED ALWAYS AS (status = 'pending' AND scheduled) STORED,
  ADD COLUMN blocks boolean GENERATED ALWAYS AS (CASE WHEN sequence_key IS NOT NULL THEN status IN ('pending', 'claimed')
@@ -184,8 +191,14 @@ CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC,
 CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (run_at) WHERE due_later;
 CREATE INDEX outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) WHERE blocks;"""
 
-HOT_COMPLETION_CLAIM = CURRENT_CLAIM.replace(
+HOT_COMPLETION_CLAIM = TWO_READY_CLAIM.replace(
     "WHERE status = 'pending' AND NOT waiting AND NOT scheduled\n AND kind", "WHERE ready AND kind")
+
+CURRENT_CLAIM = TWO_READY_CLAIM.replace(
+    "WHERE status = 'pending' AND NOT waiting AND NOT scheduled\n AND kind = 'noop'",
+    "WHERE status = 'pending' AND NOT waiting AND NOT scheduled\n AND queue = 'default' AND kind = 'noop'")
+assert CURRENT_CLAIM != TWO_READY_CLAIM
+
 
 def compact(sql):
     """`ready_claimed` with 16-byte ids (`uuid`), a 64-bit schema hash, and feed rows that name their kind and queue once."""
@@ -206,10 +219,11 @@ def compact(sql):
 
 SHAPES = {
     "current": ("", CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
-    "previous": (PREVIOUS, CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
+    "previous": (PREVIOUS, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
     "ready_claimed": (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE),
     "ready_compact": tuple(compact(x) for x in (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE)),
+    "two_ready_indexes": (TWO_READY, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "lease_index": (LEASE_INDEX, CURRENT_ENQUEUE, LEASE_INDEX_CLAIM, LEASE_INDEX_COMPLETE),
     "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, CURRENT_COMPLETE),
     "ready_indexed": (

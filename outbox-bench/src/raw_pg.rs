@@ -115,12 +115,12 @@ fn push_json_row(rows: &mut String, row: &JobRow) {
     ));
 }
 
-/// The worker's claim of one kind (`CLAIM_ONE_KIND`): due pending jobs, locked past other claimers, in claim
+/// The worker's claim of one kind from one queue (`CLAIM_ONE`): due pending jobs, locked past other claimers, in claim
 /// order, with their claim's row (its lease) and their `claimed` feed row written by the same statement.
 fn claim_sql() -> String {
     format!(
         "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting \
-         AND NOT scheduled AND kind = ($4::text[])[1] AND run_at <= {now} \
+         AND NOT scheduled AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= {now} \
          ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED), \
          u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
          locked_by = $1, locked_at = {now}, claimed_at = {now}, lease_expires_at = {lease}, updated_at = {now}, \
@@ -184,6 +184,9 @@ fn finish_sql() -> String {
         give_back = f(5),
     )
 }
+
+/// The queue the baselines' jobs are in, and their claims read.
+const QUEUE: &str = "default";
 
 /// The worker's default lease.
 const LEASE_MS: i64 = 300_000;
@@ -293,6 +296,7 @@ pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> R
     let mut conn = connect_generic(url).await?;
     let worker_id = format!("bench-host:{}:0a1b2c3d", std::process::id());
     let kinds = vec![kind.name.to_owned()];
+    let queues = vec![QUEUE.to_owned()];
     let limit = i64::try_from(batch)?;
     let (claim, finish): (Arc<str>, Arc<str>) = (claim_sql().into(), finish_sql().into());
     let promote: Arc<str> = promote_sql().into();
@@ -310,6 +314,7 @@ pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> R
             .bind(now + LEASE_MS)
             .bind(&kinds)
             .bind(limit)
+            .bind(&queues)
             .fetch_all(&mut conn)
             .await?;
         let claimed = rows
@@ -366,6 +371,7 @@ pub(crate) async fn claim_cost(url: &str, kinds: &[&str], batch: u64, reps: usiz
     }
     let mut conn = connect_generic(url).await?;
     let kinds: Vec<String> = kinds.iter().map(|k| (*k).to_owned()).collect();
+    let queues = vec![QUEUE.to_owned()];
     let limit = i64::try_from(batch)?;
     let claim: Arc<str> = claim_sql().into();
     let promote: Arc<str> = promote_sql().into();
@@ -381,6 +387,7 @@ pub(crate) async fn claim_cost(url: &str, kinds: &[&str], batch: u64, reps: usiz
             .bind(now + LEASE_MS)
             .bind(&kinds)
             .bind(limit)
+            .bind(&queues)
             .fetch_all(&mut *tx)
             .await?;
         times.push(start.elapsed().as_secs_f64());
@@ -506,6 +513,7 @@ pub(crate) async fn floor_worker(
     };
     let worker_id = format!("bench-floor:{}", std::process::id());
     let kinds = vec![kind.to_owned()];
+    let queues = vec![QUEUE.to_owned()];
     let claim: Arc<str> = claim_sql().into();
     // Completions go out on a connection of their own, as the worker writes its outcomes, while it claims on.
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<(String, i32)>>();
@@ -543,7 +551,8 @@ pub(crate) async fn floor_worker(
     while (started.len() as u64) < n && progress.elapsed() < std::time::Duration::from_secs(10) {
         loop {
             let now = now_ms();
-            let q = query(&claim).bind(&worker_id).bind(now).bind(now + LEASE_MS).bind(&kinds).bind(100_i64);
+            let q =
+                query(&claim).bind(&worker_id).bind(now).bind(now + LEASE_MS).bind(&kinds).bind(100_i64).bind(&queues);
             let rows = match (wake, listener.as_mut()) {
                 (Wake::ListenAndClaim, Some(l)) => q.fetch_all(l).await?,
                 _ => q.fetch_all(&mut conn).await?,

@@ -404,3 +404,37 @@ async fn the_rescue_puts_back_what_expired_and_keeps_the_claim_of_the_rest() {
     assert_eq!(scalar(&t.db, &moved_on).await, 1, "b's claim took b's lease");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_claims").await, 1, "only b's claim is left");
 }
+
+/// A worker of every queue reads the queues its kinds are registered to and those that hold ready jobs, which it
+/// lists every second. A job enqueued into a queue it has not listed is still claimed when the worker is woken:
+/// the claim that finds nothing lists the queues again. The poll interval is an hour, so only that can start it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_of_every_queue_claims_from_a_queue_it_had_not_listed() {
+    let Some(t) = fresh(Backend::Postgres, "a_worker_of_every_queue_claims_from_a_queue_it_had_not_listed").await
+    else {
+        return;
+    };
+    let index = "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'outbox_jobs' \
+                 AND indexname LIKE 'outbox_jobs_ready%'";
+    assert_eq!(scalar(&t.db, index).await, 1, "one ready index");
+    let worker = Worker::builder(&t.db)
+        .register::<Probe, _, _, _>(|_job: Probe, _ctx| async { Ok(()) })
+        .poll_interval(Duration::from_secs(3600))
+        .build()
+        .await
+        .expect("build worker");
+    let handle = worker.start();
+    let first = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    assert!(
+        outbox_tests::wait_status(&t.db, first.id(), JobStatus::Completed, Duration::from_secs(30)).await,
+        "a job of the kind's own queue ran"
+    );
+    for (n, queue) in [(2, "adhoc"), (3, "zzz"), (4, "aaa")] {
+        let job = outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().queue(queue)).await.expect("enqueue");
+        assert!(
+            outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(30)).await,
+            "the job of queue {queue} ran"
+        );
+    }
+    handle.shutdown().await.expect("shutdown");
+}

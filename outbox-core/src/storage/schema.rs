@@ -6,7 +6,8 @@
 //! rebuilding PostgreSQL's jobs table with the columns its updates change last and its rejoin trigger run after
 //! the update (`columns_last.sql`), one making the archive of completed jobs kept in time partitions
 //! (`archive.sql`), one finding PostgreSQL's leases through a table of claims rather than an index of the jobs
-//! (`claims.sql`; nothing on SQLite), and the refusal of a database created by a build from before them.
+//! (`claims.sql`; nothing on SQLite), one keeping one of PostgreSQL's two ready indexes (`one_ready_index.sql`;
+//! nothing on SQLite), and the refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -14,7 +15,7 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 8] = [
+pub(crate) const MIGRATIONS: [&str; 9] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
@@ -23,6 +24,7 @@ pub(crate) const MIGRATIONS: [&str; 8] = [
     "m20261203_000006_columns_last",
     "m20261204_000007_archive",
     "m20261205_000008_claims",
+    "m20261206_000009_one_ready_index",
 ];
 
 /// The migration that makes the archive of completed jobs kept in time partitions.
@@ -80,7 +82,7 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 6) => Some((include_str!("sqlite/archive.sql"), SQLITE_ARCHIVE_UNDO)),
         #[cfg(feature = "sqlite")]
-        (DbBackend::Sqlite, 7) => Some(("SELECT 1;", "SELECT 1;")),
+        (DbBackend::Sqlite, 7 | 8) => Some(("SELECT 1;", "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -148,6 +150,12 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
              DROP TRIGGER outbox_jobs_claimed_elsewhere ON outbox_jobs; \
              DROP TRIGGER outbox_jobs_inserted_claimed ON outbox_jobs; \
              DROP FUNCTION outbox_jobs_claimed_elsewhere(); DROP TABLE outbox_claims;",
+        )),
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 8) => Some((
+            include_str!("postgres/one_ready_index.sql"),
+            "CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id) \
+                 WHERE status = 'pending' AND NOT waiting AND NOT scheduled;",
         )),
         _ => None,
     }

@@ -137,7 +137,10 @@ pub(super) async fn remote_claim(
             Err(e) => tracing::warn!(worker = %c.worker_id, error = %e, "rescuing expired claims failed"),
         }
     }
-    let rows = store::claim_rows(db.get_postgres_connection_pool(), &c, limit, now, lease_until, true, None).await?;
+    let pool = db.get_postgres_connection_pool();
+    store::promote_due(pool, now).await?;
+    let queues = store::queues_of(pool, &c).await?;
+    let rows = store::claim_rows(pool, &c, &queues, limit, now, lease_until, None).await?;
     let mut jobs = Vec::with_capacity(rows.len());
     for row in &rows {
         match store::claimed_job(row) {

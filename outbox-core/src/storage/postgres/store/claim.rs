@@ -10,19 +10,22 @@ use crate::storage::postgres::ts;
 use crate::storage::store::limited_share;
 use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Unreadable, WorkerStore};
 
-/// The claim of due jobs, with one feed row for them all.
+/// The claim of due jobs, with one feed row for them all. Its ready jobs are read from the ready index, which is
+/// led by the queue (`one_ready_index.sql`): `$6` lists the queues read, the worker's own or, for a worker of
+/// every queue, those that hold ready jobs ([`QUEUES`]).
 macro_rules! claim_sql {
-    ($from:literal, $queue_filter:literal) => {
-        claim_sql!(@claim claim_sql!(@pick $from, $queue_filter))
+    // Kinds and queues: each (queue, kind) range read by itself, and the ranges merged.
+    (queues $after:expr) => {
+        claim_sql!(@claim claim_sql!(@pick $after))
     };
-    // One kind, any queue (a limited kind's claim, and most workers'): its range of the ready index alone, with
-    // no merge to plan or run (12 % of a claim's time, measured).
-    // `$after` narrows it further: the cursor's form reads on from where the worker's last claim of the kind
-    // ended (`$6` priority, `$7` run time, `$8` id; see [`Cursor`]).
-    (one kind $after:expr) => {
+    // One kind from one queue (a limited kind's claim, and most workers'): its range of the ready index alone,
+    // with no merge to plan or run (12 % of a claim's time, measured).
+    // `$after` narrows either form: the cursor's form reads on from where the worker's last claim of the kind
+    // ended (`$7` priority, `$8` run time, `$9` id; see [`Cursor`]).
+    (one $after:expr) => {
         claim_sql!(@claim concat!(
             "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled \
-             AND kind = ($4::text[])[1] AND run_at <= ",
+             AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= ",
             ts!("$2"),
             $after,
             " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
@@ -51,18 +54,17 @@ macro_rules! claim_sql {
              run_at_ms, (SELECT id FROM l) AS claim FROM u"
         )
     };
-    // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
+    // Each kind in each queue is read from its own range of the ready index, so the claim reads nothing of the
     // kinds it does not serve; a range's rows past what the merge keeps stay locked only until the claim
     // commits.
-    (@pick $from:literal, $queue_filter:literal) => {
+    (@pick $after:expr) => {
         concat!(
-            "SELECT p.id FROM unnest($4::text[]) AS k(kind)",
-            $from,
-            " CROSS JOIN LATERAL (SELECT id, priority, run_at FROM outbox_jobs \
-             WHERE status = 'pending' AND NOT waiting AND NOT scheduled AND kind = k.kind",
-            $queue_filter,
-            " AND run_at <= ",
+            "SELECT p.id FROM unnest($4::text[]) AS k(kind) CROSS JOIN unnest($6::text[]) AS q(queue) \
+             CROSS JOIN LATERAL (SELECT id, priority, run_at FROM outbox_jobs \
+             WHERE status = 'pending' AND NOT waiting AND NOT scheduled AND queue = q.queue AND kind = k.kind \
+             AND run_at <= ",
             ts!("$2"),
+            $after,
             " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) p \
              ORDER BY p.priority DESC, p.run_at, p.id LIMIT $5"
         )
@@ -81,9 +83,44 @@ macro_rules! claim_sql {
     };
 }
 
-pub(super) const CLAIM_ONE_KIND: &str = claim_sql!(one kind "");
-pub(super) const CLAIM_ONE_KIND_AFTER: &str =
-    claim_sql!(one kind concat!(" AND priority = $6 AND (run_at, id) > (", ts!("$7"), ", $8)"));
+/// The cursor's condition (see [`Cursor`]).
+macro_rules! after {
+    () => {
+        concat!(" AND priority = $7 AND (run_at, id) > (", ts!("$8"), ", $9)")
+    };
+}
+
+pub(super) const CLAIM_ONE: &str = claim_sql!(one "");
+pub(super) const CLAIM_ONE_AFTER: &str = claim_sql!(one after!());
+pub(super) const CLAIM_QUEUES: &str = claim_sql!(queues "");
+pub(super) const CLAIM_QUEUES_AFTER: &str = claim_sql!(queues after!());
+
+/// The queues a worker of every queue reads: those its kinds (`$1`) are registered to, and every queue that holds
+/// ready jobs, found by a walk of the ready index that visits one entry per queue. It walks from the end of each
+/// queue's range, where the jobs claimed last are, not from its head: a snapshot held open keeps an entry there for
+/// every job claimed since, which a walk from the head would visit.
+pub(super) const QUEUES: &str = "WITH RECURSIVE q(queue) AS ((SELECT queue FROM outbox_jobs \
+     WHERE status = 'pending' AND NOT waiting AND NOT scheduled ORDER BY queue DESC LIMIT 1) \
+     UNION ALL SELECT (SELECT j.queue FROM outbox_jobs j WHERE j.status = 'pending' AND NOT j.waiting \
+     AND NOT j.scheduled AND j.queue < q.queue ORDER BY j.queue DESC LIMIT 1) FROM q WHERE q.queue IS NOT NULL) \
+     SELECT queue FROM q WHERE queue IS NOT NULL UNION SELECT queue FROM outbox_kinds WHERE name = ANY($1) ORDER BY 1";
+
+/// How often a worker of every queue lists the queues that hold ready jobs (ms). A job enqueued into a queue none of
+/// the worker's kinds is registered to and that held no ready job waits for the next listing, at most this long.
+pub(in crate::storage::postgres) const QUEUES_EVERY_MS: i64 = 1_000;
+
+/// The queues `c` reads: its own, or those [`QUEUES`] lists.
+pub(in crate::storage::postgres) async fn queues_of(pool: &PgPool, c: &PgStoreConfig) -> Result<Vec<String>> {
+    if let Some(queues) = &c.queues {
+        return Ok(queues.clone());
+    }
+    let mut kinds = c.kinds.clone();
+    kinds.extend(c.limited.iter().map(|(kind, _)| kind.clone()));
+    retrying("listing the queues that hold ready jobs", || async {
+        sqlx::query_scalar(QUEUES).bind(&kinds).fetch_all(pool).await
+    })
+    .await
+}
 
 /// Where a worker's last claim of its one kind ended, in claim order. The ready index keeps an entry for every
 /// job claimed until vacuum removes it, and while any snapshot older than those claims is open (a report, a
@@ -108,8 +145,6 @@ const CURSOR_SPAN_MS: i64 = 1_000;
 
 /// A worker's cursor, when it claims one kind from every queue.
 pub(in crate::storage::postgres) type CursorCell = std::sync::Mutex<Option<Cursor>>;
-pub(super) const CLAIM_ANY_QUEUE: &str = claim_sql!("", "");
-pub(super) const CLAIM_QUEUES: &str = claim_sql!(" CROSS JOIN unnest($6::text[]) AS q(queue)", " AND queue = q.queue");
 
 /// Scheduled jobs that have come due join the ready indexes, the earliest first, a bounded number per claim.
 /// Promoters on several machines skip each other's rows.
@@ -128,24 +163,27 @@ pub(super) const PROMOTE_PER_CLAIM: i64 = 1_000;
 /// meanwhile waits for the next, once the worker is busy; an idle worker's claims are further apart.
 pub(in crate::storage::postgres) const PROMOTE_EVERY_MS: i64 = 100;
 
-/// Claims up to `limit` due jobs for the worker `c` describes: first those of kinds with a fleet-wide limit,
-/// each up to what its limit leaves, then the others, after letting in the scheduled jobs that are due when
-/// `promote`. The in-process worker and remote claims share it.
+/// Lets in the scheduled jobs that are due at `now`, a bounded number of them.
+pub(in crate::storage::postgres) async fn promote_due(pool: &PgPool, now: i64) -> Result<()> {
+    retrying("letting in scheduled jobs that are due", || async {
+        sqlx::query(PROMOTE).bind(now).bind(PROMOTE_PER_CLAIM).execute(pool).await
+    })
+    .await?;
+    Ok(())
+}
+
+/// Claims up to `limit` due jobs for the worker `c` describes from `queues` (see [`queues_of`]): first those of
+/// kinds with a fleet-wide limit, each up to what its limit leaves, then the others. The in-process worker and
+/// remote claims share it; they let in the due scheduled jobs first ([`promote_due`]).
 pub(in crate::storage::postgres) async fn claim_rows(
     pool: &PgPool,
     c: &PgStoreConfig,
+    queues: &[String],
     limit: usize,
     now: i64,
     lease_until: i64,
-    promote: bool,
     cursor: Option<&CursorCell>,
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
-    if promote {
-        retrying("letting in scheduled jobs that are due", || async {
-            sqlx::query(PROMOTE).bind(now).bind(PROMOTE_PER_CLAIM).execute(pool).await
-        })
-        .await?;
-    }
     let mut rows = Vec::new();
     for (kind, cap) in &c.limited {
         let left = limit - rows.len();
@@ -153,7 +191,7 @@ pub(in crate::storage::postgres) async fn claim_rows(
             return Ok(rows);
         }
         let share = limited_share(left, !c.kinds.is_empty());
-        match claim_limited(pool, c, kind, *cap, share, now, lease_until).await {
+        match claim_limited(pool, c, queues, kind, *cap, share, now, lease_until).await {
             Ok(claimed) => rows.extend(claimed),
             Err(e) => return keep_claimed(rows, e),
         }
@@ -161,7 +199,7 @@ pub(in crate::storage::postgres) async fn claim_rows(
     let left = limit - rows.len();
     if left > 0 && !c.kinds.is_empty() {
         let cursor = cursor.filter(|_| c.queues.is_none() && c.kinds.len() == 1);
-        match claim_unlimited(pool, c, left, now, lease_until, cursor).await {
+        match claim_unlimited(pool, c, queues, left, now, lease_until, cursor).await {
             Ok(claimed) => rows.extend(claimed),
             Err(e) => return keep_claimed(rows, e),
         }
@@ -174,6 +212,7 @@ pub(in crate::storage::postgres) async fn claim_rows(
 async fn claim_unlimited(
     pool: &PgPool,
     c: &PgStoreConfig,
+    queues: &[String],
     limit: usize,
     now: i64,
     lease_until: i64,
@@ -183,19 +222,8 @@ async fn claim_unlimited(
     let from = cursor.and_then(lock).filter(|k| (0..CURSOR_SPAN_MS).contains(&now.saturating_sub(k.since)));
     let mut rows = Vec::new();
     if let Some(at) = &from {
-        let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
         rows = retrying("claiming jobs", || async {
-            sqlx::query(CLAIM_ONE_KIND_AFTER)
-                .bind(&c.worker_id)
-                .bind(now)
-                .bind(lease_until)
-                .bind(&c.kinds)
-                .bind(limit_i)
-                .bind(at.priority)
-                .bind(at.run_at)
-                .bind(&at.id)
-                .fetch_all(pool)
-                .await
+            claim_query(c, &c.kinds, queues, limit, now, lease_until, Some(at)).fetch_all(pool).await
         })
         .await?;
     }
@@ -207,7 +235,7 @@ async fn claim_unlimited(
     if rows.len() < limit && !spent {
         let left = limit - rows.len();
         let claimed = retrying("claiming jobs", || async {
-            claim_query(c, &c.kinds, left, now, lease_until).fetch_all(pool).await
+            claim_query(c, &c.kinds, queues, left, now, lease_until, None).fetch_all(pool).await
         })
         .await;
         match claimed {
@@ -247,9 +275,11 @@ pub(super) const RUNNING: &str = "SELECT count(*) FROM outbox_jobs WHERE id = AN
 
 /// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts the
 /// running jobs and claims what the limit leaves: claimers on every machine take turns.
+#[allow(clippy::too_many_arguments)]
 async fn claim_limited(
     pool: &PgPool,
     c: &PgStoreConfig,
+    queues: &[String],
     kind: &str,
     cap: u32,
     left: usize,
@@ -269,7 +299,7 @@ async fn claim_limited(
             tx.commit().await?;
             return Ok(Vec::new());
         }
-        let rows = claim_query(c, &kinds, room, now, lease_until).fetch_all(&mut *tx).await?;
+        let rows = claim_query(c, &kinds, queues, room, now, lease_until, None).fetch_all(&mut *tx).await?;
         tx.commit().await?;
         Ok(rows)
     })
@@ -278,7 +308,7 @@ async fn claim_limited(
 
 /// Jobs already claimed (and committed) by an earlier step of a claim are run even when a later step fails:
 /// dropping them would leave them claimed until their leases ran out, each with an attempt used.
-fn keep_claimed<T>(claimed: Vec<T>, e: Error) -> Result<Vec<T>> {
+pub(super) fn keep_claimed<T>(claimed: Vec<T>, e: Error) -> Result<Vec<T>> {
     if claimed.is_empty() {
         return Err(e);
     }
@@ -290,21 +320,24 @@ fn keep_claimed<T>(claimed: Vec<T>, e: Error) -> Result<Vec<T>> {
 fn claim_query<'q>(
     c: &'q PgStoreConfig,
     kinds: &'q [String],
+    queues: &'q [String],
     limit: usize,
     now: i64,
     lease_until: i64,
+    after: Option<&'q Cursor>,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let sql = match (&c.queues, kinds.len()) {
-        (Some(_), _) => CLAIM_QUEUES,
-        (None, 1) => CLAIM_ONE_KIND,
-        (None, _) => CLAIM_ANY_QUEUE,
+    let sql = match (kinds.len() == 1 && queues.len() == 1, after.is_some()) {
+        (true, false) => CLAIM_ONE,
+        (true, true) => CLAIM_ONE_AFTER,
+        (false, false) => CLAIM_QUEUES,
+        (false, true) => CLAIM_QUEUES_AFTER,
     };
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut q = sqlx::query(sql).bind(&c.worker_id).bind(now).bind(lease_until).bind(kinds).bind(limit);
-    if let Some(queues) = &c.queues {
-        q = q.bind(queues);
+    let q = sqlx::query(sql).bind(&c.worker_id).bind(now).bind(lease_until).bind(kinds).bind(limit).bind(queues);
+    match after {
+        Some(at) => q.bind(at.priority).bind(at.run_at).bind(&at.id),
+        None => q,
     }
-    q
 }
 
 /// The claimed rows; one that cannot be read is failed by itself through the fenced writer (the column

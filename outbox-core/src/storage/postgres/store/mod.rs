@@ -28,9 +28,9 @@ use crate::storage::store::StoreFuture;
 use crate::storage::transient;
 use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
 use crate::wake;
-pub(super) use claim::claim_rows;
 use claim::claimed_jobs;
-use claim::{CursorCell, PROMOTE_EVERY_MS};
+use claim::{CursorCell, PROMOTE_EVERY_MS, QUEUES_EVERY_MS};
+pub(super) use claim::{claim_rows, promote_due, queues_of};
 use complete::write_finished;
 
 /// What the worker claims and who it is.
@@ -208,6 +208,65 @@ struct Inner {
     cursor: CursorCell,
     /// Its claims with outcomes still to write.
     claims: Claims,
+    /// For a worker of every queue, the queues it last listed and when (ms; see [`claim::QUEUES`]).
+    queues: std::sync::Mutex<Option<(i64, Vec<String>)>>,
+}
+
+impl Inner {
+    /// The queues this worker's claims read at `now`: its own, or those it listed less than `max_age` ms before,
+    /// else listed again on `pool`; and whether they were listed now.
+    async fn queues(&self, pool: &PgPool, now: i64, max_age: i64) -> Result<(Vec<String>, bool)> {
+        if let Some(queues) = &self.config.queues {
+            return Ok((queues.clone(), false));
+        }
+        let lock = || self.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, queues)) = lock().as_ref()
+            && (0..max_age).contains(&now.saturating_sub(*at))
+        {
+            return Ok((queues.clone(), false));
+        }
+        let queues = queues_of(pool, &self.config).await?;
+        *lock() = Some((now, queues.clone()));
+        Ok((queues, true))
+    }
+
+    /// Claims up to `limit` due jobs on `pool` (see [`claim_rows`]), after letting in the due scheduled jobs when
+    /// `promote`. A worker of every queue reads the queues it listed within the last [`QUEUES_EVERY_MS`]; when
+    /// that claim finds nothing, it lists them again and claims from the queues that were not listed before, so a
+    /// job enqueued into a new queue waits for no poll (a claim that found some jobs but fewer than asked does the
+    /// same, at most every [`PROMOTE_EVERY_MS`]).
+    async fn claim_on(
+        &self,
+        pool: &PgPool,
+        limit: usize,
+        now: i64,
+        lease_until: i64,
+        promote: bool,
+    ) -> Result<Vec<sqlx::postgres::PgRow>> {
+        if promote {
+            promote_due(pool, now).await?;
+        }
+        let (queues, listed) = self.queues(pool, now, QUEUES_EVERY_MS).await?;
+        let c = &self.config;
+        let mut rows = claim_rows(pool, c, &queues, limit, now, lease_until, Some(&self.cursor)).await?;
+        if rows.len() < limit && !listed {
+            // A claim that found nothing starts no job late by listing again; one that found some does it at most
+            // every `PROMOTE_EVERY_MS`.
+            let max_age = if rows.is_empty() { 0 } else { PROMOTE_EVERY_MS };
+            let (fresh, listed) = match self.queues(pool, now, max_age).await {
+                Ok(fresh) => fresh,
+                Err(e) => return claim::keep_claimed(rows, e),
+            };
+            let new: Vec<String> = fresh.into_iter().filter(|q| !queues.contains(q)).collect();
+            if listed && !new.is_empty() {
+                match claim_rows(pool, c, &new, limit - rows.len(), now, lease_until, None).await {
+                    Ok(more) => rows.extend(more),
+                    Err(e) => return claim::keep_claimed(rows, e),
+                }
+            }
+        }
+        Ok(rows)
+    }
 }
 
 /// Ids of finished attempts waiting for the completion writer.
@@ -352,6 +411,7 @@ impl PgStore {
             promoted_at,
             cursor,
             claims,
+            queues: std::sync::Mutex::new(None),
         };
         PgStore { inner: Arc::new(inner) }
     }
@@ -395,12 +455,11 @@ impl WorkerStore for PgStore {
             }
             let inner = &self.inner;
             let rows = if inner.config.limited.is_empty() {
-                claim_rows(&inner.claim_pool, &inner.config, limit, now, lease_until, promote, Some(&inner.cursor))
-                    .await?
+                inner.claim_on(&inner.claim_pool, limit, now, lease_until, promote).await?
             } else {
-                self.on_bg(move |inner| async move {
-                    claim_rows(&inner.pool, &inner.config, limit, now, lease_until, promote, Some(&inner.cursor)).await
-                })
+                self.on_bg(
+                    move |inner| async move { inner.claim_on(&inner.pool, limit, now, lease_until, promote).await },
+                )
                 .await?
             };
             {

@@ -7,7 +7,7 @@ use sea_orm::sqlx::{self, Row};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
 use super::claim::{
-    CLAIM_ANY_QUEUE, CLAIM_ONE_KIND, CLAIM_ONE_KIND_AFTER, CLAIM_QUEUES, PROMOTE, PROMOTE_PER_CLAIM, RUNNING,
+    CLAIM_ONE, CLAIM_ONE_AFTER, CLAIM_QUEUES, CLAIM_QUEUES_AFTER, PROMOTE, PROMOTE_PER_CLAIM, QUEUES, RUNNING,
 };
 use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, outcomes};
 use super::{EXTEND, RESCUE};
@@ -99,6 +99,9 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
     let (now, lease) = (crate::storage::now_ms(), crate::storage::now_ms() + 60_000);
     let (now, lease, limit, w) = (now.to_string(), lease.to_string(), BATCH.to_string(), text("w"));
     let kinds = texts(&["probe".to_owned()]);
+    let two_kinds = texts(&["probe".to_owned(), "other".to_owned()]);
+    let queues = texts(&["default".to_owned()]);
+    let two_queues = texts(&["default".to_owned(), "other".to_owned()]);
     let claims = "ARRAY[1, 2]::int8[]".to_owned();
     // A claim of the batch, as the claim statements record one, so the statements that read the claims find it.
     let claim = format!(
@@ -125,33 +128,44 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
     // The claimer's and the writer's statements, in both kinds of plan.
     let planned_once = [
         (
-            "a claim of one kind",
-            CLAIM_ONE_KIND,
-            vec![w.clone(), now.clone(), lease.clone(), kinds.clone(), limit.clone()],
+            "a claim of one kind from one queue",
+            CLAIM_ONE,
+            vec![w.clone(), now.clone(), lease.clone(), kinds.clone(), limit.clone(), queues.clone()],
         ),
         (
-            "a claim of one kind from the cursor",
-            CLAIM_ONE_KIND_AFTER,
+            "a claim of one kind from one queue, from the cursor",
+            CLAIM_ONE_AFTER,
             vec![
                 w.clone(),
                 now.clone(),
                 lease.clone(),
                 kinds.clone(),
                 limit.clone(),
+                queues.clone(),
                 "0".into(),
                 "0".into(),
                 text("0"),
             ],
         ),
         (
-            "a claim of several kinds",
-            CLAIM_ANY_QUEUE,
-            vec![w.clone(), now.clone(), lease.clone(), kinds.clone(), limit.clone()],
+            "a claim of several kinds and queues",
+            CLAIM_QUEUES,
+            vec![w.clone(), now.clone(), lease.clone(), two_kinds.clone(), limit.clone(), two_queues.clone()],
         ),
         (
-            "a claim of some queues",
-            CLAIM_QUEUES,
-            vec![w.clone(), now.clone(), lease.clone(), kinds.clone(), limit.clone(), texts(&["default".to_owned()])],
+            "a claim of several kinds and queues, from the cursor",
+            CLAIM_QUEUES_AFTER,
+            vec![
+                w.clone(),
+                now.clone(),
+                lease.clone(),
+                two_kinds.clone(),
+                limit.clone(),
+                two_queues.clone(),
+                "0".into(),
+                "0".into(),
+                text("0"),
+            ],
         ),
         ("letting scheduled jobs in", PROMOTE, vec![now.clone(), PROMOTE_PER_CLAIM.to_string()]),
         ("a completion", FINISH, vec![ids.clone(), map.clone(), now.clone(), w.clone(), claims.clone()]),
@@ -169,6 +183,7 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
     }
     reads_by_id(db, "a lease renewal", EXTEND, &[lease.clone(), w.clone(), ids], false).await?;
     reads_by_id(db, "a limited kind's running jobs", RUNNING, &[text("probe")], false).await?;
+    reads_by_id(db, "the queues of ready jobs", QUEUES, std::slice::from_ref(&kinds), false).await?;
     reads_by_id(db, "a rescue", RESCUE, &[now], false).await
 }
 
