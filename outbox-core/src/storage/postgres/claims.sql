@@ -1,9 +1,10 @@
 -- Leases are found through the claims, not through an index of the jobs table. A claim records its jobs and
 -- their lease in one row here (`store/claim.rs`), which the worker's writer deletes in the statement that writes
 -- the outcome of the claim's last job (`store/complete.rs`). The partial lease index of `outbox_jobs` named the
--- job's status, so every claim and every completion wrote an entry into it and could not update the job row in
--- place (heap-only); a claim of 100 jobs now writes one row and two index entries here instead of 100 entries
--- there: the drain wrote 60 bytes of WAL per job fewer (`outbox-bench/shapes/wal.py`, shape `claims`).
+-- job's status: every claim wrote an entry into it, and it kept claims and completions from updating the job row in
+-- place (heap-only). A claim of 100 jobs now writes one row and two index entries here instead of 100 entries
+-- there: the drain wrote 60 bytes of WAL per job fewer (`outbox-bench/shapes/wal.py`, shape `lease_index` against
+-- the shape of this step).
 --
 -- The job row stays what a lease is: a job is claimed until `lease_expires_at`, renewals move that alone, and
 -- every claimed job is listed by a claim whose `lease_expires_at` is at or before its own. Rescuers read the

@@ -106,7 +106,8 @@ pub(super) const QUEUES: &str = "WITH RECURSIVE q(queue) AS ((SELECT queue FROM 
      SELECT queue FROM q WHERE queue IS NOT NULL UNION SELECT queue FROM outbox_kinds WHERE name = ANY($1) ORDER BY 1";
 
 /// How often a worker of every queue lists the queues that hold ready jobs (ms). A job enqueued into a queue none of
-/// the worker's kinds is registered to and that held no ready job waits for the next listing, at most this long.
+/// the worker's kinds is registered to and that held no ready job is claimed by the worker's next claim that finds
+/// nothing else (which lists them again), or after the next listing, at most this long.
 pub(in crate::storage::postgres) const QUEUES_EVERY_MS: i64 = 1_000;
 
 /// The queues `c` reads: its own, or those [`QUEUES`] lists.
