@@ -516,31 +516,38 @@ pub(crate) async fn floor_worker(
     let queues = vec![QUEUE.to_owned()];
     let claim: Arc<str> = claim_sql().into();
     // Completions go out on a connection of their own, as the worker writes its outcomes, while it claims on.
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<(String, i32)>>();
+    // Each message is one claim: its jobs with their attempts, and its row in `outbox_claims`.
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(Vec<(String, i32)>, Option<i64>)>();
     let finisher = {
         let (url, worker_id) = (url.to_owned(), worker_id.clone());
         tokio::spawn(async move {
-            let mut conn = connect(&url).await?;
+            let mut conn = connect_generic(&url).await?;
             let finish: Arc<str> = finish_sql().into();
-            while let Some(mut jobs) = done_rx.recv().await {
-                while let Ok(more) = done_rx.try_recv() {
+            while let Some((mut jobs, claim)) = done_rx.recv().await {
+                let mut claims: Vec<i64> = claim.into_iter().collect();
+                while let Ok((more, claim)) = done_rx.try_recv() {
                     jobs.extend(more);
+                    claims.extend(claim);
                 }
                 jobs.sort();
-                let (ids, attempts): (Vec<String>, Vec<i32>) = jobs.into_iter().unzip();
-                let k = ids.len();
-                query(&finish)
-                    .bind(ids)
-                    .bind(attempts)
-                    .bind(vec!["completed"; k])
-                    .bind(vec![None::<String>; k])
-                    .bind(vec![None::<String>; k])
-                    .bind(vec![None::<i64>; k])
-                    .bind(vec![0i32; k])
+                let outcomes: serde_json::Map<String, serde_json::Value> = jobs
+                    .iter()
+                    .map(|(id, attempt)| {
+                        (id.clone(), serde_json::json!([attempt, "completed", null, null, null, 0, false]))
+                    })
+                    .collect();
+                let ids: Vec<String> = jobs.into_iter().map(|(id, _)| id).collect();
+                let done = query(&finish)
+                    .bind(&ids)
+                    .bind(serde_json::Value::Object(outcomes))
                     .bind(now_ms())
                     .bind(&worker_id)
+                    .bind(claims)
                     .fetch_all(&mut conn)
                     .await?;
+                if done.len() != ids.len() {
+                    return Err(format!("latency floor: {} of {} jobs completed", done.len(), ids.len()).into());
+                }
             }
             Ok::<_, BoxError>(())
         })
@@ -562,13 +569,14 @@ pub(crate) async fn floor_worker(
                 break;
             }
             progress = Instant::now();
+            let claim: Option<i64> = rows.first().map(|r| r.try_get(8)).transpose()?.flatten();
             let mut done = Vec::with_capacity(rows.len());
             for row in rows {
                 let id: String = row.try_get(0)?;
                 done.push((id.clone(), row.try_get::<i32, _>(4)?));
                 started.insert(id, at);
             }
-            done_tx.send(done)?;
+            done_tx.send((done, claim))?;
         }
         if let Some(r) = ready.take() {
             let _ = r.send(());
