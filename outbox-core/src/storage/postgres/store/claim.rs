@@ -147,7 +147,7 @@ const CURSOR_SPAN_MS: i64 = 1_000;
 /// A worker's cursor, when it claims one kind from every queue.
 pub(in crate::storage::postgres) type CursorCell = std::sync::Mutex<Option<Cursor>>;
 
-/// Scheduled jobs that have come due join the ready indexes, the earliest first, a bounded number per claim.
+/// Scheduled jobs that have come due join the ready index, the earliest first, a bounded number per claim.
 /// Promoters on several machines skip each other's rows.
 pub(super) const PROMOTE: &str = concat!(
     "UPDATE outbox_jobs SET scheduled = false WHERE id = ANY(ARRAY(SELECT id FROM outbox_jobs \
