@@ -108,7 +108,7 @@ impl KnownKinds {
         let built_in = self.built_in.iter().find(|k| k.name() == name);
         let known = match (built_in, recorded) {
             // A recorded schema that differs from the built-in one is what the workers run: it wins.
-            (Some(kind), Some(rec)) if rec.schema_hash != kind.schema_hash() => self.recorded(rec)?,
+            (Some(kind), Some(rec)) if !kind.matches_schema_hash(&rec.schema_hash) => self.recorded(rec)?,
             (Some(kind), rec) => KnownKind { kind: Arc::clone(kind), source: KindSource::BuiltIn, recorded: rec },
             (None, Some(rec)) => self.recorded(rec)?,
             (None, None) => return Ok(None),

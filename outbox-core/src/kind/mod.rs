@@ -224,7 +224,7 @@ impl Kind {
                 template.as_str()
             )));
         }
-        let schema_hash = sha256_hex(canonical_json(&schema).as_bytes());
+        let schema_hash = schema_hash_of(&schema);
         Ok(Kind {
             name: name.to_owned(),
             queue,
@@ -301,9 +301,19 @@ impl Kind {
         &self.schema
     }
 
-    /// sha256 (hex) of the kind's canonical JSON Schema.
+    /// The first 64 bits of the sha256 of the kind's canonical JSON Schema, as 16 lowercase hex digits. Every job
+    /// row stores the hash its payload was validated against, so its length is paid once per job: the whole
+    /// digest made a fifth of a PostgreSQL job row and of the WAL its insert writes. Compare hashes with
+    /// [`Kind::matches_schema_hash`], which also accepts the 64-digit hashes earlier versions stored.
     pub fn schema_hash(&self) -> &str {
         &self.schema_hash
+    }
+
+    /// Whether `hash` (a job's or a recorded kind's) names this kind's schema: equal to [`Kind::schema_hash`] in its
+    /// first 16 hex digits, so a hash of the whole digest, as versions before the short hash stored it, matches
+    /// too.
+    pub fn matches_schema_hash(&self, hash: &str) -> bool {
+        hash.get(..SCHEMA_HASH_DIGITS).unwrap_or(hash).eq_ignore_ascii_case(&self.schema_hash)
     }
 
     /// Every violation of the schema by `payload`, each with its JSON path, then those of the kind's own
@@ -407,6 +417,14 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Hex digits of a schema hash ([`Kind::schema_hash`]).
+const SCHEMA_HASH_DIGITS: usize = 16;
+
+fn schema_hash_of(schema: &Value) -> String {
+    let digest = Sha256::digest(canonical_json(schema).as_bytes());
+    hex::encode(&digest[..SCHEMA_HASH_DIGITS / 2])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,6 +477,24 @@ mod tests {
         let key = k.derive_key(&long).expect("key");
         assert!(key.starts_with("sha256:") && key.len() == 71, "{key}");
         assert_eq!(k.derive_key(&long), Some(key));
+    }
+
+    #[test]
+    fn schema_hash_is_16_hex_digits_and_matches_the_whole_digest_too() {
+        let k = kind(KindOpts::DEFAULT);
+        let hash = k.schema_hash();
+        assert_eq!(hash.len(), 16, "{hash}");
+        assert!(hash.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{hash}");
+        // The whole digest, as stored before the short hash, is the same schema.
+        let whole = sha256_hex(canonical_json(k.schema()).as_bytes());
+        assert!(whole.starts_with(hash), "{whole} {hash}");
+        assert!(k.matches_schema_hash(hash) && k.matches_schema_hash(&whole));
+        assert!(k.matches_schema_hash(&whole.to_ascii_uppercase()));
+        // Another schema, a shorter string, and an empty one are not.
+        let other = Kind::from_schema("k", json!({"type": "object"}), KindOpts::DEFAULT).expect("kind compiles");
+        assert!(!k.matches_schema_hash(other.schema_hash()));
+        assert!(!k.matches_schema_hash(&hash[..15]));
+        assert!(!k.matches_schema_hash(""));
     }
 
     #[test]
