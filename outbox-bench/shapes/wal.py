@@ -14,7 +14,11 @@ worker's claim and completion connections) would: the rate of the statements alo
   (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger,
   half of each page of the jobs table left free for its rows' updates, the columns updates change last, each
   claim's lease in one row of `outbox_claims`, deleted with the claim's completion).
-- `two_ready_indexes`: `current` before its ninth migration: a ready index led by the kind beside the one led by
+- `claims_move`: `current` before its tenth migration: the ready, scheduled, sequence-blocking and finished
+  indexes read the status (and the finished one `updated_at`), so a claim is not a heap-only update: it writes
+  the row's new version with a primary key entry, and the job leaves the ready index.
+- `uuid_ids`: `current` with job ids stored as `uuid` (16 bytes) rather than as text (37 bytes and a length byte).
+- `two_ready_indexes`: `claims_move` before its ninth migration: a ready index led by the kind beside the one led by
   the queue, both written by every enqueue.
 - `lease_index`: `two_ready_indexes` before its eighth migration: leases found through a partial index of the jobs table
   (`status = 'claimed'`), which every claim and completion writes, rather than one row per claim in `outbox_claims`.
@@ -29,7 +33,7 @@ worker's claim and completion connections) would: the rate of the statements alo
   indexed is updated at all; the ready table has no primary key, only the claim's order.
 - `ready_compact`: `ready_claimed` with 16-byte ids (`uuid`), a 64-bit schema hash instead of 256 bits, and feed
   rows that name their kind and queue once, listing `[id, attempt]` per job.
-- `hot_completion`: `current` with no index that a completion changes, so that a completion is a heap-only update
+- `hot_completion`: `claims_move` with no index that a completion changes, so that a completion is a heap-only update
   while the claim still is not. The ready, scheduled and sequence-blocking indexes read stored generated columns
   that are false (or NULL, for a job with no sequence) both while claimed and once completed; there is no index of
   finished jobs (what retention and the readers of recent work would need instead is not measured here). No ready
@@ -54,9 +58,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "src", "storage", "postgres")
 CHUNK = 2000
 BATCH = 100
-# The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`).
+# The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`), but the last,
+# which `current` adds (the other shapes change the schema before it).
 MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql",
               "archive.sql", "claims.sql", "one_ready_index.sql")
+CURRENT_TABLES = "\\i " + os.path.join(SCHEMA_SQL, "hot_claim.sql")
 # The ready index led by the kind, which the ninth migration drops.
 TWO_READY = """CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id)
  WHERE status = 'pending' AND NOT waiting AND NOT scheduled;
@@ -65,7 +71,7 @@ TWO_READY = """CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DES
 CURRENT_ENQUEUE = """INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at,
  idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
 SELECT '0192f1c2-' || lpad(g::text, 27, '0'), 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3, now(),
- NULL, repeat('ab', 32), now(), now(), NULL, 1, false FROM generate_series({lo}, {hi}) g;"""
+ NULL, repeat('ab', 8), now(), now(), NULL, 1, false FROM generate_series({lo}, {hi}) g;"""
 
 TWO_READY_CLAIM = """WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled
  AND kind = 'noop' AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT {batch} FOR UPDATE SKIP LOCKED),
@@ -115,7 +121,7 @@ CREATE INDEX shape_ready_lease ON shape_ready (lease_expires_at) WHERE claimed;"
 READY_ENQUEUE = """WITH j AS (INSERT INTO shape_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts,
  run_at, idempotency_key, schema_hash, created_at, updated_at)
  SELECT '0192f1c2-' || lpad(g::text, 27, '0'), 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3,
- now(), NULL, repeat('ab', 32), now(), now() FROM generate_series({lo}, {hi}) g
+ now(), NULL, repeat('ab', 8), now(), now() FROM generate_series({lo}, {hi}) g
  RETURNING id, kind, queue, priority, run_at, attempts),
 r AS (INSERT INTO shape_ready (id, kind, priority, run_at) SELECT id, kind, priority, run_at FROM j)
 INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, jobs)
@@ -199,6 +205,34 @@ CURRENT_CLAIM = TWO_READY_CLAIM.replace(
     "WHERE status = 'pending' AND NOT waiting AND NOT scheduled\n AND queue = 'default' AND kind = 'noop'")
 assert CURRENT_CLAIM != TWO_READY_CLAIM
 
+# The claim of `current` (the tenth migration's): a claimed job stays in the ready index, read through `open`.
+CLAIMS_MOVE_CLAIM = CURRENT_CLAIM
+CURRENT_CLAIM = CLAIMS_MOVE_CLAIM.replace("WHERE status = 'pending' AND NOT waiting AND NOT scheduled\n AND queue",
+                                          "WHERE open AND status = 'pending'\n AND queue")
+assert CURRENT_CLAIM != CLAIMS_MOVE_CLAIM
+
+
+# `current` with its job ids stored as `uuid` (16 bytes) rather than as text (37 bytes and a length byte).
+UUID_IDS = CURRENT_TABLES + """
+ALTER TABLE outbox_jobs ALTER COLUMN id TYPE uuid USING id::uuid;
+ALTER TABLE outbox_claims ALTER COLUMN jobs TYPE uuid[] USING jobs::uuid[];
+CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, jobs)
+    SELECT CASE WHEN count(*) = 1 THEN min(id::text) ELSE '' END, CASE WHEN count(*) = 1 THEN min(kind) ELSE '' END,
+        CASE WHEN count(*) = 1 THEN min(queue) ELSE '' END, min(created_at), 'enqueued',
+        CASE WHEN count(*) = 1 THEN min(attempts) ELSE 0 END,
+        CASE WHEN count(*) > 1 THEN json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) END
+    FROM inserted HAVING count(*) > 0;
+    RETURN NULL;
+END $$;"""
+
+
+def uuid_ids(sql):
+    """A statement of `current` for `uuid_ids`: ids made and bound as `uuid`."""
+    sql = sql.replace("'0192f1c2-' || lpad(g::text, 27, '0')", "('0192f1c2-0000-7000-8000-' || lpad(g::text, 12, '0'))::uuid")
+    return sql.replace("unnest(:'ids'::text[])", "unnest(:'ids'::uuid[])")
+
 
 def compact(sql):
     """`ready_claimed` with 16-byte ids (`uuid`), a 64-bit schema hash, and feed rows that name their kind and queue once."""
@@ -218,7 +252,8 @@ def compact(sql):
 
 
 SHAPES = {
-    "current": ("", CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
+    "current": (CURRENT_TABLES, CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
+    "claims_move": ("", CURRENT_ENQUEUE, CLAIMS_MOVE_CLAIM, CURRENT_COMPLETE),
     "previous": (PREVIOUS, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
     "ready_claimed": (CLAIMED_TABLES, READY_ENQUEUE, CLAIMED_CLAIM, CLAIMED_COMPLETE),
@@ -226,6 +261,7 @@ SHAPES = {
     "two_ready_indexes": (TWO_READY, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "lease_index": (LEASE_INDEX, CURRENT_ENQUEUE, LEASE_INDEX_CLAIM, LEASE_INDEX_COMPLETE),
     "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, CURRENT_COMPLETE),
+    "uuid_ids": (UUID_IDS, uuid_ids(CURRENT_ENQUEUE), CURRENT_CLAIM, uuid_ids(CURRENT_COMPLETE)),
     "ready_indexed": (
         CLAIMED_TABLES.replace("run_at timestamptz NOT NULL);\nCREATE INDEX shape_ready_next",
                                "run_at timestamptz NOT NULL, queue text COLLATE \"C\" NOT NULL DEFAULT 'default');\n"

@@ -119,8 +119,8 @@ fn push_json_row(rows: &mut String, row: &JobRow) {
 /// order, with their claim's row (its lease) and their `claimed` feed row written by the same statement.
 fn claim_sql() -> String {
     format!(
-        "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting \
-         AND NOT scheduled AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= {now} \
+        "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE open AND status = 'pending' \
+         AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= {now} \
          ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED), \
          u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
          locked_by = $1, locked_at = {now}, claimed_at = {now}, lease_expires_at = {lease}, updated_at = {now}, \
@@ -142,7 +142,7 @@ fn claim_sql() -> String {
 fn promote_sql() -> String {
     format!(
         "UPDATE outbox_jobs SET scheduled = false WHERE id = ANY(ARRAY(SELECT id FROM outbox_jobs \
-         WHERE status = 'pending' AND scheduled AND run_at <= {now} ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED)) \
+         WHERE due_at <= {now} ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)) \
          AND status = 'pending' AND scheduled",
         now = ts("$1"),
     )

@@ -38,9 +38,9 @@ pub(crate) fn jobs_and_archive() -> String {
 /// plain tables its planner cannot skip (they have no index on `updated_at`, which would cost every archived job
 /// an index entry), only the partitions that can hold such jobs: the time ending a partition's name is when
 /// retention set it aside, holding the write lock, so no job in it finished later. PostgreSQL's planner skips
-/// partitions by their bounds by itself. A partition retention drops between the listing and the read fails
-/// that read once; only a reader looking back further than the completed jobs' age can meet one.
-#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
+/// partitions by their bounds by itself; there the jobs table's part holds only jobs finished since `since`. A
+/// partition retention drops between the listing and the read fails that read once; only a reader looking back
+/// further than the completed jobs' age can meet one.
 pub(crate) async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<String> {
     match Backend::of(conn)? {
         #[cfg(feature = "sqlite")]
@@ -57,8 +57,12 @@ pub(crate) async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C
             sql.push_str(") outbox_jobs");
             Ok(sql)
         }
+        // The jobs table's part through its index of finished jobs (`hot_claim.sql`).
         #[cfg(feature = "postgres")]
-        Backend::Postgres => Ok(jobs_and_archive()),
+        Backend::Postgres => Ok(format!(
+            "(SELECT {COLUMNS} FROM outbox_jobs WHERE finished_at >= TIMESTAMPTZ 'epoch' + {since} * INTERVAL \
+             '1 millisecond' UNION ALL SELECT {COLUMNS} FROM outbox_jobs_archive) outbox_jobs"
+        )),
     }
 }
 

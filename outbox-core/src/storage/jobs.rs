@@ -211,8 +211,11 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
     let mut p = Params::default();
     let cutoff = b.ts(&p.push(before));
     let marks: Vec<String> = terminal.iter().map(|s| p.push(*s)).collect();
-    let sql =
-        format!("DELETE FROM outbox_jobs WHERE status IN ({}) AND updated_at < {cutoff} {HELD_KEPT}", marks.join(", "));
+    let sql = format!(
+        "DELETE FROM outbox_jobs WHERE status IN ({}) AND updated_at < {cutoff}{} {HELD_KEPT}",
+        marks.join(", "),
+        b.finished_before("", &cutoff)
+    );
     let res = execute_write(conn, b.stmt(sql, p.0), || "purging finished jobs".into()).await?;
     let mut purged = res.rows_affected();
     if terminal.contains(&"completed") {

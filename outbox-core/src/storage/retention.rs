@@ -45,13 +45,14 @@ impl PruneRules {
             let cutoff = if cutoff.is_empty() { d } else { format!("CASE j.kind{cutoff} ELSE {d} END") };
             parts.push(format!("(j.status = {status_mark} AND j.updated_at < {})", b.ts(&cutoff)));
         }
+        let newest = b.ts(&p.push(self.newest()));
         format!(
-            "j.status IN ('completed', 'failed', 'cancelled') AND ({}) AND j.updated_at < {} {HELD_KEPT} \
+            "j.status IN ('completed', 'failed', 'cancelled') AND ({}) AND j.updated_at < {newest}{} {HELD_KEPT} \
              AND NOT (j.status = 'completed' AND j.sequence_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \
              outbox_jobs l WHERE l.sequence_key = j.sequence_key AND l.sequence_no > j.sequence_no \
              AND l.status = 'completed'))",
             if parts.is_empty() { "FALSE".to_owned() } else { parts.join(" OR ") },
-            b.ts(&p.push(self.newest())),
+            b.finished_before("j.", &newest),
         )
     }
 }

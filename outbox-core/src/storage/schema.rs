@@ -7,7 +7,9 @@
 //! the update (`columns_last.sql`), one making the archive of completed jobs kept in time partitions
 //! (`archive.sql`), one finding PostgreSQL's leases through a table of claims rather than an index of the jobs
 //! (`claims.sql`; nothing on SQLite), one keeping one of PostgreSQL's two ready indexes (`one_ready_index.sql`;
-//! nothing on SQLite), and the refusal of a database created by a build from before them.
+//! nothing on SQLite), one keying PostgreSQL's indexes on generated columns a claim leaves as they were, so that a
+//! claim updates its rows in place (`hot_claim.sql`; nothing on SQLite), and the refusal of a database created by
+//! a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -15,7 +17,7 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 9] = [
+pub(crate) const MIGRATIONS: [&str; 10] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
@@ -25,6 +27,7 @@ pub(crate) const MIGRATIONS: [&str; 9] = [
     "m20261204_000007_archive",
     "m20261205_000008_claims",
     "m20261206_000009_one_ready_index",
+    "m20261207_000010_hot_claim",
 ];
 
 /// The migration that makes the archive of completed jobs kept in time partitions.
@@ -82,7 +85,7 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 6) => Some((include_str!("sqlite/archive.sql"), SQLITE_ARCHIVE_UNDO)),
         #[cfg(feature = "sqlite")]
-        (DbBackend::Sqlite, 7 | 8) => Some(("SELECT 1;", "SELECT 1;")),
+        (DbBackend::Sqlite, 7..=9) => Some(("SELECT 1;", "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -157,6 +160,10 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
             "CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id) \
                  WHERE status = 'pending' AND NOT waiting AND NOT scheduled;",
         )),
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 9) => {
+            Some((include_str!("postgres/hot_claim.sql"), include_str!("postgres/hot_claim_undo.sql")))
+        }
         _ => None,
     }
 }

@@ -24,7 +24,7 @@ macro_rules! claim_sql {
     // ended (`$7` priority, `$8` run time, `$9` id; see [`Cursor`]).
     (one $after:expr) => {
         claim_sql!(@claim concat!(
-            "SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled \
+            "SELECT id FROM outbox_jobs WHERE open AND status = 'pending' \
              AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= ",
             ts!("$2"),
             $after,
@@ -61,7 +61,7 @@ macro_rules! claim_sql {
         concat!(
             "SELECT p.id FROM unnest($4::text[]) AS k(kind) CROSS JOIN unnest($6::text[]) AS q(queue) \
              CROSS JOIN LATERAL (SELECT id, priority, run_at FROM outbox_jobs \
-             WHERE status = 'pending' AND NOT waiting AND NOT scheduled AND queue = q.queue AND kind = k.kind \
+             WHERE open AND status = 'pending' AND queue = q.queue AND kind = k.kind \
              AND run_at <= ",
             ts!("$2"),
             $after,
@@ -100,9 +100,8 @@ pub(super) const CLAIM_QUEUES_AFTER: &str = claim_sql!(queues after!());
 /// queue's range, where the jobs claimed last are, not from its head: a snapshot held open keeps an entry there for
 /// every job claimed since, which a walk from the head would visit.
 pub(super) const QUEUES: &str = "WITH RECURSIVE q(queue) AS ((SELECT queue FROM outbox_jobs \
-     WHERE status = 'pending' AND NOT waiting AND NOT scheduled ORDER BY queue DESC LIMIT 1) \
-     UNION ALL SELECT (SELECT j.queue FROM outbox_jobs j WHERE j.status = 'pending' AND NOT j.waiting \
-     AND NOT j.scheduled AND j.queue < q.queue ORDER BY j.queue DESC LIMIT 1) FROM q WHERE q.queue IS NOT NULL) \
+     WHERE open ORDER BY queue DESC LIMIT 1) \
+     UNION ALL SELECT (SELECT j.queue FROM outbox_jobs j WHERE j.open AND j.queue < q.queue ORDER BY j.queue DESC LIMIT 1) FROM q WHERE q.queue IS NOT NULL) \
      SELECT queue FROM q WHERE queue IS NOT NULL UNION SELECT queue FROM outbox_kinds WHERE name = ANY($1) ORDER BY 1";
 
 /// How often a worker of every queue lists the queues that hold ready jobs (ms). A job enqueued into a queue none of
@@ -151,9 +150,9 @@ pub(in crate::storage::postgres) type CursorCell = std::sync::Mutex<Option<Curso
 /// Promoters on several machines skip each other's rows.
 pub(super) const PROMOTE: &str = concat!(
     "UPDATE outbox_jobs SET scheduled = false WHERE id = ANY(ARRAY(SELECT id FROM outbox_jobs \
-     WHERE status = 'pending' AND scheduled AND run_at <= ",
+     WHERE due_at <= ",
     ts!("$1"),
-    " ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND status = 'pending' AND scheduled"
+    " ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND status = 'pending' AND scheduled"
 );
 
 /// Scheduled jobs let in by one claim at most; the rest follow with the next claims.

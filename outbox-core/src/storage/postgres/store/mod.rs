@@ -152,14 +152,11 @@ const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT w.sequence_k
 /// or free to run (a job retried after its sequence went on waits for the later one that runs). The release triggers skip a
 /// sequence an enqueuing transaction holds, and a transaction that enqueued under an older snapshot
 /// (`REPEATABLE READ`) may have seen a job ahead that has finished since; the sweep catches both.
-const SWEEP: &str = concat!(
-    "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
-     WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND ",
-    "(h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1))",
-    " ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
+const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
+     WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks \
+     ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
      AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k \
-     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))"
-);
+     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))";
 
 /// The worker's own connections: claims, the completion writer, renewals and rescues.
 const POOL: u32 = 4;
