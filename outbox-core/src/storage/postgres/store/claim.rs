@@ -12,7 +12,9 @@ use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Unreadable, WorkerStor
 
 /// The claim of due jobs, with one feed row for them all. Its ready jobs are read from the ready index, which is
 /// led by the queue (`one_ready_index.sql`): `$6` lists the queues read, the worker's own or, for a worker of
-/// every queue, those that hold ready jobs ([`QUEUES`]).
+/// every queue, those that hold ready jobs ([`QUEUES`]). The index also holds the jobs claimed and not yet
+/// finished (its condition, `open`, is a generated column a claim leaves true, so that a claim updates its rows in
+/// place: `hot_claim.sql`); the claim passes over them by their status, and its cursor reads on past them.
 macro_rules! claim_sql {
     // Kinds and queues: each (queue, kind) range read by itself, and the ranges merged.
     (queues $after:expr) => {
@@ -96,12 +98,13 @@ pub(super) const CLAIM_QUEUES: &str = claim_sql!(queues "");
 pub(super) const CLAIM_QUEUES_AFTER: &str = claim_sql!(queues after!());
 
 /// The queues a worker of every queue reads: those its kinds (`$1`) are registered to, and every queue that holds
-/// ready jobs, found by a walk of the ready index that visits one entry per queue. It walks from the end of each
+/// ready jobs (or claimed ones not yet finished, which the ready index holds too: a claim there finds nothing),
+/// found by a walk of the ready index that visits one entry per queue. It walks from the end of each
 /// queue's range, where the jobs claimed last are, not from its head: a snapshot held open keeps an entry there for
 /// every job claimed since, which a walk from the head would visit.
 pub(super) const QUEUES: &str = "WITH RECURSIVE q(queue) AS ((SELECT queue FROM outbox_jobs \
-     WHERE open ORDER BY queue DESC LIMIT 1) \
-     UNION ALL SELECT (SELECT j.queue FROM outbox_jobs j WHERE j.open AND j.queue < q.queue ORDER BY j.queue DESC LIMIT 1) FROM q WHERE q.queue IS NOT NULL) \
+     WHERE open ORDER BY queue DESC LIMIT 1) UNION ALL SELECT (SELECT j.queue FROM outbox_jobs j \
+     WHERE j.open AND j.queue < q.queue ORDER BY j.queue DESC LIMIT 1) FROM q WHERE q.queue IS NOT NULL) \
      SELECT queue FROM q WHERE queue IS NOT NULL UNION SELECT queue FROM outbox_kinds WHERE name = ANY($1) ORDER BY 1";
 
 /// How often a worker of every queue lists the queues that hold ready jobs (ms). A job enqueued into a queue none of
