@@ -59,9 +59,10 @@ pub(crate) async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C
         }
         // The jobs table's part through its index of finished jobs (`hot_claim.sql`).
         #[cfg(feature = "postgres")]
-        Backend::Postgres => Ok(format!(
-            "(SELECT {COLUMNS} FROM outbox_jobs WHERE finished_at >= TIMESTAMPTZ 'epoch' + {since} * INTERVAL \
-             '1 millisecond' UNION ALL SELECT {COLUMNS} FROM outbox_jobs_archive) outbox_jobs"
+        b @ Backend::Postgres => Ok(format!(
+            "(SELECT {COLUMNS} FROM outbox_jobs WHERE finished_at >= {} \
+             UNION ALL SELECT {COLUMNS} FROM outbox_jobs_archive) outbox_jobs",
+            b.ts(&since.to_string())
         )),
     }
 }

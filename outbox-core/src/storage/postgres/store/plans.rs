@@ -50,6 +50,18 @@ fn outcome_literals(batch: &[Finished]) -> (String, String) {
     (texts(&ids), format!("{}::jsonb", text(&map.to_string())))
 }
 
+/// Inserts `n` pending jobs of kind `probe`, their ids in the order of their rows as time-ordered ids are (UUIDv7).
+async fn insert_jobs(db: &DatabaseConnection, n: usize) -> Result<()> {
+    let insert = format!(
+        "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
+         schema_hash, created_at, updated_at) SELECT lpad(to_hex(g), 8, '0') || '-0000-7000-8000-000000000000', \
+         'probe', 'default', \
+         jsonb_build_object('n', g), 'pending', 0, 0, 3, now(), 'h', now(), now() FROM generate_series(1, {n}) g"
+    );
+    db.execute_unprepared(&insert).await.map_err(Error::db("inserting jobs"))?;
+    Ok(())
+}
+
 /// Fails when `sql`, prepared and run with the literals `args`, is planned to scan `outbox_jobs` whole: planned
 /// for those values (`generic` false), or once for any (`generic`), as the worker's claimer and writer plan it.
 async fn reads_by_id(db: &DatabaseConnection, what: &str, sql: &str, args: &[String], generic: bool) -> Result<()> {
@@ -76,13 +88,7 @@ async fn reads_by_id(db: &DatabaseConnection, what: &str, sql: &str, args: &[Str
 }
 
 async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
-    let insert = format!(
-        "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
-         schema_hash, created_at, updated_at) SELECT lpad(to_hex(g), 8, '0') || '-0000-7000-8000-000000000000', \
-         'probe', 'default', \
-         jsonb_build_object('n', g), 'pending', 0, 0, 3, now(), 'h', now(), now() FROM generate_series(1, {TABLE}) g"
-    );
-    db.execute_unprepared(&insert).await.map_err(Error::db("inserting jobs"))?;
+    insert_jobs(db, TABLE).await?;
     db.execute_unprepared("ANALYZE outbox_jobs").await.map_err(Error::db("analyzing"))?;
     let rows = db
         .query_all_raw(sea_orm::Statement::from_string(
@@ -200,11 +206,7 @@ async fn statements_of_hundreds_of_jobs_find_them_by_id() {
 /// of the claims of `outbox-bench --case process`. Before `hot_claim.sql` none were: the ready index read the
 /// status and the index of finished jobs `updated_at`, both of which a claim changes.
 async fn claims_update_rows_in_place(db: &DatabaseConnection) -> Result<()> {
-    let insert = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, \
-         run_at, schema_hash, created_at, updated_at) SELECT lpad(to_hex(g), 8, '0') || '-0000-7000-8000-000000000000', \
-         'probe', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3, now(), 'h', now(), now() \
-         FROM generate_series(1, 1000) g";
-    db.execute_unprepared(insert).await.map_err(Error::db("inserting jobs"))?;
+    insert_jobs(db, 1_000).await?;
     let (now, lease) = (crate::storage::now_ms(), crate::storage::now_ms() + 60_000);
     let args = [
         text("w"),
