@@ -113,7 +113,7 @@ impl JobRow {
             hex::encode(hasher.finalize())
         });
         JobRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: outbox_core::new_job_id(),
             kind: kind.name.to_owned(),
             queue: "default".to_owned(),
             payload,

@@ -78,9 +78,8 @@ impl From<outbox_core::Error> for Failure {
                 Failure::invalid(message).hint(format!("`outbox schema {kind}` prints the kind's JSON Schema"))
             }
             E::InvalidOpts { .. } | E::InvalidKind { .. } | E::Invalid(_) => Failure::invalid(message),
-            E::NotFound { .. } => {
-                Failure::new(code::NOT_FOUND, message).hint("`outbox list` shows job ids; ids are UUIDs")
-            }
+            E::NotFound { .. } => Failure::new(code::NOT_FOUND, message)
+                .hint("`outbox list` shows job ids; an id is 26 characters (a ULID)"),
             E::InvalidTransition { id, .. } => {
                 let hint = format!("`outbox get {id}` shows its status and history");
                 Failure::new(code::CONFLICT, message).hint(hint)

@@ -220,7 +220,7 @@ fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         return Err(bad(format!("the run time {at} is out of range: it must fall in the years 1 to 9999")));
     }
     Ok(NewJob {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: crate::id::new_job_id(),
         kind: kind.name().to_owned(),
         queue,
         payload: text,

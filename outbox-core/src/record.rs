@@ -61,7 +61,7 @@ impl std::str::FromStr for JobStatus {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct JobRecord {
-    /// Time-ordered id (UUIDv7).
+    /// Time-ordered id: 26 characters, a ULID (jobs enqueued before ULIDs have UUIDs).
     pub id: String,
     /// Kind name.
     pub kind: String,

@@ -14,7 +14,7 @@ use super::{EXTEND, RESCUE};
 use crate::error::{Error, Result};
 use crate::storage::{Backend, Finished, Keep, Outcome};
 
-/// Jobs in the table, their ids in the order of their rows as time-ordered ids are (UUIDv7).
+/// Jobs in the table, their ids in the order of their rows as time-ordered ids are.
 const TABLE: usize = 30_000;
 /// Jobs per statement: past about 230 on 20,000 jobs, claims and completions that joined their ids to the
 /// table were planned as a hash join over a scan of all of it.
@@ -50,7 +50,7 @@ fn outcome_literals(batch: &[Finished]) -> (String, String) {
     (texts(&ids), format!("{}::jsonb", text(&map.to_string())))
 }
 
-/// Inserts `n` pending jobs of kind `probe`, their ids in the order of their rows as time-ordered ids are (UUIDv7).
+/// Inserts `n` pending jobs of kind `probe`, their ids in the order of their rows as time-ordered ids are.
 async fn insert_jobs(db: &DatabaseConnection, n: usize) -> Result<()> {
     let insert = format!(
         "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
