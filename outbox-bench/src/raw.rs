@@ -67,7 +67,7 @@ const COMPLETE_SQL: &str = "UPDATE outbox_jobs SET status = 'completed', output 
 
 /// The worker's feed row for a claim or the completions of a batch (`insert_batch_event`).
 const BATCH_EVENT_SQL: &str = "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-     VALUES ('', '', '', ?1, ?2, 0, ?3, ?4)";
+     VALUES ('', ?1, ?2, ?3, ?4, 0, ?5, ?6)";
 
 /// The worker's default lease.
 const LEASE_MS: i64 = 300_000;
@@ -288,11 +288,11 @@ pub(crate) fn process(path: &Path, sync: SyncMode, kind: &KindInfo, n: u64, batc
         let now = now_ms();
         // The claim's feed row and the completions' one, in the completing transaction: the same rows the
         // worker writes, with no commit more.
-        let jobs = serde_json::to_string(
-            &claimed.iter().map(|j| (&j.id, &j._kind, &j._queue, j.attempt)).collect::<Vec<_>>(),
-        )?;
-        tx.prepare_cached(BATCH_EVENT_SQL)?.execute(params![now, "claimed", worker_id, jobs])?;
-        tx.prepare_cached(BATCH_EVENT_SQL)?.execute(params![now, "completed", worker_id, jobs])?;
+        // The jobs share one kind and queue, so the rows name them and list `[id, attempt]`.
+        let jobs = serde_json::to_string(&claimed.iter().map(|j| (&j.id, j.attempt)).collect::<Vec<_>>())?;
+        let (kind, queue) = (&claimed[0]._kind, &claimed[0]._queue);
+        tx.prepare_cached(BATCH_EVENT_SQL)?.execute(params![kind, queue, now, "claimed", worker_id, jobs])?;
+        tx.prepare_cached(BATCH_EVENT_SQL)?.execute(params![kind, queue, now, "completed", worker_id, jobs])?;
         for job in &claimed {
             let done = tx.prepare_cached(COMPLETE_SQL)?.execute(params![
                 job.id,

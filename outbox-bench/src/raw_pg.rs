@@ -130,8 +130,8 @@ fn claim_sql() -> String {
          l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, {lease}, array_agg(id) FROM u \
          HAVING count(*) > 0 RETURNING id), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-         SELECT '', '', '', {now}, 'claimed', 0, $1, \
-         json_agg(json_build_array(id, kind, queue, attempts)) FROM u HAVING count(*) > 0) \
+         SELECT '', min(kind), min(queue), {now}, 'claimed', 0, $1, \
+         json_agg(json_build_array(id, attempts)) FROM u HAVING count(*) > 0) \
          SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, (SELECT id FROM l) FROM u",
         now = ts("$2"),
         lease = ts("$3"),
@@ -170,8 +170,8 @@ fn finish_sql() -> String {
          AND j.attempts = {attempt}::int4 \
          RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-         SELECT '', '', '', {now}, 'completed', 0, $4, \
-         json_agg(json_build_array(id, kind, queue, attempts)) FROM u \
+         SELECT '', min(kind), min(queue), {now}, 'completed', 0, $4, \
+         json_agg(json_build_array(id, attempts)) FROM u \
          WHERE status = 'completed' HAVING count(*) > 0), \
          x AS (DELETE FROM outbox_claims c WHERE c.id = ANY($5::int8[])) \
          SELECT id FROM u",

@@ -275,3 +275,60 @@ async fn purging_finished_jobs_leaves_no_feed_row_behind(t: TestDb) {
     assert!(all && purged == 50, "purged {purged} of the 50 finished jobs");
     assert_eq!(outbox_tests::scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events").await, 0);
 }
+
+conformance!(a_workers_feed_row_names_a_shared_kind_and_queue_once_and_gives_each_job_its_own);
+async fn a_workers_feed_row_names_a_shared_kind_and_queue_once_and_gives_each_job_its_own(t: TestDb) {
+    // A worker's row of jobs of one kind and queue names them and lists `[id, attempt]`; one of several lists
+    // `[id, kind, queue, attempt]`. Counted by form: (short, full) elements of the workers' rows.
+    let elements = match t.backend {
+        outbox_tests::Backend::Postgres => {
+            "FROM outbox_job_events e, json_array_elements(e.jobs) x WHERE e.job_id = '' AND e.event <> 'enqueued' \
+             AND json_array_length(x) ="
+        }
+        outbox_tests::Backend::Sqlite => {
+            "FROM outbox_job_events e, json_each(e.jobs) x WHERE e.job_id = '' AND e.event <> 'enqueued' \
+             AND json_array_length(x.value) ="
+        }
+    };
+    let forms = || async {
+        let short = format!("SELECT COUNT(*) {elements} 2 AND e.kind = 'probe' AND e.queue <> ''");
+        let full = format!("SELECT COUNT(*) {elements} 4 AND e.kind = '' AND e.queue = ''");
+        (outbox_tests::scalar(&t.db, &short).await, outbox_tests::scalar(&t.db, &full).await)
+    };
+    let start = ops::feed_head(&t.db).await.expect("head");
+    let mut queue_of = std::collections::HashMap::new();
+    for n in 1..=6 {
+        let queue = ["a", "a", "a", "b", "c", "b"][n as usize - 1];
+        let job = outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().queue(queue)).await.expect("enqueue");
+        queue_of.insert(job.id().to_owned(), queue);
+    }
+    drain_queues(&t.db, Some("a")).await;
+    assert_eq!(forms().await, (3 * 2, 0), "jobs of one queue: their claim and completion");
+    drain_queues(&t.db, None).await;
+    let (short, full) = forms().await;
+    assert!(full > 0 && short + full == 6 * 2, "jobs of two queues claimed together: short {short}, full {full}");
+
+    let mut all = Vec::new();
+    for _ in 0..200 {
+        all = ops::feed(&t.db, &start, 1_000).await.expect("feed");
+        if all.len() >= 6 * 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(all.len(), 6 * 3, "{all:#?}");
+    for e in &all {
+        assert_eq!((e.kind.as_str(), Some(e.queue.as_str())), ("probe", queue_of.get(&e.job_id).copied()), "{e:?}");
+    }
+}
+
+/// Runs every job of `queue` (or of every queue) with a worker of concurrency 10.
+async fn drain_queues(db: &sea_orm::DatabaseConnection, queue: Option<&str>) {
+    let mut builder = Worker::builder(db).concurrency(10).poll_interval(Duration::from_millis(20));
+    if let Some(queue) = queue {
+        builder = builder.queues([queue]);
+    }
+    let worker =
+        builder.register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) }).build().await.expect("build");
+    worker.drain().await.expect("drain");
+}

@@ -5,7 +5,7 @@
 //!   (`schema.sql`); on PostgreSQL one per inserting statement, which lists the jobs of a statement of many
 //!   as a worker's row does (`fewer_writes.sql`);
 //! - a worker's claim and completion statements: one row for all their jobs (`job_id` empty, the jobs in
-//!   `jobs` as `[id, kind, queue, attempt]` arrays), written by the statement itself (`insert_batch_event` in
+//!   `jobs` as [`listing`] writes them), written by the statement itself (`insert_batch_event` in
 //!   `sqlite/store/`, `feed_row!` in `postgres/store/`). One row per job and event cost the drain a tenth of
 //!   its instructions on SQLite and a third of its throughput on PostgreSQL. These statements flip the job's
 //!   `event_flip`, which tells the transition trigger to leave them alone;
@@ -208,6 +208,34 @@ fn split_position(after: &str) -> Result<(&str, Option<usize>)> {
     }
 }
 
+/// One job of a worker's feed row: `[id, attempt]` of the row's kind and queue, or `[id, kind, queue, attempt]`.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Listed {
+    Short(String, i32),
+    Full(String, String, String, i32),
+}
+
+/// The kind, queue and job list of a worker's feed row for `jobs` (id, kind, queue, attempt). When they all
+/// share one kind and one queue, the row names them and lists each job as `[id, attempt]`; otherwise its kind
+/// and queue are empty and each job is `[id, kind, queue, attempt]`. PostgreSQL's statements write the same
+/// (`feed_row!` in `postgres/store/`). A claim's row lists up to a claim's worth of jobs, and a job's kind and
+/// queue were a third of its entry.
+#[cfg(feature = "sqlite")]
+pub(crate) fn listing<S: AsRef<str>>(jobs: &[(S, S, S, i32)]) -> (&str, &str, String) {
+    let first = jobs.first().map_or(("", ""), |(_, kind, queue, _)| (kind.as_ref(), queue.as_ref()));
+    let shared = jobs.iter().all(|(_, kind, queue, _)| (kind.as_ref(), queue.as_ref()) == first);
+    let listed: Vec<serde_json::Value> = jobs
+        .iter()
+        .map(|(id, kind, queue, attempt)| match shared {
+            true => serde_json::json!([id.as_ref(), attempt]),
+            false => serde_json::json!([id.as_ref(), kind.as_ref(), queue.as_ref(), attempt]),
+        })
+        .collect();
+    let (kind, queue) = if shared { first } else { ("", "") };
+    (kind, queue, serde_json::Value::Array(listed).to_string())
+}
+
 /// Feed rows: position, job, kind, queue, event, attempt, worker, error, at (ms), and the jobs of a batch row.
 /// A batch row gives one event per job, each with the id `<position>.<n>`. The rows start at the reader's
 /// position `after`, the row it read last: that row is skipped, or for `<position>.<n>` the events of it up
@@ -249,20 +277,25 @@ fn decode_feed(rows: &[QueryResult], after: (&str, Option<usize>), limit: u64) -
             }
             continue;
         };
-        let listed: Vec<(String, String, String, i32)> =
-            serde_json::from_str(&jobs).map_err(|e| Error::CorruptRow {
-                id: format!("event {position}"),
-                reason: format!("its job list is not a JSON array of [id, kind, queue, attempt]: {e}"),
-            })?;
+        let listed: Vec<Listed> = serde_json::from_str(&jobs).map_err(|e| Error::CorruptRow {
+            id: format!("event {position}"),
+            reason: format!("its job list is not a JSON array of [id, attempt] and [id, kind, queue, attempt]: {e}"),
+        })?;
+        let (row_kind, row_queue): (String, String) =
+            (row.try_get_by_index(2).map_err(ctx())?, row.try_get_by_index(3).map_err(ctx())?);
         let first = match read_through {
             None => 0,
             Some(None) => continue,
             Some(Some(n)) => n + 1,
         };
-        for (n, (job_id, kind, queue, attempt)) in listed.into_iter().enumerate().skip(first) {
+        for (n, listed) in listed.into_iter().enumerate().skip(first) {
             if events.len() >= limit {
                 break;
             }
+            let (job_id, kind, queue, attempt) = match listed {
+                Listed::Full(id, kind, queue, attempt) => (id, kind, queue, attempt),
+                Listed::Short(id, attempt) => (id, row_kind.clone(), row_queue.clone(), attempt),
+            };
             events.push(FeedEvent {
                 id: format!("{position}.{n}"),
                 job_id,

@@ -48,20 +48,28 @@ pub(crate) struct PgStoreConfig {
 }
 
 /// The feed row of a worker statement's `$event` at `$at` by `$worker` (placeholders), listing the jobs of the
-/// updated rows `u` that pass `$filter`; none when no job does.
+/// updated rows `u` that pass `$filter`; none when no job does. Jobs of one kind and queue are listed as
+/// `[id, attempt]` under the row's kind and queue, as `events::listing` writes them (`s` finds the shared pair,
+/// or `''` for a row of several; materialized, so that it is computed once, not for each job).
 macro_rules! feed_row {
     ($at:literal, $event:literal, $worker:literal, $filter:literal) => {
         concat!(
             "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-             SELECT '', '', '', ",
+             WITH s AS MATERIALIZED (SELECT CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) \
+             THEN min(kind) ELSE '' END AS kind, CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) \
+             THEN min(queue) ELSE '' END AS queue FROM u",
+            $filter,
+            ") SELECT '', s.kind, s.queue, ",
             ts!($at),
             ", '",
             $event,
             "', 0, ",
             $worker,
-            ", json_agg(json_build_array(id, kind, queue, attempts)) FROM u",
+            ", json_agg(CASE WHEN u.kind = s.kind AND u.queue = s.queue THEN json_build_array(u.id, u.attempts) \
+             ELSE json_build_array(u.id, u.kind, u.queue, u.attempts) END) \
+             FROM s, u",
             $filter,
-            " HAVING count(*) > 0"
+            " GROUP BY s.kind, s.queue HAVING count(*) > 0"
         )
     };
 }

@@ -225,6 +225,6 @@ fn discard_one(tx: &Connection, owner: &str, f: &Finished, now: i64) -> Result<b
         .and_then(|mut s| s.query_row(params![f.id, owner, f.attempt], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(ctx())?;
     let Some((kind, queue)) = deleted else { return Ok(false) };
-    insert_batch_event(tx, "completed", owner, now, &[(f.id.as_str(), kind, queue, f.attempt)])?;
+    insert_batch_event(tx, "completed", owner, now, &[(f.id.as_str(), kind.as_str(), queue.as_str(), f.attempt)])?;
     Ok(true)
 }

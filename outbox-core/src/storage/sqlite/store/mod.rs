@@ -20,6 +20,7 @@ pub(super) use complete::write_finished;
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
+use crate::storage::events;
 use crate::storage::store::StoreFuture;
 use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
 
@@ -418,26 +419,26 @@ pub(in crate::storage::sqlite) fn rescue(conn: &Connection, now: i64) -> Result<
     rows.collect::<rusqlite::Result<Vec<_>>>().map_err(ctx())
 }
 
-/// The feed row of one worker statement's `event` (`claimed` or `completed`) for `jobs`, listed as
-/// `[id, kind, queue, attempt]`; nothing when the statement took no job. The statement flipped `event_flip`
-/// on these jobs, so the transition trigger left them to it.
-pub(super) fn insert_batch_event<T: serde::Serialize>(
+/// The feed row of one worker statement's `event` (`claimed` or `completed`) for `jobs` (id, kind, queue,
+/// attempt), listed as [`events::listing`] writes them; nothing when the statement took no job. The statement
+/// flipped `event_flip` on these jobs, so the transition trigger left them to it.
+pub(super) fn insert_batch_event<S: AsRef<str>>(
     conn: &Connection,
     event: &str,
     worker: &str,
     at: i64,
-    jobs: &[T],
+    jobs: &[(S, S, S, i32)],
 ) -> Result<()> {
     if jobs.is_empty() {
         return Ok(());
     }
     let ctx = || Error::db(format!("recording {} {event} jobs in the event feed", jobs.len()));
-    let jobs = serde_json::to_string(jobs).map_err(|e| Error::Internal(format!("encoding {event} jobs: {e}")))?;
+    let (kind, queue, listed) = events::listing(jobs);
     conn.prepare_cached(
         "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-         VALUES ('', '', '', ?1, ?2, 0, ?3, ?4)",
+         VALUES ('', ?1, ?2, ?3, ?4, 0, ?5, ?6)",
     )
-    .and_then(|mut s| s.execute(params![at, event, worker, jobs]))
+    .and_then(|mut s| s.execute(params![kind, queue, at, event, worker, listed]))
     .map_err(ctx())?;
     Ok(())
 }
