@@ -14,7 +14,9 @@ worker's claim and completion connections) would: the rate of the statements alo
   (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger,
   half of each page of the jobs table left free for its rows' updates, the columns updates change last, each
   claim's lease in one row of `outbox_claims`, deleted with the claim's completion).
-- `claims_move`: `current` before its tenth migration: the ready, scheduled, sequence-blocking and finished
+- `half_full`: `current` before its eleventh migration: pages filled to half (`fillfactor = 50`) rather than 40 %,
+  which leaves room for the claimed version of most rows but not for the completed one as well.
+- `claims_move`: `half_full` before its tenth migration: the ready, scheduled, sequence-blocking and finished
   indexes read the status (and the finished one `updated_at`), so a claim is not a heap-only update: it writes
   the row's new version with a primary key entry, and the job leaves the ready index.
 - `uuid_ids`: `current` with job ids stored as `uuid` (16 bytes) rather than as text (37 bytes and a length byte).
@@ -62,7 +64,7 @@ BATCH = 100
 # which `current` adds (the other shapes change the schema before it).
 MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql",
               "archive.sql", "claims.sql", "one_ready_index.sql")
-CURRENT_TABLES = "\\i " + os.path.join(SCHEMA_SQL, "hot_claim.sql")
+CURRENT_TABLES = "\n".join("\\i " + os.path.join(SCHEMA_SQL, f) for f in ("hot_claim.sql", "room_for_both.sql"))
 # The ready index led by the kind, which the ninth migration drops.
 TWO_READY = """CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id)
  WHERE status = 'pending' AND NOT waiting AND NOT scheduled;
@@ -261,6 +263,8 @@ SHAPES = {
     "two_ready_indexes": (TWO_READY, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "lease_index": (LEASE_INDEX, CURRENT_ENQUEUE, LEASE_INDEX_CLAIM, LEASE_INDEX_COMPLETE),
     "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, CURRENT_COMPLETE),
+    "half_full": (CURRENT_TABLES + "\nALTER TABLE outbox_jobs SET (fillfactor = 50);", CURRENT_ENQUEUE, CURRENT_CLAIM,
+                  CURRENT_COMPLETE),
     "uuid_ids": (UUID_IDS, uuid_ids(CURRENT_ENQUEUE), CURRENT_CLAIM, uuid_ids(CURRENT_COMPLETE)),
     "ready_indexed": (
         CLAIMED_TABLES.replace("run_at timestamptz NOT NULL);\nCREATE INDEX shape_ready_next",

@@ -8,8 +8,9 @@
 //! (`archive.sql`), one finding PostgreSQL's leases through a table of claims rather than an index of the jobs
 //! (`claims.sql`; nothing on SQLite), one keeping one of PostgreSQL's two ready indexes (`one_ready_index.sql`;
 //! nothing on SQLite), one keying PostgreSQL's indexes on generated columns a claim leaves as they were, so that a
-//! claim updates its rows in place (`hot_claim.sql`; nothing on SQLite), and the refusal of a database created by
-//! a build from before them.
+//! claim updates its rows in place (`hot_claim.sql`; nothing on SQLite), one leaving room on each page for a job's
+//! claimed and completed versions (`room_for_both.sql`; nothing on SQLite), and the refusal of a database created
+//! by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -17,7 +18,7 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 10] = [
+pub(crate) const MIGRATIONS: [&str; 11] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
@@ -28,6 +29,7 @@ pub(crate) const MIGRATIONS: [&str; 10] = [
     "m20261205_000008_claims",
     "m20261206_000009_one_ready_index",
     "m20261207_000010_hot_claim",
+    "m20261208_000011_room_for_both",
 ];
 
 /// The migration that makes the archive of completed jobs kept in time partitions.
@@ -85,7 +87,7 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 6) => Some((include_str!("sqlite/archive.sql"), SQLITE_ARCHIVE_UNDO)),
         #[cfg(feature = "sqlite")]
-        (DbBackend::Sqlite, 7..=9) => Some(("SELECT 1;", "SELECT 1;")),
+        (DbBackend::Sqlite, 7..=10) => Some(("SELECT 1;", "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -163,6 +165,10 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 9) => {
             Some((include_str!("postgres/hot_claim.sql"), include_str!("postgres/hot_claim_undo.sql")))
+        }
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 10) => {
+            Some((include_str!("postgres/room_for_both.sql"), "ALTER TABLE outbox_jobs SET (fillfactor = 50);"))
         }
         _ => None,
     }
