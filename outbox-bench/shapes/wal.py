@@ -12,14 +12,21 @@ worker's claim and completion connections) would: the rate of the statements alo
 
 - `current`: the outbox schema as the migrations create it, and the worker's claim and fenced completion
   (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger,
-  half of each page of the jobs table left free for its rows' updates, the columns updates change last, each
-  claim's lease in one row of `outbox_claims`, deleted with the claim's completion).
+  60 % of each page of the jobs table left free for its rows' updates, the columns updates change last, each
+  claim's lease in one row of `outbox_claims`, deleted with the claim's completion; the claim's and the
+  completion's feed rows name the jobs' kind and queue once and list `[id, attempt]`). Every shape's job ids are
+  26 characters, as the worker's ULIDs are, in the order the jobs are inserted, their last 12 characters no more
+  compressible than a ULID's.
+- `no_finished_index`: `current` without its index of finished jobs, which every completion writes (what
+  retention and the readers of recent work would need instead is not measured here).
+- `completion_in_place`: `current` with claimed jobs out of the ready index (its condition `status = 'pending'`
+  again) and no index of finished jobs, so that a completion is a heap-only update and a claim is not.
 - `half_full`: `current` before its eleventh migration: pages filled to half (`fillfactor = 50`) rather than 40 %,
   which leaves room for the claimed version of most rows but not for the completed one as well.
 - `claims_move`: `half_full` before its tenth migration: the ready, scheduled, sequence-blocking and finished
   indexes read the status (and the finished one `updated_at`), so a claim is not a heap-only update: it writes
   the row's new version with a primary key entry, and the job leaves the ready index.
-- `uuid_ids`: `current` with job ids stored as `uuid` (16 bytes) rather than as text (37 bytes and a length byte).
+- `uuid_ids`: `current` with job ids stored as `uuid` (16 bytes) rather than as text (26 bytes and a length byte).
 - `two_ready_indexes`: `claims_move` before its ninth migration: a ready index led by the kind beside the one led by
   the queue, both written by every enqueue.
 - `lease_index`: `two_ready_indexes` before its eighth migration: leases found through a partial index of the jobs table
@@ -70,9 +77,13 @@ TWO_READY = """CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DES
  WHERE status = 'pending' AND NOT waiting AND NOT scheduled;
 """
 
+# A job id as the worker makes them: 26 characters, in the order of `g`, the last 12 as random as a ULID's last ones
+# (so a listing of ids compresses as little as the worker's do).
+ID = "'01JDZ8' || lpad(g::text, 8, '0') || upper(substr(md5(g::text), 1, 12))"
+
 CURRENT_ENQUEUE = """INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at,
  idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
-SELECT '0192f1c2-' || lpad(g::text, 27, '0'), 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3, now(),
+SELECT """ + ID + """, 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3, now(),
  NULL, repeat('ab', 8), now(), now(), NULL, 1, false FROM generate_series({lo}, {hi}) g;"""
 
 TWO_READY_CLAIM = """WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE status = 'pending' AND NOT waiting AND NOT scheduled
@@ -122,7 +133,7 @@ CREATE INDEX shape_ready_lease ON shape_ready (lease_expires_at) WHERE claimed;"
 
 READY_ENQUEUE = """WITH j AS (INSERT INTO shape_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts,
  run_at, idempotency_key, schema_hash, created_at, updated_at)
- SELECT '0192f1c2-' || lpad(g::text, 27, '0'), 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3,
+ SELECT """ + ID + """, 'noop', 'default', jsonb_build_object('n', g), 'pending', 0, 0, 3,
  now(), NULL, repeat('ab', 8), now(), now() FROM generate_series({lo}, {hi}) g
  RETURNING id, kind, queue, priority, run_at, attempts),
 r AS (INSERT INTO shape_ready (id, kind, priority, run_at) SELECT id, kind, priority, run_at FROM j)
@@ -214,7 +225,28 @@ CURRENT_CLAIM = CLAIMS_MOVE_CLAIM.replace("WHERE status = 'pending' AND NOT wait
 assert CURRENT_CLAIM != CLAIMS_MOVE_CLAIM
 
 
-# `current` with its job ids stored as `uuid` (16 bytes) rather than as text (37 bytes and a length byte).
+
+def short_listings(sql):
+    """A claim or completion of `current` with its feed row as the worker writes it: the jobs' shared kind and queue
+    named once by the row, each job listed as `[id, attempt]`."""
+    for event in ("claimed", "completed"):
+        sql = sql.replace(
+            f"SELECT '', '', '', now(), '{event}', 0, 'w1', json_agg(json_build_array(id, kind, queue, attempts))",
+            f"SELECT '', min(kind), min(queue), now(), '{event}', 0, 'w1', json_agg(json_build_array(id, attempts))")
+    return sql
+
+
+# `current` with the claimed jobs out of the ready index and no index of finished jobs, so that a completion is a
+# heap-only update and a claim is not.
+COMPLETION_IN_PLACE = CURRENT_TABLES + """
+ALTER TABLE outbox_jobs ADD COLUMN ready boolean
+ GENERATED ALWAYS AS (status = 'pending' AND NOT waiting AND NOT scheduled) STORED;
+DROP INDEX outbox_jobs_ready_queue, outbox_jobs_finished;
+CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id) WHERE ready;"""
+COMPLETION_IN_PLACE_CLAIM = CURRENT_CLAIM.replace("WHERE open AND status = 'pending'", "WHERE ready")
+assert COMPLETION_IN_PLACE_CLAIM != CURRENT_CLAIM
+
+# `current` with its job ids stored as `uuid` (16 bytes) rather than as text (26 bytes and a length byte).
 UUID_IDS = CURRENT_TABLES + """
 ALTER TABLE outbox_jobs ALTER COLUMN id TYPE uuid USING id::uuid;
 ALTER TABLE outbox_claims ALTER COLUMN jobs TYPE uuid[] USING jobs::uuid[];
@@ -232,7 +264,7 @@ END $$;"""
 
 def uuid_ids(sql):
     """A statement of `current` for `uuid_ids`: ids made and bound as `uuid`."""
-    sql = sql.replace("'0192f1c2-' || lpad(g::text, 27, '0')", "('0192f1c2-0000-7000-8000-' || lpad(g::text, 12, '0'))::uuid")
+    sql = sql.replace(ID, "('0192f1c2-0000-7000-8000-' || lpad(g::text, 12, '0'))::uuid")
     return sql.replace("unnest(:'ids'::text[])", "unnest(:'ids'::uuid[])")
 
 
@@ -241,7 +273,7 @@ def compact(sql):
     sql = sql.replace('id text COLLATE "C" PRIMARY KEY, kind', "id uuid PRIMARY KEY, kind")
     sql = sql.replace('id text COLLATE "C" NOT NULL, kind', "id uuid NOT NULL, kind")
     sql = sql.replace("jobs text[] NOT NULL", "jobs uuid[] NOT NULL")
-    sql = sql.replace("'0192f1c2-' || lpad(g::text, 27, '0')", "('0192f1c2-0000-7000-8000-' || lpad(g::text, 12, '0'))::uuid")
+    sql = sql.replace(ID, "('0192f1c2-0000-7000-8000-' || lpad(g::text, 12, '0'))::uuid")
     sql = sql.replace("repeat('ab', 32)", "repeat('ab', 8)")
     sql = sql.replace("unnest(:'ids'::text[])", "unnest(:'ids'::uuid[])")
     sql = sql.replace("SELECT '', '', '', now(), 'enqueued', 0, json_agg(json_build_array(id, kind, queue, attempts) ORDER BY id) FROM j",
@@ -254,7 +286,11 @@ def compact(sql):
 
 
 SHAPES = {
-    "current": (CURRENT_TABLES, CURRENT_ENQUEUE, CURRENT_CLAIM, CURRENT_COMPLETE),
+    "current": (CURRENT_TABLES, CURRENT_ENQUEUE, short_listings(CURRENT_CLAIM), short_listings(CURRENT_COMPLETE)),
+    "no_finished_index": (CURRENT_TABLES + "\nDROP INDEX outbox_jobs_finished;", CURRENT_ENQUEUE,
+                          short_listings(CURRENT_CLAIM), short_listings(CURRENT_COMPLETE)),
+    "completion_in_place": (COMPLETION_IN_PLACE, CURRENT_ENQUEUE, short_listings(COMPLETION_IN_PLACE_CLAIM),
+                            short_listings(CURRENT_COMPLETE)),
     "claims_move": ("", CURRENT_ENQUEUE, CLAIMS_MOVE_CLAIM, CURRENT_COMPLETE),
     "previous": (PREVIOUS, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
@@ -263,9 +299,10 @@ SHAPES = {
     "two_ready_indexes": (TWO_READY, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "lease_index": (LEASE_INDEX, CURRENT_ENQUEUE, LEASE_INDEX_CLAIM, LEASE_INDEX_COMPLETE),
     "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, CURRENT_COMPLETE),
-    "half_full": (CURRENT_TABLES + "\nALTER TABLE outbox_jobs SET (fillfactor = 50);", CURRENT_ENQUEUE, CURRENT_CLAIM,
-                  CURRENT_COMPLETE),
-    "uuid_ids": (UUID_IDS, uuid_ids(CURRENT_ENQUEUE), CURRENT_CLAIM, uuid_ids(CURRENT_COMPLETE)),
+    "half_full": (CURRENT_TABLES + "\nALTER TABLE outbox_jobs SET (fillfactor = 50);", CURRENT_ENQUEUE,
+                  short_listings(CURRENT_CLAIM), short_listings(CURRENT_COMPLETE)),
+    "uuid_ids": (UUID_IDS, uuid_ids(CURRENT_ENQUEUE), short_listings(CURRENT_CLAIM),
+                 short_listings(uuid_ids(CURRENT_COMPLETE))),
     "ready_indexed": (
         CLAIMED_TABLES.replace("run_at timestamptz NOT NULL);\nCREATE INDEX shape_ready_next",
                                "run_at timestamptz NOT NULL, queue text COLLATE \"C\" NOT NULL DEFAULT 'default');\n"
