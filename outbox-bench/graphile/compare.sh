@@ -9,8 +9,10 @@
 # `outbox-bench/shapes/wal.py` on two psql sessions (the statements alone, no client around them; needs psql),
 # and the summary adds each shape's median drain rate, its ratio to graphile-worker and its WAL bytes per job.
 #
-# OUTBOX_CONCURRENCY (default 100) is the worker's concurrency in our `process` runs, and so the most jobs one
-# claim and one completion statement carry (graphile-worker's performance settings fetch 500 at a time).
+# OUTBOX_CONCURRENCY (default 500) is the worker's concurrency in our `process` runs, and so the most jobs one
+# claim and one completion statement carry: graphile-worker's performance settings fetch 500 jobs at a time into
+# their local queue, so both sides write their claims and completions in statements of up to 500 jobs. Set it
+# to 100 for the worker's default size.
 #
 # Needs Node.js and npm (graphile-worker is installed here from the npm registry on first use). CI does not
 # run it.
@@ -34,7 +36,7 @@ $(python3 "$here/../shapes/wal.py" "$url" "$jobs" 2 $SHAPES | tail -n +2)"
 $(node "$here/bench.mjs" "$url" "$jobs" 1 2>/dev/null)"
   ours="$ours
 $("$bench" --pg-url "$url" --backend postgres --case process --sync full --jobs "$jobs" --runs 1 \
-  --concurrency "${OUTBOX_CONCURRENCY:-100}" --json 2>/dev/null)"
+  --concurrency "${OUTBOX_CONCURRENCY:-500}" --json 2>/dev/null)"
 done
 node --input-type=module -e '
 const [ours, theirs] = process.argv.slice(1, 3).map((s) => s.trim().split("\n").map((l) => JSON.parse(l)));
