@@ -222,18 +222,19 @@ enum Listed {
 /// (`feed_row!` in `postgres/store/`). A claim's row lists up to a claim's worth of jobs, and a job's kind and
 /// queue were a third of its entry.
 #[cfg(feature = "sqlite")]
-pub(crate) fn listing<S: AsRef<str>>(jobs: &[(S, S, S, i32)]) -> (&str, &str, String) {
+pub(crate) fn listing<S: AsRef<str>>(jobs: &[(S, S, S, i32)]) -> Result<(&str, &str, String)> {
     let first = jobs.first().map_or(("", ""), |(_, kind, queue, _)| (kind.as_ref(), queue.as_ref()));
     let shared = jobs.iter().all(|(_, kind, queue, _)| (kind.as_ref(), queue.as_ref()) == first);
-    let listed: Vec<serde_json::Value> = jobs
-        .iter()
-        .map(|(id, kind, queue, attempt)| match shared {
-            true => serde_json::json!([id.as_ref(), attempt]),
-            false => serde_json::json!([id.as_ref(), kind.as_ref(), queue.as_ref(), attempt]),
-        })
-        .collect();
+    let listed = if shared {
+        serde_json::to_string(&jobs.iter().map(|(id, _, _, attempt)| (id.as_ref(), attempt)).collect::<Vec<_>>())
+    } else {
+        serde_json::to_string(
+            &jobs.iter().map(|(id, k, q, attempt)| (id.as_ref(), k.as_ref(), q.as_ref(), attempt)).collect::<Vec<_>>(),
+        )
+    };
+    let listed = listed.map_err(|e| Error::Internal(format!("listing {} jobs for the event feed: {e}", jobs.len())))?;
     let (kind, queue) = if shared { first } else { ("", "") };
-    (kind, queue, serde_json::Value::Array(listed).to_string())
+    Ok((kind, queue, listed))
 }
 
 /// Feed rows: position, job, kind, queue, event, attempt, worker, error, at (ms), and the jobs of a batch row.

@@ -433,7 +433,7 @@ pub(super) fn insert_batch_event<S: AsRef<str>>(
         return Ok(());
     }
     let ctx = || Error::db(format!("recording {} {event} jobs in the event feed", jobs.len()));
-    let (kind, queue, listed) = events::listing(jobs);
+    let (kind, queue, listed) = events::listing(jobs)?;
     conn.prepare_cached(
         "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          VALUES ('', ?1, ?2, ?3, ?4, 0, ?5, ?6)",
