@@ -63,7 +63,7 @@ const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', att
      scheduled = COALESCE(f.value ->> 'r' > ?3, 0), \
      lease_expires_at = NULL, updated_at = ?3, \
      event_flip = CASE WHEN f.value ->> 's' = 'completed' THEN 1 - event_flip ELSE event_flip END \
-     FROM json_each(?1) AS f \
+     FROM jsonb_each(?1) AS f \
      WHERE outbox_jobs.id = f.value ->> 'i' AND outbox_jobs.status = 'claimed' AND outbox_jobs.locked_by = ?2 \
      AND outbox_jobs.attempts = f.value ->> 'a' \
      RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
@@ -73,7 +73,7 @@ const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', att
 /// deletion leaves the job's events (see `keep.sql`); the batch's feed row records the completion. It returns
 /// the columns [`FINISH_BATCH`] does.
 const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, attempts) IN \
-     (SELECT f.value ->> 'i', f.value ->> 'a' FROM json_each(?1) AS f WHERE f.value ->> 'd') \
+     (SELECT f.value ->> 'i', f.value ->> 'a' FROM jsonb_each(?1) AS f WHERE f.value ->> 'd') \
      AND status = 'claimed' AND locked_by = ?2 AND sequence_key IS NULL \
      RETURNING id, kind, queue, 'completed', attempts";
 
@@ -100,8 +100,8 @@ macro_rules! archived {
 /// [`DISCARD_BATCH`] deletes them, each fenced as in [`FINISH_BATCH`]; never a job with a sequence key.
 const ARCHIVE_BATCH: &str = concat!(
     archived!("f.o", "?3"),
-    // `json_each` has columns named like the job's (`id`): its values are read in a subquery of their own.
-    "FROM (SELECT value ->> 'i' AS i, value ->> 'a' AS a, value ->> 'o' AS o FROM json_each(?1) WHERE value ->> 'k') \
+    // `jsonb_each` has columns named like the job's (`id`): its values are read in a subquery of their own.
+    "FROM (SELECT value ->> 'i' AS i, value ->> 'a' AS a, value ->> 'o' AS o FROM jsonb_each(?1) WHERE value ->> 'k') \
      AS f JOIN outbox_jobs ON outbox_jobs.id = f.i WHERE outbox_jobs.status = 'claimed' \
      AND outbox_jobs.locked_by = ?2 AND outbox_jobs.attempts = f.a AND outbox_jobs.sequence_key IS NULL"
 );
