@@ -19,6 +19,8 @@ worker's claim and completion connections) would: the rate of the statements alo
   compressible than a ULID's.
 - `no_finished_index`: `current` without its index of finished jobs, which every completion writes (what
   retention and the readers of recent work would need instead is not measured here).
+- `finished_log`: `no_finished_index` with a table of finished batches in its place: each completion statement
+  writes one row listing the jobs it finished, indexed by time (retention would read and empty it).
 - `completion_in_place`: `current` with claimed jobs out of the ready index (its condition `status = 'pending'`
   again) and no index of finished jobs, so that a completion is a heap-only update and a claim is not.
 - `half_full`: `current` before its eleventh migration: pages filled to half (`fillfactor = 50`) rather than 40 %,
@@ -246,6 +248,19 @@ CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC,
 COMPLETION_IN_PLACE_CLAIM = CURRENT_CLAIM.replace("WHERE open AND status = 'pending'", "WHERE ready")
 assert COMPLETION_IN_PLACE_CLAIM != CURRENT_CLAIM
 
+# `no_finished_index` with a table of finished batches instead: each completion statement lists the jobs it
+# finished in one row, indexed by time, for retention to read and empty.
+FINISHED_LOG = CURRENT_TABLES + """
+DROP INDEX outbox_jobs_finished;
+CREATE TABLE outbox_finished (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL,
+ jobs text[] NOT NULL);
+CREATE INDEX outbox_finished_at ON outbox_finished (at);"""
+FINISHED_LOG_COMPLETE = short_listings(CURRENT_COMPLETE).replace(
+    "x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),",
+    "x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),\n"
+    "f AS (INSERT INTO outbox_finished (at, jobs) SELECT now(), array_agg(id) FROM u HAVING count(*) > 0),")
+assert FINISHED_LOG_COMPLETE != short_listings(CURRENT_COMPLETE)
+
 # `current` with its job ids stored as `uuid` (16 bytes) rather than as text (26 bytes and a length byte).
 UUID_IDS = CURRENT_TABLES + """
 ALTER TABLE outbox_jobs ALTER COLUMN id TYPE uuid USING id::uuid;
@@ -289,6 +304,7 @@ SHAPES = {
     "current": (CURRENT_TABLES, CURRENT_ENQUEUE, short_listings(CURRENT_CLAIM), short_listings(CURRENT_COMPLETE)),
     "no_finished_index": (CURRENT_TABLES + "\nDROP INDEX outbox_jobs_finished;", CURRENT_ENQUEUE,
                           short_listings(CURRENT_CLAIM), short_listings(CURRENT_COMPLETE)),
+    "finished_log": (FINISHED_LOG, CURRENT_ENQUEUE, short_listings(CURRENT_CLAIM), FINISHED_LOG_COMPLETE),
     "completion_in_place": (COMPLETION_IN_PLACE, CURRENT_ENQUEUE, short_listings(COMPLETION_IN_PLACE_CLAIM),
                             short_listings(CURRENT_COMPLETE)),
     "claims_move": ("", CURRENT_ENQUEUE, CLAIMS_MOVE_CLAIM, CURRENT_COMPLETE),
