@@ -9,8 +9,8 @@
 /// Crockford's base32 alphabet, in ASCII order.
 const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
-/// Characters in an id.
-pub const JOB_ID_LEN: usize = 26;
+/// Characters in an id this build makes (jobs enqueued before ULIDs have 36-character UUIDs).
+const JOB_ID_LEN: usize = 26;
 
 /// A new job id: time-ordered, unique, 26 characters of `0-9` and `A-Z` (no `I`, `L`, `O` or `U`).
 pub fn new_job_id() -> String {

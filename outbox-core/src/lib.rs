@@ -28,7 +28,7 @@ mod worker;
 pub use connect::{ConnectOpts, connect, connect_with};
 pub use enqueue::{EnqueueOpts, Enqueued, begin, enqueue, enqueue_batch, enqueue_batch_raw, enqueue_raw, transaction};
 pub use error::{Error, Result};
-pub use id::{JOB_ID_LEN, new_job_id};
+pub use id::new_job_id;
 pub use job::{Job, KindOpts, SequenceFailure, Violation};
 pub use kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES};
 pub use migration::{Migrator, migrate, pending_migrations};
