@@ -238,6 +238,12 @@ def short_listings(sql):
     return sql
 
 
+# The claim and completion of `current` as the worker writes them.
+LISTED_CLAIM = short_listings(CURRENT_CLAIM)
+LISTED_COMPLETE = short_listings(CURRENT_COMPLETE)
+assert LISTED_CLAIM != CURRENT_CLAIM and LISTED_COMPLETE != CURRENT_COMPLETE
+
+
 # `current` with the claimed jobs out of the ready index and no index of finished jobs, so that a completion is a
 # heap-only update and a claim is not.
 COMPLETION_IN_PLACE = CURRENT_TABLES + """
@@ -255,11 +261,11 @@ DROP INDEX outbox_jobs_finished;
 CREATE TABLE outbox_finished (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL,
  jobs text[] NOT NULL);
 CREATE INDEX outbox_finished_at ON outbox_finished (at);"""
-FINISHED_LOG_COMPLETE = short_listings(CURRENT_COMPLETE).replace(
+FINISHED_LOG_COMPLETE = LISTED_COMPLETE.replace(
     "x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),",
     "x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),\n"
     "f AS (INSERT INTO outbox_finished (at, jobs) SELECT now(), array_agg(id) FROM u HAVING count(*) > 0),")
-assert FINISHED_LOG_COMPLETE != short_listings(CURRENT_COMPLETE)
+assert FINISHED_LOG_COMPLETE != LISTED_COMPLETE
 
 # `current` with its job ids stored as `uuid` (16 bytes) rather than as text (26 bytes and a length byte).
 UUID_IDS = CURRENT_TABLES + """
@@ -301,12 +307,12 @@ def compact(sql):
 
 
 SHAPES = {
-    "current": (CURRENT_TABLES, CURRENT_ENQUEUE, short_listings(CURRENT_CLAIM), short_listings(CURRENT_COMPLETE)),
+    "current": (CURRENT_TABLES, CURRENT_ENQUEUE, LISTED_CLAIM, LISTED_COMPLETE),
     "no_finished_index": (CURRENT_TABLES + "\nDROP INDEX outbox_jobs_finished;", CURRENT_ENQUEUE,
-                          short_listings(CURRENT_CLAIM), short_listings(CURRENT_COMPLETE)),
-    "finished_log": (FINISHED_LOG, CURRENT_ENQUEUE, short_listings(CURRENT_CLAIM), FINISHED_LOG_COMPLETE),
+                          LISTED_CLAIM, LISTED_COMPLETE),
+    "finished_log": (FINISHED_LOG, CURRENT_ENQUEUE, LISTED_CLAIM, FINISHED_LOG_COMPLETE),
     "completion_in_place": (COMPLETION_IN_PLACE, CURRENT_ENQUEUE, short_listings(COMPLETION_IN_PLACE_CLAIM),
-                            short_listings(CURRENT_COMPLETE)),
+                            LISTED_COMPLETE),
     "claims_move": ("", CURRENT_ENQUEUE, CLAIMS_MOVE_CLAIM, CURRENT_COMPLETE),
     "previous": (PREVIOUS, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
@@ -316,9 +322,9 @@ SHAPES = {
     "lease_index": (LEASE_INDEX, CURRENT_ENQUEUE, LEASE_INDEX_CLAIM, LEASE_INDEX_COMPLETE),
     "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, CURRENT_COMPLETE),
     "half_full": (CURRENT_TABLES + "\nALTER TABLE outbox_jobs SET (fillfactor = 50);", CURRENT_ENQUEUE,
-                  short_listings(CURRENT_CLAIM), short_listings(CURRENT_COMPLETE)),
-    "uuid_ids": (UUID_IDS, uuid_ids(CURRENT_ENQUEUE), short_listings(CURRENT_CLAIM),
-                 short_listings(uuid_ids(CURRENT_COMPLETE))),
+                  LISTED_CLAIM, LISTED_COMPLETE),
+    "uuid_ids": (UUID_IDS, uuid_ids(CURRENT_ENQUEUE), LISTED_CLAIM,
+                 uuid_ids(LISTED_COMPLETE)),
     "ready_indexed": (
         CLAIMED_TABLES.replace("run_at timestamptz NOT NULL);\nCREATE INDEX shape_ready_next",
                                "run_at timestamptz NOT NULL, queue text COLLATE \"C\" NOT NULL DEFAULT 'default');\n"

@@ -102,7 +102,8 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
         .map(|r| r.try_get_by_index(0))
         .collect::<std::result::Result<_, _>>()
         .map_err(Error::db("reading ids"))?;
-    let (now, lease) = (crate::storage::now_ms(), crate::storage::now_ms() + 60_000);
+    let now = crate::storage::now_ms();
+    let lease = now + 60_000;
     let (now, lease, limit, w) = (now.to_string(), lease.to_string(), BATCH.to_string(), text("w"));
     let kinds = texts(&["probe".to_owned()]);
     let two_kinds = texts(&["probe".to_owned(), "other".to_owned()]);
@@ -206,7 +207,8 @@ async fn statements_of_hundreds_of_jobs_find_them_by_id() {
 /// claimed at once did not fit (261 of 300 here).
 async fn claims_update_rows_in_place(db: &DatabaseConnection) -> Result<()> {
     insert_jobs(db, 1_000).await?;
-    let (now, lease) = (crate::storage::now_ms(), crate::storage::now_ms() + 60_000);
+    let now = crate::storage::now_ms();
+    let lease = now + 60_000;
     let args = [
         text("w"),
         now.to_string(),
