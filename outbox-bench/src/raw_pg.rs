@@ -154,7 +154,7 @@ const PROMOTE_EVERY_MS: i64 = 100;
 
 /// The worker's batched fenced write of finished attempts (`FINISH`), each job by id and the attempt it was
 /// claimed at, its outcome read from `$2` (`{id: [attempt, status, output, error, run_at, give_back, discard]}`),
-/// with one feed row for the completions and the deletion of the claims whose last jobs these are; the baseline
+/// with one feed row for the completions, one row of the log of finished jobs, and the deletion of the claims whose last jobs these are; the baseline
 /// only completes, a claim at a time.
 fn finish_sql() -> String {
     let f = |i: u8| format!("(($2::jsonb -> j.id) ->> {i})");
@@ -172,6 +172,8 @@ fn finish_sql() -> String {
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          SELECT '', min(kind), min(queue), {now}, 'completed', 0, $4, \
          json_agg(json_build_array(id, attempts)) FROM u \
+         WHERE status = 'completed' HAVING count(*) > 0), \
+         f AS (INSERT INTO outbox_finished (at, jobs) SELECT {now}, array_agg(id) FROM u \
          WHERE status = 'completed' HAVING count(*) > 0), \
          x AS (DELETE FROM outbox_claims c WHERE c.id = ANY($5::int8[])) \
          SELECT id FROM u",

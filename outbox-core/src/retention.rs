@@ -203,7 +203,7 @@ impl Retention {
                 (*status, cutoff(*age), kinds)
             })
             .collect();
-        PruneRules { statuses }
+        PruneRules { statuses, now }
     }
 
     /// Feed rows go by the shortest age of all.
@@ -312,10 +312,10 @@ async fn pass(
             _ => 0,
         };
         txn.commit().await.map_err(Error::db("committing a retention batch"))?;
-        jobs += pruned;
+        jobs += pruned.jobs;
         feed_rows += feed;
         feed_done |= feed < retention.batch;
-        if pruned < retention.batch && feed_done {
+        if !pruned.more && feed_done {
             return Ok((jobs, feed_rows));
         }
         // The write lock was held for `started.elapsed()`; leave the database to the workers three times

@@ -38,7 +38,8 @@ pub(crate) fn jobs_and_archive() -> String {
 /// plain tables its planner cannot skip (they have no index on `updated_at`, which would cost every archived job
 /// an index entry), only the partitions that can hold such jobs: the time ending a partition's name is when
 /// retention set it aside, holding the write lock, so no job in it finished later. PostgreSQL's planner skips
-/// partitions by their bounds by itself; there the jobs table's part holds only jobs finished since `since`. A
+/// partitions by their bounds by itself; there the jobs table's part holds only jobs finished since `since`, found
+/// through the log of finished jobs (`finished_log.sql`), which lists each at or after its time. A
 /// partition retention drops between the listing and the read fails that read once; only a reader looking back
 /// further than the completed jobs' age can meet one.
 pub(crate) async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<String> {
@@ -57,13 +58,15 @@ pub(crate) async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C
             sql.push_str(") outbox_jobs");
             Ok(sql)
         }
-        // The jobs table's part through its index of finished jobs (`hot_claim.sql`).
         #[cfg(feature = "postgres")]
-        b @ Backend::Postgres => Ok(format!(
-            "(SELECT {COLUMNS} FROM outbox_jobs WHERE finished_at >= {} \
-             UNION ALL SELECT {COLUMNS} FROM outbox_jobs_archive) outbox_jobs",
-            b.ts(&since.to_string())
-        )),
+        b @ Backend::Postgres => {
+            let since = b.ts(&since.to_string());
+            Ok(format!(
+                "(SELECT {COLUMNS} FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) FROM outbox_finished \
+                 WHERE at >= {since})) AND finished_at >= {since} \
+                 UNION ALL SELECT {COLUMNS} FROM outbox_jobs_archive) outbox_jobs"
+            ))
+        }
     }
 }
 

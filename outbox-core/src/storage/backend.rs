@@ -129,20 +129,6 @@ impl Backend {
         }
     }
 
-    /// ` AND {r}finished_at < {ts}` on PostgreSQL, whose index of finished jobs reads that generated column
-    /// rather than their status (`hot_claim.sql`), for a condition on finished jobs last changed before `ts`
-    /// to be read through it; nothing on SQLite, whose index reads the status and `updated_at` such a condition
-    /// names already. `r` is a table alias with its dot, or empty.
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    pub(crate) fn finished_before(self, r: &str, ts: &str) -> String {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite => String::new(),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres => format!(" AND {r}finished_at < {ts}"),
-        }
-    }
-
     /// The function that returns the larger of its arguments.
     pub(crate) fn greatest(self) -> &'static str {
         match self {

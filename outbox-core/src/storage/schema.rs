@@ -9,7 +9,9 @@
 //! (`claims.sql`; nothing on SQLite), one keeping one of PostgreSQL's two ready indexes (`one_ready_index.sql`;
 //! nothing on SQLite), one keying PostgreSQL's indexes on generated columns a claim leaves as they were, so that a
 //! claim updates its rows in place (`hot_claim.sql`; nothing on SQLite), one leaving room on each page for a job's
-//! claimed and completed versions (`room_for_both.sql`; nothing on SQLite), and the refusal of a database created
+//! claimed and completed versions (`room_for_both.sql`; nothing on SQLite), one finding PostgreSQL's finished jobs
+//! through a log of when they finished rather than an index of the jobs (`finished_log.sql`; nothing on SQLite),
+//! and the refusal of a database created
 //! by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
@@ -18,7 +20,7 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 11] = [
+pub(crate) const MIGRATIONS: [&str; 12] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
@@ -30,6 +32,7 @@ pub(crate) const MIGRATIONS: [&str; 11] = [
     "m20261206_000009_one_ready_index",
     "m20261207_000010_hot_claim",
     "m20261208_000011_room_for_both",
+    "m20261209_000012_finished_log",
 ];
 
 /// The migration that makes the archive of completed jobs kept in time partitions.
@@ -87,7 +90,7 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 6) => Some((include_str!("sqlite/archive.sql"), SQLITE_ARCHIVE_UNDO)),
         #[cfg(feature = "sqlite")]
-        (DbBackend::Sqlite, 7..=10) => Some(("SELECT 1;", "SELECT 1;")),
+        (DbBackend::Sqlite, 7..=11) => Some(("SELECT 1;", "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -170,6 +173,14 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         (DbBackend::Postgres, 10) => {
             Some((include_str!("postgres/room_for_both.sql"), "ALTER TABLE outbox_jobs SET (fillfactor = 50);"))
         }
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 11) => Some((
+            include_str!("postgres/finished_log.sql"),
+            "CREATE INDEX outbox_jobs_finished ON outbox_jobs (finished_at) WHERE finished_at IS NOT NULL; \
+             DROP TRIGGER outbox_jobs_finished_elsewhere ON outbox_jobs; \
+             DROP TRIGGER outbox_jobs_inserted_finished ON outbox_jobs; \
+             DROP FUNCTION outbox_jobs_finished_elsewhere(); DROP TABLE outbox_finished;",
+        )),
         _ => None,
     }
 }

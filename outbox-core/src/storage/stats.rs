@@ -43,8 +43,7 @@ pub(crate) async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since:
 }
 
 /// Jobs completed and failed since `since`, counted per `bucket_ms` of their last change: each bucket's start
-/// (ms), completed, failed; buckets with neither are left out. The finished index's own condition, so that it
-/// serves the range.
+/// (ms), completed, failed; buckets with neither are left out.
 pub(crate) async fn activity<C: ConnectionTrait + ?Sized>(
     conn: &C,
     since: i64,

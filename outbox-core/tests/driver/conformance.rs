@@ -893,10 +893,12 @@ async fn prune_keeps_the_latest_of_a_sequence(db: &DatabaseConnection) -> Result
     }
     mark_completed(db, "b", T0 + 9_000).await?;
     mark_failed(db, "c", "boom", T0 + 1_000).await?;
-    let rules = PruneRules { statuses: vec![(JobStatus::Completed, T0 + 5_000, vec![("slow".into(), T0)])] };
-    assert_eq!(retention::prune(db, &rules, 1).await?, 1, "one batch of one");
-    assert_eq!(retention::prune(db, &rules, 100).await?, 1);
-    assert_eq!(retention::prune(db, &rules, 100).await?, 0);
+    let rules =
+        PruneRules { statuses: vec![(JobStatus::Completed, T0 + 5_000, vec![("slow".into(), T0)])], now: T0 + 10_000 };
+    assert_eq!(retention::prune(db, &rules, 1).await?.jobs, 1, "one batch of one");
+    assert_eq!(retention::prune(db, &rules, 100).await?.jobs, 1);
+    let last = retention::prune(db, &rules, 100).await?;
+    assert_eq!(last, retention::Pruned { jobs: 0, more: false }, "the kept jobs are not looked at again now");
     let left = jobs::list(db, &JobFilter::default()).await?;
     assert_eq!(ids(&left), ["s2", "e", "c", "b"], "`a` and `s1` went");
     Ok(())

@@ -37,7 +37,8 @@ async fn health_tells_when_the_schema_is_not_current(t: TestDb) {
             "m20261205_000008_claims",
             "m20261206_000009_one_ready_index",
             "m20261207_000010_hot_claim",
-            "m20261208_000011_room_for_both"
+            "m20261208_000011_room_for_both",
+            "m20261209_000012_finished_log"
         ])
     );
 }

@@ -16,8 +16,9 @@ use crate::storage::{Finished, Outcome, transient};
 use crate::wake;
 
 /// Writes a batch of finished attempts in one statement, each fenced by (id, claimed, owner, attempt). The
-/// batched forms record the completions as one feed row; the transition trigger records the rest, and every
-/// outcome of the single form (a remote worker's, or one of a batch the database refused).
+/// batched forms record the completions as one feed row and list those they keep in one row of the log of
+/// finished jobs; the triggers record the rest, and every outcome of the single form (a remote worker's, or one
+/// of a batch the database refused).
 ///
 /// The rows are found by `id = ANY($1)`, one lookup per id in the primary key, and each row's outcome is read
 /// from `$2`, an object keyed by job id ([`outcome!`]), so the statement joins nothing. Joined to the outcomes
@@ -40,6 +41,8 @@ macro_rules! finish_sql {
              e AS (",
             feed_row!("$3", "completed", "$4", " WHERE status = 'completed'"),
             "), ",
+            finish_sql!(@log "u"),
+            ", ",
             finish_sql!(@claims),
             " SELECT id FROM u"
         )
@@ -82,6 +85,8 @@ macro_rules! finish_sql {
              e AS (",
             feed_row!("$3", "completed", "$4", " WHERE status = 'completed'"),
             "), ",
+            finish_sql!(@log "k"),
+            ", ",
             finish_sql!(@claims),
             " SELECT id FROM u"
         )
@@ -95,6 +100,18 @@ macro_rules! finish_sql {
             " RETURNING j.id), ",
             finish_sql!(@claims),
             " SELECT id FROM u"
+        )
+    };
+    // The completions kept in the jobs table (the rows `$rows` returned), in one row of the log of finished jobs
+    // (`finished_log.sql`); none when there are none. The other outcomes that finish a job (a failed last attempt)
+    // leave `event_flip` as it was, and the log's trigger lists them.
+    (@log $rows:literal) => {
+        concat!(
+            "f AS (INSERT INTO outbox_finished (at, jobs) SELECT ",
+            ts!("$3"),
+            ", array_agg(id) FROM ",
+            $rows,
+            " WHERE status = 'completed' HAVING count(*) > 0)"
         )
     };
     // The worker's claims whose last outcomes these are (`$5`, see `ClaimCounts`): their rows go with them.
