@@ -14,17 +14,16 @@ worker's claim and completion connections) would: the rate of the statements alo
   (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger,
   60 % of each page of the jobs table left free for its rows' updates, the columns updates change last, each
   claim's lease in one row of `outbox_claims`, deleted with the claim's completion; the claim's and the
-  completion's feed rows name the jobs' kind and queue once and list `[id, attempt]`). Every shape's job ids are
+  completion's feed rows name the jobs' kind and queue once and list `[id, attempt]`; finished jobs found through
+  `outbox_finished`, where each completion lists its jobs in one row, not through an index of the jobs table). Every shape's job ids are
   26 characters, as the worker's ULIDs are, in the order the jobs are inserted, their last 12 characters no more
   compressible than a ULID's.
-- `no_finished_index`: `current` without its index of finished jobs, which every completion writes (what
-  retention and the readers of recent work would need instead is not measured here).
-- `finished_log`: `no_finished_index` with a table of finished batches in its place: each completion statement
-  writes one row listing the jobs it finished, indexed by time (retention would read and empty it).
+- `finished_index`: `current` before its twelfth migration: an index of finished jobs by time, which every
+  completion writes an entry into, in place of the log of finished jobs.
 - `completion_in_place`: `current` with claimed jobs out of the ready index (its condition `status = 'pending'`
-  again) and no index of finished jobs, so that a completion is a heap-only update and a claim is not.
-- `half_full`: `current` before its eleventh migration: pages filled to half (`fillfactor = 50`) rather than 40 %,
-  which leaves room for the claimed version of most rows but not for the completed one as well.
+  again), so that a completion is a heap-only update and a claim is not.
+- `half_full`: `finished_index` before its eleventh migration: pages filled to half (`fillfactor = 50`) rather than
+  40 %, which leaves room for the claimed version of most rows but not for the completed one as well.
 - `claims_move`: `half_full` before its tenth migration: the ready, scheduled, sequence-blocking and finished
   indexes read the status (and the finished one `updated_at`), so a claim is not a heap-only update: it writes
   the row's new version with a primary key entry, and the job leaves the ready index.
@@ -69,11 +68,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "src", "storage", "postgres")
 CHUNK = 2000
 BATCH = 100
-# The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`), but the last,
-# which `current` adds (the other shapes change the schema before it).
+# The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`), but the last
+# three, which `current` adds (the other shapes change the schema before them, or before the last).
 MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql",
               "archive.sql", "claims.sql", "one_ready_index.sql")
-CURRENT_TABLES = "\n".join("\\i " + os.path.join(SCHEMA_SQL, f) for f in ("hot_claim.sql", "room_for_both.sql"))
+FINISHED_INDEX_TABLES = "\n".join("\\i " + os.path.join(SCHEMA_SQL, f) for f in ("hot_claim.sql", "room_for_both.sql"))
+CURRENT_TABLES = FINISHED_INDEX_TABLES + "\n\\i " + os.path.join(SCHEMA_SQL, "finished_log.sql")
 # The ready index led by the kind, which the ninth migration drops.
 TWO_READY = """CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id)
  WHERE status = 'pending' AND NOT waiting AND NOT scheduled;
@@ -238,39 +238,33 @@ def short_listings(sql):
     return sql
 
 
-# The claim and completion of `current` as the worker writes them.
+# The claim and completion of `finished_index` as the worker wrote them.
 LISTED_CLAIM = short_listings(CURRENT_CLAIM)
 LISTED_COMPLETE = short_listings(CURRENT_COMPLETE)
 assert LISTED_CLAIM != CURRENT_CLAIM and LISTED_COMPLETE != CURRENT_COMPLETE
-
-
-# `current` with the claimed jobs out of the ready index and no index of finished jobs, so that a completion is a
-# heap-only update and a claim is not.
-COMPLETION_IN_PLACE = CURRENT_TABLES + """
-ALTER TABLE outbox_jobs ADD COLUMN ready boolean
- GENERATED ALWAYS AS (status = 'pending' AND NOT waiting AND NOT scheduled) STORED;
-DROP INDEX outbox_jobs_ready_queue, outbox_jobs_finished;
-CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id) WHERE ready;"""
-COMPLETION_IN_PLACE_CLAIM = CURRENT_CLAIM.replace("WHERE open AND status = 'pending'", "WHERE ready")
-assert COMPLETION_IN_PLACE_CLAIM != CURRENT_CLAIM
-
-# `no_finished_index` with a table of finished batches instead: each completion statement lists the jobs it
-# finished in one row, indexed by time, for retention to read and empty.
-FINISHED_LOG = CURRENT_TABLES + """
-DROP INDEX outbox_jobs_finished;
-CREATE TABLE outbox_finished (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL,
- jobs text[] NOT NULL);
-CREATE INDEX outbox_finished_at ON outbox_finished (at);"""
-FINISHED_LOG_COMPLETE = LISTED_COMPLETE.replace(
+# The completion of `current`: its jobs listed in one row of the log of finished jobs.
+LOGGED_COMPLETE = LISTED_COMPLETE.replace(
     "x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),",
     "x AS (DELETE FROM outbox_claims c WHERE c.id = :claim),\n"
     "f AS (INSERT INTO outbox_finished (at, jobs) SELECT now(), array_agg(id) FROM u HAVING count(*) > 0),")
-assert FINISHED_LOG_COMPLETE != LISTED_COMPLETE
+assert LOGGED_COMPLETE != LISTED_COMPLETE
+
+
+# `current` with the claimed jobs out of the ready index, so that a completion is a heap-only update and a claim is
+# not.
+COMPLETION_IN_PLACE = CURRENT_TABLES + """
+ALTER TABLE outbox_jobs ADD COLUMN ready boolean
+ GENERATED ALWAYS AS (status = 'pending' AND NOT waiting AND NOT scheduled) STORED;
+DROP INDEX outbox_jobs_ready_queue;
+CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id) WHERE ready;"""
+COMPLETION_IN_PLACE_CLAIM = CURRENT_CLAIM.replace("WHERE open AND status = 'pending'", "WHERE ready")
+assert COMPLETION_IN_PLACE_CLAIM != CURRENT_CLAIM
 
 # `current` with its job ids stored as `uuid` (16 bytes) rather than as text (26 bytes and a length byte).
 UUID_IDS = CURRENT_TABLES + """
 ALTER TABLE outbox_jobs ALTER COLUMN id TYPE uuid USING id::uuid;
 ALTER TABLE outbox_claims ALTER COLUMN jobs TYPE uuid[] USING jobs::uuid[];
+ALTER TABLE outbox_finished ALTER COLUMN jobs TYPE uuid[] USING jobs::uuid[];
 CREATE OR REPLACE FUNCTION outbox_jobs_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, jobs)
@@ -307,12 +301,10 @@ def compact(sql):
 
 
 SHAPES = {
-    "current": (CURRENT_TABLES, CURRENT_ENQUEUE, LISTED_CLAIM, LISTED_COMPLETE),
-    "no_finished_index": (CURRENT_TABLES + "\nDROP INDEX outbox_jobs_finished;", CURRENT_ENQUEUE,
-                          LISTED_CLAIM, LISTED_COMPLETE),
-    "finished_log": (FINISHED_LOG, CURRENT_ENQUEUE, LISTED_CLAIM, FINISHED_LOG_COMPLETE),
+    "current": (CURRENT_TABLES, CURRENT_ENQUEUE, LISTED_CLAIM, LOGGED_COMPLETE),
+    "finished_index": (FINISHED_INDEX_TABLES, CURRENT_ENQUEUE, LISTED_CLAIM, LISTED_COMPLETE),
     "completion_in_place": (COMPLETION_IN_PLACE, CURRENT_ENQUEUE, short_listings(COMPLETION_IN_PLACE_CLAIM),
-                            LISTED_COMPLETE),
+                            LOGGED_COMPLETE),
     "claims_move": ("", CURRENT_ENQUEUE, CLAIMS_MOVE_CLAIM, CURRENT_COMPLETE),
     "previous": (PREVIOUS, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "ready_table": (READY_TABLES, READY_ENQUEUE, READY_CLAIM, READY_COMPLETE),
@@ -321,10 +313,10 @@ SHAPES = {
     "two_ready_indexes": (TWO_READY, CURRENT_ENQUEUE, TWO_READY_CLAIM, CURRENT_COMPLETE),
     "lease_index": (LEASE_INDEX, CURRENT_ENQUEUE, LEASE_INDEX_CLAIM, LEASE_INDEX_COMPLETE),
     "hot_completion": (HOT_COMPLETION_TABLES, CURRENT_ENQUEUE, HOT_COMPLETION_CLAIM, CURRENT_COMPLETE),
-    "half_full": (CURRENT_TABLES + "\nALTER TABLE outbox_jobs SET (fillfactor = 50);", CURRENT_ENQUEUE,
+    "half_full": (FINISHED_INDEX_TABLES + "\nALTER TABLE outbox_jobs SET (fillfactor = 50);", CURRENT_ENQUEUE,
                   LISTED_CLAIM, LISTED_COMPLETE),
     "uuid_ids": (UUID_IDS, uuid_ids(CURRENT_ENQUEUE), LISTED_CLAIM,
-                 uuid_ids(LISTED_COMPLETE)),
+                 uuid_ids(LOGGED_COMPLETE)),
     "ready_indexed": (
         CLAIMED_TABLES.replace("run_at timestamptz NOT NULL);\nCREATE INDEX shape_ready_next",
                                "run_at timestamptz NOT NULL, queue text COLLATE \"C\" NOT NULL DEFAULT 'default');\n"

@@ -901,6 +901,14 @@ async fn prune_keeps_the_latest_of_a_sequence(db: &DatabaseConnection) -> Result
     assert_eq!(last, retention::Pruned { jobs: 0, more: false }, "the kept jobs are not looked at again now");
     let left = jobs::list(db, &JobFilter::default()).await?;
     assert_eq!(ids(&left), ["s2", "e", "c", "b"], "`a` and `s1` went");
+    // Two seconds on, `slow` keeps its jobs four seconds less than the others: `e` has come due.
+    let later = PruneRules {
+        statuses: vec![(JobStatus::Completed, T0 + 7_000, vec![("slow".into(), T0 + 3_000)])],
+        now: T0 + 12_000,
+    };
+    assert_eq!(retention::prune(db, &later, 100).await?.jobs, 1, "`e` is due once its kind's age has passed");
+    let left = jobs::list(db, &JobFilter::default()).await?;
+    assert_eq!(ids(&left), ["s2", "c", "b"]);
     Ok(())
 }
 
