@@ -152,38 +152,25 @@ fn promote_sql() -> String {
 const PROMOTE_PER_CLAIM: i64 = 1_000;
 const PROMOTE_EVERY_MS: i64 = 100;
 
-/// The worker's batched fenced write of finished attempts (`FINISH`), each job by id and the attempt it was
-/// claimed at, its outcome read from `$2` (`{id: [attempt, status, output, error, run_at, give_back, discard]}`),
-/// with one feed row for the completions, one row of the log of finished jobs, and the deletion of the claims whose last jobs these are; the baseline
-/// only completes, a claim at a time.
+/// The worker's batched fenced write of completions without output (`FINISH_PLAIN`), each job by id and the
+/// attempt it was claimed at (`$2`, `{id: attempt}`), with one feed row for the completions, one row of the log of
+/// finished jobs, and the deletion of the claims whose last jobs these are; the baseline only completes, a claim
+/// at a time.
 fn finish_sql() -> String {
-    let f = |i: u8| format!("(($2::jsonb -> j.id) ->> {i})");
     format!(
-        "WITH u AS (UPDATE outbox_jobs j SET status = {status}, attempts = j.attempts - {give_back}::int4, \
-         output = CASE WHEN {status} = 'completed' THEN {output}::jsonb ELSE j.output END, \
-         completed_at = CASE WHEN {status} = 'completed' THEN {now} ELSE j.completed_at END, \
-         last_error = COALESCE({error}, j.last_error), \
-         run_at = COALESCE(TIMESTAMPTZ 'epoch' + {run_at}::int8 * INTERVAL '1 millisecond', j.run_at), \
-         scheduled = COALESCE({run_at}::int8 > ($3)::int8, false), lease_expires_at = NULL, updated_at = {now}, \
-         event_flip = (j.event_flip <> ({status} = 'completed')) \
+        "WITH u AS (UPDATE outbox_jobs j SET status = 'completed', output = NULL, completed_at = {now}, \
+         scheduled = false, lease_expires_at = NULL, updated_at = {now}, event_flip = NOT j.event_flip \
          WHERE j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 \
-         AND j.attempts = {attempt}::int4 \
+         AND j.attempts = ($2::jsonb ->> j.id)::int4 \
          RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
          e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          SELECT '', min(kind), min(queue), {now}, 'completed', 0, $4, \
-         json_agg(json_build_array(id, attempts)) FROM u \
-         WHERE status = 'completed' HAVING count(*) > 0), \
+         json_agg(json_build_array(id, attempts)) FROM u HAVING count(*) > 0), \
          f AS (INSERT INTO outbox_finished (at, jobs) SELECT {now}, array_agg(id) FROM u \
          WHERE status = 'completed' HAVING count(*) > 0), \
          x AS (DELETE FROM outbox_claims c WHERE c.id = ANY($5::int8[])) \
          SELECT id FROM u",
         now = ts("$3"),
-        attempt = f(0),
-        status = f(1),
-        output = f(2),
-        error = f(3),
-        run_at = f(4),
-        give_back = f(5),
     )
 }
 
@@ -341,10 +328,8 @@ pub(crate) async fn process(url: &str, kind: &KindInfo, n: u64, batch: u64) -> R
         let mut claimed = claimed;
         claimed.sort_by(|a, b| a.id.cmp(&b.id));
         let ids: Vec<String> = claimed.iter().map(|c| c.id.clone()).collect();
-        let outcomes: serde_json::Map<String, serde_json::Value> = claimed
-            .iter()
-            .map(|c| (c.id.clone(), serde_json::json!([c.attempt, "completed", null, null, null, 0, false])))
-            .collect();
+        let outcomes: serde_json::Map<String, serde_json::Value> =
+            claimed.iter().map(|c| (c.id.clone(), serde_json::json!(c.attempt))).collect();
         let done = query(&finish)
             .bind(ids)
             .bind(serde_json::Value::Object(outcomes))
@@ -532,12 +517,8 @@ pub(crate) async fn floor_worker(
                     claims.extend(claim);
                 }
                 jobs.sort();
-                let outcomes: serde_json::Map<String, serde_json::Value> = jobs
-                    .iter()
-                    .map(|(id, attempt)| {
-                        (id.clone(), serde_json::json!([attempt, "completed", null, null, null, 0, false]))
-                    })
-                    .collect();
+                let outcomes: serde_json::Map<String, serde_json::Value> =
+                    jobs.iter().map(|(id, attempt)| (id.clone(), serde_json::json!(attempt))).collect();
                 let ids: Vec<String> = jobs.into_iter().map(|(id, _)| id).collect();
                 let done = query(&finish)
                     .bind(&ids)

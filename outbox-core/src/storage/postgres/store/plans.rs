@@ -9,7 +9,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 use super::claim::{
     CLAIM_ONE, CLAIM_ONE_AFTER, CLAIM_QUEUES, CLAIM_QUEUES_AFTER, PROMOTE, PROMOTE_PER_CLAIM, QUEUES, RUNNING,
 };
-use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, outcomes};
+use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, FINISH_PLAIN, outcomes};
 use super::{EXTEND, RESCUE};
 use crate::error::{Error, Result};
 use crate::storage::{Backend, Finished, Keep, Outcome};
@@ -44,10 +44,10 @@ fn texts(items: &[String]) -> String {
     format!("ARRAY[{}]::text[]", items.iter().map(|s| text(s)).collect::<Vec<_>>().join(", "))
 }
 
-/// The literals of a finish statement's ids (`$1`) and outcomes (`$2`) for `batch`.
-fn outcome_literals(batch: &[Finished]) -> (String, String) {
-    let (ids, map, _) = outcomes(batch);
-    (texts(&ids), format!("{}::jsonb", text(&map.to_string())))
+/// The literals of a finish statement's ids (`$1`) and outcomes (`$2`) for `batch`, and the statement.
+fn outcome_literals(batch: &[Finished], batched: bool) -> (String, String, &'static str) {
+    let (ids, map, sql) = outcomes(batch, batched);
+    (texts(&ids), format!("{}::jsonb", text(&map.to_string())), sql)
 }
 
 /// Inserts `n` pending jobs of kind `probe`, their ids in the order of their rows as time-ordered ids are.
@@ -129,8 +129,12 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
             keep: [Keep::Row, Keep::Nothing, Keep::Archive][n % 3],
         })
         .collect();
-    let (ids, map) = outcome_literals(&batch);
-    let (one_id, one_map) = outcome_literals(&batch[..1]);
+    let (ids, map, sql) = outcome_literals(&batch, true);
+    assert_eq!(sql, FINISH_DISCARDING, "a batch with completions kept nowhere deletes them");
+    let (one_id, one_map, _) = outcome_literals(&batch[..1], false);
+    let kept: Vec<Finished> = batch.iter().map(|f| Finished { keep: Keep::Row, ..f.clone() }).collect();
+    let (plain_ids, plain_map, sql) = outcome_literals(&kept, true);
+    assert_eq!(sql, FINISH_PLAIN, "completions without output, all kept");
 
     // The claimer's and the writer's statements, in both kinds of plan.
     let planned_once = [
@@ -176,6 +180,11 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
         ),
         ("letting scheduled jobs in", PROMOTE, vec![now.clone(), PROMOTE_PER_CLAIM.to_string()]),
         ("a completion", FINISH, vec![ids.clone(), map.clone(), now.clone(), w.clone(), claims.clone()]),
+        (
+            "a completion of plain ones",
+            FINISH_PLAIN,
+            vec![plain_ids, plain_map, now.clone(), w.clone(), claims.clone()],
+        ),
         (
             "a completion that deletes",
             FINISH_DISCARDING,
