@@ -149,9 +149,14 @@ pub(super) const RESCUE: &str = concat!(
 /// half of the sweep.
 /// Only a sequence none of whose jobs is running or free to run is a candidate: a sequence moving on its own
 /// is never locked here, so the sweep does not contend with the release of its next job.
-const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT w.sequence_key AS k FROM outbox_jobs w \
-     WHERE w.status = 'pending' AND w.waiting AND NOT EXISTS (SELECT 1 FROM outbox_jobs c \
-     WHERE c.sequence_key = w.sequence_key AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
+///
+/// Every job it reads holds its sequence (`blocks`): a waiting job is a pending one of a sequence, as is a running
+/// or free one. Saying so lets it read the index of such jobs alone. Without it, no index served `waiting`, and
+/// every rescue read the whole table: 4 ms over 20,000 unsequenced pending jobs, before a worker's first claim.
+pub(super) const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT w.sequence_key AS k FROM outbox_jobs w \
+     WHERE w.blocks AND w.status = 'pending' AND w.waiting AND NOT EXISTS (SELECT 1 FROM outbox_jobs c \
+     WHERE c.sequence_key = w.sequence_key AND c.blocks \
+     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
      ORDER BY 1) s \
      WHERE pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0))";
 
@@ -160,10 +165,10 @@ const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT w.sequence_k
 /// or free to run (a job retried after its sequence went on waits for the later one that runs). The release triggers skip a
 /// sequence an enqueuing transaction holds, and a transaction that enqueued under an older snapshot
 /// (`REPEATABLE READ`) may have seen a job ahead that has finished since; the sweep catches both.
-const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
+pub(super) const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
      WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks \
      ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
-     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k \
+     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k AND c.blocks \
      AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))";
 
 /// The worker's own connections: claims, the completion writer, renewals and rescues.

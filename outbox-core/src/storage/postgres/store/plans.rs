@@ -10,7 +10,7 @@ use super::claim::{
     CLAIM_ONE, CLAIM_ONE_AFTER, CLAIM_QUEUES, CLAIM_QUEUES_AFTER, PROMOTE, PROMOTE_PER_CLAIM, QUEUES, RUNNING,
 };
 use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, FINISH_PLAIN, outcomes};
-use super::{EXTEND, RESCUE};
+use super::{EXTEND, RESCUE, SWEEP, SWEEP_LOCK};
 use crate::error::{Error, Result};
 use crate::storage::{Backend, Finished, Keep, Outcome};
 
@@ -200,7 +200,9 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
     reads_by_id(db, "a lease renewal", EXTEND, &[lease.clone(), w.clone(), ids], false).await?;
     reads_by_id(db, "a limited kind's running jobs", RUNNING, &[text("probe")], false).await?;
     reads_by_id(db, "the queues of ready jobs", QUEUES, std::slice::from_ref(&kinds), false).await?;
-    reads_by_id(db, "a rescue", RESCUE, &[now], false).await
+    reads_by_id(db, "a rescue", RESCUE, &[now], false).await?;
+    reads_by_id(db, "the sweep's waiting sequences", SWEEP_LOCK, &[text("public")], false).await?;
+    reads_by_id(db, "the sweep", SWEEP, &[texts(&["k".to_owned()])], false).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
