@@ -122,12 +122,12 @@ pub(crate) async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRu
                  sum(cardinality(jobs)) OVER (ORDER BY at, ctid) - cardinality(jobs) AS before FROM (SELECT ctid, \
                  at, jobs FROM outbox_finished WHERE at < {newest_ts} ORDER BY at LIMIT {limit}) w) t \
                  WHERE before < {limit})) RETURNING jobs), \
-                 l AS (SELECT DISTINCT unnest(jobs) AS id FROM r), \
-                 d AS (DELETE FROM outbox_jobs j WHERE j.id = ANY(ARRAY(SELECT id FROM l)) AND {condition} \
+                 listed AS (SELECT DISTINCT unnest(jobs) AS id FROM r), \
+                 d AS (DELETE FROM outbox_jobs j WHERE j.id = ANY(ARRAY(SELECT id FROM listed)) AND {condition} \
                  RETURNING j.id), \
                  k AS (SELECT j.id, CASE WHEN j.finished_at < {own_ts} THEN {now_ts} ELSE LEAST({now_ts}, \
                  j.finished_at + ({newest} - {own}) * INTERVAL '1 millisecond') END AS at FROM outbox_jobs j \
-                 WHERE j.id = ANY(ARRAY(SELECT id FROM l)) AND j.finished_at IS NOT NULL \
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM listed)) AND j.finished_at IS NOT NULL \
                  AND NOT EXISTS (SELECT 1 FROM d WHERE d.id = j.id)), \
                  a AS (INSERT INTO outbox_finished (at, jobs) SELECT at, array_agg(id ORDER BY id) FROM k GROUP BY at) \
                  SELECT (SELECT count(*) FROM d), (SELECT COALESCE(sum(cardinality(jobs)), 0) FROM r)::int8",

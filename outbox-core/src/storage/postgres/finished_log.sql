@@ -3,13 +3,14 @@
 -- job's life wrote at claims of 500 (`outbox-bench --case process`, WAL by relation). A worker's completion
 -- statement now writes one row here listing the jobs it completed (`store/complete.rs`), as its feed row does.
 --
--- A row says that its jobs finished, or last changed while finished, at `at`: every job whose status is finished
--- is listed by a row whose `at` is at or before its `finished_at`. Retention (`storage/retention.rs`) reads the
--- rows older than its latest cutoff, oldest first, deletes each row and the jobs it lists that are due, and lists
--- the ones kept (a kind kept longer, the latest completed job of a sequence, a job holding its sequence) in a new
--- row at the time of the pass, so that a job kept longer is looked at once per age, not at every pass. A job
--- listed more than once (finished, retried, finished again) is looked at for each listing; a listing of a job that
--- is gone, or no longer finished, is dropped. The readers of recent work read the rows since their window opened.
+-- A row lists jobs that finished, or last changed while finished, at `at` (or, listed again by retention, earlier):
+-- every job whose status is finished is listed by a row whose `at` is at or after its `finished_at`. Retention
+-- (`storage/retention.rs`) reads the rows older than its latest cutoff, oldest first, deletes each row and the jobs
+-- it lists that are due, and lists the ones it keeps again in a new row: a job of a kind or status kept longer at
+-- the time it comes due, the latest completed job of a sequence and a job holding its sequence at the time of the
+-- pass, so that a job kept longer is looked at once per age, not at every pass. A job listed more than once
+-- (finished, retried, finished again) is looked at for each listing; a listing of a job that is gone, or no longer
+-- finished, is dropped. The readers of recent work read the rows since their window opened.
 CREATE TABLE outbox_finished (
     at timestamptz NOT NULL,
     jobs text[] NOT NULL
