@@ -79,13 +79,20 @@ async fn size_mb(db: &DatabaseConnection) -> Result<f64, BoxError> {
 }
 
 /// The database's size after the drain, then after the completed jobs are deleted (as retention does a day
-/// later) and the space is given back (`VACUUM`; `VACUUM FULL` on PostgreSQL), MiB.
+/// later, with PostgreSQL's rows of the log of finished jobs that list them) and the space is given back
+/// (`VACUUM`; `VACUUM FULL` on PostgreSQL), MiB.
 pub(crate) async fn sizes(prepared: &Prepared, sync: SyncMode) -> Result<(f64, f64), BoxError> {
     let db = scratch::connect(&prepared.location, sync).await?;
     let drained = size_mb(&db).await?;
     db.execute_unprepared("DELETE FROM outbox_jobs WHERE status = 'completed'").await?;
     let vacuum = match db.get_database_backend() {
-        DbBackend::Postgres => "VACUUM FULL outbox_jobs",
+        DbBackend::Postgres => {
+            db.execute_unprepared(
+                "DELETE FROM outbox_finished f WHERE NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.id = ANY(f.jobs))",
+            )
+            .await?;
+            "VACUUM FULL outbox_jobs, outbox_finished"
+        }
         _ => "VACUUM",
     };
     db.execute_unprepared(vacuum).await?;

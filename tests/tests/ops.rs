@@ -65,6 +65,11 @@ async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
         ops::purge(&t.db, &[JobStatus::Completed, JobStatus::Failed], Duration::from_secs(3600)).await.expect("purge");
     assert_eq!(n, 1);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 2);
+    if t.backend == Backend::Postgres {
+        let gone = "SELECT COUNT(*) FROM outbox_finished f \
+                    WHERE NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.id = ANY(f.jobs))";
+        assert_eq!(scalar(&t.db, gone).await, 0, "the log still lists the purged job");
+    }
     assert_eq!(
         scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE job_id NOT IN (SELECT id FROM outbox_jobs)").await,
         0

@@ -201,8 +201,9 @@ pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now:
 }
 
 /// Deletes terminal jobs of the given statuses last changed before `before` (archived ones too), and workers'
-/// feed rows as old. An operator's command: on PostgreSQL it reads the whole jobs table, whose log of finished
-/// jobs (`finished_log.sql`) lists a job kept past retention's cutoff at a later time than it finished.
+/// feed rows as old, and on PostgreSQL the rows of the log of finished jobs as old that list only jobs gone. An
+/// operator's command: on PostgreSQL it reads the whole jobs table, whose log of finished jobs
+/// (`finished_log.sql`) lists a job kept past retention's cutoff at a later time than it finished.
 pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64> {
     let terminal: Vec<&str> = statuses.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
     if terminal.is_empty() {
@@ -216,6 +217,18 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
         format!("DELETE FROM outbox_jobs WHERE status IN ({}) AND updated_at < {cutoff} {HELD_KEPT}", marks.join(", "));
     let res = execute_write(conn, b.stmt(sql, p.0), || "purging finished jobs".into()).await?;
     let mut purged = res.rows_affected();
+    // PostgreSQL's log of finished jobs: the rows as old that list only jobs gone now. A row that lists a job still
+    // here stays, for retention to find it.
+    #[cfg(feature = "postgres")]
+    if matches!(b, Backend::Postgres) {
+        let sql = format!(
+            "DELETE FROM outbox_finished f WHERE f.at < {} \
+             AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.id = ANY(f.jobs))",
+            b.ts("$1")
+        );
+        let listed = || "purging the log's rows of purged jobs".into();
+        execute_write(conn, b.stmt(sql, vec![Value::from(before)]), listed).await?;
+    }
     if terminal.contains(&"completed") {
         for table in super::archive::tables(conn).await? {
             let sql = format!("DELETE FROM \"{table}\" WHERE updated_at < {}", b.ts("$1"));
