@@ -11,8 +11,7 @@
 //! claim updates its rows in place (`hot_claim.sql`; nothing on SQLite), one leaving room on each page for a job's
 //! claimed and completed versions (`room_for_both.sql`; nothing on SQLite), one finding PostgreSQL's finished jobs
 //! through a log of when they finished rather than an index of the jobs (`finished_log.sql`; nothing on SQLite),
-//! and the refusal of a database created
-//! by a build from before them.
+//! and the refusal of a database created by a build from before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 

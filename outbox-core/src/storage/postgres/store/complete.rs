@@ -208,13 +208,14 @@ pub(super) const FINISH_ONE: &str = finish_sql!(single);
 /// The ids of one finish statement and their outcomes keyed by id, as [`outcome!`] reads them (or, for
 /// [`FINISH_PLAIN`], their attempts); the statement that writes them, batched or alone.
 pub(super) fn outcomes(batch: &[Finished], batched: bool) -> (Vec<String>, serde_json::Value, &'static str) {
-    let now = crate::storage::now_ms();
     let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
     let plain = |f: &Finished| matches!(f.outcome, Outcome::Completed { output: None }) && !f.discards();
     if batched && batch.iter().all(plain) {
         let map = batch.iter().map(|f| (f.id.clone(), serde_json::Value::from(f.attempt))).collect();
         return (ids, serde_json::Value::Object(map), FINISH_PLAIN);
     }
+    // The time a released job runs again; plain completions have none.
+    let now = crate::storage::now_ms();
     let mut map = serde_json::Map::with_capacity(batch.len());
     let mut discarding = false;
     for f in batch {
