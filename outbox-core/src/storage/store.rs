@@ -71,6 +71,11 @@ pub(crate) trait WorkerStore: Send + Sync {
     /// wake-up reaches the loop without a hop between threads. Where the wake-ups come another way, nothing.
     fn listen(&self) {}
 
+    /// Starts opening the store's connections, each on the runtime that will use it, beside the worker's other
+    /// start-up steps rather than one after another at first use. Where connections are opened up front,
+    /// nothing.
+    fn open(&self) {}
+
     /// Closes the store's connections once its outcomes are flushed; the worker is stopping. Where a
     /// connection closes with its last handle, nothing to do.
     fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {

@@ -67,6 +67,7 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
     let background = lp.worker.background.take().ok_or(crate::error::Error::WorkerStopped)?;
     // Wake-ups from other processes arrive on this runtime, where the loop they wake runs.
     lp.worker.store.listen();
+    lp.worker.store.open();
     let presence = Presence::start(&lp.worker, &background, Arc::clone(&lp.running));
     for (name, step) in std::mem::take(&mut lp.worker.on_start) {
         tracing::info!(worker = %lp.worker.id, step = %name, "running a start-up step");

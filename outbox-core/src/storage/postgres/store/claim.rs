@@ -26,24 +26,28 @@ macro_rules! claim_sql {
     // ended (`$7` priority, `$8` run time, `$9` id; see [`Cursor`]).
     (one $after:expr) => {
         claim_sql!(@claim concat!(
-            "SELECT id FROM outbox_jobs WHERE open AND status = 'pending' \
+            "SELECT ctid FROM outbox_jobs WHERE open AND status = 'pending' \
              AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= ",
             ts!("$2"),
             $after,
             " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
         ))
     };
-    // The picked rows are updated by `id = ANY(...)`, one primary key lookup each, and listed with their lease
-    // in one row of `outbox_claims` (see `claims.sql`), whose id each returned row carries. Joined to the table
-    // (`FROM c WHERE j.id = c.id`), a claim of more than about 230 jobs was planned as a hash join over a scan
-    // of all of it (see `finish_sql!` in `complete.rs`).
+    // The picked rows are updated where their lock found them (`ctid = ANY(...)`, a TID scan), and listed with
+    // their lease in one row of `outbox_claims` (see `claims.sql`), whose id each returned row carries. Found
+    // again by id, each cost a primary key lookup (about a sixth of a claim of 500 in the server, measured);
+    // joined to the table (`FROM c WHERE j.id = c.id`), a claim of more than about 230 jobs was planned as a
+    // hash join over a scan of all of it (see `finish_sql!` in `complete.rs`). A row changed by another
+    // transaction after this statement's snapshot was taken is locked in its newest version, which the snapshot
+    // does not see: the update passes over it, so it stays as it is, unclaimed, its lock gone with the commit,
+    // for the next claim.
     (@claim $pick:expr) => {
         concat!(
             "WITH c AS MATERIALIZED (",
             $pick,
             "), u AS (UPDATE outbox_jobs j SET ",
             claim_sql!(@set),
-            ", event_flip = NOT j.event_flip WHERE j.id = ANY(ARRAY(SELECT id FROM c)) \
+            ", event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) \
              RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, \
              j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, \
              (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms), \
@@ -61,8 +65,8 @@ macro_rules! claim_sql {
     // commits.
     (@pick $after:expr) => {
         concat!(
-            "SELECT p.id FROM unnest($4::text[]) AS k(kind) CROSS JOIN unnest($6::text[]) AS q(queue) \
-             CROSS JOIN LATERAL (SELECT id, priority, run_at FROM outbox_jobs \
+            "SELECT p.ctid FROM unnest($4::text[]) AS k(kind) CROSS JOIN unnest($6::text[]) AS q(queue) \
+             CROSS JOIN LATERAL (SELECT ctid, id, priority, run_at FROM outbox_jobs \
              WHERE open AND status = 'pending' AND queue = q.queue AND kind = k.kind \
              AND run_at <= ",
             ts!("$2"),

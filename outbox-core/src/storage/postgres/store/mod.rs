@@ -521,19 +521,37 @@ impl WorkerStore for PgStore {
     /// worker has written its outcomes by then.
     fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
-            self.inner.claim_pool.close().await;
-            let closed = self
-                .on_bg(|inner| async move {
-                    inner.stop_listening();
-                    inner.pool.close().await;
-                    inner.write_pool.close().await;
-                    Ok(())
-                })
-                .await;
+            // Side by side: each waits for its server to end the session.
+            let others = self.on_bg(|inner| async move {
+                inner.stop_listening();
+                tokio::join!(inner.pool.close(), inner.write_pool.close());
+                Ok(())
+            });
+            let ((), closed) = tokio::join!(self.inner.claim_pool.close(), others);
             if let Err(e) = closed {
                 tracing::debug!(worker = %self.inner.config.worker_id, error = %e, "closing the worker's connections failed");
             }
         })
+    }
+
+    /// Each connection took about 3 ms to open here (its server process, its first catalog reads), and the rescue
+    /// before the first claim, the claim and the first write each opened theirs when they came to it: a third of a
+    /// worker's time to its first claim (`process`, 20,000 jobs). The claim connection opens on the calling runtime
+    /// (the loop's), the others on the background runtime, where they live; a call that comes first waits for
+    /// the connection being opened rather than opening another.
+    fn open(&self) {
+        let inner = &self.inner;
+        let worker = inner.config.worker_id.clone();
+        let opened = |role: &'static str, pool: PgPool, worker: String| async move {
+            if let Err(e) = pool.acquire().await {
+                tracing::debug!(worker, role, error = %e, "opening a connection ahead of its first use failed");
+            }
+        };
+        if inner.config.limited.is_empty() {
+            tokio::spawn(opened("claim", inner.claim_pool.clone(), worker.clone()));
+        }
+        inner.bg.spawn(opened("worker", inner.pool.clone(), worker.clone()));
+        inner.bg.spawn(opened("writer", inner.write_pool.clone(), worker));
     }
 
     fn listen(&self) {
@@ -563,8 +581,11 @@ async fn rescue(inner: &Inner, now: i64) -> Result<Vec<Rescued>> {
 /// Lets go jobs stranded behind sequences that moved on, and puts claims whose lease ran out before `now`
 /// back to pending (or failed, with no attempts left); the rescued claims.
 pub(in crate::storage::postgres) async fn rescue_on(pool: &PgPool, schema: &str, now: i64) -> Result<Vec<Rescued>> {
-    let released = retrying("letting waiting sequences go", || async {
-        let mut tx = pool.begin().await?;
+    // Both on one connection: one returned to the pool is free again only after a task the pool spawns has run,
+    // so the rescue, run on the pool right after the sweep, opened a second connection of its own.
+    let (released, rows) = retrying("letting waiting sequences go and rescuing expired claims", || async {
+        let mut conn = pool.acquire().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let keys: Option<Vec<String>> = sqlx::query_scalar(SWEEP_LOCK).bind(schema).fetch_one(&mut *tx).await?;
         let released = match keys {
             Some(keys) => {
@@ -577,29 +598,27 @@ pub(in crate::storage::postgres) async fn rescue_on(pool: &PgPool, schema: &str,
             None => 0,
         };
         tx.commit().await?;
-        Ok(released)
+        let rows = sqlx::query(RESCUE).bind(now).fetch_all(&mut *conn).await?;
+        Ok((released, rows))
     })
     .await?;
     if released > 0 {
         tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
         wake::wake();
     }
-    retrying("rescuing expired claims", || async {
-        let rows = sqlx::query(RESCUE).bind(now).fetch_all(pool).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Rescued {
-                    id: row.try_get(0)?,
-                    kind: row.try_get(1)?,
-                    queue: row.try_get(2)?,
-                    attempt: row.try_get(3)?,
-                    status: row.try_get(4)?,
-                    previous_owner: row.try_get(5)?,
-                })
+    rows.iter()
+        .map(|row| {
+            Ok(Rescued {
+                id: row.try_get(0)?,
+                kind: row.try_get(1)?,
+                queue: row.try_get(2)?,
+                attempt: row.try_get(3)?,
+                status: row.try_get(4)?,
+                previous_owner: row.try_get(5)?,
             })
-            .collect()
-    })
-    .await
+        })
+        .collect::<std::result::Result<_, sqlx::Error>>()
+        .map_err(Error::db("reading rescued claims"))
 }
 
 pub(super) async fn retrying<T, F, Fut>(what: &str, mut call: F) -> Result<T>

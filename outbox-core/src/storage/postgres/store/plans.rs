@@ -20,16 +20,16 @@ const TABLE: usize = 30_000;
 /// table were planned as a hash join over a scan of all of it.
 const BATCH: usize = 600;
 
-/// The table scans of `plan` (`EXPLAIN (FORMAT JSON)`), by relation.
-fn table_scans(plan: &serde_json::Value, found: &mut Vec<String>) {
+/// The relations `plan` (`EXPLAIN (FORMAT JSON)`) reads with nodes of type `node` (`Seq Scan`, `Tid Scan`).
+fn scans(plan: &serde_json::Value, node: &str, found: &mut Vec<String>) {
     match plan {
-        serde_json::Value::Object(node) => {
-            if node.get("Node Type").and_then(|t| t.as_str()) == Some("Seq Scan") {
-                found.push(node.get("Relation Name").and_then(|r| r.as_str()).unwrap_or("?").to_owned());
+        serde_json::Value::Object(n) => {
+            if n.get("Node Type").and_then(|t| t.as_str()) == Some(node) {
+                found.push(n.get("Relation Name").and_then(|r| r.as_str()).unwrap_or("?").to_owned());
             }
-            node.values().for_each(|v| table_scans(v, found));
+            n.values().for_each(|v| scans(v, node, found));
         }
-        serde_json::Value::Array(items) => items.iter().for_each(|v| table_scans(v, found)),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| scans(v, node, found)),
         _ => {}
     }
 }
@@ -64,7 +64,14 @@ async fn insert_jobs(db: &DatabaseConnection, n: usize) -> Result<()> {
 
 /// Fails when `sql`, prepared and run with the literals `args`, is planned to scan `outbox_jobs` whole: planned
 /// for those values (`generic` false), or once for any (`generic`), as the worker's claimer and writer plan it.
-async fn reads_by_id(db: &DatabaseConnection, what: &str, sql: &str, args: &[String], generic: bool) -> Result<()> {
+/// The plan.
+async fn reads_by_id(
+    db: &DatabaseConnection,
+    what: &str,
+    sql: &str,
+    args: &[String],
+    generic: bool,
+) -> Result<serde_json::Value> {
     let mode = if generic { "force_generic_plan" } else { "force_custom_plan" };
     let what = format!("{what} ({mode})");
     let mut conn = db.get_postgres_connection_pool().acquire().await.map_err(Error::db("connecting"))?;
@@ -81,10 +88,10 @@ async fn reads_by_id(db: &DatabaseConnection, what: &str, sql: &str, args: &[Str
         .map_err(Error::db("deallocating"))?;
     let row = row.map_err(Error::db(format!("explaining {what}")))?;
     let plan: serde_json::Value = row.try_get(0).map_err(Error::db(format!("reading the plan of {what}")))?;
-    let mut scans = Vec::new();
-    table_scans(&plan, &mut scans);
-    assert!(!scans.iter().any(|r| r == "outbox_jobs"), "{what} scans the whole jobs table: {plan}");
-    Ok(())
+    let mut whole = Vec::new();
+    scans(&plan, "Seq Scan", &mut whole);
+    assert!(!whole.iter().any(|r| r == "outbox_jobs"), "{what} scans the whole jobs table: {plan}");
+    Ok(plan)
 }
 
 async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
@@ -194,7 +201,13 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
     ];
     for (what, sql, args) in &planned_once {
         for generic in [false, true] {
-            reads_by_id(db, what, sql, args, generic).await?;
+            let plan = reads_by_id(db, what, sql, args, generic).await?;
+            // A claim updates the rows it locked where the lock found them, not by a second lookup of each id.
+            if what.starts_with("a claim") {
+                let mut by_tid = Vec::new();
+                scans(&plan, "Tid Scan", &mut by_tid);
+                assert_eq!(by_tid, ["outbox_jobs"], "{what} does not update its rows by their ctid: {plan}");
+            }
         }
     }
     reads_by_id(db, "a lease renewal", EXTEND, &[lease.clone(), w.clone(), ids], false).await?;
@@ -202,7 +215,8 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
     reads_by_id(db, "the queues of ready jobs", QUEUES, std::slice::from_ref(&kinds), false).await?;
     reads_by_id(db, "a rescue", RESCUE, &[now], false).await?;
     reads_by_id(db, "the sweep's waiting sequences", SWEEP_LOCK, &[text("public")], false).await?;
-    reads_by_id(db, "the sweep", SWEEP, &[texts(&["k".to_owned()])], false).await
+    reads_by_id(db, "the sweep", SWEEP, &[texts(&["k".to_owned()])], false).await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
