@@ -119,12 +119,12 @@ fn push_json_row(rows: &mut String, row: &JobRow) {
 /// order, with their claim's row (its lease) and their `claimed` feed row written by the same statement.
 fn claim_sql() -> String {
     format!(
-        "WITH c AS MATERIALIZED (SELECT id FROM outbox_jobs WHERE open AND status = 'pending' \
+        "WITH c AS MATERIALIZED (SELECT ctid FROM outbox_jobs WHERE open AND status = 'pending' \
          AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= {now} \
          ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED), \
          u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, \
          locked_by = $1, locked_at = {now}, claimed_at = {now}, lease_expires_at = {lease}, updated_at = {now}, \
-         event_flip = NOT j.event_flip WHERE j.id = ANY(ARRAY(SELECT id FROM c)) \
+         event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) \
          RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, \
          j.runs), \
          l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, {lease}, array_agg(id) FROM u \
