@@ -36,6 +36,18 @@ pub(crate) async fn finish(db: &DatabaseConnection, owner: &str, finished: Finis
     }
 }
 
+/// Writes `batch` as a worker's completion writer does, in one statement of its batched form, fenced by `owner`
+/// and each outcome's attempt; which it wrote, in order. For the conformance suite.
+#[cfg(test)]
+pub(crate) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
+    match Backend::of(db)? {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => super::sqlite::finish_batch(db, owner, batch).await,
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => super::postgres::finish_batch(db, owner, batch).await,
+    }
+}
+
 /// Extends one claim's lease to `until` (never shortening it), fenced the same way; false when the fence held.
 /// The row is found by id, as the worker's renewals find theirs (`status || ''`, see `EXTEND` in
 /// `postgres/store/mod.rs`).

@@ -178,6 +178,7 @@ driver_tests!(
     remote_claim_takes_due_jobs_of_its_kinds_and_queues,
     remote_claim_honours_limits_and_sequences,
     remote_finish_is_fenced,
+    a_batch_of_plain_completions_is_fenced,
     remote_extend_is_fenced_and_never_shortens,
     refuse_legacy_refuses_an_old_schema,
     store_claims_and_finishes,
@@ -1048,6 +1049,32 @@ async fn remote_finish_is_fenced(db: &DatabaseConnection) -> Result<()> {
         (b.status, b.attempts, b.last_error.as_deref(), b.run_at),
         (JobStatus::Pending, 1, Some("later"), from_ms(now + 60_000))
     );
+    Ok(())
+}
+
+/// A worker's batch of completions without output (each backend's plain statement) lands only for the claims it
+/// holds: the right owner and the attempt claimed, once.
+async fn a_batch_of_plain_completions_is_fenced(db: &DatabaseConnection) -> Result<()> {
+    let now = super::now_ms();
+    add(db, &[job("a"), job("b"), job("c"), job("d")]).await?;
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?.len(), 4);
+    let plain = |id: &str, attempt: i32| finished(id, attempt, Outcome::Completed { output: None });
+    let written = remote::finish_batch(db, "r", vec![plain("a", 1), plain("b", 2)]).await?;
+    assert_eq!(written, [true, false], "`b` was claimed for its first attempt");
+    let written = remote::finish_batch(db, "other", vec![plain("c", 1), plain("d", 1)]).await?;
+    assert_eq!(written, [false, false], "`c` and `d` are claimed by `r`");
+    for id in ["b", "c", "d"] {
+        assert_eq!(get(db, id).await?.status, JobStatus::Claimed, "`{id}`");
+    }
+    let a = get(db, "a").await?;
+    assert_eq!((a.status, a.output, a.lease_expires_at, a.attempts), (JobStatus::Completed, None, None, 1));
+    assert!(a.completed_at.is_some());
+    let written =
+        remote::finish_batch(db, "r", vec![plain("b", 1), plain("c", 1), plain("d", 1), plain("a", 1)]).await?;
+    assert_eq!(written, [true, true, true, false], "`a` was written already");
+    for id in ["b", "c", "d"] {
+        assert_eq!(get(db, id).await?.status, JobStatus::Completed, "`{id}`");
+    }
     Ok(())
 }
 

@@ -164,6 +164,14 @@ pub(super) async fn remote_claim(
 }
 
 /// A remote worker's outcome, fenced like the in-process worker's.
+#[cfg(test)]
+pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
+    let pool = db.get_postgres_connection_pool();
+    let written =
+        store::retrying("writing a batch of outcomes", || store::write_batch(pool, owner, &batch, true, &[])).await?;
+    Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
+}
+
 pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
     let pool = db.get_postgres_connection_pool();
     let batch = std::slice::from_ref(&finished);

@@ -254,6 +254,15 @@ pub(super) async fn remote_claim(
     Ok(jobs)
 }
 
+#[cfg(test)]
+pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
+    let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), limits: Vec::new(), queues: None };
+    on_own_connection(store_config(db, opts).await?, "writing a batch of outcomes", move |tx, config| {
+        store::write_finished(tx, &config.worker_id, &batch, super::now_ms())
+    })
+    .await
+}
+
 pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
     let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), limits: Vec::new(), queues: None };
     on_own_connection(store_config(db, opts).await?, "writing a remote worker's outcome", move |tx, config| {

@@ -68,6 +68,16 @@ const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', att
      AND outbox_jobs.attempts = f.value ->> 'a' \
      RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
 
+/// A batch of completions without output, every job kept: [`FINISH_BATCH`]'s columns for them, each job read from
+/// `?1`, an object of attempts by id, its attempt the only value the statement looks up. [`FINISH_BATCH`] reads
+/// ten values out of each job's object (`json` functions were a tenth of the worker connection's time in `process`).
+const FINISH_PLAIN: &str = "UPDATE outbox_jobs SET status = 'completed', output = NULL, completed_at = ?3, \
+     scheduled = 0, lease_expires_at = NULL, updated_at = ?3, event_flip = 1 - event_flip \
+     FROM jsonb_each(?1) AS f \
+     WHERE outbox_jobs.id = f.key AND outbox_jobs.status = 'claimed' AND outbox_jobs.locked_by = ?2 \
+     AND outbox_jobs.attempts = f.value \
+     RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
+
 /// The completions of a batch whose kind keeps nothing (`d`), each fenced as in [`FINISH_BATCH`]: deleted
 /// instead of updated, unless the job has a sequence key (then [`FINISH_BATCH`] completes it as usual). The
 /// deletion leaves the job's events (see `keep.sql`); the batch's feed row records the completion. It returns
@@ -110,15 +120,35 @@ const ARCHIVE_BATCH: &str = concat!(
 const ARCHIVE_ONE: &str = concat!(archived!("?4", "?5"), "FROM outbox_jobs ", fence!(), " AND sequence_key IS NULL");
 
 fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
-    let rows: Vec<BatchRow<'_>> = batch
-        .iter()
-        .map(|f| {
-            let c = f.outcome.columns(now);
-            let (d, k) = (f.discards(), f.archives());
-            BatchRow { i: &f.id, a: f.attempt, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at, d, k }
-        })
-        .collect();
-    let json = serde_json::to_string(&rows).map_err(|e| Error::Internal(format!("encoding finished jobs: {e}")))?;
+    let encoded = |e: serde_json::Error| Error::Internal(format!("encoding finished jobs: {e}"));
+    let plain = batch.iter().all(|f| matches!(f.outcome, Outcome::Completed { output: None }) && !f.discards());
+    // The outcomes as the statement reads them, and whether any are deleted or archived.
+    let (json, discards, archives) = if plain {
+        let attempts: serde_json::Map<String, serde_json::Value> =
+            batch.iter().map(|f| (f.id.clone(), f.attempt.into())).collect();
+        (serde_json::to_string(&attempts).map_err(encoded)?, false, false)
+    } else {
+        let rows: Vec<BatchRow<'_>> = batch
+            .iter()
+            .map(|f| {
+                let c = f.outcome.columns(now);
+                let (d, k) = (f.discards(), f.archives());
+                BatchRow {
+                    i: &f.id,
+                    a: f.attempt,
+                    s: c.status,
+                    g: c.give_back,
+                    o: c.output,
+                    e: c.error,
+                    r: c.run_at,
+                    d,
+                    k,
+                }
+            })
+            .collect();
+        let (d, k) = (rows.iter().any(|r| r.d), rows.iter().any(|r| r.k));
+        (serde_json::to_string(&rows).map_err(encoded)?, d, k)
+    };
     let ctx = || Error::db("writing finished jobs");
     let mut written = std::collections::HashSet::with_capacity(batch.len());
     let mut completed: Vec<(String, String, String, i32)> = Vec::with_capacity(batch.len());
@@ -139,15 +169,15 @@ fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Re
         }
         Ok(())
     };
-    if rows.iter().any(|r| r.k) {
+    if archives {
         tx.prepare_cached(ARCHIVE_BATCH)
             .and_then(|mut s| s.execute(params![json, owner, now]))
             .map_err(Error::db("archiving completed jobs"))?;
     }
-    if rows.iter().any(|r| r.d) {
+    if discards {
         apply(DISCARD_BATCH, params![json, owner])?;
     }
-    apply(FINISH_BATCH, params![json, owner, now])?;
+    apply(if plain { FINISH_PLAIN } else { FINISH_BATCH }, params![json, owner, now])?;
     insert_batch_event(tx, "completed", owner, now, &completed)?;
     Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
 }
