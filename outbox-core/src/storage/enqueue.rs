@@ -60,16 +60,22 @@ fn statements<'a, 'j>(jobs: &'a [&'j NewJob], rows: usize, bytes: usize) -> Vec<
 /// (one writer at a time, so places are taken in commit order), on PostgreSQL in the insert trigger, under the
 /// sequence's advisory lock.
 fn push_row(b: Backend, sql: &mut String, values: &mut Vec<Value>, job: &NewJob) {
-    use std::fmt::Write;
+    // On SQLite every value is a bare `?` (its wrappers leave a placeholder as it is), written without the two
+    // strings a wrapped placeholder costs: a batch of 1,000 jobs made 28,000 of them.
     let mut mark = |sql: &mut String, value: Value, wrap: fn(Backend, &str) -> String| {
         values.push(value);
-        let p = match b {
+        match b {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => "?".to_owned(),
+            Backend::Sqlite => {
+                let _ = wrap;
+                sql.push_str("?, ");
+            }
             #[cfg(feature = "postgres")]
-            Backend::Postgres => format!("${}", values.len()),
-        };
-        let _ = write!(sql, "{}, ", wrap(b, &p));
+            Backend::Postgres => {
+                sql.push_str(&wrap(b, &format!("${}", values.len())));
+                sql.push_str(", ");
+            }
+        }
     };
     let plain: fn(Backend, &str) -> String = |_, p| p.to_owned();
     sql.push('(');
