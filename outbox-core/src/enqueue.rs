@@ -335,11 +335,15 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
         slots.push(Slot::Row(rows.len()));
         rows.push(job);
     }
+    let inserted = storage::enqueue::insert_jobs(conn, &rows).await?;
+    // Nearly always every row went in (its ids are new, so `inserted` holds each at most once): then no set of
+    // them is needed to tell which.
+    let all_in = inserted.len() == rows.len();
     let written: std::collections::HashSet<String> =
-        storage::enqueue::insert_jobs(conn, &rows).await?.into_iter().collect();
+        if all_in { std::collections::HashSet::new() } else { inserted.into_iter().collect() };
     let mut resolved: Vec<Enqueued> = Vec::with_capacity(rows.len());
     for job in &rows {
-        if written.contains(&job.id) {
+        if all_in || written.contains(&job.id) {
             resolved.push(Enqueued::New(job.id.clone()));
             continue;
         }
@@ -361,9 +365,10 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
         alone[i] = Some(insert_or_collapse(conn, in_order[i].clone()).await?);
     }
     let alone: Vec<Enqueued> = alone.into_iter().flatten().collect();
-    let any_new = !written.is_empty() || alone.iter().any(|e| matches!(e, Enqueued::New(_)));
+    let new_rows = if all_in { rows.len() } else { written.len() };
+    let any_new = new_rows > 0 || alone.iter().any(|e| matches!(e, Enqueued::New(_)));
     if any_new {
-        tracing::debug!(kind = %kind.name(), jobs = written.len(), "job batch enqueued");
+        tracing::debug!(kind = %kind.name(), jobs = new_rows, "job batch enqueued");
         wake::wake();
     }
     Ok(slots
