@@ -23,6 +23,8 @@ pub(super) struct Presence {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     id: String,
+    /// Resolves once the entry's first write has ended (written or not).
+    first_write: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Presence {
@@ -44,8 +46,14 @@ impl Presence {
             expires_at: 0,
         };
         let stop = CancellationToken::new();
-        let task = background.spawn(refresh(background.db(), row, interval, running, stop.clone()));
-        Presence { stop, task, id: worker.id.clone() }
+        let (written, first_write) = tokio::sync::oneshot::channel();
+        let task = background.spawn(refresh(background.db(), row, interval, running, stop.clone(), written));
+        Presence { stop, task, id: worker.id.clone(), first_write: Some(first_write) }
+    }
+
+    /// What resolves once the entry's first write has ended, written or not; `None` after the first call.
+    pub(super) fn first_write(&mut self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.first_write.take()
     }
 
     /// Stops refreshing and removes the entry.
@@ -70,7 +78,9 @@ async fn refresh(
     interval: Duration,
     running: Arc<AtomicUsize>,
     stop: CancellationToken,
+    first_write: tokio::sync::oneshot::Sender<()>,
 ) {
+    let mut first_write = Some(first_write);
     loop {
         row.now = now_ms();
         row.expires_at = ms_after(row.now, interval * MISSED);
@@ -79,6 +89,9 @@ async fn refresh(
         let written: crate::error::Result<()> = storage::workers::upsert(conn, &row).await;
         if let Err(e) = written {
             tracing::warn!(worker = %row.id, error = %e, "refreshing the worker's registry entry failed");
+        }
+        if let Some(done) = first_write.take() {
+            let _ = done.send(());
         }
         tokio::select! {
             _ = stop.cancelled() => return,

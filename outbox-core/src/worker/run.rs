@@ -50,7 +50,12 @@ struct Loop {
     freed: bool,
     /// Handlers running, for the registry entry.
     running: Arc<AtomicUsize>,
+    /// The registry entry's first write, which the first claim waits for (see [`Loop::work`]).
+    registered: Option<tokio::sync::oneshot::Receiver<()>>,
 }
+
+/// How long the first claim waits for the registry entry's first write.
+const REGISTRY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool) -> Result<()> {
     let now = Instant::now();
@@ -62,13 +67,15 @@ pub(super) async fn run(worker: Worker, shutdown: CancellationToken, drain: bool
         in_flight: HashMap::new(),
         freed: false,
         running: Arc::default(),
+        registered: None,
     };
     tracing::info!(worker = %lp.worker.id, concurrency = lp.worker.config.concurrency, "worker started");
     let background = lp.worker.background.take().ok_or(crate::error::Error::WorkerStopped)?;
     // Wake-ups from other processes arrive on this runtime, where the loop they wake runs.
     lp.worker.store.listen();
     lp.worker.store.open();
-    let presence = Presence::start(&lp.worker, &background, Arc::clone(&lp.running));
+    let mut presence = Presence::start(&lp.worker, &background, Arc::clone(&lp.running));
+    lp.registered = presence.first_write();
     for (name, step) in std::mem::take(&mut lp.worker.on_start) {
         tracing::info!(worker = %lp.worker.id, step = %name, "running a start-up step");
         // A shutdown asked for meanwhile (Ctrl-C during a long reconciliation) stops the step: nothing is claimed yet.
@@ -164,6 +171,18 @@ impl Loop {
                 && free > 0
                 && (free >= min_claim || self.tasks.is_empty())
             {
+                if let Some(registered) = self.registered.take() {
+                    // The registry's first write goes in before the worker's own writes begin. On SQLite it
+                    // otherwise waited for the write lock behind them (the busy handler of the pool it runs on
+                    // sleeps up to 100 ms between tries), sometimes to the end of a drain, and the stop waited for
+                    // it (64 ms in one `process` drain of eight). A write that takes longer (another process
+                    // holding the lock) is not waited out.
+                    tokio::select! {
+                        _ = registered => {}
+                        () = tokio::time::sleep(REGISTRY_WAIT) => {}
+                        () = shutdown.cancelled() => return Ok(()),
+                    }
+                }
                 let now = now_ms();
                 let unwritten_before = self.worker.store.unwritten_count();
                 match self.worker.store.claim(free, now, ms_after(now, config.lease)).await {
