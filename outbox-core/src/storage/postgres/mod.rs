@@ -163,7 +163,7 @@ pub(super) async fn remote_claim(
     Ok(jobs)
 }
 
-/// A remote worker's outcome, fenced like the in-process worker's.
+/// `batch` written by the worker's batched completion statement (see `remote::finish_batch`).
 #[cfg(test)]
 pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
     let pool = db.get_postgres_connection_pool();
@@ -172,6 +172,7 @@ pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Ve
     Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
 }
 
+/// A remote worker's outcome, fenced like the in-process worker's.
 pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
     let pool = db.get_postgres_connection_pool();
     let batch = std::slice::from_ref(&finished);

@@ -254,6 +254,7 @@ pub(super) async fn remote_claim(
     Ok(jobs)
 }
 
+/// `batch` written by the worker's batched completion statements (see `remote::finish_batch`).
 #[cfg(test)]
 pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
     let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), limits: Vec::new(), queues: None };
