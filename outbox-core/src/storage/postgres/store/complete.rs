@@ -37,14 +37,7 @@ macro_rules! finish_sql {
             outcome!(status),
             " = 'completed')) WHERE ",
             finish_sql!(@fence),
-            " RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
-             e AS (",
-            feed_row!("$3", "completed", "$4", " WHERE status = 'completed'"),
-            "), ",
-            finish_sql!(@log "u"),
-            ", ",
-            finish_sql!(@claims),
-            " SELECT id FROM u"
+            finish_sql!(@recorded " WHERE status = 'completed'")
         )
     };
     // Every outcome a completion without output, kept in the table: the row's new values are the same for all,
@@ -55,16 +48,9 @@ macro_rules! finish_sql {
             ts!("$3"),
             ", scheduled = false, lease_expires_at = NULL, updated_at = ",
             ts!("$3"),
-            ", event_flip = NOT j.event_flip WHERE j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' \
-             AND j.locked_by = $4 AND j.attempts = ($2::jsonb ->> j.id)::int4 \
-             RETURNING j.id, j.kind, j.queue, j.status, j.attempts), \
-             e AS (",
-            feed_row!("$3", "completed", "$4", ""),
-            "), ",
-            finish_sql!(@log "u"),
-            ", ",
-            finish_sql!(@claims),
-            " SELECT id FROM u"
+            ", event_flip = NOT j.event_flip WHERE ",
+            finish_sql!(@fence "($2::jsonb ->> j.id)::int4"),
+            finish_sql!(@recorded "")
         )
     };
     (discarding) => {
@@ -122,6 +108,20 @@ macro_rules! finish_sql {
             " SELECT id FROM u"
         )
     };
+    // The rest of a batched statement that updates every row it writes (`u`): those rows returned, their
+    // completions (`$feed` picks them out, or is empty when all are) in one feed row and one row of the log, and
+    // the claims they were the last outcomes of deleted.
+    (@recorded $feed:literal) => {
+        concat!(
+            " RETURNING j.id, j.kind, j.queue, j.status, j.attempts), e AS (",
+            feed_row!("$3", "completed", "$4", $feed),
+            "), ",
+            finish_sql!(@log "u"),
+            ", ",
+            finish_sql!(@claims),
+            " SELECT id FROM u"
+        )
+    };
     // The completions kept in the jobs table (the rows `$rows` returned), in one row of the log of finished jobs
     // (`finished_log.sql`); none when there are none. The other outcomes that finish a job (a failed last attempt)
     // leave `event_flip` as it was, and the log's trigger lists them.
@@ -168,11 +168,11 @@ macro_rules! finish_sql {
     // `j.status || ''`: the claim's test in a form the planner cannot match to a partial index on the status
     // (see `EXTEND` in `mod.rs`), so each row is found by its id.
     (@fence) => {
-        concat!(
-            "j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 AND j.attempts = ",
-            outcome!(attempt),
-            "::int4"
-        )
+        finish_sql!(@fence concat!(outcome!(attempt), "::int4"))
+    };
+    // The fence with the claimed attempt read from `$2` as `$attempt` says.
+    (@fence $attempt:expr) => {
+        concat!("j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 AND j.attempts = ", $attempt)
     };
 }
 
