@@ -30,7 +30,8 @@ pub(crate) struct NewJob {
 /// The columns enqueue writes on every backend; SQLite adds the sequence's (below).
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled";
-/// Rows per batch statement: 15 values a row at most, 32,000 values under SQLite's parameter limit (32,766);
+/// Rows per batch statement: SQLite's binds 14 values a row at most and 13 shared, 28,013 values under its
+/// parameter limit (32,766);
 /// PostgreSQL's batch binds one value (`insert_recordset`) and keeps the same size.
 const ROWS_PER_INSERT: usize = 2_000;
 /// Payload bytes per batch statement at most (a statement holds one job at least): a server takes a statement's
@@ -54,67 +55,6 @@ fn statements<'a, 'j>(jobs: &'a [&'j NewJob], rows: usize, bytes: usize) -> Vec<
     out
 }
 
-/// One row of the INSERT, its placeholders numbered after the values already pushed (plain `?` on SQLite,
-/// written here rather than by [`Backend::stmt`]: this is the statement with the most values). A sequenced
-/// job takes the next place in its sequence and waits when a job of the sequence holds it back: on SQLite here
-/// (one writer at a time, so places are taken in commit order), on PostgreSQL in the insert trigger, under the
-/// sequence's advisory lock.
-fn push_row(b: Backend, sql: &mut String, values: &mut Vec<Value>, job: &NewJob) {
-    // On SQLite every value is a bare `?` (its wrappers leave a placeholder as it is), written without the two
-    // strings a wrapped placeholder costs: a batch of 1,000 jobs made 28,000 of them.
-    let mut mark = |sql: &mut String, value: Value, wrap: fn(Backend, &str) -> String| {
-        values.push(value);
-        match b {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite => {
-                let _ = wrap;
-                sql.push_str("?, ");
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres => {
-                sql.push_str(&wrap(b, &format!("${}", values.len())));
-                sql.push_str(", ");
-            }
-        }
-    };
-    let plain: fn(Backend, &str) -> String = |_, p| p.to_owned();
-    sql.push('(');
-    mark(sql, job.id.clone().into(), plain);
-    mark(sql, job.kind.clone().into(), plain);
-    mark(sql, job.queue.clone().into(), plain);
-    mark(sql, job.payload.clone().into(), Backend::json);
-    sql.push_str("'pending', ");
-    mark(sql, job.priority.into(), plain);
-    sql.push_str("0, ");
-    mark(sql, job.max_attempts.into(), plain);
-    mark(sql, job.run_at.into(), Backend::ts);
-    mark(sql, job.key.clone().into(), plain);
-    mark(sql, job.schema_hash.clone().into(), plain);
-    mark(sql, job.created_at.into(), Backend::ts);
-    mark(sql, job.created_at.into(), Backend::ts);
-    mark(sql, job.sequence_key.clone().into(), plain);
-    mark(sql, i16::from(job.hold).into(), plain);
-    sql.push_str(if job.scheduled { "TRUE, " } else { "FALSE, " });
-    match (b, &job.sequence_key) {
-        #[cfg(feature = "sqlite")]
-        (Backend::Sqlite, Some(key)) => {
-            values.extend([Value::from(key.clone()), Value::from(key.clone())]);
-            sql.push_str(
-                "(SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), \
-                 EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND (b.status IN ('pending', \
-                 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1))))",
-            );
-        }
-        #[cfg(feature = "sqlite")]
-        (Backend::Sqlite, None) => sql.push_str("NULL, 0)"),
-        #[cfg(feature = "postgres")]
-        (Backend::Postgres, _) => {
-            sql.truncate(sql.len() - 2);
-            sql.push(')');
-        }
-    }
-}
-
 /// The INSERT of `jobs`, skipping any whose key an active job holds. A statement with no keyed job is a plain
 /// INSERT: nothing can conflict (ids are new, and only keyed jobs enter the unique key index), and on
 /// PostgreSQL `ON CONFLICT` makes every row a speculative insertion, 47 more WAL bytes and twice the time per
@@ -123,6 +63,8 @@ fn insert_statement(b: Backend, jobs: &[&NewJob]) -> sea_orm::Statement {
     let (mut sql, values) = match b {
         #[cfg(feature = "postgres")]
         Backend::Postgres if jobs.len() > 1 => insert_recordset(jobs),
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite if jobs.len() > 1 && jobs.iter().all(|j| j.sequence_key.is_none()) => insert_shared(jobs),
         _ => insert_values(b, jobs),
     };
     if jobs.iter().any(|j| j.key.is_some()) {
@@ -131,7 +73,99 @@ fn insert_statement(b: Backend, jobs: &[&NewJob]) -> sea_orm::Statement {
     b.stmt(sql, values)
 }
 
-/// The INSERT of `jobs` as a `VALUES` list, and its values.
+/// One bound column's value in a job row, borrowed, to compare rows before anything is bound.
+#[derive(Clone, Copy, PartialEq)]
+enum Cell<'a> {
+    Text(&'a str),
+    MaybeText(Option<&'a str>),
+    I16(i16),
+    I32(i32),
+    I64(i64),
+}
+
+impl Cell<'_> {
+    fn value(self) -> Value {
+        match self {
+            Cell::Text(s) => Value::from(s),
+            Cell::MaybeText(s) => Value::from(s.map(str::to_owned)),
+            Cell::I16(n) => Value::from(n),
+            Cell::I32(n) => Value::from(n),
+            Cell::I64(n) => Value::from(n),
+        }
+    }
+}
+
+/// How a bound column's placeholder is written on PostgreSQL (SQLite takes every value as it is).
+#[derive(Clone, Copy)]
+enum Wrap {
+    Plain,
+    Json,
+    Ts,
+}
+
+/// The bound columns of [`INSERT_COLUMNS`] in order (`status` and `attempts` are literals after `payload` and
+/// `priority`, `scheduled` one at the end) and how each placeholder is written.
+const BOUND: usize = 13;
+const WRAPS: [Wrap; BOUND] = [
+    Wrap::Plain,
+    Wrap::Plain,
+    Wrap::Plain,
+    Wrap::Json,
+    Wrap::Plain,
+    Wrap::Plain,
+    Wrap::Ts,
+    Wrap::Plain,
+    Wrap::Plain,
+    Wrap::Ts,
+    Wrap::Ts,
+    Wrap::Plain,
+    Wrap::Plain,
+];
+
+/// The bound values of `job`'s row, in the order of [`WRAPS`].
+fn cells(job: &NewJob) -> [Cell<'_>; BOUND] {
+    [
+        Cell::Text(&job.id),
+        Cell::Text(&job.kind),
+        Cell::Text(&job.queue),
+        Cell::Text(&job.payload),
+        Cell::I32(job.priority),
+        Cell::I32(job.max_attempts),
+        Cell::I64(job.run_at),
+        Cell::MaybeText(job.key.as_deref()),
+        Cell::Text(&job.schema_hash),
+        Cell::I64(job.created_at),
+        Cell::I64(job.created_at),
+        Cell::MaybeText(job.sequence_key.as_deref()),
+        Cell::I16(i16::from(job.hold)),
+    ]
+}
+
+/// Writes the placeholder of value number `n` (from 1), wrapped as its column needs: a bare `?` on SQLite,
+/// which numbers its placeholders in the order they appear (a numbered `?N` costs SQLite a scan of the
+/// statement's parameters each time it is read or bound).
+fn mark(b: Backend, sql: &mut String, n: usize, wrap: Wrap) {
+    match b {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => {
+            let _ = (n, wrap);
+            sql.push('?');
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => {
+            let p = format!("${n}");
+            sql.push_str(&match wrap {
+                Wrap::Plain => p,
+                Wrap::Json => b.json(&p),
+                Wrap::Ts => b.ts(&p),
+            });
+        }
+    }
+}
+
+/// The INSERT of `jobs` as a `VALUES` list, and its values. A sequenced job takes the next place in its
+/// sequence and waits when a job of the sequence holds it back: on SQLite here (one writer at a time, so places
+/// are taken in commit order), on PostgreSQL in the insert trigger, under the sequence's advisory lock.
 fn insert_values(b: Backend, jobs: &[&NewJob]) -> (String, Vec<Value>) {
     let mut sql = String::with_capacity(INSERT_COLUMNS.len() + jobs.len() * 112 + 96);
     sql.push_str(INSERT_COLUMNS);
@@ -140,13 +174,111 @@ fn insert_values(b: Backend, jobs: &[&NewJob]) -> (String, Vec<Value>) {
         sql.push_str(", sequence_no, waiting");
     }
     sql.push_str(") VALUES ");
-    let mut values = Vec::with_capacity(jobs.len() * 16);
-    for (i, job) in jobs.iter().enumerate() {
-        if i > 0 {
-            sql.push_str(", ");
+    let mut values = Vec::with_capacity(jobs.len() * (BOUND + 2));
+    for (row, job) in jobs.iter().enumerate() {
+        sql.push_str(if row == 0 { "(" } else { ", (" });
+        for (i, cell) in cells(job).into_iter().enumerate() {
+            values.push(cell.value());
+            mark(b, &mut sql, values.len(), WRAPS[i]);
+            sql.push_str(match i {
+                3 => ", 'pending', ",
+                4 => ", 0, ",
+                _ => ", ",
+            });
         }
-        push_row(b, &mut sql, &mut values, job);
+        sql.push_str(if job.scheduled { "TRUE" } else { "FALSE" });
+        #[cfg(feature = "sqlite")]
+        if b == Backend::Sqlite {
+            match &job.sequence_key {
+                Some(key) => {
+                    values.extend([Value::from(key.as_str()), Value::from(key.as_str())]);
+                    sql.push_str(
+                        ", (SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), \
+                         EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND (b.status IN ('pending', \
+                         'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1)))",
+                    );
+                }
+                None => sql.push_str(", NULL, 0"),
+            }
+        }
+        sql.push(')');
     }
+    (sql, values)
+}
+
+/// SQLite's INSERT of a batch without sequenced jobs. The values every row shares (kind, queue, schema hash,
+/// options and times: all of a batch's but its ids, payloads and keys) are bound once, in a one-row `s`
+/// joined to the `VALUES` list of the rest: sqlx binds each value on the connection's own thread, and
+/// binding the 16,000 values of 1,000 jobs one by one was most of what a batch cost there (3,000 now, for
+/// jobs with keys). The rows go in as listed.
+#[cfg(feature = "sqlite")]
+fn insert_shared(jobs: &[&NewJob]) -> (String, Vec<Value>) {
+    use std::fmt::Write;
+    let Some((first, rest)) = jobs.split_first() else { return insert_values(Backend::Sqlite, jobs) };
+    let first = cells(first);
+    let mut same = [true; BOUND];
+    for job in rest {
+        for (same, (cell, first)) in same.iter_mut().zip(cells(job).iter().zip(&first)) {
+            *same &= cell == first;
+        }
+    }
+    // Ids differ, so each row binds one value at least; the guard keeps the list well formed regardless.
+    same[0] = false;
+    let scheduled = jobs.iter().all(|j| j.scheduled == jobs[0].scheduled).then_some(jobs[0].scheduled);
+    let own = same.iter().filter(|s| !**s).count() + usize::from(scheduled.is_none());
+    let mut values = Vec::with_capacity(BOUND + jobs.len() * own);
+    let mut sql = String::with_capacity(INSERT_COLUMNS.len() + 512 + jobs.len() * (own * 3 + 2));
+    sql.push_str("WITH s AS (SELECT 0 AS none");
+    for (i, cell) in first.iter().enumerate() {
+        if same[i] {
+            values.push(cell.value());
+            let _ = write!(sql, ", ? AS c{i}");
+        }
+    }
+    sql.push_str(") ");
+    sql.push_str(INSERT_COLUMNS);
+    sql.push_str(", sequence_no, waiting) SELECT ");
+    let mut column = 0;
+    for (i, same) in same.iter().enumerate() {
+        if *same {
+            let _ = write!(sql, "s.c{i}");
+        } else {
+            column += 1;
+            let _ = write!(sql, "v.column{column}");
+        }
+        sql.push_str(match i {
+            3 => ", 'pending', ",
+            4 => ", 0, ",
+            _ => ", ",
+        });
+    }
+    match scheduled {
+        Some(true) => sql.push_str("TRUE"),
+        Some(false) => sql.push_str("FALSE"),
+        None => {
+            column += 1;
+            let _ = write!(sql, "v.column{column}");
+        }
+    }
+    sql.push_str(", NULL, 0 FROM s, (VALUES ");
+    for (row, job) in jobs.iter().enumerate() {
+        sql.push_str(if row == 0 { "(" } else { ", (" });
+        let mut marks = 0;
+        for (i, cell) in cells(job).into_iter().enumerate() {
+            if !same[i] {
+                values.push(cell.value());
+                sql.push_str(if marks == 0 { "?" } else { ", ?" });
+                marks += 1;
+            }
+        }
+        if scheduled.is_none() {
+            values.push(Value::from(job.scheduled));
+            sql.push_str(", ?");
+        }
+        sql.push(')');
+    }
+    // `WHERE` tells SQLite's parser that an `ON CONFLICT` after it is the upsert's, not a join's.
+    sql.push_str(") AS v WHERE TRUE");
     (sql, values)
 }
 

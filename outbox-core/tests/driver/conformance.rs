@@ -135,6 +135,7 @@ driver_tests!(
     insert_job_takes_a_key_its_holder_left,
     find_twin_is_behind_a_later_job_of_its_sequence,
     insert_jobs_returns_the_ids_written,
+    insert_jobs_writes_each_row_as_given,
     insert_jobs_puts_the_second_of_a_sequence_waiting,
     insert_job_waits_only_behind_a_blocking_job,
     get_of_an_unknown_id_is_none,
@@ -337,6 +338,64 @@ async fn insert_jobs_returns_the_ids_written(db: &DatabaseConnection) -> Result<
     assert_eq!(written, ["c", "e"], "`b` meets the active `a`, `d` the `c` of its own batch");
     assert!(jobs::get(db, "b").await?.is_none() && jobs::get(db, "d").await?.is_none());
     assert_eq!(enqueue::insert_jobs(db, &[]).await?, Vec::<String>::new());
+    Ok(())
+}
+
+/// Ids of the jobs a `WHERE` condition selects, in id order.
+async fn ids_where(db: &DatabaseConnection, condition: &str) -> Result<Vec<String>> {
+    let b = Backend::of(db)?;
+    let sql = format!("SELECT id FROM outbox_jobs WHERE {condition} ORDER BY id");
+    let rows = db.query_all_raw(b.stmt(sql, Vec::new())).await?;
+    Ok(rows.iter().map(|r| r.try_get_by_index::<String>(0)).collect::<std::result::Result<_, _>>()?)
+}
+
+/// A batch binds a value its rows share once: rows that share all but their ids, and rows that differ in every
+/// column, each read back as given.
+async fn insert_jobs_writes_each_row_as_given(db: &DatabaseConnection) -> Result<()> {
+    let alike: Vec<NewJob> = (0..5).map(|i| job(&format!("a{i}"))).collect();
+    let varied: Vec<NewJob> = (0..4_i32)
+        .map(|i| NewJob {
+            kind: format!("k{}", i % 2),
+            queue: format!("q{i}"),
+            payload: format!(r#"{{"n":{i}}}"#),
+            priority: i,
+            max_attempts: i + 1,
+            run_at: T0 + i64::from(i),
+            key: (i % 2 == 0).then(|| format!("key{i}")),
+            schema_hash: format!("hash{}", i % 3),
+            created_at: T0 - i64::from(i),
+            hold: i % 2 == 0,
+            scheduled: i == 3,
+            ..job(&format!("v{i}"))
+        })
+        .collect();
+    for batch in [&alike, &varied] {
+        assert_eq!(enqueue::insert_jobs(db, batch).await?.len(), batch.len());
+        for j in batch.iter() {
+            let r = get(db, &j.id).await?;
+            assert_eq!(
+                (r.kind.as_str(), r.queue.as_str(), r.priority, r.max_attempts),
+                (&*j.kind, &*j.queue, j.priority, j.max_attempts),
+                "{}",
+                j.id
+            );
+            assert_eq!(
+                (r.payload.to_string(), r.run_at, r.idempotency_key.as_deref()),
+                (j.payload.clone(), from_ms(j.run_at), j.key.as_deref()),
+                "{}",
+                j.id
+            );
+            assert_eq!(
+                (r.schema_hash.as_str(), r.created_at, r.updated_at),
+                (&*j.schema_hash, from_ms(j.created_at), from_ms(j.created_at)),
+                "{}",
+                j.id
+            );
+            assert_eq!((r.status, r.attempts), (JobStatus::Pending, 0), "{}", j.id);
+        }
+    }
+    assert_eq!(ids_where(db, "scheduled").await?, ["v3"]);
+    assert_eq!(ids_where(db, "sequence_hold = 0").await?, ["v1", "v3"]);
     Ok(())
 }
 
