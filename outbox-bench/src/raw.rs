@@ -110,7 +110,7 @@ impl JobRow {
             hasher.update(kind.name.as_bytes());
             hasher.update([0]);
             hasher.update(payload.as_bytes());
-            hex::encode(hasher.finalize())
+            hex_lower(&hasher.finalize())
         });
         JobRow {
             id: outbox_core::new_job_id(),
@@ -142,6 +142,18 @@ impl JobRow {
             self.created_at.into(),
         ]
     }
+}
+
+/// `bytes` in lowercase hex, written by table into one allocation as outbox-core's `kind::hex_lower` writes a
+/// derived key.
+fn hex_lower(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
 }
 
 /// The domain row of order `i`: id, customer, total.

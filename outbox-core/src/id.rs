@@ -19,7 +19,11 @@ pub fn new_job_id() -> String {
 
 /// `bits` as 26 base32 digits, most significant first (the first digit holds the top 3 bits).
 fn encode(bits: u128) -> String {
-    (0..JOB_ID_LEN).rev().map(|i| char::from(ALPHABET[((bits >> (5 * i)) & 31) as usize])).collect()
+    let mut id = String::with_capacity(JOB_ID_LEN);
+    for i in (0..JOB_ID_LEN).rev() {
+        id.push(char::from(ALPHABET[((bits >> (5 * i)) & 31) as usize]));
+    }
+    id
 }
 
 #[cfg(test)]

@@ -355,8 +355,7 @@ impl Kind {
             hasher.update(self.name.as_bytes());
             hasher.update([0]);
             hasher.update(canonical_json(payload).as_bytes());
-            // Once per enqueued job: `hex::encode` goes by table, where `write!` per byte showed.
-            return Some(hex::encode(hasher.finalize()));
+            return Some(hex_lower(&hasher.finalize()));
         }
         let picked: serde_json::Map<String, Value> =
             self.key_fields.iter().map(|f| (f.clone(), payload.get(f).cloned().unwrap_or(Value::Null))).collect();
@@ -379,16 +378,19 @@ pub(crate) fn canonical_json(value: &Value) -> String {
 fn write_canonical(value: &Value, out: &mut String) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
             out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+            // Without serde_json's `preserve_order` the map iterates sorted already (it is computed once per
+            // enqueued job, so the sort's allocation showed).
+            if map.keys().is_sorted() {
+                for (i, (key, item)) in map.iter().enumerate() {
+                    write_member(i, key, item, out);
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
+            } else {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                for (i, key) in keys.into_iter().enumerate() {
+                    write_member(i, key, &map[key], out);
+                }
             }
             out.push('}');
         }
@@ -402,19 +404,60 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        Value::Number(n) => out.push_str(&canonical_number(n)),
+        Value::Number(n) => write_number(n, out),
+        Value::String(text) => write_string(text, out),
         scalar => out.push_str(&scalar.to_string()),
     }
 }
 
+/// The `i`-th member of an object, `"key":value`.
+fn write_member(i: usize, key: &str, item: &Value, out: &mut String) {
+    if i > 0 {
+        out.push(',');
+    }
+    write_string(key, out);
+    out.push(':');
+    write_canonical(item, out);
+}
+
+/// `text` as a JSON string, escaped as serde_json escapes it.
+fn write_string(text: &str, out: &mut String) {
+    // serde_json escapes only `"`, `\` and control characters: text without them is written as it is.
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&Value::from(text).to_string());
+    }
+}
+
 /// `-0.0` is written as `0.0`: the two are equal JSON values (and `f64`s), so one intent has one key.
-fn canonical_number(n: &serde_json::Number) -> String {
-    if n.is_f64() && n.as_f64() == Some(0.0) { "0.0".to_owned() } else { n.to_string() }
+fn write_number(n: &serde_json::Number, out: &mut String) {
+    use std::fmt::Write;
+    if n.is_f64() && n.as_f64() == Some(0.0) {
+        out.push_str("0.0");
+    } else {
+        let _ = write!(out, "{n}");
+    }
 }
 
 /// sha256 of `bytes`, lowercase hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    hex_lower(&Sha256::digest(bytes))
+}
+
+/// `bytes` in lowercase hex, as `hex::encode` writes them, into one allocation: a key is derived once per
+/// enqueued job, and `hex::encode`'s collecting of an iterator of chars was a twelfth of a batch enqueue's own
+/// work (`perf`, `outbox-bench --case enqueue_batch`).
+pub(crate) fn hex_lower(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
 }
 
 /// Hex digits of a schema hash ([`Kind::schema_hash`]).
@@ -443,6 +486,26 @@ mod tests {
     fn canonical_json_sorts_keys_at_every_level() {
         let v = json!({"b": 1, "a": {"y": [2, {"d": 1, "c": 2}], "x": null}});
         assert_eq!(canonical_json(&v), r#"{"a":{"x":null,"y":[2,{"c":2,"d":1}]},"b":1}"#);
+    }
+
+    #[test]
+    fn canonical_json_escapes_strings_as_serde_json_does() {
+        for text in
+            ["", "plain", "quote \" in", "back\\slash", "tab\tnewline\n", "\u{1}\u{1f}", "del \u{7f}", "é ü 漢 🦀"]
+        {
+            let mut out = String::new();
+            write_string(text, &mut out);
+            assert_eq!(out, serde_json::to_string(text).expect("a string serializes"), "{text:?}");
+            let object = json!({ text: text });
+            assert_eq!(canonical_json(&object), serde_json::to_string(&object).expect("an object serializes"));
+        }
+    }
+
+    #[test]
+    fn hex_is_lowercase_and_two_digits_a_byte() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(hex_lower(&bytes), hex::encode(&bytes));
+        assert_eq!(hex_lower(&[]), "");
     }
 
     #[test]
