@@ -30,9 +30,8 @@ pub(crate) struct NewJob {
 /// The columns enqueue writes on every backend; SQLite adds the sequence's (below).
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled";
-/// Rows per batch statement: SQLite's binds 14 values a row at most and 13 shared, 28,013 values under its
-/// parameter limit (32,766);
-/// PostgreSQL's batch binds one value (`insert_recordset`) and keeps the same size.
+/// Rows per batch statement: SQLite's binds at most 14 values a row (or 13 shared), at most 28,000 values, under
+/// its parameter limit (32,766); PostgreSQL's batch binds one value (`insert_recordset`) and keeps the same size.
 const ROWS_PER_INSERT: usize = 2_000;
 /// Payload bytes per batch statement at most (a statement holds one job at least): a server takes a statement's
 /// values in one message of at most 1 GB, which 2,000 payloads of a raised size cap could pass.
@@ -210,7 +209,8 @@ fn insert_values(b: Backend, jobs: &[&NewJob]) -> (String, Vec<Value>) {
 /// options and times: all of a batch's but its ids, payloads and keys) are bound once, in a one-row `s`
 /// joined to the `VALUES` list of the rest: sqlx binds each value on the connection's own thread, and
 /// binding the 16,000 values of 1,000 jobs one by one was most of what a batch cost there (3,000 now, for
-/// jobs with keys). The rows go in as listed.
+/// jobs with keys). The order the rows go in does not matter here: sequenced jobs, whose places do, go one
+/// statement each ([`insert_values`]).
 #[cfg(feature = "sqlite")]
 fn insert_shared(jobs: &[&NewJob]) -> (String, Vec<Value>) {
     use std::fmt::Write;
