@@ -121,6 +121,16 @@ const WRAPS: [Wrap; BOUND] = [
     Wrap::Plain,
 ];
 
+/// What a row writes after bound column `i`: the literal `status` after `payload`, the literal `attempts` after
+/// `priority`, then the separator.
+fn after_column(i: usize) -> &'static str {
+    match i {
+        3 => ", 'pending', ",
+        4 => ", 0, ",
+        _ => ", ",
+    }
+}
+
 /// The bound values of `job`'s row, in the order of [`WRAPS`].
 fn cells(job: &NewJob) -> [Cell<'_>; BOUND] {
     [
@@ -179,11 +189,7 @@ fn insert_values(b: Backend, jobs: &[&NewJob]) -> (String, Vec<Value>) {
         for (i, cell) in cells(job).into_iter().enumerate() {
             values.push(cell.value());
             mark(b, &mut sql, values.len(), WRAPS[i]);
-            sql.push_str(match i {
-                3 => ", 'pending', ",
-                4 => ", 0, ",
-                _ => ", ",
-            });
+            sql.push_str(after_column(i));
         }
         sql.push_str(if job.scheduled { "TRUE" } else { "FALSE" });
         #[cfg(feature = "sqlite")]
@@ -246,11 +252,7 @@ fn insert_shared(jobs: &[&NewJob]) -> (String, Vec<Value>) {
             column += 1;
             let _ = write!(sql, "v.column{column}");
         }
-        sql.push_str(match i {
-            3 => ", 'pending', ",
-            4 => ", 0, ",
-            _ => ", ",
-        });
+        sql.push_str(after_column(i));
     }
     match scheduled {
         Some(true) => sql.push_str("TRUE"),
