@@ -19,22 +19,22 @@ while true; do
     *) sleep 1; continue ;;         # the database is unreachable or busy: try again
   esac
   [[ -n $job ]] || continue         # nothing for 30 s: ask again
-  id=$(jq -r .id <<<"$job") attempt=$(jq -r .attempt <<<"$job") payload=$(jq -c .payload <<<"$job")
+  id=$(jq -r .id <<<"$job") run=$(jq -r .run <<<"$job") payload=$(jq -c .payload <<<"$job")
   # The heartbeat renews the lease while the command runs, and stops when the job ends or this shell is gone
   # (the heartbeat is then adopted by another parent): a dead shell's job is rescued once its lease runs out,
   # and runs again on another worker.
   (trap 'kill ${nap:-} 2>/dev/null; exit' TERM
    while sleep "$beat" & nap=$!; wait $nap; do
      stat=$(</proc/$BASHPID/stat) && set -- ${stat##*) } && (( $2 != $$ )) && exit
-     outbox extend "$id" --attempt "$attempt" --by "$lease" >/dev/null
+     outbox extend "$id" --run "$run" --by "$lease" >/dev/null
      (( $? != 6 )) || exit                                  # the claim is gone: stop
    done) &
   heartbeat=$!
   if output=$("$@" <<<"$payload"); then status=0; else status=$?; fi
   kill $heartbeat
   if (( status == 0 )); then
-    outbox complete "$id" --attempt "$attempt" --output - <<<"${output:-null}" >/dev/null
+    outbox complete "$id" --run "$run" --output - <<<"${output:-null}" >/dev/null
   else
-    outbox fail "$id" --attempt "$attempt" --reason "$1 exited with status $status" >/dev/null
+    outbox fail "$id" --run "$run" --reason "$1 exited with status $status" >/dev/null
   fi  # exit 6 if the claim ran out and the job went to another worker: nothing was written, move on
 done

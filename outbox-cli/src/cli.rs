@@ -126,12 +126,14 @@ Clients send `Authorization: Bearer SECRET`. Without any token every route is op
 address (127.0.0.1, ::1) may be served.";
 
 const CLAIM_HELP: &str = "\
-Each line is {\"id\", \"kind\", \"queue\", \"payload\", \"attempt\", \"max_attempts\", \"lease_expires_at\",
-\"worker\"}. Every later call for the job names the same worker and attempt (`outbox complete ID --worker W
---attempt N`); one for a claim that is not held any more exits 6 and changes nothing. A job not completed,
-failed or snoozed before its lease runs out (renew it with `outbox extend`) is rescued and claimed again.";
+Each line is {\"id\", \"kind\", \"queue\", \"payload\", \"attempt\", \"run\", \"max_attempts\",
+\"lease_expires_at\", \"worker\"}. Every later call for the job names the same worker and run (`outbox complete
+ID --worker W --run N`): the run counts the job's claims, so it tells this claim from any other, even after an
+operator's retry starts the attempts over. A call for a claim that is not held any more exits 6 and changes
+nothing. A job not completed, failed or snoozed before its lease runs out (renew it with `outbox extend`) is
+rescued and claimed again.";
 
-/// The worker and attempt every call after a claim names.
+/// The worker and run every call after a claim names.
 #[derive(Debug, Args)]
 pub(crate) struct ClaimRef {
     /// The job id.
@@ -139,9 +141,9 @@ pub(crate) struct ClaimRef {
     /// The worker that claimed it.
     #[arg(long, env = "OUTBOX_WORKER", value_name = "NAME")]
     pub(crate) worker: String,
-    /// The attempt its claim printed.
+    /// The run its claim printed (the claim's token).
     #[arg(long)]
-    pub(crate) attempt: i32,
+    pub(crate) run: i32,
 }
 
 #[derive(Debug, Args)]

@@ -20,6 +20,8 @@ pub(crate) mod code {
     pub(crate) const STALE_CLAIM: u8 = 6;
     /// `enqueue --wait`: the job ended failed or cancelled.
     pub(crate) const JOB_FAILED: u8 = 7;
+    /// Stopped by Ctrl-C or SIGTERM (128 + SIGINT), having given back what it claimed.
+    pub(crate) const INTERRUPTED: u8 = 130;
 }
 
 /// A failed command.

@@ -10,6 +10,7 @@ mod cli;
 mod commands;
 mod db;
 mod fail;
+mod handover;
 mod kinds;
 mod logs;
 mod payload;

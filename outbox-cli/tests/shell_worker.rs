@@ -149,8 +149,7 @@ fn the_readme_shell_worker_drains_jobs_from_three_processes_and_survives_a_sigki
     assert_eq!(done["job"]["status"], "completed", "{done}");
     assert_eq!(done["job"]["attempts"], 2, "{done}");
     assert_ne!(done["job"]["locked_by"].as_str(), Some(owner.as_str()), "{done}");
-    let stale =
-        outbox(&db, &["complete", &hang_id, "--worker", &owner, "--attempt", "1", "--output", r#"{"late": 1}"#]);
+    let stale = outbox(&db, &["complete", &hang_id, "--worker", &owner, "--run", "1", "--output", r#"{"late": 1}"#]);
     assert_eq!(stale.status.code(), Some(6), "{}", String::from_utf8_lossy(&stale.stderr));
     assert!(String::from_utf8_lossy(&stale.stderr).contains("nothing was changed"));
     assert_eq!(job(&db, &hang_id)["job"], done["job"], "the stale complete changed the job");
@@ -218,7 +217,7 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
         let out = ok(outbox(&db, &["claim", "--worker", "w", "--lease", "1m"]));
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("one job as JSON ({e}): {out}"))
     };
-    let claimed_ref = |job: &Value| (job["id"].as_str().expect("id").to_owned(), job["attempt"].to_string());
+    let claimed_ref = |job: &Value| (job["id"].as_str().expect("id").to_owned(), job["run"].to_string());
 
     // fail with attempts left: pending again, after the given delay.
     let id = enqueue(1);
@@ -227,29 +226,27 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
         (job["id"].as_str(), job["worker"].as_str(), job["attempt"].as_i64()),
         (Some(id.as_str()), Some("w"), Some(1))
     );
-    let (id, attempt) = claimed_ref(&job);
-    let beat = ok(outbox(&db, &["extend", &id, "--worker", "w", "--attempt", &attempt, "--by", "10m"]));
+    let (id, run) = claimed_ref(&job);
+    let beat = ok(outbox(&db, &["extend", &id, "--worker", "w", "--run", &run, "--by", "10m"]));
     assert!(beat.contains("leased until"), "{beat}");
-    let failed = ok(outbox(
-        &db,
-        &["fail", &id, "--worker", "w", "--attempt", &attempt, "--reason", "disk full", "--retry-in", "1h"],
-    ));
+    let failed =
+        ok(outbox(&db, &["fail", &id, "--worker", "w", "--run", &run, "--reason", "disk full", "--retry-in", "1h"]));
     assert!(failed.contains("pending, runs again at"), "{failed}");
     let record = job_of(&db, &id);
     assert_eq!((record["status"].as_str(), record["last_error"].as_str()), (Some("pending"), Some("disk full")));
-    // The same attempt cannot end twice.
-    let again = outbox(&db, &["complete", &id, "--worker", "w", "--attempt", &attempt]);
+    // The same claim cannot end twice.
+    let again = outbox(&db, &["complete", &id, "--worker", "w", "--run", &run]);
     assert_eq!(code(&again), Some(6), "{}", stderr(&again));
 
     // fail --permanent: failed at once; snooze gives the attempt back.
     let id = enqueue(2);
-    let (cid, attempt) = claimed_ref(&claim());
+    let (cid, run) = claimed_ref(&claim());
     assert_eq!(cid, id);
-    ok(outbox(&db, &["fail", &id, "--worker", "w", "--attempt", &attempt, "--permanent", "--reason", "corrupt"]));
+    ok(outbox(&db, &["fail", &id, "--worker", "w", "--run", &run, "--permanent", "--reason", "corrupt"]));
     assert_eq!(job_of(&db, &id)["status"], "failed");
     let id = enqueue(3);
-    let (_, attempt) = claimed_ref(&claim());
-    ok(outbox(&db, &["snooze", &id, "--worker", "w", "--attempt", &attempt, "--delay", "1h"]));
+    let (_, run) = claimed_ref(&claim());
+    ok(outbox(&db, &["snooze", &id, "--worker", "w", "--run", &run, "--delay", "1h"]));
     let record = job_of(&db, &id);
     assert_eq!((record["status"].as_str(), record["attempts"].as_i64()), (Some("pending"), Some(0)));
 
@@ -265,8 +262,8 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
     let out = waiting.output_within(Duration::from_secs(60));
     let job: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("the claimed job");
     assert_eq!(job["payload"]["n"], 4);
-    let (id, attempt) = claimed_ref(&job);
-    ok(outbox(&db, &["fail", &id, "--worker", "w2", "--attempt", &attempt, "--permanent", "--reason", "no"]));
+    let (id, run) = claimed_ref(&job);
+    ok(outbox(&db, &["fail", &id, "--worker", "w2", "--run", &run, "--permanent", "--reason", "no"]));
     let out = waited_for.output_within(Duration::from_secs(60));
     assert_eq!(code(&out), Some(7), "{}", stderr(&out));
     let ended: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).expect("the ended job");
@@ -275,4 +272,57 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
 
 fn job_of(db: &Path, id: &str) -> Value {
     job(db, id)["job"].clone()
+}
+
+/// `outbox claim --limit 10 | head -1` on a queue of ten jobs: `head` takes one; the nine it never read are
+/// pending again once the claim exits, their attempts unused. A claim stopped by Ctrl-C while it waits exits
+/// 130 having claimed nothing.
+#[test]
+fn a_claim_piped_into_head_gives_back_at_once_what_head_did_not_read() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("queue.db");
+    ok(outbox(&db, &["migrate"]));
+    ok(outbox(&db, &["define-kind", "task", "--schema", r#"{"type": "object"}"#]));
+    for n in 0..10 {
+        ok(outbox(&db, &["enqueue", "task", "--payload", &format!(r#"{{"n": {n}}}"#)]));
+    }
+    let pipeline = format!(
+        "set -o pipefail; '{}' claim --worker w --limit 10 --lease 10m | head -1",
+        env!("CARGO_BIN_EXE_outbox")
+    );
+    let out = Command::new("bash")
+        .args(["-c", &pipeline])
+        .env_remove("OUTBOX_LOG")
+        .env_remove("RUST_LOG")
+        .env("OUTBOX_DATABASE_URL", &db)
+        .output()
+        .expect("run the pipeline");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "the pipeline failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let taken: Value = serde_json::from_str(lines[0]).expect("a claimed job");
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let conn = rt.block_on(outbox_core::connect(&outbox_tests::sqlite_url(&db))).expect("connect");
+    let count = |sql: &str| rt.block_on(outbox_tests::scalar(&conn, sql));
+    let claimed = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed'";
+    assert_eq!(count(claimed), 1, "only the job head read is claimed");
+    assert_eq!(job_of(&db, taken["id"].as_str().expect("id"))["status"], "claimed");
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs WHERE status = 'pending' AND attempts = 0"), 9);
+
+    // Ctrl-C while a claim waits (for a kind with no job): it stops, exits 130, and leaves nothing claimed.
+    ok(outbox(&db, &["define-kind", "other", "--schema", r#"{"type": "object"}"#]));
+    let waiting =
+        ChildProcess::spawn(&mut command(&db, &["claim", "--worker", "ctrl-c", "--kind", "other", "--wait", "60s"]));
+    let registered = rt.block_on(eventually(Duration::from_secs(30), || async {
+        outbox_core::ops::workers(&conn).await.expect("workers").iter().any(|w| w.id == "ctrl-c")
+    }));
+    assert!(registered, "the waiting claim never registered its worker");
+    waiting.signal(Signal::INT);
+    let out = waiting.output_within(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(130), "{}", stderr(&out));
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs WHERE locked_by = 'ctrl-c'"), 0);
+    assert_eq!(count(claimed), 1, "only the job head read is claimed");
 }

@@ -133,18 +133,18 @@ pub enum Error {
     /// The worker has stopped.
     #[error("the worker has stopped")]
     WorkerStopped,
-    /// A call for a claim that is no longer this worker's attempt: its lease expired and it was rescued (and
-    /// perhaps claimed again), or the attempt already ended. Nothing was changed.
+    /// A call for a claim that is no longer this worker's: its lease expired and it was rescued (and perhaps
+    /// claimed again), or the attempt already ended. Nothing was changed.
     #[error(
-        "job `{id}` is not claimed by worker `{worker}` in attempt {attempt}: the claim expired and was rescued, or the attempt already ended; nothing was changed"
+        "job `{id}` is not claimed by worker `{worker}` in run {run}: the claim expired and was rescued, or the attempt already ended; nothing was changed"
     )]
     StaleClaim {
         /// The job id.
         id: String,
         /// The worker that called.
         worker: String,
-        /// The attempt it gave.
-        attempt: i32,
+        /// The claim's run it gave (see `RemoteJob::run`).
+        run: i32,
     },
 }
 

@@ -1,6 +1,6 @@
 //! Workers outside this process: a program in any language claims jobs through a server that holds the
 //! database connection (`outbox-server`), and reports each outcome. Every call after the claim is fenced
-//! exactly like the in-process worker's writes: by job id, the claiming worker and the attempt; a call for
+//! exactly like the in-process worker's writes: by job id, the claiming worker and the claim's run; a call for
 //! a claim that expired and was rescued, or that already ended, fails with [`Error::StaleClaim`] and changes
 //! nothing.
 
@@ -53,8 +53,12 @@ pub struct RemoteJob {
     pub queue: String,
     /// The payload, valid against the kind's recorded schema.
     pub payload: Value,
-    /// This claim's attempt: every later call for the job gives it back.
+    /// This claim's attempt, counted from 1 (an operator's retry starts it over).
     pub attempt: i32,
+    /// The claim's token: how many times the job has been claimed, this claim included. Every later call for
+    /// the job gives it back. No action ever lowers it, so a call for an earlier claim of the job never lands
+    /// on this one, even from the same worker id.
+    pub run: i32,
     /// Attempts allowed.
     pub max_attempts: i32,
     /// When the claim runs out unless renewed.
@@ -151,12 +155,21 @@ async fn claim_as(db: &DatabaseConnection, req: &ClaimRequest, register: bool) -
                     queue: job.queue,
                     payload,
                     attempt: job.attempt,
+                    run: job.run,
                     max_attempts: job.max_attempts,
                     lease_expires_at: from_ms(lease_until),
                 });
             }
             Err(error) => {
-                let failed = finished(&job.id, &job.kind, &job.queue, job.attempt, Outcome::Failed { error });
+                let failed = Finished {
+                    id: job.id,
+                    kind: job.kind,
+                    queue: job.queue,
+                    attempt: job.attempt,
+                    run: job.run,
+                    outcome: Outcome::Failed { error },
+                    keep: Keep::Row,
+                };
                 storage::remote::finish(db, &req.worker, failed).await?;
             }
         }
@@ -179,11 +192,24 @@ const CLAIM_WAIT_POLL: Duration = Duration::from_millis(500);
 /// or empty once `wait` has passed. An empty look writes nothing, so waiting claims do not wake each other.
 /// Hold a [`crate::ops::watch`] for wake-ups from other processes.
 pub async fn claim_waiting(db: &DatabaseConnection, req: &ClaimRequest, wait: Duration) -> Result<Vec<RemoteJob>> {
+    claim_waiting_until(db, req, wait, std::future::pending()).await
+}
+
+/// [`claim_waiting`] that also stops waiting once `stop` resolves (a signal, a client gone). A claim already
+/// running when it does is never abandoned halfway: it runs to its end, and what it took is returned, so the
+/// caller can hand those jobs out or give them back ([`release`]) rather than leave them claimed for their lease.
+pub async fn claim_waiting_until(
+    db: &DatabaseConnection,
+    req: &ClaimRequest,
+    wait: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<Vec<RemoteJob>> {
     if wait > MAX_CLAIM_WAIT {
         return Err(Error::Invalid(format!(
             "the claim wait of {wait:?} is out of range: it must be at most {MAX_CLAIM_WAIT:?}"
         )));
     }
+    tokio::pin!(stop);
     let start = tokio::time::Instant::now();
     let deadline = start + wait;
     let mut registered: Option<tokio::time::Instant> = None;
@@ -204,8 +230,36 @@ pub async fn claim_waiting(db: &DatabaseConnection, req: &ClaimRequest, wait: Du
         tokio::select! {
             _ = &mut woken => {}
             _ = tokio::time::sleep(CLAIM_WAIT_POLL.min(deadline - now)) => {}
+            () = &mut stop => return Ok(Vec::new()),
         }
     }
+}
+
+/// Gives back claimed jobs that never reached their worker (its client went away, the pipe it printed to
+/// closed): each goes back to pending at once with its attempt given back, fenced like any outcome. A job whose
+/// claim is no longer this one is left as it is. Returns how many were given back; the first error stops it
+/// (the rest are left to their leases).
+pub async fn release(db: &DatabaseConnection, worker: &str, jobs: &[RemoteJob]) -> Result<usize> {
+    let mut released = 0;
+    for job in jobs {
+        let f = Finished {
+            id: job.id.clone(),
+            kind: job.kind.clone(),
+            queue: job.queue.clone(),
+            attempt: job.attempt,
+            run: job.run,
+            outcome: Outcome::Released,
+            keep: Keep::Row,
+        };
+        if storage::remote::finish(db, worker, f).await? {
+            released += 1;
+        }
+    }
+    if released > 0 {
+        tracing::info!(worker, jobs = released, "gave back claimed jobs that never reached their worker");
+        crate::wake::wake();
+    }
+    Ok(released)
 }
 
 fn encode(names: &[String]) -> Result<String> {
@@ -228,69 +282,71 @@ fn payload_of(job: &ClaimedJob, kind: Option<&Kind>) -> std::result::Result<Valu
     Ok(payload)
 }
 
-fn finished(id: &str, kind: &str, queue: &str, attempt: i32, outcome: Outcome) -> Finished {
-    Finished { id: id.to_owned(), kind: kind.to_owned(), queue: queue.to_owned(), attempt, outcome, keep: Keep::Row }
+fn finished(job: &crate::record::JobRecord, run: i32, outcome: Outcome) -> Finished {
+    Finished {
+        id: job.id.clone(),
+        kind: job.kind.clone(),
+        queue: job.queue.clone(),
+        attempt: job.attempts,
+        run,
+        outcome,
+        keep: Keep::Row,
+    }
 }
 
-fn stale(id: &str, worker: &str, attempt: i32) -> Error {
-    Error::StaleClaim { id: id.to_owned(), worker: worker.to_owned(), attempt }
+fn stale(id: &str, worker: &str, run: i32) -> Error {
+    Error::StaleClaim { id: id.to_owned(), worker: worker.to_owned(), run }
 }
 
-/// Renews the lease of a claim for `lease` from now; returns when it now runs out. The worker's registry
-/// entry is refreshed with it.
+/// Renews the lease of a claim to `lease` from now, unless it already runs longer: a renewal never shortens a
+/// lease (a shorter heartbeat after a longer one changes nothing). Returns when the lease runs out as stored,
+/// which is later than `lease` from now when it already ran longer.
 pub async fn heartbeat(
     db: &DatabaseConnection,
     worker: &str,
     id: &str,
-    attempt: i32,
+    run: i32,
     lease: Duration,
 ) -> Result<DateTime<Utc>> {
     check_lease(lease)?;
     let until = ms_after(now_ms(), lease);
-    if !storage::remote::extend(db, worker, id, attempt, until).await? {
-        return Err(stale(id, worker, attempt));
+    match storage::remote::extend(db, worker, id, run, until).await? {
+        Some(stored) => Ok(from_ms(stored)),
+        None => Err(stale(id, worker, run)),
     }
-    Ok(from_ms(until))
 }
 
-/// The claim `(id, worker, attempt)` as it stands: its kind, queue and attempts allowed, or
-/// [`Error::StaleClaim`] when it is not that claim any more.
-async fn current(db: &DatabaseConnection, worker: &str, id: &str, attempt: i32) -> Result<crate::record::JobRecord> {
+/// The claim `(id, worker, run)` as it stands, or [`Error::StaleClaim`] when it is not that claim any more.
+async fn current(db: &DatabaseConnection, worker: &str, id: &str, run: i32) -> Result<crate::record::JobRecord> {
     let job = match crate::ops::get(db, id).await {
         Ok(job) => job,
-        Err(Error::NotFound { .. }) => return Err(stale(id, worker, attempt)),
+        Err(Error::NotFound { .. }) => return Err(stale(id, worker, run)),
         Err(e) => return Err(e),
     };
-    if job.status != JobStatus::Claimed || job.locked_by.as_deref() != Some(worker) || job.attempts != attempt {
-        return Err(stale(id, worker, attempt));
+    if job.status != JobStatus::Claimed || job.locked_by.as_deref() != Some(worker) || job.runs != run {
+        return Err(stale(id, worker, run));
     }
     Ok(job)
 }
 
 async fn write(db: &DatabaseConnection, worker: &str, f: Finished) -> Result<()> {
-    let (id, attempt) = (f.id.clone(), f.attempt);
+    let (id, run) = (f.id.clone(), f.run);
     storage::Backend::of(db)?;
     if !storage::remote::finish(db, worker, f).await? {
-        return Err(stale(&id, worker, attempt));
+        return Err(stale(&id, worker, run));
     }
     crate::wake::outcome_written();
     Ok(())
 }
 
-/// Completes a claimed job with the handler's output.
-pub async fn complete(
-    db: &DatabaseConnection,
-    worker: &str,
-    id: &str,
-    attempt: i32,
-    output: Option<Value>,
-) -> Result<()> {
-    let job = current(db, worker, id, attempt).await?;
+/// Completes a claimed job with the handler's output; `run` is the claim's (see [`RemoteJob::run`]).
+pub async fn complete(db: &DatabaseConnection, worker: &str, id: &str, run: i32, output: Option<Value>) -> Result<()> {
+    let job = current(db, worker, id, run).await?;
     let output = output
         .map(|v| serde_json::to_string(&v))
         .transpose()
         .map_err(|e| Error::Internal(format!("encoding the output of job `{id}`: {e}")))?;
-    write(db, worker, finished(id, &job.kind, &job.queue, attempt, Outcome::Completed { output })).await
+    write(db, worker, finished(&job, run, Outcome::Completed { output })).await
 }
 
 /// Ends a claimed attempt with `error`. A retryable failure with attempts left goes back to pending after
@@ -299,12 +355,13 @@ pub async fn fail(
     db: &DatabaseConnection,
     worker: &str,
     id: &str,
-    attempt: i32,
+    run: i32,
     error: &str,
     retryable: bool,
     retry_in: Option<Duration>,
 ) -> Result<JobStatus> {
-    let job = current(db, worker, id, attempt).await?;
+    let job = current(db, worker, id, run).await?;
+    let attempt = job.attempts;
     let (outcome, status) = if retryable && attempt < job.max_attempts {
         let delay = retry_in.unwrap_or_else(|| RetryPolicy::default().backoff(attempt));
         (Outcome::Retry { run_at: ms_after(now_ms(), delay), error: error.to_owned() }, JobStatus::Pending)
@@ -313,13 +370,13 @@ pub async fn fail(
             if retryable { format!("{error} (attempt {attempt} of {})", job.max_attempts) } else { error.to_owned() };
         (Outcome::Failed { error }, JobStatus::Failed)
     };
-    write(db, worker, finished(id, &job.kind, &job.queue, attempt, outcome)).await?;
+    write(db, worker, finished(&job, run, outcome)).await?;
     Ok(status)
 }
 
 /// Puts a claimed job back to pending for `delay`, giving its attempt back.
-pub async fn snooze(db: &DatabaseConnection, worker: &str, id: &str, attempt: i32, delay: Duration) -> Result<()> {
-    let job = current(db, worker, id, attempt).await?;
+pub async fn snooze(db: &DatabaseConnection, worker: &str, id: &str, run: i32, delay: Duration) -> Result<()> {
+    let job = current(db, worker, id, run).await?;
     let run_at = ms_after(now_ms(), delay);
-    write(db, worker, finished(id, &job.kind, &job.queue, attempt, Outcome::Snoozed { run_at })).await
+    write(db, worker, finished(&job, run, Outcome::Snoozed { run_at })).await
 }

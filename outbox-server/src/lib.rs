@@ -81,10 +81,11 @@
 //!
 //! A remote worker claims with `{"worker", "kinds", "queues", "limit", "lease", "host", "pid"}`, all but
 //! `worker` and `kinds` optional (`limit` 1 to 1000, default 10; `lease` `60s` by default), which also
-//! records it in the worker registry. Every later call names the claim: `{"worker", "attempt"}`, plus
+//! records it in the worker registry. Every later call names the claim: `{"worker", "run"}`, plus
 //! `lease` (heartbeat), `output` (complete), `error`, `retryable` (default true) and `retry_in` (fail), or
-//! `delay` (snooze). A claimed job is `{"id", "kind", "queue", "payload", "attempt", "max_attempts",
-//! "lease_expires_at"}`. A call for a claim that expired and was rescued, or that already ended, answers 409
+//! `delay` (snooze). A claimed job is `{"id", "kind", "queue", "payload", "attempt", "run", "max_attempts",
+//! "lease_expires_at"}`: `run` counts the job's claims and is the claim's token (an operator's retry starts
+//! `attempt` over, never `run`). A call for a claim that expired and was rescued, or that already ended, answers 409
 //! `stale_claim` and changes nothing: the worker drops the job.
 //!
 //! # Errors

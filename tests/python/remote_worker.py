@@ -46,11 +46,11 @@ with open(run_log, "a") as log:
             log.flush()
             status, reply = call(
                 f"/api/work/jobs/{job['id']}/complete",
-                {"worker": worker, "attempt": job["attempt"], "output": {"by": "python", "n": job["payload"]["n"]}},
+                {"worker": worker, "run": job["run"], "output": {"by": "python", "n": job["payload"]["n"]}},
             )
             assert status == 200, (status, reply)
             done += 1
             first = first or job
 
-status, reply = call(f"/api/work/jobs/{first['id']}/complete", {"worker": worker, "attempt": first["attempt"]})
+status, reply = call(f"/api/work/jobs/{first['id']}/complete", {"worker": worker, "run": first["run"]})
 print(json.dumps({"completed": done, "stale_status": status, "stale_code": reply.get("code")}))

@@ -325,6 +325,35 @@ pub async fn scalar(db: &impl ConnectionTrait, sql: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
+/// The claimed jobs no rescue would see, so that a worker dying with them would strand them for good: on
+/// PostgreSQL those no claim row lists at or before their own lease (the rescuers read the claims), on SQLite
+/// those without a lease (the rescuers read the leases).
+pub async fn unrescuable(db: &impl ConnectionTrait) -> Vec<String> {
+    let sql = match Backend::of(db) {
+        Backend::Sqlite => {
+            "SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at IS NULL ORDER BY id"
+        }
+        Backend::Postgres => {
+            "SELECT j.id FROM outbox_jobs j WHERE j.status = 'claimed' AND NOT EXISTS (SELECT 1 FROM outbox_claims c \
+             WHERE j.id = ANY(c.jobs) AND c.lease_expires_at <= COALESCE(j.lease_expires_at, timestamptz 'epoch')) \
+             ORDER BY 1"
+        }
+    };
+    let rows = db.query_all_raw(statement(db, sql, vec![])).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.iter().map(|r| r.try_get_by_index::<String>(0).unwrap_or_else(|e| panic!("{sql}: {e}"))).collect()
+}
+
+/// Asserts that every claimed job is one a rescue would find ([`unrescuable`]), and that some job is claimed
+/// when `claimed` says so, so that the check checks something.
+pub async fn assert_every_claim_rescuable(db: &impl ConnectionTrait, claimed: bool, when: &str) {
+    let lost = unrescuable(db).await;
+    assert!(lost.is_empty(), "{when}: claimed jobs no rescue can find: {lost:?}");
+    if claimed {
+        let n = scalar(db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed'").await;
+        assert!(n > 0, "{when}: no job is claimed, so the check checked nothing");
+    }
+}
+
 fn statement(db: &impl ConnectionTrait, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
     Statement::from_sql_and_values(db.get_database_backend(), numbered(Backend::of(db), sql), values)
 }

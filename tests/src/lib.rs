@@ -22,7 +22,8 @@ pub use child::{ChildProcess, GroupGuard};
 pub use claims::{Claim, ClaimLog};
 pub use cluster::PgCluster;
 pub use database::{
-    Backend, TestDb, TestSchema, connect_to, exec, fresh, fresh_db, pg_server, run, scalar, sqlite_url, try_exec,
+    Backend, TestDb, TestSchema, assert_every_claim_rescuable, connect_to, exec, fresh, fresh_db, pg_server, run,
+    scalar, sqlite_url, try_exec, unrescuable,
 };
 pub use rustix::process::Signal;
 pub use secrets::{Captured, ChildRun, job_rows, leaks, run_child};

@@ -42,6 +42,7 @@ async fn drain(t: TestDb) {
     let elapsed = started.elapsed();
     let runs = check_every_job_ran_once(&t, &fleet.logs).await;
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE attempts <> 1").await, 0);
+    outbox_tests::assert_every_claim_rescuable(&t.db, false, "after the drain").await;
     eprintln!("{JOBS} jobs by {WORKERS} processes in {elapsed:.1?}; runs per process: {:?}", runs.per_log);
 }
 
@@ -63,9 +64,13 @@ async fn chaos(t: TestDb) {
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let killer = tokio::spawn(kill_connections(admin.clone(), fleet.pids(), Arc::clone(&stop)));
+    let checker = tokio::spawn(check_claims_while(t.connect().await, Arc::clone(&stop)));
     fleet.wait().await;
     stop.store(true, Ordering::SeqCst);
     let kills = killer.await.expect("the killer task");
+    let checks = checker.await.expect("the claims' checker");
+    assert!(checks > 0, "no check of the claims saw a claimed job");
+    outbox_tests::assert_every_claim_rescuable(&t.db, false, "after the chaos").await;
     let elapsed = started.elapsed();
 
     let warnings = fleet.warnings();
@@ -111,6 +116,7 @@ async fn workers_drain_through_a_server_restart_without_help_on_postgres() {
     let t = TestDb { db, ..t };
     let warnings = fleet.warnings();
     let runs = check_every_job_ran_once(&t, &fleet.logs).await;
+    outbox_tests::assert_every_claim_rescuable(&t.db, false, "after the restart").await;
     eprintln!(
         "{JOBS} jobs by {WORKERS} processes in {elapsed:.1?}, restarted after {before} completed; warnings and \
          errors the workers logged: {warnings:?}; runs per process: {:?}",
@@ -118,6 +124,23 @@ async fn workers_drain_through_a_server_restart_without_help_on_postgres() {
     );
     assert!(before < JOBS as i64, "every job completed before the restart: it tested nothing");
     assert!(!warnings.is_empty(), "no worker noticed the restart");
+}
+
+/// Checks, until `stop`, that every claimed job is one a rescue would find, whatever the kills do to the
+/// workers' statements; how many checks saw claimed jobs. Each check reads one snapshot, so it sees a claim's
+/// job and its claim row together or neither.
+async fn check_claims_while(db: DatabaseConnection, stop: Arc<AtomicBool>) -> usize {
+    let mut saw_claims = 0;
+    while !stop.load(Ordering::SeqCst) {
+        outbox_tests::assert_every_claim_rescuable(&db, false, "while connections are killed").await;
+        if scalar(&db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed'").await > 0 {
+            saw_claims += 1;
+        }
+        // Paced, not timed: the checks only need to land while jobs are claimed.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    db.close().await.expect("close");
+    saw_claims
 }
 
 /// Enqueues the `Race` jobs, `sleep_ms(n)` each, in batches of 1,000.

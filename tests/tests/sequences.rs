@@ -95,6 +95,8 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
         child.kill().expect("SIGKILL");
         kills.push((pid, monotonic_ns()));
         child.wait().expect("reap");
+        // The killed process's claims stay claimed until their leases run out: each must be one a rescue finds.
+        outbox_tests::assert_every_claim_rescuable(&t.db, false, "after a SIGKILL").await;
         *child = Spawn { url: &t.url, log: &log, mode: "serve", lease_ms: 1_000, concurrency: 8, stderr: None }.start();
         victim = (victim + 1) % processes;
     }
@@ -104,6 +106,7 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
 
     // 0 lost: every job completed.
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, total);
+    outbox_tests::assert_every_claim_rescuable(&t.db, false, "after the fleet").await;
     let runs = runs(&log);
     let killed_at: HashMap<u32, u64> = kills.iter().copied().collect();
     let mut by_key: BTreeMap<u64, Vec<&Run>> = BTreeMap::new();
@@ -172,6 +175,7 @@ async fn a_fleet_wide_limit_of_two_holds_across_eight_processes(t: TestDb) {
         assert!(status.success(), "a worker process failed: {status}");
     }
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, 200);
+    outbox_tests::assert_every_claim_rescuable(&t.db, false, "after the fleet").await;
     let runs = runs(&log);
     assert_eq!(runs.len(), 200, "one run per job");
     // Sweep begins and ends in time order; an end at the same instant as a begin comes first.

@@ -93,7 +93,7 @@ fn body(rng: &mut fastrand::Rng) -> Vec<u8> {
         "queues",
         "limit",
         "lease",
-        "attempt",
+        "run",
         "output",
         "error",
         "retryable",
@@ -132,7 +132,7 @@ fn body(rng: &mut fastrand::Rng) -> Vec<u8> {
         4 => {
             let mut b = br#"{"worker": "w", "kinds": ["#.to_vec();
             b.extend(nasty(rng));
-            b.extend(br#"], "attempt": "#);
+            b.extend(br#"], "run": "#);
             b.extend(value(rng).into_bytes());
             b.push(b'}');
             b

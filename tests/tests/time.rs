@@ -637,6 +637,7 @@ async fn a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued(t: Test
 
     let job = outbox_core::enqueue(&t.db, &Probe { n: 99 }, EnqueueOpts::new()).await.expect("enqueue");
     stall.held(99).await;
+    outbox_tests::assert_every_claim_rescuable(&t.db, true, "while the worker stalls").await;
     let rescuer = Worker::builder(&t.db)
         .id("rescuer")
         .poll_interval(Duration::from_millis(20))
@@ -664,6 +665,7 @@ async fn a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued(t: Test
     assert_eq!(completed, [&(JobEventKind::Completed, 2, Some("rescuer".into()))], "{history:?}");
     assert!(history.contains(&(JobEventKind::Claimed, 1, Some("stalled".into()))), "{history:?}");
     assert_eq!(record.attempts, 2);
+    outbox_tests::assert_every_claim_rescuable(&t.db, false, "after the stall").await;
 }
 
 conformance!(a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_outside);

@@ -1,8 +1,6 @@
 //! A worker of your own, from the shell: record a kind, claim jobs, and complete, fail, extend or snooze
-//! each one. Every call after the claim is fenced by the worker and the attempt, like an in-process worker's
+//! each one. Every call after the claim is fenced by the worker and the claim's run, like an in-process worker's
 //! writes; and `enqueue --wait`, which waits for the job's outcome.
-
-use std::io::Write;
 
 use outbox_core::remote::{self, ClaimRequest};
 use outbox_core::{JobRecord, JobStatus, Kind, ops};
@@ -11,6 +9,7 @@ use serde_json::json;
 
 use crate::cli::{ClaimArgs, CompleteArgs, DefineKindArgs, ExtendArgs, FailArgs, SnoozeArgs};
 use crate::fail::{Failure, Result, code};
+use crate::handover;
 use crate::payload;
 use crate::render::{self, Format, time};
 
@@ -47,41 +46,97 @@ pub(super) async fn claim(db: &DatabaseConnection, args: ClaimArgs) -> Result<u8
         limit: args.limit,
         lease: args.lease,
     };
-    let jobs = match args.wait {
+    // A Ctrl-C or SIGTERM stops a waiting claim between looks; a claim already running finishes, and what it
+    // took is given back rather than left claimed for its lease.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signals = tokio::spawn(async move {
+        interrupted().await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    let claimed = match args.wait {
         Some(wait) => {
             // Commits of other processes wake the wait at once.
             let _watch = ops::watch(db).await?;
-            remote::claim_waiting(db, &req, wait).await?
+            remote::claim_waiting_until(db, &req, wait, until_stopped).await
         }
-        None => remote::claim(db, &req).await?,
+        None => remote::claim(db, &req).await,
     };
-    let mut out = std::io::stdout().lock();
-    for job in &jobs {
+    let jobs = claimed?;
+    let interrupted = || *stopped.borrow();
+    if interrupted() {
+        signals.abort();
+        give_back(db, &args.worker, &jobs).await;
+        return Ok(code::INTERRUPTED);
+    }
+    let mut out = handover::Output::stdout();
+    for (i, job) in jobs.iter().enumerate() {
         let mut line =
             serde_json::to_value(job).map_err(|e| Failure::error(format!("encoding job `{}`: {e}", job.id)))?;
         line["worker"] = json!(args.worker);
-        writeln!(out, "{line}").map_err(|e| Failure::error(format!("writing the claimed job `{}`: {e}", job.id)))?;
+        if let Err(e) = out.hand_over(&format!("{line}\n"), args.lease, &interrupted).await {
+            signals.abort();
+            // Whatever the reader did not take goes back to pending now, its attempt unused.
+            give_back(db, &args.worker, &jobs[i..]).await;
+            return match e.kind() {
+                // The reader took what it wanted (`| head -1`): not a failure of this command.
+                std::io::ErrorKind::BrokenPipe => Ok(code::OK),
+                std::io::ErrorKind::Interrupted => Ok(code::INTERRUPTED),
+                _ => Err(Failure::error(format!("writing the claimed job `{}`: {e}", job.id))
+                    .hint("the jobs not written were given back")),
+            };
+        }
     }
+    signals.abort();
     Ok(code::OK)
+}
+
+/// Resolves on Ctrl-C or SIGTERM (never, where they cannot be listened for).
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// Gives back claimed jobs that no reader took; a failure is said on stderr, and their leases bring them back.
+async fn give_back(db: &DatabaseConnection, worker: &str, jobs: &[remote::RemoteJob]) {
+    if jobs.is_empty() {
+        return;
+    }
+    if let Err(e) = remote::release(db, worker, jobs).await {
+        eprintln!("could not give back {} claimed jobs, which run again once their leases run out: {e}", jobs.len());
+    }
 }
 
 pub(super) async fn complete(db: &DatabaseConnection, args: CompleteArgs, format: Format) -> Result<u8> {
     let output = args.output.as_deref().map(|o| payload::read_as(o, "--output")).transpose()?;
     let c = &args.claim;
-    remote::complete(db, &c.worker, &c.id, c.attempt, output).await?;
+    remote::complete(db, &c.worker, &c.id, c.run, output).await?;
     done(format, &c.id, JobStatus::Completed, None)
 }
 
 pub(super) async fn fail(db: &DatabaseConnection, args: FailArgs, format: Format) -> Result<u8> {
     let c = &args.claim;
-    let status = remote::fail(db, &c.worker, &c.id, c.attempt, &args.reason, !args.permanent, args.retry_in).await?;
+    let status = remote::fail(db, &c.worker, &c.id, c.run, &args.reason, !args.permanent, args.retry_in).await?;
     let retry_at = if status == JobStatus::Pending { Some(ops::get(db, &c.id).await?.run_at) } else { None };
     done(format, &c.id, status, retry_at.map(time))
 }
 
 pub(super) async fn extend(db: &DatabaseConnection, args: ExtendArgs, format: Format) -> Result<u8> {
     let c = &args.claim;
-    let until = remote::heartbeat(db, &c.worker, &c.id, c.attempt, args.by).await?;
+    let until = remote::heartbeat(db, &c.worker, &c.id, c.run, args.by).await?;
     match format {
         Format::Json => render::json(&json!({ "id": c.id, "lease_expires_at": until }))?,
         Format::Table => println!("{}: leased until {}", c.id, time(until)),
@@ -91,7 +146,7 @@ pub(super) async fn extend(db: &DatabaseConnection, args: ExtendArgs, format: Fo
 
 pub(super) async fn snooze(db: &DatabaseConnection, args: SnoozeArgs, format: Format) -> Result<u8> {
     let c = &args.claim;
-    remote::snooze(db, &c.worker, &c.id, c.attempt, args.delay).await?;
+    remote::snooze(db, &c.worker, &c.id, c.run, args.delay).await?;
     let run_at = ops::get(db, &c.id).await?.run_at;
     done(format, &c.id, JobStatus::Pending, Some(time(run_at)))
 }

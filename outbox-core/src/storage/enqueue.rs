@@ -374,17 +374,27 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
         if usize::try_from(inserted).is_ok_and(|n| n == chunk.len()) {
             written.extend(chunk.iter().map(|j| j.id.clone()));
         } else {
+            #[cfg(test)]
+            read_back::pause().await;
             written.extend(present(conn, b, chunk).await?);
         }
     }
     Ok(written)
 }
 
-/// Which of `jobs` (new ids, so present means just written) are in the table.
+/// Which of `jobs` (new ids, so found means just written) went in. Outside a transaction a row may have been
+/// claimed, completed and deleted before this reads it (a kind that keeps nothing, or keeps in the archive): such
+/// a job is found in the archive, or by an event of its own that its deletion leaves (its `enqueued` row on
+/// SQLite, the completion's own row on PostgreSQL; see `keep.sql`). Missing it would have the caller write it
+/// again under the same id, and run it twice.
 async fn present<C: ConnectionTrait + ?Sized>(conn: &C, b: Backend, jobs: &[&NewJob]) -> Result<Vec<String>> {
     let mut p = Params::default();
     let marks: Vec<String> = jobs.iter().map(|j| p.push(j.id.as_str())).collect();
-    let sql = format!("SELECT id FROM outbox_jobs WHERE id IN ({})", marks.join(", "));
+    let ids = marks.join(", ");
+    let sql = format!(
+        "SELECT id FROM outbox_jobs WHERE id IN ({ids}) UNION SELECT id FROM outbox_jobs_done WHERE id IN ({ids}) \
+         UNION SELECT job_id FROM outbox_job_events WHERE job_id IN ({ids})"
+    );
     let rows = conn.query_all_raw(b.stmt(sql, p.0)).await.map_err(Error::db("reading enqueued job ids"))?;
     rows.iter().map(|row| row.try_get_by_index::<String>(0).map_err(Error::db("reading enqueued job ids"))).collect()
 }
@@ -488,5 +498,25 @@ mod tests {
         // A payload larger than the bound goes alone.
         assert_eq!(cut(&[1, 20, 1], 10, 8), vec![ids(&["0"]), ids(&["1"]), ids(&["2"])]);
         assert!(cut(&[], 10, 8).is_empty());
+    }
+}
+
+/// A pause between a batch INSERT cut short and its read-back of the ids it wrote, for the conformance suite: a
+/// test runs `insert_jobs` inside [`read_back::PAUSE`]'s scope and acts while it waits.
+#[cfg(test)]
+pub(crate) mod read_back {
+    use tokio::sync::oneshot;
+
+    /// Told when the insert reached its read-back; the read-back waits for the second.
+    pub(crate) type Pause = std::cell::RefCell<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>;
+
+    tokio::task_local! {
+        pub(crate) static PAUSE: Pause;
+    }
+
+    pub(super) async fn pause() {
+        let Ok(Some((reached, resume))) = PAUSE.try_with(|p| p.borrow_mut().take()) else { return };
+        let _ = reached.send(());
+        let _ = resume.await;
     }
 }

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use sea_orm::DatabaseConnection;
 
-use super::{Backend, ClaimedJob, Finished, Rescued, WorkerStoreOpts, execute_write};
-use crate::error::Result;
+use super::{Backend, ClaimedJob, Finished, Rescued, WorkerStoreOpts, query_write};
+use crate::error::{Error, Result};
 
 /// Claims up to `limit` due jobs for the remote worker `opts` describes, leased until `lease_until`.
 pub(crate) async fn claim(
@@ -37,7 +37,7 @@ pub(crate) async fn finish(db: &DatabaseConnection, owner: &str, finished: Finis
 }
 
 /// Writes `batch` as a worker's completion writer does, in one statement of its batched form, fenced by `owner`
-/// and each outcome's attempt; which it wrote, in order. For the conformance suite.
+/// and each outcome's run; which it wrote, in order. For the conformance suite.
 #[cfg(test)]
 pub(crate) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
     match Backend::of(db)? {
@@ -48,21 +48,31 @@ pub(crate) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Ve
     }
 }
 
-/// Extends one claim's lease to `until` (never shortening it), fenced the same way; false when the fence held.
-/// The row is found by id, as the worker's renewals find theirs (`status || ''`, see `EXTEND` in
-/// `postgres/store/mod.rs`).
-pub(crate) async fn extend(db: &DatabaseConnection, owner: &str, id: &str, attempt: i32, until: i64) -> Result<bool> {
+/// Extends one claim's lease to `until`, never shortening it, fenced the same way; the lease it holds now (ms),
+/// or `None` when the fence held. The row is found by id, as the worker's renewals find theirs (`status || ''`,
+/// see `EXTEND` in `postgres/store/mod.rs`).
+pub(crate) async fn extend(
+    db: &DatabaseConnection,
+    owner: &str,
+    id: &str,
+    run: i32,
+    until: i64,
+) -> Result<Option<i64>> {
     let b = Backend::of(db)?;
     let sql = format!(
         "UPDATE outbox_jobs SET lease_expires_at = {}(COALESCE(lease_expires_at, {}), {}) \
-         WHERE id = $2 AND (status || '') = 'claimed' AND locked_by = $3 AND attempts = $4",
+         WHERE id = $2 AND (status || '') = 'claimed' AND locked_by = $3 AND runs = $4 RETURNING {}",
         b.greatest(),
         b.ts("0"),
-        b.ts("$1")
+        b.ts("$1"),
+        b.ms("lease_expires_at"),
     );
-    let values = vec![until.into(), id.into(), owner.into(), attempt.into()];
-    let res = execute_write(db, b.stmt(sql, values), || format!("renewing the lease of job `{id}`")).await?;
-    Ok(res.rows_affected() == 1)
+    let values = vec![until.into(), id.into(), owner.into(), run.into()];
+    let rows = query_write(db, b.stmt(sql, values), || format!("renewing the lease of job `{id}`")).await?;
+    rows.first()
+        .map(|r| r.try_get_by_index::<i64>(0))
+        .transpose()
+        .map_err(Error::db(format!("reading the renewed lease of job `{id}`")))
 }
 
 /// When this process's remote claims last rescued expired claims (ms).

@@ -188,7 +188,12 @@ pub(crate) struct Finished {
     pub(crate) id: String,
     pub(crate) kind: String,
     pub(crate) queue: String,
+    /// The attempt it ended, for the logs and the history.
     pub(crate) attempt: i32,
+    /// The claim's run (the job's claims so far, this one included): the fence. Unlike the attempt, which an
+    /// operator's retry starts over and a snooze gives back, no action ever lowers it, so an outcome of an
+    /// earlier claim can never pass for one of a later claim of the same job by the same worker.
+    pub(crate) run: i32,
     pub(crate) outcome: Outcome,
     /// Where a completion leaves the job. Ignored for other outcomes.
     pub(crate) keep: Keep,
@@ -267,6 +272,6 @@ pub(crate) fn log_finished(f: &Finished, applied: bool, worker: &str) {
         }
         Outcome::Failed { error } => tracing::error!(job_id, kind, queue, attempt, error = %error, "job failed"),
         Outcome::Snoozed { run_at } => tracing::debug!(job_id, kind, queue, attempt, run_at, "job snoozed"),
-        Outcome::Released => tracing::info!(job_id, kind, queue, attempt, "job released at shutdown"),
+        Outcome::Released => tracing::info!(job_id, kind, queue, attempt, "job released, its attempt given back"),
     }
 }

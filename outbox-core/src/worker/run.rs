@@ -486,6 +486,7 @@ fn finished(job: &ClaimedJob, outcome: Outcome) -> Finished {
         kind: job.kind.clone(),
         queue: job.queue.clone(),
         attempt: job.attempt,
+        run: job.run,
         outcome,
         keep: Keep::Row,
     }

@@ -151,6 +151,7 @@ impl Watchdog {
                 kind: job.kind.clone(),
                 queue: job.queue.clone(),
                 attempt: job.attempt,
+                run: job.run,
                 outcome: Outcome::Released,
                 keep: Keep::Row,
             },

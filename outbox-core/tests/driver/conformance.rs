@@ -189,6 +189,13 @@ driver_tests!(
     store_claim_reads_only_served_kinds_and_queues,
     store_claims_each_job_once_and_a_later_higher_priority_within_a_second,
     store_claims_a_job_ahead_of_a_short_read_by_the_next_claim,
+    store_stale_outcome_leaves_the_newer_claim_rescuable,
+    a_batch_with_a_stale_and_a_fresh_outcome_writes_the_fresh_one,
+    an_operator_retry_fences_out_the_earlier_run,
+    a_remote_heartbeat_answers_the_lease_it_stored,
+    insert_jobs_counts_a_row_finished_before_its_read_back,
+    a_completion_written_alone_deletes_a_job_kept_nowhere,
+    purge_takes_the_events_of_jobs_deleted_as_they_completed,
 );
 
 /// A fixed time long past (ms): jobs enqueued at it are due.
@@ -270,8 +277,10 @@ fn opts(worker: &str, kinds: &[&str]) -> WorkerStoreOpts {
     WorkerStoreOpts { worker_id: worker.into(), kinds, limits: Vec::new(), queues: None }
 }
 
-fn finished(id: &str, attempt: i32, outcome: Outcome) -> Finished {
-    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt, outcome, keep: Keep::Row }
+/// The outcome of job `id`'s claim of run `run`, its first attempt since (its attempt is its run: no test that
+/// tells them apart uses this).
+fn finished(id: &str, run: i32, outcome: Outcome) -> Finished {
+    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt: run, run, outcome, keep: Keep::Row }
 }
 
 fn completed() -> Outcome {
@@ -1141,13 +1150,13 @@ async fn remote_extend_is_fenced_and_never_shortens(db: &DatabaseConnection) -> 
     let now = super::now_ms();
     add(db, &[job("a")]).await?;
     assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 1_000).await?.len(), 1);
-    assert!(remote::extend(db, "r", "a", 1, now + 60_000).await?);
+    assert_eq!(remote::extend(db, "r", "a", 1, now + 60_000).await?, Some(now + 60_000));
     assert_eq!(get(db, "a").await?.lease_expires_at, Some(from_ms(now + 60_000)));
-    assert!(remote::extend(db, "r", "a", 1, now + 10).await?);
+    assert_eq!(remote::extend(db, "r", "a", 1, now + 10).await?, Some(now + 60_000), "the lease as stored");
     assert_eq!(get(db, "a").await?.lease_expires_at, Some(from_ms(now + 60_000)), "never shortened");
-    assert!(!remote::extend(db, "other", "a", 1, now + 90_000).await?);
-    assert!(!remote::extend(db, "r", "a", 2, now + 90_000).await?);
-    assert!(!remote::extend(db, "r", "nope", 1, now + 90_000).await?);
+    assert_eq!(remote::extend(db, "other", "a", 1, now + 90_000).await?, None);
+    assert_eq!(remote::extend(db, "r", "a", 2, now + 90_000).await?, None);
+    assert_eq!(remote::extend(db, "r", "nope", 1, now + 90_000).await?, None);
     Ok(())
 }
 
@@ -1321,5 +1330,193 @@ async fn store_claims_each_job_once_and_a_later_higher_priority_within_a_second(
     seen.sort_unstable();
     assert_eq!(seen, ["a", "b", "c", "d", "e", "hi"], "every job once");
     store.close().await;
+    Ok(())
+}
+
+/// The claimed jobs no rescue can see: on PostgreSQL, those no claim row lists at or before their own lease; on
+/// SQLite, those without a lease. Every claimed job must be rescuable, or a worker that dies with it strands it.
+pub(super) async fn unrescuable(db: &DatabaseConnection) -> Result<Vec<String>> {
+    let sql = match Backend::of(db)? {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => {
+            "SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at IS NULL ORDER BY id"
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => {
+            "SELECT j.id FROM outbox_jobs j WHERE j.status = 'claimed' AND NOT EXISTS (SELECT 1 FROM outbox_claims c \
+             WHERE j.id = ANY(c.jobs) AND c.lease_expires_at <= COALESCE(j.lease_expires_at, TIMESTAMPTZ 'epoch')) \
+             ORDER BY 1"
+        }
+    };
+    let rows = db.query_all_raw(Backend::of(db)?.stmt(sql, vec![])).await?;
+    Ok(rows.iter().map(|r| r.try_get_by_index::<String>(0)).collect::<std::result::Result<_, _>>()?)
+}
+
+/// A worker whose claim ran out claims the job again; the first run's late outcome is refused and leaves the
+/// second claim as the rescuers see it.
+async fn store_stale_outcome_leaves_the_newer_claim_rescuable(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[NewJob { max_attempts: 5, ..job("a") }]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    let first = store.claim(1, now, now + 1_000).await?;
+    assert_eq!(first.iter().map(|c| (c.id.as_str(), c.run)).collect::<Vec<_>>(), [("a", 1)]);
+    assert_eq!(store.rescue(now + 2_000).await?.len(), 1, "the first claim ran out");
+    let second = store.claim(1, now + 2_000, now + 3_000).await?;
+    assert_eq!(second.iter().map(|c| (c.id.as_str(), c.run)).collect::<Vec<_>>(), [("a", 2)]);
+    store.finish(finished("a", first[0].run, completed()))?;
+    store.flush().await?;
+    assert_eq!(get(db, "a").await?.status, JobStatus::Claimed, "the stale outcome is refused");
+    assert_eq!(unrescuable(db).await?, Vec::<String>::new(), "the second claim is still rescuable");
+    let rescued = store.rescue(now + 4_000).await?;
+    assert_eq!(rescued.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["a"], "the second claim is rescued");
+    store.close().await;
+    Ok(())
+}
+
+/// A batch holding the outcome of a job's earlier run beside that of its current run writes the current one,
+/// in whichever order they come.
+async fn a_batch_with_a_stale_and_a_fresh_outcome_writes_the_fresh_one(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[NewJob { max_attempts: 5, ..job("a") }, NewJob { max_attempts: 5, ..job("b") }]).await?;
+    let now = super::now_ms();
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 1_000).await?.len(), 2);
+    set(db, "a", "lease_expires_at = {0}", &[now - 1]).await?;
+    set(db, "b", "lease_expires_at = {0}", &[now - 1]).await?;
+    let store = super::open_worker_store(db, opts("r", &["k"]), &tokio::runtime::Handle::current()).await?;
+    assert_eq!(store.rescue(now).await?.len(), 2);
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 60_000).await?.len(), 2);
+    let done =
+        |id: &str, run: i32| finished(id, run, Outcome::Completed { output: Some(format!("{{\"run\":{run}}}")) });
+    let written = remote::finish_batch(db, "r", vec![done("a", 2), done("a", 1), done("b", 1), done("b", 2)]).await?;
+    assert_eq!(written, [true, false, false, true], "the current runs' outcomes, whatever their place");
+    for id in ["a", "b"] {
+        let j = get(db, id).await?;
+        assert_eq!((j.status, j.output), (JobStatus::Completed, Some(serde_json::json!({"run": 2}))), "`{id}`");
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// An operator's retry starts a job's attempts over, not its runs: the outcome of a run before the retry never
+/// lands on a claim after it, even by the same worker and with the same attempt number.
+async fn an_operator_retry_fences_out_the_earlier_run(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[NewJob { max_attempts: 1, ..job("a") }, NewJob { max_attempts: 1, ..job("b") }]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    let first = store.claim(10, now, now + 1_000).await?;
+    assert_eq!(first.iter().map(|c| (c.attempt, c.run)).collect::<Vec<_>>(), [(1, 1), (1, 1)]);
+    let rescued = store.rescue(now + 2_000).await?;
+    assert!(rescued.iter().all(|r| r.status == "failed"), "no attempts left: {rescued:?}");
+    for id in ["a", "b"] {
+        assert!(jobs::retry(db, id, now + 2_000).await?, "`{id}` retried");
+    }
+    let second = store.claim(10, now + 2_000, now + 60_000).await?;
+    assert_eq!(second.iter().map(|c| (c.attempt, c.run)).collect::<Vec<_>>(), [(1, 2), (1, 2)]);
+    // The first run of `a` ends late, through the worker; that of `b` through the remote calls.
+    store.finish(finished("a", first[0].run, Outcome::Failed { error: "stale".into() }))?;
+    store.flush().await?;
+    assert!(!remote::finish(db, "w1", finished("b", first[1].run, Outcome::Failed { error: "stale".into() })).await?);
+    assert_eq!(remote::extend(db, "w1", "b", first[1].run, now + 90_000).await?, None, "a stale renewal is refused");
+    for id in ["a", "b"] {
+        let j = get(db, id).await?;
+        assert_eq!(
+            (j.status, j.last_error.as_deref()),
+            (JobStatus::Claimed, Some("lease expired while claimed by w1; no attempts left")),
+            "`{id}`"
+        );
+    }
+    store.finish(finished("a", second[0].run, completed()))?;
+    store.flush().await?;
+    assert!(remote::finish(db, "w1", finished("b", second[1].run, completed())).await?);
+    for id in ["a", "b"] {
+        assert_eq!(get(db, id).await?.status, JobStatus::Completed, "`{id}`");
+    }
+    assert_eq!(unrescuable(db).await?, Vec::<String>::new());
+    store.close().await;
+    Ok(())
+}
+
+/// A heartbeat never shortens a lease, and answers the lease as it stands: a shorter renewal after a longer one
+/// answers the longer one.
+async fn a_remote_heartbeat_answers_the_lease_it_stored(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a")]).await?;
+    let now = super::now_ms();
+    let claimed = remote::claim(db, opts("r", &["k"]), 1, now, now + 1_000).await?;
+    let run = claimed[0].run;
+    let long = crate::remote::heartbeat(db, "r", "a", run, Duration::from_secs(300)).await?;
+    assert_eq!(get(db, "a").await?.lease_expires_at, Some(long));
+    let short = crate::remote::heartbeat(db, "r", "a", run, Duration::from_secs(1)).await?;
+    assert_eq!(get(db, "a").await?.lease_expires_at, Some(long), "never shortened");
+    assert_eq!(short, long, "the answer is the lease as stored, not the one asked for");
+    Ok(())
+}
+
+/// A batch cut short by a duplicate key reads back which of its rows went in; a row that went in and was
+/// claimed, completed and deleted (its kind keeps nothing) before that read-back still counts as written, or
+/// the enqueue would write it again under the same id and it would run twice.
+async fn insert_jobs_counts_a_row_finished_before_its_read_back(db: &DatabaseConnection) -> Result<()> {
+    let other = |id: &str| NewJob { kind: "other".into(), key: Some("taken".into()), ..job(id) };
+    add(db, &[other("holder")]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let (reached, at_read_back) = tokio::sync::oneshot::channel();
+    let (resume, resumed) = tokio::sync::oneshot::channel();
+    let pause = std::cell::RefCell::new(Some((reached, resumed)));
+    let batch = [job("x"), other("duplicate")];
+    let insert = enqueue::read_back::PAUSE.scope(pause, enqueue::insert_jobs(db, &batch));
+    let meanwhile = async {
+        at_read_back.await.expect("the insert was cut short by the duplicate and reads back");
+        let now = super::now_ms();
+        let claimed = store.claim(10, now, now + 60_000).await?;
+        assert_eq!(claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["x"]);
+        let done =
+            Finished { keep: Keep::Nothing, ..finished("x", claimed[0].run, Outcome::Completed { output: None }) };
+        store.finish(done)?;
+        store.flush().await?;
+        assert_eq!(jobs::get(db, "x").await?, None, "completed and deleted");
+        let _ = resume.send(());
+        Ok::<_, Error>(())
+    };
+    let (written, done) = tokio::join!(insert, meanwhile);
+    done?;
+    assert_eq!(written?, ["x"], "`x` was written, and ran, once");
+    store.close().await;
+    Ok(())
+}
+
+/// An outcome written alone (a remote worker's, or one of a batch the database refused, written job by job)
+/// deletes a completed job of a kind that keeps nothing, as a batch does.
+async fn a_completion_written_alone_deletes_a_job_kept_nowhere(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a")]).await?;
+    let now = super::now_ms();
+    let claimed = remote::claim(db, opts("r", &["k"]), 1, now, now + 60_000).await?;
+    let done = Finished { keep: Keep::Nothing, ..finished("a", claimed[0].run, Outcome::Completed { output: None }) };
+    assert!(remote::finish(db, "r", done).await?);
+    assert_eq!(jobs::get(db, "a").await?, None, "deleted as it completed");
+    assert!(events::outlived(db, "a").await?, "its events tell it completed");
+    Ok(())
+}
+
+/// `purge` of completed jobs also takes the events of jobs deleted as they completed, with the feed rows that
+/// recorded those completions; nothing is left that no retention would find.
+async fn purge_takes_the_events_of_jobs_deleted_as_they_completed(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b")]).await?;
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = super::now_ms();
+    let claimed = store.claim(10, now, now + 60_000).await?;
+    assert_eq!(claimed.len(), 2);
+    for c in &claimed {
+        let keep = if c.id == "a" { Keep::Nothing } else { Keep::Row };
+        store.finish(Finished { keep, ..finished(&c.id, c.run, Outcome::Completed { output: None }) })?;
+    }
+    store.flush().await?;
+    store.close().await;
+    assert!(events::outlived(db, "a").await?);
+    jobs::purge(db, &[JobStatus::Completed], now + 3_600_000).await?;
+    let b = Backend::of(db)?;
+    let left = db.query_all_raw(b.stmt("SELECT job_id, event FROM outbox_job_events ORDER BY id", vec![])).await?;
+    let left: Vec<(String, String)> = left
+        .iter()
+        .map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?)))
+        .collect::<std::result::Result<_, sea_orm::DbErr>>()?;
+    assert_eq!(left, Vec::<(String, String)>::new(), "events left behind by the purge");
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Remote workers: claim a batch, then heartbeat, complete, fail or snooze each job. Every call after the
-//! claim names the worker and the claim's attempt and is fenced like an in-process worker's write: a claim
+//! claim names the worker and the claim's run and is fenced like an in-process worker's write: a claim
 //! that expired and was rescued, or that already ended, answers 409 `stale_claim` and changes nothing.
 
 use std::time::Duration;
@@ -41,6 +41,10 @@ pub(super) struct ClaimBody {
 }
 
 /// `POST /api/work/claim`.
+///
+/// The claim runs in a task of its own, which outlives the request: a client that goes away (or a request that
+/// times out) stops a waiting claim between looks, and the jobs of a claim that was running then are given
+/// back at once, their attempts unused, instead of staying claimed by no one until their leases run out.
 pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimBody>) -> Reply {
     let req = ClaimRequest {
         worker: body.worker,
@@ -51,7 +55,7 @@ pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimB
         limit: body.limit.unwrap_or(10),
         lease: lease_of("lease", body.lease)?,
     };
-    let jobs = match body.wait {
+    let wait = match body.wait {
         Some(text) => {
             let wait = duration::parse(&text).map_err(|e| ApiError::invalid(format!("field `wait`: {e}")))?;
             if wait > remote::MAX_CLAIM_WAIT {
@@ -61,11 +65,26 @@ pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimB
                 )));
             }
             // Answered a second before the request would time out: an empty list, not a 408.
-            let wait = wait.min(state.request_timeout.saturating_sub(Duration::from_secs(1)));
-            remote::claim_waiting(&state.db, &req, wait).await?
+            Some(wait.min(state.request_timeout.saturating_sub(Duration::from_secs(1))))
         }
-        None => remote::claim(&state.db, &req).await?,
+        None => None,
     };
+    let (mut reply, answer) = tokio::sync::oneshot::channel();
+    let db = state.db.clone();
+    tokio::spawn(async move {
+        let claimed = match wait {
+            Some(wait) => remote::claim_waiting_until(&db, &req, wait, reply.closed()).await,
+            None => remote::claim(&db, &req).await,
+        };
+        if let Err(Ok(jobs)) = reply.send(claimed) {
+            // The request is gone: no one will run these.
+            if let Err(e) = remote::release(&db, &req.worker, &jobs).await {
+                tracing::warn!(worker = %req.worker, jobs = jobs.len(), error = %e,
+                    "could not give back the jobs of a claim whose client went away; their leases will run out");
+            }
+        }
+    });
+    let jobs = answer.await.map_err(|_| ApiError::internal(&"the claim's task ended without an answer"))??;
     Ok(axum::Json(json!({ "jobs": jobs })).into_response())
 }
 
@@ -73,7 +92,8 @@ pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimB
 #[serde(deny_unknown_fields)]
 pub(super) struct HeartbeatBody {
     worker: String,
-    attempt: i32,
+    /// The claim's `run`, as the claim answered it.
+    run: i32,
     lease: Option<String>,
 }
 
@@ -84,7 +104,7 @@ pub(super) async fn heartbeat(
     Json(body): Json<HeartbeatBody>,
 ) -> Reply {
     let lease = lease_of("lease", body.lease)?;
-    let until = remote::heartbeat(&state.db, &body.worker, &id, body.attempt, lease).await?;
+    let until = remote::heartbeat(&state.db, &body.worker, &id, body.run, lease).await?;
     Ok(axum::Json(json!({ "id": id, "lease_expires_at": until })).into_response())
 }
 
@@ -92,7 +112,8 @@ pub(super) async fn heartbeat(
 #[serde(deny_unknown_fields)]
 pub(super) struct CompleteBody {
     worker: String,
-    attempt: i32,
+    /// The claim's `run`, as the claim answered it.
+    run: i32,
     output: Option<Value>,
 }
 
@@ -102,7 +123,7 @@ pub(super) async fn complete(
     Path(id): Path<String>,
     Json(body): Json<CompleteBody>,
 ) -> Reply {
-    remote::complete(&state.db, &body.worker, &id, body.attempt, body.output).await?;
+    remote::complete(&state.db, &body.worker, &id, body.run, body.output).await?;
     Ok(axum::Json(json!({ "id": id, "status": "completed" })).into_response())
 }
 
@@ -110,7 +131,8 @@ pub(super) async fn complete(
 #[serde(deny_unknown_fields)]
 pub(super) struct FailBody {
     worker: String,
-    attempt: i32,
+    /// The claim's `run`, as the claim answered it.
+    run: i32,
     error: String,
     /// Whether another attempt may succeed (default true); false fails the job for good.
     retryable: Option<bool>,
@@ -128,7 +150,7 @@ pub(super) async fn fail(State(state): State<AppState>, Path(id): Path<String>, 
         .map(|t| duration::forward(&t).map_err(|e| ApiError::invalid(format!("field `retry_in`: {e}"))))
         .transpose()?;
     let status =
-        remote::fail(&state.db, &body.worker, &id, body.attempt, &body.error, body.retryable.unwrap_or(true), retry_in)
+        remote::fail(&state.db, &body.worker, &id, body.run, &body.error, body.retryable.unwrap_or(true), retry_in)
             .await?;
     Ok(axum::Json(json!({ "id": id, "status": status })).into_response())
 }
@@ -137,7 +159,8 @@ pub(super) async fn fail(State(state): State<AppState>, Path(id): Path<String>, 
 #[serde(deny_unknown_fields)]
 pub(super) struct SnoozeBody {
     worker: String,
-    attempt: i32,
+    /// The claim's `run`, as the claim answered it.
+    run: i32,
     /// How long to wait (`5m`).
     delay: String,
 }
@@ -149,6 +172,6 @@ pub(super) async fn snooze(
     Json(body): Json<SnoozeBody>,
 ) -> Reply {
     let delay = duration::forward(&body.delay).map_err(|e| ApiError::invalid(format!("field `delay`: {e}")))?;
-    remote::snooze(&state.db, &body.worker, &id, body.attempt, delay).await?;
+    remote::snooze(&state.db, &body.worker, &id, body.run, delay).await?;
     Ok(axum::Json(json!({ "id": id, "status": "pending" })).into_response())
 }

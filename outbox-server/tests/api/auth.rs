@@ -46,9 +46,9 @@ fn body_of(method: &Method, path: &str) -> Option<serde_json::Value> {
     Some(match path {
         "/api/jobs" => json!({"kind": "probe", "payload": {"n": 2}}),
         "/api/work/claim" => json!({"worker": "w", "kinds": ["nothing-to-claim"]}),
-        p if p.ends_with("/fail") => json!({"worker": "w", "attempt": 1, "error": "e"}),
-        p if p.ends_with("/snooze") => json!({"worker": "w", "attempt": 1, "delay": "1s"}),
-        p if p.starts_with("/api/work/") => json!({"worker": "w", "attempt": 1}),
+        p if p.ends_with("/fail") => json!({"worker": "w", "run": 1, "error": "e"}),
+        p if p.ends_with("/snooze") => json!({"worker": "w", "run": 1, "delay": "1s"}),
+        p if p.starts_with("/api/work/") => json!({"worker": "w", "run": 1}),
         _ => json!({}),
     })
 }

@@ -169,39 +169,31 @@ async fn a_remote_worker_claims_heartbeats_and_finishes_over_http(t: TestDb) {
     let jobs = claim.ok(200)["jobs"].as_array().expect("jobs").clone();
     assert_eq!(jobs.len(), 3);
     let id = |i: usize| jobs[i]["id"].as_str().expect("id").to_owned();
-    let beat = work(
-        &server,
-        &format!("/api/work/jobs/{}/heartbeat", id(0)),
-        json!({"worker": "w1", "attempt": 1, "lease": "5m"}),
-    )
-    .await;
+    let beat =
+        work(&server, &format!("/api/work/jobs/{}/heartbeat", id(0)), json!({"worker": "w1", "run": 1, "lease": "5m"}))
+            .await;
     assert!(beat.ok(200)["lease_expires_at"].is_string());
     let done = work(
         &server,
         &format!("/api/work/jobs/{}/complete", id(0)),
-        json!({"worker": "w1", "attempt": 1, "output": {"ok": 1}}),
+        json!({"worker": "w1", "run": 1, "output": {"ok": 1}}),
     )
     .await;
     assert_eq!(done.ok(200)["status"], "completed");
-    let stale =
-        work(&server, &format!("/api/work/jobs/{}/complete", id(0)), json!({"worker": "w1", "attempt": 1})).await;
+    let stale = work(&server, &format!("/api/work/jobs/{}/complete", id(0)), json!({"worker": "w1", "run": 1})).await;
     assert!(stale.error(409, "stale_claim").contains(&id(0)));
-    let beat =
-        work(&server, &format!("/api/work/jobs/{}/heartbeat", id(0)), json!({"worker": "w1", "attempt": 1})).await;
+    let beat = work(&server, &format!("/api/work/jobs/{}/heartbeat", id(0)), json!({"worker": "w1", "run": 1})).await;
     beat.error(409, "stale_claim");
     let failed = work(
         &server,
         &format!("/api/work/jobs/{}/fail", id(1)),
-        json!({"worker": "w1", "attempt": 1, "error": "boom", "retryable": false}),
+        json!({"worker": "w1", "run": 1, "error": "boom", "retryable": false}),
     )
     .await;
     assert_eq!(failed.ok(200)["status"], "failed");
-    let snoozed = work(
-        &server,
-        &format!("/api/work/jobs/{}/snooze", id(2)),
-        json!({"worker": "w1", "attempt": 1, "delay": "1h"}),
-    )
-    .await;
+    let snoozed =
+        work(&server, &format!("/api/work/jobs/{}/snooze", id(2)), json!({"worker": "w1", "run": 1, "delay": "1h"}))
+            .await;
     assert_eq!(snoozed.ok(200)["status"], "pending");
     let job = server.get(&format!("/api/jobs/{}", id(1))).await;
     assert_eq!(
@@ -216,8 +208,7 @@ async fn a_remote_worker_claims_heartbeats_and_finishes_over_http(t: TestDb) {
     let bad = work(&server, "/api/work/claim", json!({"worker": "w1", "kinds": ["probe"], "limit": 100000})).await;
     assert!(bad.error(400, "invalid_request").contains("limit"));
     let bad =
-        work(&server, &format!("/api/work/jobs/{}/fail", id(2)), json!({"worker": "w1", "attempt": 1, "error": " "}))
-            .await;
+        work(&server, &format!("/api/work/jobs/{}/fail", id(2)), json!({"worker": "w1", "run": 1, "error": " "})).await;
     assert!(bad.error(400, "invalid_request").contains("`error`"));
     let listed = server.get("/api/workers").await;
     let w1 = listed.ok(200)["workers"]

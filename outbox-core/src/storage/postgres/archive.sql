@@ -38,8 +38,9 @@ CREATE TABLE outbox_jobs_done (
 CREATE TABLE outbox_jobs_done_default PARTITION OF outbox_jobs_done DEFAULT;
 -- Found by id (`get`, `wait`, listings); ids are unique across both tables because a job is in one at a time.
 CREATE INDEX outbox_jobs_done_id ON outbox_jobs_done (id);
--- An archived job deleted by hand (`delete`, `purge`) takes its history with it; a partition dropped whole
--- fires no trigger, so retention deletes its jobs' history first.
+-- An archived job deleted by hand (`delete`, `purge`) takes its history with it. A partition dropped whole
+-- fires no trigger: its jobs' history goes with the feed rows that recorded their completions, which retention
+-- prunes by the feed's age (`retention::prune_feed`).
 CREATE TRIGGER outbox_jobs_done_purged AFTER DELETE ON outbox_jobs_done
     FOR EACH ROW EXECUTE FUNCTION outbox_jobs_purged();
 -- What readers name: the same on both backends (on SQLite the union of the archive's tables).

@@ -145,7 +145,7 @@ pub(super) async fn remote_claim(
     for row in &rows {
         match store::claimed_job(row) {
             Ok(job) => jobs.push(job),
-            Err((u, attempt)) => {
+            Err((u, attempt, run)) => {
                 u.log(&c.worker_id);
                 let error = u.error();
                 let failed = Finished {
@@ -153,6 +153,7 @@ pub(super) async fn remote_claim(
                     kind: u.kind,
                     queue: String::new(),
                     attempt,
+                    run,
                     outcome: Outcome::Failed { error },
                     keep: Keep::Row,
                 };
@@ -169,17 +170,17 @@ pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Ve
     let pool = db.get_postgres_connection_pool();
     let written =
         store::retrying("writing a batch of outcomes", || store::write_batch(pool, owner, &batch, true, &[])).await?;
-    Ok(batch.iter().map(|f| written.contains(&f.id)).collect())
+    Ok(batch.iter().map(|f| store::applied(&written, f)).collect())
 }
 
 /// A remote worker's outcome, fenced like the in-process worker's.
 pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
     let pool = db.get_postgres_connection_pool();
     let batch = std::slice::from_ref(&finished);
-    let applied =
+    let written =
         store::retrying("writing a remote worker's outcome", || store::write_batch(pool, owner, batch, false, &[]))
-            .await?
-            .contains(&finished.id);
+            .await?;
+    let applied = store::applied(&written, &finished);
     super::log_finished(&finished, applied, owner);
     Ok(applied)
 }

@@ -354,7 +354,7 @@ pub(super) fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) ->
     for row in &rows {
         match claimed_job(row) {
             Ok(job) => jobs.push(job),
-            Err((u, attempt)) => {
+            Err((u, attempt, run)) => {
                 // An id that cannot be read (possible only on a database whose encoding does not check text)
                 // fences nothing: that job keeps its claim until the lease runs out, and the rescuer fails it
                 // once its attempts are spent.
@@ -366,6 +366,7 @@ pub(super) fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) ->
                     kind,
                     queue: row.try_get(2).unwrap_or_default(),
                     attempt,
+                    run,
                     outcome: Outcome::Failed { error },
                     keep: Keep::Row,
                 };
@@ -380,7 +381,7 @@ pub(super) fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) ->
 
 pub(in crate::storage::postgres) fn claimed_job(
     row: &sqlx::postgres::PgRow,
-) -> std::result::Result<ClaimedJob, (Unreadable, i32)> {
+) -> std::result::Result<ClaimedJob, (Unreadable, i32, i32)> {
     let at = |column: &'static str| {
         move |e: sqlx::Error| {
             let unreadable = Unreadable {
@@ -389,7 +390,7 @@ pub(in crate::storage::postgres) fn claimed_job(
                 column,
                 found: format!("a value that cannot be decoded ({e})"),
             };
-            (unreadable, row.try_get(4).unwrap_or(0))
+            (unreadable, row.try_get(4).unwrap_or(0), row.try_get(7).unwrap_or(0))
         }
     };
     Ok(ClaimedJob {

@@ -1,7 +1,7 @@
 //! Outcomes: finished attempts written as they arrive, everything queued so far in one statement, each fenced
 //! by its claim; retried across dropped connections until written or left to the lease.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use sea_orm::sqlx::postgres::PgPool;
@@ -15,7 +15,7 @@ use crate::storage::postgres::ts;
 use crate::storage::{Finished, Outcome, transient};
 use crate::wake;
 
-/// Writes a batch of finished attempts in one statement, each fenced by (id, claimed, owner, attempt). The
+/// Writes a batch of finished attempts in one statement, each fenced by (id, claimed, owner, run). The
 /// batched forms record the completions as one feed row and list those they keep in one row of the log of
 /// finished jobs; the triggers record the rest, and every outcome of the single form (a remote worker's, or one
 /// of a batch the database refused).
@@ -41,7 +41,7 @@ macro_rules! finish_sql {
         )
     };
     // Every outcome a completion without output, kept in the table: the row's new values are the same for all,
-    // and `$2` maps each id to its attempt alone, the one thing each row reads from it (the fence).
+    // and `$2` maps each id to its run alone, the one thing each row reads from it (the fence).
     (plain) => {
         concat!(
             "WITH u AS (UPDATE outbox_jobs j SET status = 'completed', output = NULL, completed_at = ",
@@ -168,19 +168,19 @@ macro_rules! finish_sql {
     // `j.status || ''`: the claim's test in a form the planner cannot match to a partial index on the status
     // (see `EXTEND` in `mod.rs`), so each row is found by its id.
     (@fence) => {
-        finish_sql!(@fence concat!(outcome!(attempt), "::int4"))
+        finish_sql!(@fence concat!(outcome!(run), "::int4"))
     };
-    // The fence with the claimed attempt read from `$2` as `$attempt` says.
-    (@fence $attempt:expr) => {
-        concat!("j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 AND j.attempts = ", $attempt)
+    // The fence with the claim's run (see `Finished::run`) read from `$2` as `$run` says.
+    (@fence $run:expr) => {
+        concat!("j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 AND j.runs = ", $run)
     };
 }
 
-/// One field of the row's outcome, as text: `$2` maps each job id to `[attempt, status, output, error, run_at,
+/// One field of the row's outcome, as text: `$2` maps each job id to `[run, status, output, error, run_at,
 /// give_back, discard, archive]` ([`outcomes`]). An object's key is found by binary search. It is bound as `jsonb`, so
 /// the server parses it once; bound as text, each of its casts parsed it again (a tenth of the drain's rate).
 macro_rules! outcome {
-    (attempt) => { outcome!(@at "0") };
+    (run) => { outcome!(@at "0") };
     (status) => { outcome!(@at "1") };
     (output) => { outcome!(@at "2") };
     (error) => { outcome!(@at "3") };
@@ -205,13 +205,33 @@ pub(super) const FINISH_PLAIN: &str = finish_sql!(plain);
 pub(super) const FINISH_DISCARDING: &str = finish_sql!(discarding);
 pub(super) const FINISH_ONE: &str = finish_sql!(single);
 
+/// Of several outcomes of one job in `batch`, the one of its latest run: the others are of claims rescued
+/// since, which the fence refuses, and `$2` holds one outcome per job. The batch's outcomes that stand, in order.
+pub(super) fn latest_runs(batch: &[Finished]) -> Vec<&Finished> {
+    let mut latest: HashMap<&str, i32> = HashMap::with_capacity(batch.len());
+    for f in batch {
+        let run = latest.entry(f.id.as_str()).or_insert(f.run);
+        *run = (*run).max(f.run);
+    }
+    let mut kept: Vec<&Finished> = Vec::with_capacity(latest.len());
+    for f in batch {
+        if latest.get(f.id.as_str()) == Some(&f.run) {
+            latest.remove(f.id.as_str());
+            kept.push(f);
+        }
+    }
+    kept
+}
+
 /// The ids of one finish statement and their outcomes keyed by id, as [`outcome!`] reads them (or, for
-/// [`FINISH_PLAIN`], their attempts); the statement that writes them, batched or alone.
+/// [`FINISH_PLAIN`], their runs); the statement that writes them, batched or alone. Of a job's several outcomes,
+/// that of its latest run alone ([`latest_runs`]).
 pub(super) fn outcomes(batch: &[Finished], batched: bool) -> (Vec<String>, serde_json::Value, &'static str) {
+    let batch = latest_runs(batch);
     let ids: Vec<String> = batch.iter().map(|f| f.id.clone()).collect();
-    let plain = |f: &Finished| matches!(f.outcome, Outcome::Completed { output: None }) && !f.discards();
+    let plain = |f: &&Finished| matches!(f.outcome, Outcome::Completed { output: None }) && !f.discards();
     if batched && batch.iter().all(plain) {
-        let map = batch.iter().map(|f| (f.id.clone(), serde_json::Value::from(f.attempt))).collect();
+        let map = batch.iter().map(|f| (f.id.clone(), serde_json::Value::from(f.run))).collect();
         return (ids, serde_json::Value::Object(map), FINISH_PLAIN);
     }
     // The time a released job runs again; plain completions have none.
@@ -226,30 +246,41 @@ pub(super) fn outcomes(batch: &[Finished], batched: bool) -> (Vec<String>, serde
         let error = o.error.map(|e| e.replace('\0', "\u{fffd}"));
         map.insert(
             f.id.clone(),
-            serde_json::json!([f.attempt, o.status, o.output, error, o.run_at, o.give_back, discard, f.archives()]),
+            serde_json::json!([f.run, o.status, o.output, error, o.run_at, o.give_back, discard, f.archives()]),
         );
     }
+    // An outcome that deletes its job takes the discarding form even alone (a remote worker's, or one of a
+    // batch the database refused, written job by job): the single form would keep the job in the table.
     let sql = match (batched, discarding) {
-        (true, true) => FINISH_DISCARDING,
+        (_, true) => FINISH_DISCARDING,
         (true, false) => FINISH,
-        (false, _) => FINISH_ONE,
+        (false, false) => FINISH_ONE,
     };
     (ids, serde_json::Value::Object(map), sql)
 }
 
-/// Writes one batch, and deletes the claims `done` (ids of `outbox_claims`) with it; returns the ids the fence
-/// let through.
+/// Writes one batch, and deletes the claims `done` (ids of `outbox_claims`) with it; returns the outcomes the
+/// fence let through, as (job id, run).
 pub(in crate::storage::postgres) async fn write_batch(
     pool: &PgPool,
     owner: &str,
     batch: &[Finished],
     batched: bool,
     done: &[i64],
-) -> std::result::Result<HashSet<String>, sqlx::Error> {
+) -> std::result::Result<Applied, sqlx::Error> {
     let (ids, outcomes, sql) = outcomes(batch, batched);
     let query = sqlx::query(sql).bind(&ids).bind(outcomes).bind(crate::storage::now_ms()).bind(owner).bind(done);
     let rows = query.fetch_all(pool).await?;
-    rows.iter().map(|r| r.try_get::<String, _>(0)).collect()
+    let written = rows.iter().map(|r| r.try_get::<String, _>(0)).collect::<Result<HashSet<String>, _>>()?;
+    Ok(latest_runs(batch).into_iter().filter(|f| written.contains(&f.id)).map(|f| (f.id.clone(), f.run)).collect())
+}
+
+/// The outcomes a statement wrote, as (job id, run).
+pub(in crate::storage::postgres) type Applied = HashSet<(String, i32)>;
+
+/// Whether `f` is among the outcomes written.
+pub(in crate::storage::postgres) fn applied(written: &Applied, f: &Finished) -> bool {
+    written.contains(&(f.id.clone(), f.run))
 }
 
 /// Writes finished attempts as they arrive, everything queued so far in one statement; the claims of `claims`
@@ -300,10 +331,10 @@ async fn write_with_retries(pool: &PgPool, owner: &str, claims: &Claims, batch: 
     let done = claim_counts(claims).emptied_by(&batch);
     loop {
         match write_batch(pool, owner, &batch, true, &done).await {
-            Ok(applied) => {
-                claim_counts(claims).written(batch.iter().map(|f| f.id.as_str()));
+            Ok(written) => {
+                claim_counts(claims).written(batch.iter().map(|f| (f.id.as_str(), f.run)));
                 for f in &batch {
-                    crate::storage::log_finished(f, applied.contains(&f.id), owner);
+                    crate::storage::log_finished(f, applied(&written, f), owner);
                 }
                 crate::wake::outcome_written();
                 return;
@@ -338,9 +369,9 @@ async fn write_alone(pool: &PgPool, owner: &str, claims: &Claims, f: Finished) {
     let done = claim_counts(claims).emptied_by(std::slice::from_ref(&item));
     loop {
         match write_batch(pool, owner, std::slice::from_ref(&item), false, &done).await {
-            Ok(applied) => {
-                claim_counts(claims).written([item.id.as_str()]);
-                crate::storage::log_finished(&item, applied.contains(&item.id), owner);
+            Ok(written) => {
+                claim_counts(claims).written([(item.id.as_str(), item.run)]);
+                crate::storage::log_finished(&item, applied(&written, &item), owner);
                 crate::wake::outcome_written();
                 return;
             }

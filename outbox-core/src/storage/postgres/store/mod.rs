@@ -80,7 +80,7 @@ mod complete;
 mod plans;
 
 pub(in crate::storage::postgres) use claim::claimed_job;
-pub(in crate::storage::postgres) use complete::write_batch;
+pub(in crate::storage::postgres) use complete::{applied, write_batch};
 
 /// Never shortens a lease a handler extended further than the heartbeat does. A renewal of several rows never
 /// waits for one: waiting for a row while holding others is how a heartbeat and a completion batch deadlocked,
@@ -286,9 +286,15 @@ type Unwritten = Arc<std::sync::Mutex<HashSet<String>>>;
 /// the writer deletes a claim's row in the statement that writes the outcome of its last job. A row whose jobs
 /// never all get written (an outcome given up on, a worker that stops) is left to the rescuers, which delete it
 /// once its lease and its jobs' have run out (see [`RESCUE`]).
+///
+/// A job is counted in its latest claim by this worker, with that claim's run: a job whose claim ran out and was
+/// rescued can be claimed again by the same worker while its first run's handler is still going, and that run's
+/// late outcome (refused by the fence) must neither count against the new claim nor delete its row, which would
+/// leave the job claimed with no claim the rescuers can find.
 #[derive(Debug, Default)]
 pub(super) struct ClaimCounts {
-    claim_of: HashMap<String, i64>,
+    /// Each job's latest claim by this worker: its run and the claim's row.
+    claim_of: HashMap<String, (i32, i64)>,
     left: HashMap<i64, usize>,
 }
 
@@ -300,9 +306,9 @@ pub(super) fn claim_counts(claims: &Claims) -> std::sync::MutexGuard<'_, ClaimCo
 }
 
 impl ClaimCounts {
-    /// Job `id` was claimed by the claim `claim`.
-    fn claimed(&mut self, claim: i64, id: String) {
-        if let Some(before) = self.claim_of.insert(id, claim) {
+    /// Job `id` was claimed for its run `run` by the claim `claim`.
+    fn claimed(&mut self, claim: i64, id: String, run: i32) {
+        if let Some((_, before)) = self.claim_of.insert(id, (run, claim)) {
             self.drop_one(before);
         }
         *self.left.entry(claim).or_default() += 1;
@@ -320,9 +326,11 @@ impl ClaimCounts {
     /// The claims whose jobs with unwritten outcomes are all in `batch`: written with it, they are done.
     pub(super) fn emptied_by(&self, batch: &[Finished]) -> Vec<i64> {
         let mut in_batch: HashMap<i64, usize> = HashMap::new();
-        for f in batch {
-            if let Some(claim) = self.claim_of.get(&f.id) {
-                *in_batch.entry(*claim).or_default() += 1;
+        for f in complete::latest_runs(batch) {
+            if let Some(&(run, claim)) = self.claim_of.get(&f.id)
+                && run == f.run
+            {
+                *in_batch.entry(claim).or_default() += 1;
             }
         }
         let mut done: Vec<i64> =
@@ -331,10 +339,14 @@ impl ClaimCounts {
         done
     }
 
-    /// The outcomes of `ids` were written (whatever their fences let through).
-    pub(super) fn written<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
-        for id in ids {
-            if let Some(claim) = self.claim_of.remove(id) {
+    /// The outcomes of `runs` (job id, run) were written (whatever their fences let through); those of earlier
+    /// runs than a job's latest claim leave that claim counted.
+    pub(super) fn written<'a>(&mut self, runs: impl IntoIterator<Item = (&'a str, i32)>) {
+        for (id, run) in runs {
+            if let Some(&(latest, claim)) = self.claim_of.get(id)
+                && latest == run
+            {
+                self.claim_of.remove(id);
                 self.drop_one(claim);
             }
         }
@@ -475,9 +487,10 @@ impl WorkerStore for PgStore {
             {
                 let mut claims = claim_counts(&inner.claims);
                 for row in &rows {
-                    if let (Ok(Some(claim)), Ok(id)) = (row.try_get::<Option<i64>, _>(11), row.try_get::<String, _>(0))
+                    if let (Ok(Some(claim)), Ok(id), Ok(run)) =
+                        (row.try_get::<Option<i64>, _>(11), row.try_get::<String, _>(0), row.try_get::<i32, _>(7))
                     {
-                        claims.claimed(claim, id);
+                        claims.claimed(claim, id, run);
                     }
                 }
             }

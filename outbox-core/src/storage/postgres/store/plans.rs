@@ -132,6 +132,7 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
             kind: "probe".into(),
             queue: "default".into(),
             attempt: 1,
+            run: 1,
             outcome: Outcome::Completed { output: None },
             keep: [Keep::Row, Keep::Nothing, Keep::Archive][n % 3],
         })

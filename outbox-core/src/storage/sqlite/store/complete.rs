@@ -7,14 +7,15 @@ use crate::error::{Error, Result};
 use crate::storage::archive::archive_columns;
 use crate::storage::{Finished, Outcome};
 
-/// The fence of every write after the claim: this job, still claimed, by this owner, in this attempt.
+/// The fence of every write after the claim: this job, still claimed, by this owner, in this run (see
+/// [`Finished::run`]).
 macro_rules! fence {
     () => {
-        "WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND attempts = ?3"
+        "WHERE id = ?1 AND status = 'claimed' AND locked_by = ?2 AND runs = ?3"
     };
 }
 
-/// Writes each outcome fenced by (id, claimed, owner, attempt); returns which rows it applied to.
+/// Writes each outcome fenced by (id, claimed, owner, run); returns which rows it applied to.
 ///
 /// A batch of distinct jobs is one statement over a JSON array, with one feed row for its completions: one
 /// statement per job costs several times more (each execution builds the status check's and the partial
@@ -37,7 +38,7 @@ pub(in crate::storage::sqlite) fn write_finished(
     write_rows(tx, owner, batch, now)
 }
 
-/// One finished attempt as [`FINISH_BATCH`], [`ARCHIVE_BATCH`] and [`DISCARD_BATCH`] read it: id, attempt, new
+/// One finished attempt as [`FINISH_BATCH`], [`ARCHIVE_BATCH`] and [`DISCARD_BATCH`] read it: id, run, new
 /// status, attempts given back, output, error, next run, and whether the completion deletes the job.
 #[derive(serde::Serialize)]
 struct BatchRow<'a> {
@@ -65,24 +66,24 @@ const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', att
      event_flip = CASE WHEN f.value ->> 's' = 'completed' THEN 1 - event_flip ELSE event_flip END \
      FROM jsonb_each(?1) AS f \
      WHERE outbox_jobs.id = f.value ->> 'i' AND outbox_jobs.status = 'claimed' AND outbox_jobs.locked_by = ?2 \
-     AND outbox_jobs.attempts = f.value ->> 'a' \
+     AND outbox_jobs.runs = f.value ->> 'a' \
      RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
 
 /// A batch of completions without output, every job kept: [`FINISH_BATCH`]'s columns for them, each job read from
-/// `?1`, an object of attempts by id, its attempt the only value the statement looks up. [`FINISH_BATCH`] reads
+/// `?1`, an object of runs by id, its run (the fence) the only value the statement looks up. [`FINISH_BATCH`] reads
 /// ten values out of each job's object (`json` functions were a tenth of the worker connection's time in `process`).
 const FINISH_PLAIN: &str = "UPDATE outbox_jobs SET status = 'completed', output = NULL, completed_at = ?3, \
      scheduled = 0, lease_expires_at = NULL, updated_at = ?3, event_flip = 1 - event_flip \
      FROM jsonb_each(?1) AS f \
      WHERE outbox_jobs.id = f.key AND outbox_jobs.status = 'claimed' AND outbox_jobs.locked_by = ?2 \
-     AND outbox_jobs.attempts = f.value \
+     AND outbox_jobs.runs = f.value \
      RETURNING outbox_jobs.id, outbox_jobs.kind, outbox_jobs.queue, outbox_jobs.status, outbox_jobs.attempts";
 
 /// The completions of a batch whose kind keeps nothing (`d`), each fenced as in [`FINISH_BATCH`]: deleted
 /// instead of updated, unless the job has a sequence key (then [`FINISH_BATCH`] completes it as usual). The
 /// deletion leaves the job's events (see `keep.sql`); the batch's feed row records the completion. It returns
 /// the columns [`FINISH_BATCH`] does.
-const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, attempts) IN \
+const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, runs) IN \
      (SELECT f.value ->> 'i', f.value ->> 'a' FROM jsonb_each(?1) AS f WHERE f.value ->> 'd') \
      AND status = 'claimed' AND locked_by = ?2 AND sequence_key IS NULL \
      RETURNING id, kind, queue, 'completed', attempts";
@@ -113,7 +114,7 @@ const ARCHIVE_BATCH: &str = concat!(
     // `jsonb_each` has columns named like the job's (`id`): its values are read in a subquery of their own.
     "FROM (SELECT value ->> 'i' AS i, value ->> 'a' AS a, value ->> 'o' AS o FROM jsonb_each(?1) WHERE value ->> 'k') \
      AS f JOIN outbox_jobs ON outbox_jobs.id = f.i WHERE outbox_jobs.status = 'claimed' \
-     AND outbox_jobs.locked_by = ?2 AND outbox_jobs.attempts = f.a AND outbox_jobs.sequence_key IS NULL"
+     AND outbox_jobs.locked_by = ?2 AND outbox_jobs.runs = f.a AND outbox_jobs.sequence_key IS NULL"
 );
 
 /// [`ARCHIVE_BATCH`] for one job, fenced by `?1` to `?3`: `?4` is its output, `?5` the time.
@@ -124,26 +125,16 @@ fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Re
     let plain = batch.iter().all(|f| matches!(f.outcome, Outcome::Completed { output: None }) && !f.discards());
     // The outcomes as the statement reads them, and whether any are deleted or archived.
     let (json, discards, archives) = if plain {
-        let attempts: serde_json::Map<String, serde_json::Value> =
-            batch.iter().map(|f| (f.id.clone(), f.attempt.into())).collect();
-        (serde_json::to_string(&attempts).map_err(encoded)?, false, false)
+        let runs: serde_json::Map<String, serde_json::Value> =
+            batch.iter().map(|f| (f.id.clone(), f.run.into())).collect();
+        (serde_json::to_string(&runs).map_err(encoded)?, false, false)
     } else {
         let rows: Vec<BatchRow<'_>> = batch
             .iter()
             .map(|f| {
                 let c = f.outcome.columns(now);
                 let (d, k) = (f.discards(), f.archives());
-                BatchRow {
-                    i: &f.id,
-                    a: f.attempt,
-                    s: c.status,
-                    g: c.give_back,
-                    o: c.output,
-                    e: c.error,
-                    r: c.run_at,
-                    d,
-                    k,
-                }
+                BatchRow { i: &f.id, a: f.run, s: c.status, g: c.give_back, o: c.output, e: c.error, r: c.run_at, d, k }
             })
             .collect();
         let (d, k) = (rows.iter().any(|r| r.d), rows.iter().any(|r| r.k));
@@ -199,35 +190,35 @@ fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Res
                          lease_expires_at = NULL, updated_at = ?5 ",
                         fence!()
                     ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now])),
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.run, output, now])),
                 Outcome::Retry { run_at, error } => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, scheduled = ?4 > ?6, \
                          last_error = ?5, lease_expires_at = NULL, updated_at = ?6 ",
                         fence!()
                     ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, error, now])),
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.run, run_at, error, now])),
                 Outcome::Failed { error } => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'failed', last_error = ?4, lease_expires_at = NULL, \
                          updated_at = ?5 ",
                         fence!()
                     ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, error, now])),
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.run, error, now])),
                 Outcome::Snoozed { run_at } => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
                          scheduled = ?4 > ?5, lease_expires_at = NULL, updated_at = ?5 ",
                         fence!()
                     ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, run_at, now])),
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.run, run_at, now])),
                 Outcome::Released => tx
                     .prepare_cached(concat!(
                         "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
                          lease_expires_at = NULL, updated_at = ?4 ",
                         fence!()
                     ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, now])),
+                    .and_then(|mut s| s.execute(params![f.id, owner, f.run, now])),
             }
             .map_err(ctx())?;
             applied.push(n == 1);
@@ -243,7 +234,7 @@ fn discard_one(tx: &Connection, owner: &str, f: &Finished, now: i64) -> Result<b
     let ctx = || Error::db(format!("deleting completed job `{}` of kind `{}`", f.id, f.kind));
     if let (true, Outcome::Completed { output }) = (f.archives(), &f.outcome) {
         tx.prepare_cached(ARCHIVE_ONE)
-            .and_then(|mut s| s.execute(params![f.id, owner, f.attempt, output, now]))
+            .and_then(|mut s| s.execute(params![f.id, owner, f.run, output, now]))
             .map_err(Error::db(format!("archiving completed job `{}` of kind `{}`", f.id, f.kind)))?;
     }
     let deleted: Option<(String, String)> = tx
@@ -252,7 +243,7 @@ fn discard_one(tx: &Connection, owner: &str, f: &Finished, now: i64) -> Result<b
             fence!(),
             " AND sequence_key IS NULL RETURNING kind, queue"
         ))
-        .and_then(|mut s| s.query_row(params![f.id, owner, f.attempt], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .and_then(|mut s| s.query_row(params![f.id, owner, f.run], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(ctx())?;
     let Some((kind, queue)) = deleted else { return Ok(false) };
     insert_batch_event(tx, "completed", owner, now, &[(f.id.as_str(), kind.as_str(), queue.as_str(), f.attempt)])?;
