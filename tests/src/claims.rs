@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
-/// One claim: why it ran (`start`, `wake`, `poll`, `freed`, `drain` or `full batch`) and how many jobs it took.
+/// One claim: why it ran (`start`, `wake` (this process's own wake-up: an enqueue, a written outcome), `heard` (one a
+/// watch delivered: a commit heard from the database, the worker's own registry refresh on SQLite included), `poll`,
+/// `freed`, `drain` or `full batch`) and how many jobs it took.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
     /// What called for the claim.

@@ -768,3 +768,59 @@ async fn a_sequenced_handler_blocking_past_its_timeout_keeps_its_claim_until_res
     let started = next.iter().find(|e| e.event == Claimed).map(|e| e.at).expect("claimed");
     assert!(started >= rescued, "the next step started at {started} before the blocked one was rescued at {rescued}");
 }
+
+conformance!(a_shutdown_does_not_wait_for_a_blocked_handler_whose_claim_was_given_back);
+/// A handler blocks a thread of its worker's multi-thread runtime past its 200 ms timeout, and the test lets it
+/// go only once the shutdown has resolved: a shutdown that waited for it would never resolve. Asked after the
+/// watchdog gave the claim back, or before (it then waits for the give-back), the shutdown resolves with no job
+/// of the worker claimed: the attempt failed for its timeout, and the job waits for its retry, an hour away.
+async fn a_shutdown_does_not_wait_for_a_blocked_handler_whose_claim_was_given_back(t: TestDb) {
+    for (n, given_back_first) in [(1, true), (2, false)] {
+        let stall = Stall::new();
+        let holder = stall.holder();
+        let job = outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        let hour = Duration::from_secs(3_600);
+        let handle = Worker::builder(&t.db)
+            .id(format!("blocked-{n}"))
+            .poll_interval(Duration::from_millis(20))
+            .kind_timeout("probe", Duration::from_millis(200))
+            .cancel_grace(Duration::from_millis(300))
+            .shutdown_grace(Duration::from_millis(100))
+            .retry_policy(RetryPolicy { base: hour, max: hour, jitter: 0.0 })
+            .register(move |job: Probe, _: JobContext| {
+                let holder = holder.clone();
+                async move {
+                    holder.hold(job.n);
+                    Ok::<_, JobError>(())
+                }
+            })
+            .build()
+            .await
+            .expect("build")
+            .start();
+        stall.held(n).await;
+        if given_back_first {
+            let retried = || async { events(&t, job.id()).await.iter().any(|(e, ..)| *e == JobEventKind::Retried) };
+            let given_back = outbox_tests::eventually(Duration::from_secs(30), retried).await;
+            assert!(given_back, "the blocked attempt was not given back: {:?}", events(&t, job.id()).await);
+        }
+        // The handler still holds its thread, and does until `stall` is dropped below.
+        let stopped = tokio::time::timeout(Duration::from_secs(30), handle.shutdown()).await;
+        assert!(
+            stopped.as_ref().is_ok_and(|r| r.is_ok()),
+            "job {n}: the shutdown waited for a handler whose claim was given back: {stopped:?}"
+        );
+        let record = ops::get(&t.db, job.id()).await.expect("get");
+        assert_eq!(record.status, JobStatus::Pending, "job {n}: given back for its retry: {record:?}");
+        assert_eq!(record.attempts, 1, "job {n}");
+        let error = record.last_error.clone().expect("error");
+        assert!(error.contains("did not stop within the cancel grace of 300ms"), "job {n}: {error}");
+        let kinds: Vec<JobEventKind> = events(&t, job.id()).await.into_iter().map(|(e, ..)| e).collect();
+        use JobEventKind::{Claimed, Enqueued, Retried};
+        assert_eq!(kinds, [Enqueued, Claimed, Retried], "job {n}");
+        let workers = ops::workers(&t.db).await.expect("workers");
+        assert!(workers.iter().all(|w| w.id != format!("blocked-{n}")), "job {n}: the worker left the registry");
+        // Lets the handler go; its late `Ok` is discarded.
+        drop(stall);
+    }
+}

@@ -4,14 +4,16 @@
 //! This file holds the only test of its binary, so no enqueue of another test in the same process can wake the
 //! worker in its place.
 
-use std::process::Command;
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, JobError, Worker};
-use outbox_tests::{Probe, sqlite_url};
+use outbox_core::{EnqueueOpts, JobError, Retention, Worker};
+use outbox_tests::{ClaimLog, Probe, sqlite_url};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On a current-thread runtime, so that the claim log hears the worker's claims.
+#[tokio::test(flavor = "current_thread")]
 async fn a_commit_by_another_program_wakes_an_idle_worker_at_once() {
+    let log = ClaimLog::default();
+    let _recording = log.record();
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("queue.db");
     let db = outbox_core::connect(&sqlite_url(&path)).await.expect("connect");
@@ -21,8 +23,15 @@ async fn a_commit_by_another_program_wakes_an_idle_worker_at_once() {
         .await
         .expect("enqueue");
     let (ran_tx, mut ran) = tokio::sync::mpsc::unbounded_channel();
+    let hour = Duration::from_secs(3_600);
+    // Nothing of this process writes to the database once the worker has registered: its registry refresh
+    // (heard by the same watch, so its claim says `heard` too) is an hour away, and so are its poll, its rescue
+    // (which writes only expired claims) and its retention.
     let worker = Worker::builder(&db)
-        .poll_interval(Duration::from_secs(3_600))
+        .poll_interval(hour)
+        .presence_interval(hour)
+        .rescue_interval(hour)
+        .retention(Retention::off())
         .register(move |p: Probe, _| {
             let ran_tx = ran_tx.clone();
             async move {
@@ -36,7 +45,7 @@ async fn a_commit_by_another_program_wakes_an_idle_worker_at_once() {
         .start();
     // Its first claim has run once it is in the registry; only a wake-up makes it claim again.
     let registered = outbox_tests::eventually(Duration::from_secs(30), || async {
-        !outbox_core::ops::workers(&db).await.expect("workers").is_empty()
+        !outbox_core::ops::workers(&db).await.expect("workers").is_empty() && !log.claims().is_empty()
     })
     .await;
     assert!(registered, "the worker never registered");
@@ -46,11 +55,21 @@ async fn a_commit_by_another_program_wakes_an_idle_worker_at_once() {
                   c = sqlite3.connect(sys.argv[1])\n\
                   c.execute('UPDATE outbox_jobs SET run_at = 0, scheduled = 0 WHERE id = ?', (sys.argv[2],))\n\
                   c.commit()\n";
-    let out = Command::new("python3").args(["-c", script]).arg(&path).arg(job.id()).output().expect("run python3");
+    // Awaited, not blocking: the worker runs on this thread meanwhile.
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&path)
+        .arg(job.id())
+        .output()
+        .await
+        .expect("run python3");
     assert!(out.status.success(), "python3 failed: {}", String::from_utf8_lossy(&out.stderr));
 
-    // A generous bound: only a wake-up can run the job before the hour-long poll.
+    // A generous bound: nothing but the watch's wake-up can run the job before the hour is up.
     let n = tokio::time::timeout(Duration::from_secs(30), ran.recv()).await;
     assert_eq!(n.expect("the worker was not woken by the other program's commit"), Some(1));
     worker.shutdown().await.expect("shutdown");
+    let claims = log.claims();
+    let taken = claims.iter().find(|c| c.claimed > 0).map(|c| c.reason.as_str());
+    assert_eq!(taken, Some("heard"), "the job is taken by a claim the watch called for: {claims:?}");
 }

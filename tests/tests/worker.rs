@@ -646,14 +646,30 @@ mod an_enqueue_wakes_an_idle_worker_alone {
 }
 
 /// Enqueueing through the transaction helper wakes an idle worker of the same process at once: with an hour
-/// between polls, the job can only run because of the wake-up. The worker's claims are watched, so the job
-/// is enqueued only once the first (empty) claim is over, and the claim that takes it must be a wake-up's.
+/// between polls, only a wake-up makes it claim. The worker's watch (SQLite's file watch, PostgreSQL's `LISTEN`)
+/// often hears the same commit and calls for a claim too, whose reason is `heard`, and either claim may take the
+/// job; but this process's wake-up always calls for a claim of its own, `wake`, and nothing else here does: no
+/// `wake` claim before the enqueue, and the handler holds the job until the test has seen one after it, so no
+/// written outcome (which wakes the worker too on PostgreSQL) can call for it either.
 async fn wakes_an_idle_worker(t: TestDb) {
     let log = outbox_tests::ClaimLog::default();
     let _recording = log.record();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let hold = Arc::clone(&release);
     let handle = Worker::builder(&t.db)
         .poll_interval(Duration::from_secs(3600))
-        .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
+        .register(move |_: Probe, ctx: JobContext| {
+            let (started_tx, hold) = (started_tx.clone(), Arc::clone(&hold));
+            async move {
+                let _ = started_tx.send(());
+                tokio::select! {
+                    () = hold.notified() => {}
+                    () = ctx.cancelled() => {}
+                }
+                Ok::<_, JobError>(())
+            }
+        })
         .build()
         .await
         .expect("build")
@@ -661,18 +677,27 @@ async fn wakes_an_idle_worker(t: TestDb) {
     let idle = outbox_tests::eventually(Duration::from_secs(10), || async { !log.claims().is_empty() }).await;
     assert!(idle, "the worker never made its first claim");
     let before = log.claims();
-    assert!(before.iter().all(|c| c.claimed == 0), "nothing to claim before the enqueue: {before:?}");
+    assert!(
+        before.iter().all(|c| c.claimed == 0 && c.reason != "wake"),
+        "nothing to claim, and no wake-up of this process, before the enqueue: {before:?}"
+    );
     let job = outbox_core::transaction(&t.db, async |txn| {
         outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await
     })
     .await
     .expect("enqueue");
+    let running = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
+    assert!(matches!(running, Ok(Some(()))), "the idle worker never took the job; its claims: {:?}", log.claims());
+    let woken = || async { log.claims()[before.len()..].iter().any(|c| c.reason == "wake") };
+    let woken = outbox_tests::eventually(Duration::from_secs(10), woken).await;
+    release.notify_one();
     let done = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(10)).await;
     handle.shutdown().await.expect("shutdown");
-    assert!(done, "the idle worker was not woken by the commit; its claims: {:?}", log.claims());
     let claims = log.claims();
-    let taken = claims.iter().find(|c| c.claimed > 0);
-    assert_eq!(taken.map(|c| c.reason.as_str()), Some("wake"), "the job is taken by a wake-up's claim: {claims:?}");
+    assert!(woken, "no claim was called for by this process's wake-up at the enqueue: {claims:?}");
+    assert!(done, "the job did not complete: {claims:?}");
+    let taken = claims.iter().find(|c| c.claimed > 0).map(|c| c.reason.as_str());
+    assert!(matches!(taken, Some("wake" | "heard")), "the job is taken by a wake-up's claim: {claims:?}");
 }
 
 conformance!(a_wake_up_racing_a_finishing_job_is_not_lost);

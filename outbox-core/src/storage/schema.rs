@@ -11,7 +11,9 @@
 //! claim updates its rows in place (`hot_claim.sql`; nothing on SQLite), one leaving room on each page for a job's
 //! claimed and completed versions (`room_for_both.sql`; nothing on SQLite), one finding PostgreSQL's finished jobs
 //! through a log of when they finished rather than an index of the jobs (`finished_log.sql`; nothing on SQLite),
-//! and the refusal of a database created by a build from before them.
+//! one putting a sequenced job enqueued under `REPEATABLE READ` or `SERIALIZABLE` in waiting, to be let go by the
+//! workers (`snapshot_enqueue.sql`; nothing on SQLite), and the refusal of a database created by a build from
+//! before them.
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -19,7 +21,7 @@ use super::Backend;
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 12] = [
+pub(crate) const MIGRATIONS: [&str; 13] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
@@ -32,6 +34,7 @@ pub(crate) const MIGRATIONS: [&str; 12] = [
     "m20261207_000010_hot_claim",
     "m20261208_000011_room_for_both",
     "m20261209_000012_finished_log",
+    "m20261210_000013_snapshot_enqueue",
 ];
 
 /// The migration that makes the archive of completed jobs kept in time partitions.
@@ -89,7 +92,7 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
         #[cfg(feature = "sqlite")]
         (DbBackend::Sqlite, 6) => Some((include_str!("sqlite/archive.sql"), SQLITE_ARCHIVE_UNDO)),
         #[cfg(feature = "sqlite")]
-        (DbBackend::Sqlite, 7..=11) => Some(("SELECT 1;", "SELECT 1;")),
+        (DbBackend::Sqlite, 7..=12) => Some(("SELECT 1;", "SELECT 1;")),
         #[cfg(feature = "postgres")]
         (DbBackend::Postgres, 0) => Some((
             include_str!("postgres/schema.sql"),
@@ -179,6 +182,20 @@ pub(crate) fn statements(backend: DbBackend, step: usize) -> Option<(&'static st
              DROP TRIGGER outbox_jobs_finished_elsewhere ON outbox_jobs; \
              DROP TRIGGER outbox_jobs_inserted_finished ON outbox_jobs; \
              DROP FUNCTION outbox_jobs_finished_elsewhere(); DROP TABLE outbox_finished;",
+        )),
+        // Undone, the insert trigger is `hot_claim.sql`'s; jobs that went in waiting are let go by the sweep.
+        #[cfg(feature = "postgres")]
+        (DbBackend::Postgres, 12) => Some((
+            include_str!("postgres/snapshot_enqueue.sql"),
+            "CREATE OR REPLACE FUNCTION outbox_jobs_sequence_insert() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN \
+                 PERFORM pg_advisory_xact_lock(hashtextextended(TG_TABLE_SCHEMA || ' outbox sequence ' \
+                     || NEW.sequence_key, 0)); \
+                 NEW.sequence_no := nextval('outbox_jobs_sequence_no'); \
+                 NEW.waiting := EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = NEW.sequence_key \
+                     AND b.blocks); \
+                 RETURN NEW; \
+             END $$;",
         )),
         _ => None,
     }

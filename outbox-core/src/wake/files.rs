@@ -7,10 +7,12 @@
 //!
 //! The write event comes before the commit is visible: SQLite appends the frames, syncs them (at
 //! `synchronous = FULL`) and only then publishes the commit in the shared-memory index. So after an event the
-//! thread looks again in growing steps (0.1 ms, doubling to 5 ms for the first 250 ms, then to 250 ms) until
-//! the version changes, for at most 2 s; a write that commits nothing (a rollback's spill, a checkpoint) ends
-//! there. Nothing runs while the watched directories are quiet: the thread blocks in `poll` with no timeout
-//! while no look is pending.
+//! thread looks again in growing steps (0.1 ms, doubling to 5 ms for the first 250 ms, then to 250 ms) for 2 s,
+//! waking at each change of the version. A change does not end the look: the events read with the one that
+//! started it (the kernel even merges a commit's event into the previous one while both are unread) may be
+//! a later commit's, not published yet, whose event has been read already. A write that commits nothing (a
+//! rollback's spill, a checkpoint) just ends there. Nothing runs while the watched directories are quiet: the
+//! thread blocks in `poll` with no timeout while no look is pending.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -258,12 +260,17 @@ impl Looker {
                 tracing::debug!("the database file watch overflowed; waking everyone");
                 super::external();
             }
-            for (file, look) in &mut self.looked {
-                if overflow || written.contains(file) {
-                    look.pending = Some(Pending { since: now, step: FIRST_STEP, due: now });
-                }
-            }
+            self.start_looks(&written, overflow, now);
             self.look(now);
+        }
+    }
+
+    /// Starts a look at each file a batch of events wrote to (at every file, when events were lost).
+    fn start_looks(&mut self, written: &[PathBuf], overflow: bool, now: Instant) {
+        for (file, look) in &mut self.looked {
+            if overflow || written.contains(file) {
+                look.pending = Some(Pending { since: now, step: FIRST_STEP, due: now });
+            }
         }
     }
 
@@ -308,8 +315,8 @@ impl Looker {
         (written, overflow)
     }
 
-    /// Looks for a commit in every file whose look is due; wakes once if any shows one.
-    fn look(&mut self, now: Instant) {
+    /// Looks for a commit in every file whose look is due; wakes once if any shows one, and says whether it did.
+    fn look(&mut self, now: Instant) -> bool {
         let mut committed = false;
         for (file, look) in &mut self.looked {
             let Some(p) = look.pending.filter(|p| p.due <= now) else { continue };
@@ -325,13 +332,21 @@ impl Looker {
                 read => {
                     committed = true;
                     look.version = read.map(|(v, _)| v);
-                    look.pending = None;
+                    // The events that started this look may hold a later commit, still being synced: look on,
+                    // from the first step, until the look's time is up. A version that cannot be read ends it.
+                    let waited = now.duration_since(p.since);
+                    look.pending = (look.version.is_some() && waited < LOOK_FOR).then_some(Pending {
+                        since: p.since,
+                        step: FIRST_STEP,
+                        due: now + FIRST_STEP,
+                    });
                 }
             }
         }
         if committed {
             super::external();
         }
+        committed
     }
 }
 
@@ -370,4 +385,41 @@ impl Look {
 fn bytes_name(bytes: &[u8]) -> OsString {
     use std::os::unix::ffi::OsStrExt;
     OsStr::from_bytes(bytes).to_os_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two commits whose write events the thread read in one batch, the second published only after the look
+    /// that saw the first (its frames were being synced): with no event after it, the second is announced by the
+    /// look's next step, not left to the workers' next poll.
+    #[test]
+    fn a_commit_published_after_the_look_that_saw_the_one_before_it_is_announced() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("queue.db");
+        // Another program's connection.
+        let writer = Connection::open(&file).expect("open");
+        writer.pragma_update(None, "journal_mode", "WAL").expect("WAL");
+        writer.execute_batch("CREATE TABLE t (n INTEGER)").expect("table");
+        let mut look = Look { conn: None, version: None, pending: None };
+        look.version = look.read(&file).map(|(v, _)| v);
+        assert!(look.version.is_some(), "the data version is read");
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).expect("inotify");
+        let looked = HashMap::from([(file.clone(), look)]);
+        let mut looker = Looker { fd: Arc::new(fd), state: Arc::default(), looked };
+
+        writer.execute("INSERT INTO t VALUES (1)", []).expect("first commit");
+        let batch = Instant::now();
+        // The batch holds both commits' events; when the thread looks, only the first is published.
+        looker.start_looks(std::slice::from_ref(&file), false, batch);
+        assert!(looker.look(batch), "the first commit is announced");
+        writer.execute("INSERT INTO t VALUES (2)", []).expect("second commit, published after the look");
+        let next_step = batch + Duration::from_millis(1);
+        assert!(looker.look(next_step), "the second commit is left to the next poll");
+        // Nothing more was committed: the look goes on quietly until its time is up, then ends.
+        assert!(!looker.look(next_step + Duration::from_millis(1)), "a wake-up with nothing committed");
+        assert!(!looker.look(batch + LOOK_FOR), "a wake-up with nothing committed");
+        assert!(looker.looked[&file].pending.is_none(), "the look ends {LOOK_FOR:?} after the events");
+    }
 }

@@ -25,6 +25,23 @@ pub(crate) fn wakes() -> u64 {
     WAKES.load(Ordering::SeqCst)
 }
 
+/// How many wake-ups this process's watches ([`Watch`]) have delivered: commits heard from the database, another
+/// process's or this one's heard again (a watch cannot tell them apart). Counted apart from [`wakes`] so that a
+/// claim says which called for it, `heard` rather than `wake`: an enqueue's own wake-up is otherwise
+/// indistinguishable from its echo.
+static HEARD: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn heard() -> u64 {
+    HEARD.load(Ordering::SeqCst)
+}
+
+/// Wakes every worker of this process for a commit a watch heard.
+pub(crate) fn wake_heard() {
+    HEARD.fetch_add(1, Ordering::SeqCst);
+    notifier().notify_waiters();
+    changes().notify_waiters();
+}
+
 /// Wakes every worker of this process that is waiting for work.
 pub(crate) fn wake() {
     WAKES.fetch_add(1, Ordering::SeqCst);
@@ -52,7 +69,7 @@ pub(crate) fn outcome_written() {
 /// Another process committed something: wakes the workers, the waits and the feed readers of this one.
 #[cfg_attr(not(all(target_os = "linux", feature = "sqlite")), allow(dead_code))]
 pub(crate) fn external() {
-    wake();
+    wake_heard();
     outcome_written();
 }
 

@@ -178,6 +178,13 @@ pub struct WorkerHandle {
 impl WorkerHandle {
     /// Stops claiming, lets in-flight jobs finish within the grace period, then cancels the rest and
     /// releases their jobs without using their attempts. Resolves when no job of this worker is claimed.
+    ///
+    /// A handler that blocks its thread past its timeout does not hold it up once the watchdog has given its
+    /// claim back (or, for a job of a sequence or of a limited kind, left it to expire): its thread stays busy
+    /// until the handler returns, and what it returns is discarded. One without a timeout is waited for, its
+    /// lease renewed meanwhile. On a current-thread runtime a blocked handler stalls this too, as it stalls
+    /// every task of that runtime; and dropping a multi-thread runtime waits for its threads, the blocked one
+    /// included (`Runtime::shutdown_timeout` bounds that wait).
     pub async fn shutdown(self) -> Result<()> {
         self.shutdown.cancel();
         self.join.await.map_err(|e| Error::Internal(format!("the worker task failed: {e}")))?
@@ -309,8 +316,8 @@ impl WorkerBuilder {
     ///
     /// A handler that blocks its thread (a synchronous sleep, a blocking call) cannot be dropped: the worker's
     /// background thread fails its attempt and gives the claim back at the same deadline, and discards what it
-    /// returns later, but the thread stays busy until it does. Run blocking work with
-    /// `tokio::task::spawn_blocking` and check the context between steps.
+    /// returns later, but the thread stays busy until it does ([`WorkerHandle::shutdown`] does not wait for it).
+    /// Run blocking work with `tokio::task::spawn_blocking` and check the context between steps.
     pub fn timeout(mut self, d: Duration) -> Self {
         self.config.timeout = Some(d.max(Duration::from_millis(1)));
         self

@@ -128,15 +128,17 @@ impl Loop {
         // Claim only when a useful batch fits, unless the worker is idle.
         let min_claim = (config.concurrency / 4).max(1);
         // Why the next claim runs, or `None` while nothing calls for one. Logged with each claim at `debug`: a
-        // claim's cause is what tells a wake-up from a poll.
+        // claim's cause is what tells a wake-up from a poll, and this process's own wake-up (`wake`) from one a
+        // watch heard (`heard`).
         let mut claim_now = Some("start");
         let mut next_poll = Instant::now() + config.poll_interval;
         let mut db_backoff = config.poll_interval;
         let mut wakes_seen = wake::wakes();
+        let mut heard_seen = wake::heard();
         loop {
-            // Registered before the count is read: a wake-up either shows in the count now or fires `notified`.
+            // Registered before the counts are read: a wake-up either shows in a count now or fires `notified`.
             // One that fires while another branch of the `select!` below wins is not lost with the dropped
-            // future: the count shows it on the next pass.
+            // future: its count shows it on the next pass.
             let notified = wake::notifier().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -144,6 +146,12 @@ impl Loop {
             if wakes != wakes_seen {
                 wakes_seen = wakes;
                 claim_now = claim_now.or(Some("wake"));
+            }
+            // A claim both call for is this process's wake-up's: the watch often hears the same commit.
+            let heard = wake::heard();
+            if heard != heard_seen {
+                heard_seen = heard;
+                claim_now = claim_now.or(Some("heard"));
             }
             while let Some(done) = self.tasks.try_join_next_with_id() {
                 self.settle(done, false)?;
@@ -221,7 +229,8 @@ impl Loop {
                 biased;
                 _ = shutdown.cancelled() => return Ok(()),
                 Some(done) = self.tasks.join_next_with_id() => self.settle(done, false)?,
-                _ = &mut notified => claim_now = claim_now.or(Some("wake")),
+                // Every wake-up is counted before it notifies: the counts, read on the next pass, say whose it was.
+                _ = &mut notified => {}
                 _ = sleep_until(wake_at) => {
                     if Instant::now() >= next_poll {
                         claim_now = claim_now.or(Some("poll"));
@@ -375,40 +384,67 @@ impl Loop {
     }
 
     /// Graceful stop: let in-flight jobs finish within the grace period, cancel the rest, give their jobs
-    /// back, and wait until every outcome is written.
+    /// back, and wait until every outcome is written. A job the watchdog has settled (its claim given back, or
+    /// kept to expire) is not waited for: its handler may hold its thread for as long as it blocks.
     async fn stop(&mut self) -> Result<()> {
         let config = self.worker.config.clone();
-        if !self.tasks.is_empty() {
-            tracing::info!(worker = %self.worker.id, in_flight = self.tasks.len(), grace = ?config.shutdown_grace, "waiting for in-flight jobs");
-            self.wait_tasks(Instant::now() + config.shutdown_grace, false).await?;
+        if self.unsettled() > 0 {
+            tracing::info!(worker = %self.worker.id, in_flight = self.unsettled(), grace = ?config.shutdown_grace, "waiting for in-flight jobs");
+            self.wait_tasks(Some(Instant::now() + config.shutdown_grace), false).await?;
         }
-        if !self.tasks.is_empty() {
-            tracing::info!(worker = %self.worker.id, in_flight = self.tasks.len(), "cancelling in-flight jobs");
+        if self.unsettled() > 0 {
+            tracing::info!(worker = %self.worker.id, in_flight = self.unsettled(), "cancelling in-flight jobs");
             for f in self.in_flight.values() {
                 f.cancel.cancel();
             }
-            self.wait_tasks(Instant::now() + config.cancel_grace, true).await?;
+            self.wait_tasks(Some(Instant::now() + config.cancel_grace), true).await?;
         }
+        // An aborted task ends at its handler's next yield. One whose handler blocks its thread cannot: past its
+        // timeout the watchdog settles its job, which is all this waits for; without a timeout, the job's lease
+        // is renewed until the handler returns.
         self.tasks.abort_all();
-        while let Some(done) = self.tasks.join_next_with_id().await {
-            self.settle(done, true)?;
+        self.wait_tasks(None, true).await?;
+        // Left: the tasks of jobs the watchdog settled, whose handlers still hold their threads. Each ends when its
+        // handler returns, and what it returns is discarded. `forget` returns once a give-back being made is
+        // queued, so the flush writes it.
+        for (_, f) in self.in_flight.drain() {
+            if let Some(ticket) = &f.ticket {
+                self.worker.watchdog.forget(ticket);
+            }
         }
+        self.tasks.detach_all();
+        self.running.store(0, Ordering::Relaxed);
         self.worker.store.flush().await
     }
 
-    async fn wait_tasks(&mut self, deadline: Instant, cancelling: bool) -> Result<()> {
-        while !self.tasks.is_empty() {
+    /// In-flight jobs still to settle: all but those the watchdog settled, whose handlers may still run.
+    fn unsettled(&self) -> usize {
+        self.in_flight.values().filter(|f| !f.ticket.as_ref().is_some_and(Ticket::given_up)).count()
+    }
+
+    /// Settles tasks as they end until no job is left to settle or `deadline` passes, renewing leases meanwhile.
+    async fn wait_tasks(&mut self, deadline: Option<Instant>, cancelling: bool) -> Result<()> {
+        let watchdog = self.worker.watchdog.clone();
+        loop {
+            // Enabled before the tickets are read: a job the watchdog settles after the count wakes this.
+            let gave_up = watchdog.gave_up();
+            tokio::pin!(gave_up);
+            gave_up.as_mut().enable();
+            if self.unsettled() == 0 {
+                return Ok(());
+            }
+            let at = deadline.map_or(self.next_heartbeat, |d| d.min(self.next_heartbeat));
             tokio::select! {
                 Some(done) = self.tasks.join_next_with_id() => self.settle(done, cancelling)?,
-                _ = sleep_until(deadline.min(self.next_heartbeat)) => {
-                    if Instant::now() >= deadline {
+                () = &mut gave_up => {}
+                () = sleep_until(at) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Ok(());
                     }
                     self.maintain().await;
                 }
             }
         }
-        Ok(())
     }
 }
 

@@ -44,6 +44,9 @@ struct Shared {
     state: Mutex<State>,
     /// Told when a job is watched whose deadline comes before every other.
     earlier: Notify,
+    /// Told each time the watchdog settles a job (gives its claim back, or keeps it to expire), once that is
+    /// queued: a stopping worker waits for nothing else of that job.
+    gave_up: Notify,
 }
 
 #[derive(Default)]
@@ -98,6 +101,12 @@ impl Ticket {
     pub(crate) fn abandoned(&self) -> bool {
         self.settled.load(Ordering::Acquire) == ABANDONED
     }
+
+    /// Whether the watchdog has settled the job: its claim given back, or kept to expire. Its handler may
+    /// still hold its thread; a stopping worker no longer waits for it.
+    pub(crate) fn given_up(&self) -> bool {
+        matches!(self.settled.load(Ordering::Acquire), TAKEN | ABANDONED)
+    }
 }
 
 /// What a job that ran past its timeout and its cancel grace failed with.
@@ -121,7 +130,7 @@ pub(crate) fn failure(attempt: i32, max_attempts: i32, error: String, backoff: D
 impl Watchdog {
     /// Starts watching on the background thread; outcomes go to `store`.
     pub(crate) fn start(background: &Background, store: Store, worker: String) -> Watchdog {
-        let shared = Arc::new(Shared { state: Mutex::default(), earlier: Notify::new() });
+        let shared = Arc::new(Shared { state: Mutex::default(), earlier: Notify::new(), gave_up: Notify::new() });
         background.spawn(watch(Arc::clone(&shared), store, worker));
         Watchdog { shared }
     }
@@ -172,6 +181,11 @@ impl Watchdog {
         Ticket { key, settled }
     }
 
+    /// Resolves when the watchdog next settles a job ([`Ticket::given_up`]); enable it before reading the tickets.
+    pub(crate) fn gave_up(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.gave_up.notified()
+    }
+
     /// Stops watching the job of `ticket` once the worker has settled it. It waits for a give-back the watchdog
     /// is making to be queued, so that a flush after it writes that too.
     pub(crate) fn forget(&self, ticket: &Ticket) {
@@ -194,8 +208,9 @@ impl Shared {
 async fn watch(shared: Arc<Shared>, store: Store, worker: String) {
     loop {
         let now = Instant::now();
-        let next = {
+        let (next, gave_up) = {
             let mut state = shared.lock();
+            let mut gave_up = false;
             while let Some(&(at, key)) = state.due.first() {
                 if at > now {
                     break;
@@ -212,11 +227,15 @@ async fn watch(shared: Arc<Shared>, store: Store, worker: String) {
                     state.due.insert((deadline, key));
                 } else if let Some(watched) = state.jobs.remove(&key) {
                     // Under the lock: [`Watchdog::forget`] returns only once the give-back is queued.
-                    expired(&store, &worker, watched);
+                    gave_up |= expired(&store, &worker, watched);
                 }
             }
-            state.due.first().map(|(at, _)| *at)
+            (state.due.first().map(|(at, _)| *at), gave_up)
         };
+        // After the lock is let go: a stopping worker told of it finds the give-back queued.
+        if gave_up {
+            shared.gave_up.notify_waiters();
+        }
         let wait = async {
             match next {
                 Some(at) => sleep_until(at.into()).await,
@@ -231,17 +250,18 @@ async fn watch(shared: Arc<Shared>, store: Store, worker: String) {
 }
 
 /// A handler outlived its timeout and grace: its claim is given back as a failed attempt, or kept to expire.
-fn expired(store: &Store, worker: &str, watched: Watched) {
+/// False when the handler returned meanwhile, and the worker settles the job.
+fn expired(store: &Store, worker: &str, watched: Watched) -> bool {
     let Watched { limit, grace, mut job, max_attempts, backoff, keep_claim, settled, .. } = watched;
     let next = if keep_claim { ABANDONED } else { TAKEN };
     if settled.compare_exchange(RUNNING, next, Ordering::AcqRel, Ordering::Acquire).is_err() {
-        return; // The handler returned meanwhile: the worker writes its outcome.
+        return false; // The handler returned meanwhile: the worker writes its outcome.
     }
     if keep_claim {
         tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt, timeout = ?limit, grace = ?grace,
             worker, "handler timed out and did not stop within its cancel grace; its claim is kept for its \
             sequence or limit and left to expire");
-        return;
+        return true;
     }
     tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt, timeout = ?limit, grace = ?grace,
         worker, "handler timed out and did not stop within its cancel grace; its claim is given back");
@@ -249,4 +269,5 @@ fn expired(store: &Store, worker: &str, watched: Watched) {
     if store.finish(job).is_err() {
         tracing::debug!(worker, "the worker store has stopped; the timed-out job's lease will expire instead");
     }
+    true
 }

@@ -1520,3 +1520,123 @@ async fn purge_takes_the_events_of_jobs_deleted_as_they_completed(db: &DatabaseC
     assert_eq!(left, Vec::<(String, String)>::new(), "events left behind by the purge");
     Ok(())
 }
+
+/// PostgreSQL alone: transactions of one snapshot (`REPEATABLE READ`, `SERIALIZABLE`) enqueuing beside others,
+/// which SQLite, one writer at a time, does not have.
+#[cfg(feature = "postgres")]
+mod postgres_only {
+    use crate::storage::Backend;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_enqueued_under_an_older_snapshot_waits_for_the_job_ahead() {
+        let name = "postgres::a_job_enqueued_under_an_older_snapshot_waits_for_the_job_ahead";
+        super::run(Backend::Postgres, name, super::a_job_enqueued_under_an_older_snapshot_waits_for_the_job_ahead)
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_enqueued_under_a_snapshot_is_let_go_after_its_commit() {
+        let name = "postgres::a_job_enqueued_under_a_snapshot_is_let_go_after_its_commit";
+        super::run(Backend::Postgres, name, super::a_job_enqueued_under_a_snapshot_is_let_go_after_its_commit).await;
+    }
+}
+
+/// The ids of `jobs`, in order.
+#[cfg(feature = "postgres")]
+fn claimed_ids(jobs: &[super::ClaimedJob]) -> Vec<&str> {
+    jobs.iter().map(|c| c.id.as_str()).collect()
+}
+
+/// A transaction of one snapshot takes it before the first job of a sequence is enqueued and committed (by a
+/// `READ COMMITTED` writer), then enqueues the second: the second waits for the first, is not claimed beside it,
+/// and goes once the first completes. The insert trigger read the jobs ahead through that snapshot, which does
+/// not hold the first job, and put the second in free to run.
+#[cfg(feature = "postgres")]
+async fn a_job_enqueued_under_an_older_snapshot_waits_for_the_job_ahead(db: &DatabaseConnection) -> Result<()> {
+    use sea_orm::{IsolationLevel, TransactionTrait};
+    for (isolation, s) in [(IsolationLevel::RepeatableRead, "rr"), (IsolationLevel::Serializable, "ser")] {
+        let (first, second) = (format!("{s}1"), format!("{s}2"));
+        let late = db.begin_with_config(Some(isolation), None).await?;
+        let of_s = Backend::Postgres.stmt("SELECT id FROM outbox_jobs WHERE sequence_key = $1", vec![s.into()]);
+        assert!(late.query_all_raw(of_s).await?.is_empty(), "{isolation}: the snapshot, taken before `{first}`");
+        add(db, &[sequenced(&first, s)]).await?;
+        assert!(enqueue::insert_job(&late, &sequenced(&second, s)).await?, "{isolation}: `{second}` written");
+        late.commit().await?;
+        assert_eq!(get(db, &second).await?.waiting_for.as_deref(), Some(first.as_str()), "{isolation}");
+        let now = super::now_ms();
+        let claimed = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;
+        assert_eq!(claimed_ids(&claimed), [first.as_str()], "{isolation}: `{second}` waits for `{first}`");
+        assert!(remote::finish(db, "r", finished(&first, 1, completed())).await?);
+        let next = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;
+        assert_eq!(claimed_ids(&next), [second.as_str()], "{isolation}");
+        assert!(remote::finish(db, "r", finished(&second, 1, completed())).await?);
+    }
+    Ok(())
+}
+
+/// A job enqueued under a snapshot waits whatever the snapshot showed, and is let go after its transaction
+/// commits: by the release of its sequence that the commit asks the workers' listeners for, or by the rescuers'
+/// sweep. In `a` the job ahead completed after the snapshot was taken; `b` has nothing ahead; `c` is a pair of
+/// `SERIALIZABLE` enqueuers, which both commit (the trigger reads nothing they could conflict on) and go in order.
+#[cfg(feature = "postgres")]
+async fn a_job_enqueued_under_a_snapshot_is_let_go_after_its_commit(db: &DatabaseConnection) -> Result<()> {
+    use sea_orm::sqlx::postgres::PgListener;
+    use sea_orm::{IsolationLevel, TransactionTrait};
+    let row = db.query_one_raw(Backend::Postgres.stmt("SELECT current_schema()::text", vec![])).await?;
+    let schema: String = row.expect("a row").try_get_by_index(0)?;
+    let mut heard =
+        PgListener::connect_with(db.get_postgres_connection_pool()).await.map_err(Error::db("listening"))?;
+    heard.listen("outbox_jobs").await.map_err(Error::db("listening"))?;
+
+    let late = db.begin_with_config(Some(IsolationLevel::RepeatableRead), None).await?;
+    late.execute_unprepared("SELECT 1").await?;
+    add(db, &[sequenced("a1", "a")]).await?;
+    mark_completed(db, "a1", T0 + 1).await?;
+    assert!(enqueue::insert_job(&late, &sequenced("a2", "a")).await?);
+    late.commit().await?;
+    let a2 = get(db, "a2").await?;
+    assert_eq!((a2.status, a2.waiting_for), (JobStatus::Pending, None), "nothing ahead of it holds it");
+    assert_eq!(ids_where(db, "waiting").await?, ["a2"], "but it went in waiting");
+    let asked = format!("{schema}\u{1e}a");
+    let hear = async {
+        while heard.recv().await?.payload() != asked {}
+        Ok::<(), sea_orm::sqlx::Error>(())
+    };
+    tokio::time::timeout(Duration::from_secs(30), hear)
+        .await
+        .expect("the commit asks for `a` to be let go")
+        .map_err(Error::db("hearing"))?;
+    assert_eq!(super::postgres::release_sequences(db, &["a".to_owned()]).await?, 1, "what the listener runs");
+    assert_eq!(ids_where(db, "waiting").await?, Vec::<String>::new());
+    assert_eq!(super::postgres::release_sequences(db, &["a".to_owned()]).await?, 0, "once");
+
+    let late = db.begin_with_config(Some(IsolationLevel::RepeatableRead), None).await?;
+    assert!(enqueue::insert_job(&late, &sequenced("b1", "b")).await?);
+    late.commit().await?;
+    assert_eq!(ids_where(db, "waiting").await?, ["b1"]);
+    let store = super::open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    store.rescue(super::now_ms()).await?;
+    store.close().await;
+    assert_eq!(ids_where(db, "waiting").await?, Vec::<String>::new(), "the sweep lets it go too");
+
+    let early = db.begin_with_config(Some(IsolationLevel::Serializable), None).await?;
+    let late = db.begin_with_config(Some(IsolationLevel::Serializable), None).await?;
+    late.execute_unprepared("SELECT 1").await?;
+    assert!(enqueue::insert_job(&early, &sequenced("c1", "c")).await?);
+    early.commit().await?;
+    assert!(enqueue::insert_job(&late, &sequenced("c2", "c")).await?, "no serialization failure");
+    late.commit().await?;
+    assert_eq!(ids_where(db, "waiting").await?, ["c1", "c2"]);
+    assert_eq!(super::postgres::release_sequences(db, &["c".to_owned()]).await?, 1);
+    assert_eq!(get(db, "c2").await?.waiting_for.as_deref(), Some("c1"));
+    let now = super::now_ms();
+    let claimed = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;
+    let mut ids = claimed_ids(&claimed);
+    ids.sort_unstable();
+    assert_eq!(ids, ["a2", "b1", "c1"], "`c2` waits for `c1`");
+    assert!(remote::finish(db, "r", finished("c1", 1, completed())).await?);
+    let next = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;
+    assert_eq!(claimed_ids(&next), ["c2"]);
+    drop(heard);
+    Ok(())
+}

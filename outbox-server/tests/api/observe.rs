@@ -38,7 +38,8 @@ async fn health_tells_when_the_schema_is_not_current(t: TestDb) {
             "m20261206_000009_one_ready_index",
             "m20261207_000010_hot_claim",
             "m20261208_000011_room_for_both",
-            "m20261209_000012_finished_log"
+            "m20261209_000012_finished_log",
+            "m20261210_000013_snapshot_enqueue"
         ])
     );
 }

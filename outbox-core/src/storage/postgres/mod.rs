@@ -117,7 +117,7 @@ pub(super) async fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch>
     let schema = current_schema(db).await?;
     let options = db.get_postgres_connection_pool().connect_options().as_ref().clone();
     let pool = listener::pool(options.application_name("outbox-watch"));
-    let task = tokio::spawn(listener::listen(pool, schema, "watch".to_owned()));
+    let task = tokio::spawn(listener::listen(pool, schema, "watch".to_owned(), false));
     Ok(crate::wake::Watch::listening(task))
 }
 
@@ -171,6 +171,15 @@ pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Ve
     let written =
         store::retrying("writing a batch of outcomes", || store::write_batch(pool, owner, &batch, true, &[])).await?;
     Ok(batch.iter().map(|f| store::applied(&written, f)).collect())
+}
+
+/// Lets go the first job of each of the sequences `keys`, as a worker's listener does when a transaction of one
+/// snapshot enqueued onto them (see `listener.rs`); how many jobs it let go.
+#[cfg(test)]
+pub(super) async fn release_sequences(db: &DatabaseConnection, keys: &[String]) -> Result<u64> {
+    let schema = current_schema(db).await?;
+    let mut conn = db.get_postgres_connection_pool().acquire().await.map_err(Error::db("connecting"))?;
+    store::release_sequences(&mut conn, &schema, keys).await.map_err(Error::db("letting go sequences"))
 }
 
 /// A remote worker's outcome, fenced like the in-process worker's.

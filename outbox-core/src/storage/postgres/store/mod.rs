@@ -163,13 +163,46 @@ pub(super) const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT w
 /// The second half, in the same transaction and so with a snapshot taken under those locks: lets go the first
 /// job of each sequence when it waits with nothing ahead of it holding it and no job of the sequence running
 /// or free to run (a job retried after its sequence went on waits for the later one that runs). The release triggers skip a
-/// sequence an enqueuing transaction holds, and a transaction that enqueued under an older snapshot
-/// (`REPEATABLE READ`) may have seen a job ahead that has finished since; the sweep catches both.
+/// sequence an enqueuing transaction holds, and a job enqueued by a transaction of one snapshot (`REPEATABLE
+/// READ`, `SERIALIZABLE`) goes in waiting whatever it saw (`snapshot_enqueue.sql`); the sweep catches both.
 pub(super) const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
      WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks \
      ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
      AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k AND c.blocks \
      AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))";
+
+/// The first half of the sweep for the sequences `$2` alone (`$1` the schema): those of them with a waiting job,
+/// none of whose jobs is running or free to run, whose lock is free (taken for the transaction). What a
+/// worker's listener runs when a transaction of one snapshot enqueued onto them (`snapshot_enqueue.sql`).
+pub(super) const SWEEP_KEYS_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT u.k \
+     FROM unnest($2::text[]) AS u(k) WHERE EXISTS (SELECT 1 FROM outbox_jobs w \
+     WHERE w.sequence_key = u.k AND w.blocks AND w.status = 'pending' AND w.waiting) \
+     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = u.k AND c.blocks \
+     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
+     ORDER BY 1) s \
+     WHERE pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0))";
+
+/// Lets go the first job of each of the sequences `keys` of `schema` when nothing of it runs or is free to run,
+/// in a transaction of its own on `conn` ([`SWEEP_KEYS_LOCK`], then [`SWEEP`]), and wakes the workers when it
+/// let any go; how many it let go. A sequence whose lock is held is left to whoever holds it, or to the sweep.
+pub(super) async fn release_sequences(
+    conn: &mut sqlx::postgres::PgConnection,
+    schema: &str,
+    keys: &[String],
+) -> std::result::Result<u64, sqlx::Error> {
+    let mut tx = sqlx::Connection::begin(conn).await?;
+    let locked: Option<Vec<String>> =
+        sqlx::query_scalar(SWEEP_KEYS_LOCK).bind(schema).bind(keys).fetch_one(&mut *tx).await?;
+    let released = match locked {
+        Some(locked) => sqlx::query(SWEEP).bind(&locked).execute(&mut *tx).await?.rows_affected(),
+        None => 0,
+    };
+    if released > 0 {
+        sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(released)
+}
 
 /// The worker's own connections: claims, the completion writer, renewals and rescues.
 const POOL: u32 = 4;
@@ -573,7 +606,7 @@ impl WorkerStore for PgStore {
         if listener.is_none() {
             let (pool, schema, worker) =
                 (inner.listen_pool.clone(), inner.config.schema.clone(), inner.config.worker_id.clone());
-            *listener = Some(tokio::spawn(listen(pool, schema, worker)));
+            *listener = Some(tokio::spawn(listen(pool, schema, worker, true)));
         }
     }
 

@@ -10,7 +10,7 @@ use super::claim::{
     CLAIM_ONE, CLAIM_ONE_AFTER, CLAIM_QUEUES, CLAIM_QUEUES_AFTER, PROMOTE, PROMOTE_PER_CLAIM, QUEUES, RUNNING,
 };
 use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, FINISH_PLAIN, outcomes};
-use super::{EXTEND, RESCUE, SWEEP, SWEEP_LOCK};
+use super::{EXTEND, RESCUE, SWEEP, SWEEP_KEYS_LOCK, SWEEP_LOCK};
 use crate::error::{Error, Result};
 use crate::storage::{Backend, Finished, Keep, Outcome};
 
@@ -217,6 +217,8 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
     reads_by_id(db, "a rescue", RESCUE, &[now], false).await?;
     reads_by_id(db, "the sweep's waiting sequences", SWEEP_LOCK, &[text("public")], false).await?;
     reads_by_id(db, "the sweep", SWEEP, &[texts(&["k".to_owned()])], false).await?;
+    let keys = [text("public"), texts(&["k".to_owned()])];
+    reads_by_id(db, "the release of sequences enqueued onto under a snapshot", SWEEP_KEYS_LOCK, &keys, false).await?;
     Ok(())
 }
 
