@@ -141,8 +141,9 @@ pub(crate) struct ClaimRef {
     /// The worker that claimed it.
     #[arg(long, env = "OUTBOX_WORKER", value_name = "NAME")]
     pub(crate) worker: String,
-    /// The run its claim printed (the claim's token).
-    #[arg(long)]
+    /// The run its claim printed (the claim's token). `--attempt`, its name before, is still taken: a value
+    /// that is not the claim's run is refused as stale, never written to another claim.
+    #[arg(long, alias = "attempt")]
     pub(crate) run: i32,
 }
 

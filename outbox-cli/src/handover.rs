@@ -24,14 +24,13 @@ impl Output {
         Output { out, pipe }
     }
 
-    /// Writes `line`; on a pipe, returns once the reader has read it, or once `within` has passed with the
-    /// reader still there (what it reads later is its own: the lease brings the job back if it never runs).
+    /// Writes `line`; on a pipe, returns once the reader has read it, or at `until` with the reader still there (what it reads later is its own: the lease brings the job back if it never runs).
     /// A reader gone before it read the line is an error of kind `BrokenPipe`; `stopped` turning true before
     /// it read the line (a signal), one of kind `Interrupted`.
     pub(crate) async fn hand_over(
         &mut self,
         line: &str,
-        within: Duration,
+        until: tokio::time::Instant,
         stopped: &dyn Fn() -> bool,
     ) -> io::Result<()> {
         {
@@ -39,14 +38,17 @@ impl Output {
             out.write_all(line.as_bytes())?;
             out.flush()?;
         }
-        if self.pipe { read_by_reader(&self.out, within, stopped).await } else { Ok(()) }
+        if self.pipe { read_by_reader(&self.out, until, stopped).await } else { Ok(()) }
     }
 }
 
-/// Waits until the pipe `out` writes to is empty, or `within` has passed; an error once no one reads it, or
-/// once `stopped`.
-async fn read_by_reader(out: &io::Stdout, within: Duration, stopped: &dyn Fn() -> bool) -> io::Result<()> {
-    let deadline = tokio::time::Instant::now() + within;
+/// Waits until the pipe `out` writes to is empty, or until `deadline`; an error once no one reads it, or once
+/// `stopped`.
+async fn read_by_reader(
+    out: &io::Stdout,
+    deadline: tokio::time::Instant,
+    stopped: &dyn Fn() -> bool,
+) -> io::Result<()> {
     let mut nap = Duration::from_micros(50);
     loop {
         if rustix::io::ioctl_fionread(out.as_fd())? == 0 {

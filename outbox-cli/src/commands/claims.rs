@@ -75,20 +75,32 @@ pub(super) async fn claim(db: &DatabaseConnection, args: ClaimArgs) -> Result<u8
         return Ok(code::INTERRUPTED);
     }
     let mut out = handover::Output::stdout();
+    // A line not read by the time its lease runs out is left to the reader: the lease brings the job back anyway.
+    let lease_end = tokio::time::Instant::now() + args.lease;
     for (i, job) in jobs.iter().enumerate() {
         let mut line =
             serde_json::to_value(job).map_err(|e| Failure::error(format!("encoding job `{}`: {e}", job.id)))?;
         line["worker"] = json!(args.worker);
-        if let Err(e) = out.hand_over(&format!("{line}\n"), args.lease, &interrupted).await {
+        if let Err(e) = out.hand_over(&format!("{line}\n"), lease_end, &interrupted).await {
             signals.abort();
-            // Whatever the reader did not take goes back to pending now, its attempt unused.
-            give_back(db, &args.worker, &jobs[i..]).await;
             return match e.kind() {
-                // The reader took what it wanted (`| head -1`): not a failure of this command.
-                std::io::ErrorKind::BrokenPipe => Ok(code::OK),
-                std::io::ErrorKind::Interrupted => Ok(code::INTERRUPTED),
-                _ => Err(Failure::error(format!("writing the claimed job `{}`: {e}", job.id))
-                    .hint("the jobs not written were given back")),
+                // The reader took what it wanted (`| head -1`), leaving this line unread: not a failure of this
+                // command. What it did not take goes back to pending now, its attempt unused.
+                std::io::ErrorKind::BrokenPipe => {
+                    give_back(db, &args.worker, &jobs[i..]).await;
+                    Ok(code::OK)
+                }
+                // Stopped while this line waits in the pipe: the reader may still read it, so it keeps its claim
+                // (its lease brings it back otherwise); the lines not written go back.
+                std::io::ErrorKind::Interrupted => {
+                    give_back(db, &args.worker, &jobs[i + 1..]).await;
+                    Ok(code::INTERRUPTED)
+                }
+                _ => {
+                    give_back(db, &args.worker, &jobs[i..]).await;
+                    Err(Failure::error(format!("writing the claimed job `{}`: {e}", job.id))
+                        .hint("the jobs not written were given back"))
+                }
             };
         }
     }

@@ -237,11 +237,16 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
             purged += res.rows_affected();
         }
     }
-    // Workers' feed rows list many jobs and belong to none: they go by the same age, each with the events of the
-    // jobs it recorded completing that were deleted as they completed, as retention prunes them (deleting the
-    // rows alone would leave those events to no one).
-    const BATCH: u64 = 10_000;
-    while super::retention::prune_feed(conn, before, BATCH).await? >= BATCH {}
+    // Workers' feed rows list many jobs and belong to none: they go by the same age. When completed jobs are
+    // purged, each goes with the events of the jobs it recorded completing that were deleted as they completed,
+    // as retention prunes them (deleting the rows alone would leave those events to no one).
+    if terminal.contains(&"completed") {
+        const BATCH: u64 = 1_000;
+        while super::retention::prune_feed(conn, before, BATCH).await? >= BATCH {}
+    } else {
+        let sql = format!("DELETE FROM outbox_job_events WHERE job_id = '' AND at < {}", b.ts("$1"));
+        execute_write(conn, b.stmt(sql, vec![Value::from(before)]), || "purging old feed rows".into()).await?;
+    }
     Ok(purged)
 }
 

@@ -333,12 +333,16 @@ impl Looker {
                     committed = true;
                     look.version = read.map(|(v, _)| v);
                     // The events that started this look may hold a later commit, still being synced: look on,
-                    // from the first step, until the look's time is up. A version that cannot be read ends it.
+                    // in the same growing steps, until the look's time is up (starting over at the first step
+                    // after each commit read the version every 0.1 ms through a busy drain). A version that
+                    // cannot be read ends it.
                     let waited = now.duration_since(p.since);
+                    let cap = if waited < FAST_FOR { FAST_STEP } else { SLOW_STEP };
+                    let step = (p.step * 2).min(cap);
                     look.pending = (look.version.is_some() && waited < LOOK_FOR).then_some(Pending {
                         since: p.since,
-                        step: FIRST_STEP,
-                        due: now + FIRST_STEP,
+                        step,
+                        due: now + step,
                     });
                 }
             }

@@ -404,6 +404,11 @@ impl Loop {
         // is renewed until the handler returns.
         self.tasks.abort_all();
         self.wait_tasks(None, true).await?;
+        // Handlers that returned meanwhile, of jobs the watchdog settled: what they returned is written as it
+        // would be had the worker gone on (a kept claim's outcome; a given-back one's is refused by its fence).
+        while let Some(done) = self.tasks.try_join_next_with_id() {
+            self.settle(done, true)?;
+        }
         // Left: the tasks of jobs the watchdog settled, whose handlers still hold their threads. Each ends when its
         // handler returns, and what it returns is discarded. `forget` returns once a give-back being made is
         // queued, so the flush writes it.

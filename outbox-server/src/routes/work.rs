@@ -92,7 +92,9 @@ pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimB
 #[serde(deny_unknown_fields)]
 pub(super) struct HeartbeatBody {
     worker: String,
-    /// The claim's `run`, as the claim answered it.
+    /// The claim's `run`, as the claim answered it (`attempt`, its name before, is still taken: a value that
+    /// is not the claim's run is refused as stale).
+    #[serde(alias = "attempt")]
     run: i32,
     lease: Option<String>,
 }
@@ -112,7 +114,9 @@ pub(super) async fn heartbeat(
 #[serde(deny_unknown_fields)]
 pub(super) struct CompleteBody {
     worker: String,
-    /// The claim's `run`, as the claim answered it.
+    /// The claim's `run`, as the claim answered it (`attempt`, its name before, is still taken: a value that
+    /// is not the claim's run is refused as stale).
+    #[serde(alias = "attempt")]
     run: i32,
     output: Option<Value>,
 }
@@ -131,7 +135,9 @@ pub(super) async fn complete(
 #[serde(deny_unknown_fields)]
 pub(super) struct FailBody {
     worker: String,
-    /// The claim's `run`, as the claim answered it.
+    /// The claim's `run`, as the claim answered it (`attempt`, its name before, is still taken: a value that
+    /// is not the claim's run is refused as stale).
+    #[serde(alias = "attempt")]
     run: i32,
     error: String,
     /// Whether another attempt may succeed (default true); false fails the job for good.
@@ -159,7 +165,9 @@ pub(super) async fn fail(State(state): State<AppState>, Path(id): Path<String>, 
 #[serde(deny_unknown_fields)]
 pub(super) struct SnoozeBody {
     worker: String,
-    /// The claim's `run`, as the claim answered it.
+    /// The claim's `run`, as the claim answered it (`attempt`, its name before, is still taken: a value that
+    /// is not the claim's run is refused as stale).
+    #[serde(alias = "attempt")]
     run: i32,
     /// How long to wait (`5m`).
     delay: String,

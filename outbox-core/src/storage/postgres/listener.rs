@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use sea_orm::sqlx::Acquire;
 use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
-use sea_orm::sqlx::{self, Acquire};
 
 use super::CHANNEL;
 use crate::backoff::Backoff;
@@ -41,13 +41,33 @@ pub(super) async fn listen(pool: PgPool, schema: String, worker: String, release
         retry.reset();
         // Whatever was enqueued while not listening was not announced.
         wake::wake_heard();
+        // Sequences to let go whose lock another transaction held: tried again, sooner first.
+        let mut busy = Busy::default();
         loop {
-            match listener.try_recv().await {
+            let received = match busy.due() {
+                Some(at) => match tokio::time::timeout_at(at, listener.try_recv()).await {
+                    Ok(received) => received,
+                    Err(_) => {
+                        let keys = busy.take_due();
+                        if !release(&mut listener, &schema, keys, &worker, &mut busy).await {
+                            retry.sleep().await;
+                            break;
+                        }
+                        continue;
+                    }
+                },
+                None => listener.try_recv().await,
+            };
+            match received {
                 Ok(Some(note)) => {
                     if note.payload() == schema {
                         wake::wake_heard();
                     } else if releases && let Some(key) = sequence_of(note.payload(), &schema) {
-                        release(&mut listener, &schema, &[key.to_owned()], &worker).await;
+                        let keys = vec![(key.to_owned(), 0)];
+                        if !release(&mut listener, &schema, keys, &worker, &mut busy).await {
+                            retry.sleep().await;
+                            break;
+                        }
                     }
                 }
                 Ok(None) => {
@@ -64,27 +84,73 @@ pub(super) async fn listen(pool: PgPool, schema: String, worker: String, release
     }
 }
 
+/// Sequences whose release found their lock held, each with how many times it was tried and when it is tried
+/// again. Past [`BUSY_TRIES`] a sequence is left to the rescuers' sweep.
+#[derive(Default)]
+struct Busy(Vec<(String, u32, tokio::time::Instant)>);
+
+/// Tries at a held sequence: 5 ms doubling, about 10 s in all.
+const BUSY_TRIES: u32 = 11;
+
+impl Busy {
+    fn due(&self) -> Option<tokio::time::Instant> {
+        self.0.iter().map(|(_, _, at)| *at).min()
+    }
+
+    fn take_due(&mut self) -> Vec<(String, u32)> {
+        let now = tokio::time::Instant::now();
+        let (due, later) = std::mem::take(&mut self.0).into_iter().partition(|(_, _, at)| *at <= now);
+        self.0 = later;
+        due.into_iter().map(|(key, tries, _)| (key, tries)).collect()
+    }
+
+    fn again(&mut self, key: String, tries: u32) {
+        if tries >= BUSY_TRIES || self.0.iter().any(|(k, ..)| *k == key) {
+            return;
+        }
+        let wait = Duration::from_millis(5) * 2u32.pow(tries);
+        self.0.push((key, tries + 1, tokio::time::Instant::now() + wait));
+    }
+}
+
 /// The sequence a notification asks to let go: `<schema>`, the record separator, `<key>`.
 fn sequence_of<'a>(payload: &'a str, schema: &str) -> Option<&'a str> {
     payload.strip_prefix(schema)?.strip_prefix('\u{1e}').filter(|key| !key.is_empty())
 }
 
-/// Lets go the first job of each of `keys` on the listening connection (notifications arriving meanwhile wait in
-/// its buffer). A failure is logged and left to the sweep; a dropped connection is found by the next receive.
-async fn release(listener: &mut PgListener, schema: &str, keys: &[String], worker: &str) {
-    let released: Result<u64, sqlx::Error> = async {
+/// Lets go the first job of each of `keys` (with the tries each has had) on the listening connection
+/// (notifications arriving meanwhile wait in its buffer); a sequence whose lock is held is tried again later
+/// ([`Busy`]). False when the statements failed: the transaction may be left open on the connection, where no
+/// notification is delivered, so the listener reconnects (the server rolls it back) and the sweep covers these.
+async fn release(
+    listener: &mut PgListener,
+    schema: &str,
+    keys: Vec<(String, u32)>,
+    worker: &str,
+    busy: &mut Busy,
+) -> bool {
+    let names: Vec<String> = keys.iter().map(|(key, _)| key.clone()).collect();
+    let released = async {
         let conn = listener.acquire().await?;
-        super::store::release_sequences(conn, schema, keys).await
+        super::store::release_sequences(conn, schema, &names).await
     }
     .await;
     match released {
-        Ok(0) => {}
-        Ok(jobs) => {
-            tracing::debug!(worker = %worker, jobs, "let go jobs enqueued onto their sequences under a snapshot");
-            wake::wake();
+        Ok((jobs, held)) => {
+            if jobs > 0 {
+                tracing::debug!(worker = %worker, jobs, "let go jobs enqueued onto their sequences under a snapshot");
+                wake::wake();
+            }
+            for (key, tries) in keys {
+                if held.contains(&key) {
+                    busy.again(key, tries);
+                }
+            }
+            true
         }
         Err(e) => {
-            tracing::debug!(worker = %worker, error = %e, "letting go a sequence failed; the sweep will");
+            tracing::warn!(worker = %worker, error = %e, "letting go a sequence failed; reconnecting, and the sweep will");
+            false
         }
     }
 }

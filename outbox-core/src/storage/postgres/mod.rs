@@ -179,7 +179,9 @@ pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Ve
 pub(super) async fn release_sequences(db: &DatabaseConnection, keys: &[String]) -> Result<u64> {
     let schema = current_schema(db).await?;
     let mut conn = db.get_postgres_connection_pool().acquire().await.map_err(Error::db("connecting"))?;
-    store::release_sequences(&mut conn, &schema, keys).await.map_err(Error::db("letting go sequences"))
+    let (released, _busy) =
+        store::release_sequences(&mut conn, &schema, keys).await.map_err(Error::db("letting go sequences"))?;
+    Ok(released)
 }
 
 /// A remote worker's outcome, fenced like the in-process worker's.

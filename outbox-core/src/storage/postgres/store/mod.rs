@@ -171,28 +171,30 @@ pub(super) const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM un
      AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k AND c.blocks \
      AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))";
 
-/// The first half of the sweep for the sequences `$2` alone (`$1` the schema): those of them with a waiting job,
-/// none of whose jobs is running or free to run, whose lock is free (taken for the transaction). What a
-/// worker's listener runs when a transaction of one snapshot enqueued onto them (`snapshot_enqueue.sql`).
-pub(super) const SWEEP_KEYS_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT u.k \
-     FROM unnest($2::text[]) AS u(k) WHERE EXISTS (SELECT 1 FROM outbox_jobs w \
+/// The first half of the sweep for the sequences `$2` alone (`$1` the schema): of those with a waiting job, none of
+/// whose jobs is running or free to run, the ones whose lock it took (for the transaction), and the ones whose
+/// lock another transaction holds (an enqueue onto the sequence, or another worker's release). What a worker's
+/// listener runs when a transaction of one snapshot enqueued onto them (`snapshot_enqueue.sql`).
+pub(super) const SWEEP_KEYS_LOCK: &str = "SELECT array_agg(k) FILTER (WHERE locked), array_agg(k) FILTER (WHERE NOT locked) \
+     FROM (SELECT k, pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0)) AS locked \
+     FROM (SELECT DISTINCT u.k FROM unnest($2::text[]) AS u(k) WHERE EXISTS (SELECT 1 FROM outbox_jobs w \
      WHERE w.sequence_key = u.k AND w.blocks AND w.status = 'pending' AND w.waiting) \
      AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = u.k AND c.blocks \
      AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
-     ORDER BY 1) s \
-     WHERE pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0))";
+     ORDER BY 1) s) t";
 
 /// Lets go the first job of each of the sequences `keys` of `schema` when nothing of it runs or is free to run,
 /// in a transaction of its own on `conn` ([`SWEEP_KEYS_LOCK`], then [`SWEEP`]), and wakes the workers when it
-/// let any go; how many it let go. A sequence whose lock is held is left to whoever holds it, or to the sweep.
+/// let any go; how many it let go, and the sequences it could not lock (to try again: whoever holds the lock may
+/// be an enqueue that lets nothing go).
 pub(super) async fn release_sequences(
     conn: &mut sqlx::postgres::PgConnection,
     schema: &str,
     keys: &[String],
-) -> std::result::Result<u64, sqlx::Error> {
+) -> std::result::Result<(u64, Vec<String>), sqlx::Error> {
     let mut tx = sqlx::Connection::begin(conn).await?;
-    let locked: Option<Vec<String>> =
-        sqlx::query_scalar(SWEEP_KEYS_LOCK).bind(schema).bind(keys).fetch_one(&mut *tx).await?;
+    let (locked, busy): (Option<Vec<String>>, Option<Vec<String>>) =
+        sqlx::query_as(SWEEP_KEYS_LOCK).bind(schema).bind(keys).fetch_one(&mut *tx).await?;
     let released = match locked {
         Some(locked) => sqlx::query(SWEEP).bind(&locked).execute(&mut *tx).await?.rows_affected(),
         None => 0,
@@ -201,7 +203,7 @@ pub(super) async fn release_sequences(
         sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
     }
     tx.commit().await?;
-    Ok(released)
+    Ok((released, busy.unwrap_or_default()))
 }
 
 /// The worker's own connections: claims, the completion writer, renewals and rescues.
