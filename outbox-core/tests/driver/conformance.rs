@@ -1606,9 +1606,16 @@ async fn a_job_enqueued_under_a_snapshot_is_let_go_after_its_commit(db: &Databas
         .await
         .expect("the commit asks for `a` to be let go")
         .map_err(Error::db("hearing"))?;
-    assert_eq!(super::postgres::release_sequences(db, &["a".to_owned()]).await?, 1, "what the listener runs");
+    // Another transaction holds the sequence's lock (an enqueue onto it): nothing is let go, and the listener is
+    // told to try again.
+    let holder = db.begin().await?;
+    let lock = "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox sequence ' || 'a', 0))";
+    holder.execute_unprepared(lock).await?;
+    assert_eq!(super::postgres::release_sequences(db, &["a".to_owned()]).await?, (0, vec!["a".to_owned()]), "held");
+    holder.rollback().await?;
+    assert_eq!(super::postgres::release_sequences(db, &["a".to_owned()]).await?, (1, vec![]), "what the listener runs");
     assert_eq!(ids_where(db, "waiting").await?, Vec::<String>::new());
-    assert_eq!(super::postgres::release_sequences(db, &["a".to_owned()]).await?, 0, "once");
+    assert_eq!(super::postgres::release_sequences(db, &["a".to_owned()]).await?, (0, vec![]), "once");
 
     let late = db.begin_with_config(Some(IsolationLevel::RepeatableRead), None).await?;
     assert!(enqueue::insert_job(&late, &sequenced("b1", "b")).await?);
@@ -1627,7 +1634,7 @@ async fn a_job_enqueued_under_a_snapshot_is_let_go_after_its_commit(db: &Databas
     assert!(enqueue::insert_job(&late, &sequenced("c2", "c")).await?, "no serialization failure");
     late.commit().await?;
     assert_eq!(ids_where(db, "waiting").await?, ["c1", "c2"]);
-    assert_eq!(super::postgres::release_sequences(db, &["c".to_owned()]).await?, 1);
+    assert_eq!(super::postgres::release_sequences(db, &["c".to_owned()]).await?, (1, vec![]));
     assert_eq!(get(db, "c2").await?.waiting_for.as_deref(), Some("c1"));
     let now = super::now_ms();
     let claimed = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;

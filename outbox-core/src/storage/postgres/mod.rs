@@ -174,14 +174,13 @@ pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Ve
 }
 
 /// Lets go the first job of each of the sequences `keys`, as a worker's listener does when a transaction of one
-/// snapshot enqueued onto them (see `listener.rs`); how many jobs it let go.
+/// snapshot enqueued onto them (see `listener.rs`); how many jobs it let go, and the sequences whose lock another
+/// transaction held (the listener tries those again).
 #[cfg(test)]
-pub(super) async fn release_sequences(db: &DatabaseConnection, keys: &[String]) -> Result<u64> {
+pub(super) async fn release_sequences(db: &DatabaseConnection, keys: &[String]) -> Result<(u64, Vec<String>)> {
     let schema = current_schema(db).await?;
     let mut conn = db.get_postgres_connection_pool().acquire().await.map_err(Error::db("connecting"))?;
-    let (released, _busy) =
-        store::release_sequences(&mut conn, &schema, keys).await.map_err(Error::db("letting go sequences"))?;
-    Ok(released)
+    store::release_sequences(&mut conn, &schema, keys).await.map_err(Error::db("letting go sequences"))
 }
 
 /// A remote worker's outcome, fenced like the in-process worker's.
