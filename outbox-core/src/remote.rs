@@ -161,16 +161,7 @@ async fn claim_as(db: &DatabaseConnection, req: &ClaimRequest, register: bool) -
                 });
             }
             Err(error) => {
-                let failed = Finished {
-                    id: job.id,
-                    kind: job.kind,
-                    queue: job.queue,
-                    attempt: job.attempt,
-                    run: job.run,
-                    outcome: Outcome::Failed { error },
-                    keep: Keep::Row,
-                };
-                storage::remote::finish(db, &req.worker, failed).await?;
+                storage::remote::finish(db, &req.worker, job.finished(Outcome::Failed { error })).await?;
             }
         }
     }

@@ -102,6 +102,21 @@ pub(crate) struct ClaimedJob {
     pub(crate) sequenced: bool,
 }
 
+impl ClaimedJob {
+    /// The end of this claim's attempt with `outcome`, fenced by its run; the job stays in the table.
+    pub(crate) fn finished(&self, outcome: Outcome) -> Finished {
+        Finished {
+            id: self.id.clone(),
+            kind: self.kind.clone(),
+            queue: self.queue.clone(),
+            attempt: self.attempt,
+            run: self.run,
+            outcome,
+            keep: Keep::Row,
+        }
+    }
+}
+
 /// A claimed row the worker cannot read (a value of the wrong SQL type or text that is not UTF-8, written
 /// behind the framework's back): it is failed by itself, without running, and the rest of the claim goes on.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use super::{Registered, Worker};
 use crate::error::Result;
 use crate::record::ms_after;
 
-use crate::storage::{ClaimedJob, Finished, Keep, Outcome, now_ms};
+use crate::storage::{ClaimedJob, Outcome, now_ms};
 use crate::wake;
 
 type HandlerResult = std::result::Result<Option<Value>, JobError>;
@@ -244,7 +244,7 @@ impl Loop {
     fn spawn(&mut self, job: ClaimedJob) {
         let Some(registered) = self.worker.handlers.get(&job.kind) else {
             // Claims are filtered by kind, so this cannot happen; give the job back rather than lose it.
-            let _ = self.worker.store.finish(finished(&job, Outcome::Released));
+            let _ = self.worker.store.finish(job.finished(Outcome::Released));
             return;
         };
         tracing::debug!(job_id = %job.id, kind = %job.kind, queue = %job.queue, attempt = job.attempt, "job claimed");
@@ -324,7 +324,7 @@ impl Loop {
             Err(_) if asked_to_stop => Outcome::Released,
             Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
         };
-        let mut finished = finished(&job, outcome);
+        let mut finished = job.finished(outcome);
         if !job.sequenced {
             finished.keep = self.worker.retention.keep(&job.kind);
         }
@@ -519,18 +519,6 @@ fn failure(job: &ClaimedJob, error: String, registered: Option<&Registered>) -> 
         .map(|r| r.retry.backoff(job.attempt))
         .unwrap_or_else(|| super::RetryPolicy::default().backoff(job.attempt));
     watchdog::failure(job.attempt, job.max_attempts, error, backoff)
-}
-
-fn finished(job: &ClaimedJob, outcome: Outcome) -> Finished {
-    Finished {
-        id: job.id.clone(),
-        kind: job.kind.clone(),
-        queue: job.queue.clone(),
-        attempt: job.attempt,
-        run: job.run,
-        outcome,
-        keep: Keep::Row,
-    }
 }
 
 fn panic_message(e: JoinError) -> String {

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::background::Background;
 use crate::record::ms_after;
-use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Store, now_ms};
+use crate::storage::{ClaimedJob, Finished, Outcome, Store, now_ms};
 
 /// A watched job's handler is running.
 const RUNNING: u8 = 0;
@@ -155,15 +155,7 @@ impl Watchdog {
             cancel,
             settled: Arc::clone(&settled),
             keep_claim,
-            job: Finished {
-                id: job.id.clone(),
-                kind: job.kind.clone(),
-                queue: job.queue.clone(),
-                attempt: job.attempt,
-                run: job.run,
-                outcome: Outcome::Released,
-                keep: Keep::Row,
-            },
+            job: job.finished(Outcome::Released),
             max_attempts: job.max_attempts,
             backoff,
         };
