@@ -11,7 +11,7 @@ runs on `sessions` psql sessions at once, each claiming and completing in turn, 
 worker's claim and completion connections) would: the rate of the statements alone, with no client around them.
 
 - `current`: the outbox schema as the migrations create it, and the worker's claim and fenced completion
-  (as in `outbox-bench/src/raw_pg.rs`; one `enqueued` row per inserting statement from the insert trigger,
+  (as in `outbox-bench/src/raw_pg/sql.rs`; one `enqueued` row per inserting statement from the insert trigger,
   60 % of each page of the jobs table left free for its rows' updates, the columns updates change last, each
   claim's lease in one row of `outbox_claims`, deleted with the claim's completion; the claim's and the
   completion's feed rows name the jobs' kind and queue once and list `[id, attempt]`; finished jobs found through
@@ -65,11 +65,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "src", "storage", "postgres")
+SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "tests", "fixtures", "dated", "postgres")
 CHUNK = 2000
 BATCH = 100
-# The PostgreSQL migrations' files, in the order they apply (`outbox-core/src/storage/schema.rs`), but the last
-# three, which `current` adds (the other shapes change the schema before them, or before the last).
+# The dated PostgreSQL migrations' files, in the order they applied (`outbox-core/tests/fixtures/dated/`), but the
+# last three that shape tables, which `current` adds (the other shapes change the schema before them, or before the
+# last); the last of all (`snapshot_enqueue.sql`) changes how a trigger reads, not a table.
 MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql",
               "archive.sql", "claims.sql", "one_ready_index.sql")
 FINISHED_INDEX_TABLES = "\n".join("\\i " + os.path.join(SCHEMA_SQL, f) for f in ("hot_claim.sql", "room_for_both.sql"))

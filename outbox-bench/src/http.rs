@@ -11,10 +11,11 @@ use outbox_core::EnqueueOpts;
 use outbox_server::ServerOpts;
 use sea_orm::DatabaseConnection;
 
+use crate::BoxError;
 use crate::latency::Latency;
 use crate::outbox::OrderPlaced;
 use crate::scratch::{Scratch, Target};
-use crate::{BoxError, Measure};
+use crate::stats::Measure;
 
 /// Connections (and tasks) enqueuing at once.
 pub(crate) const CONNECTIONS: u64 = 16;

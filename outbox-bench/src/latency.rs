@@ -1,5 +1,6 @@
 //! Cases `latency` and `latency_loaded`: how long a job committed to an idle worker waits before its handler
-//! starts, one job at a time, alone or beside a steady background load.
+//! starts, one job at a time, alone or beside a steady background load; and `latency_cross`, the same with the
+//! worker in a child process (this binary again, `--latency-child`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,8 +10,10 @@ use outbox_core::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Worker};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::scratch::{Scratch, Target};
-use crate::{BoxError, Measure};
+use crate::BoxError;
+use crate::engine::SyncMode;
+use crate::scratch::{Location, Scratch, Target};
+use crate::stats::Measure;
 
 /// The longest time between two measured enqueues.
 const MAX_GAP: Duration = Duration::from_millis(3);
@@ -172,12 +175,8 @@ pub(crate) fn epoch_us() -> i64 {
 /// each is timed from its commit returning here to its handler starting there, on the wall clock both share.
 pub(crate) async fn run_cross(target: &Target, n: u64) -> Result<(Measure, Latency), BoxError> {
     let scratch = Scratch::new(target).await?;
-    let args = [
-        crate::LATENCY_CHILD.into(),
-        scratch.prepared.location.arg(),
-        target.sync().name().into(),
-        n.to_string().into(),
-    ];
+    let args =
+        [LATENCY_CHILD.into(), scratch.prepared.location.arg(), target.sync().name().into(), n.to_string().into()];
     let mut child = WorkerProcess::start(&args, "latency_cross").await?;
     let begin = Instant::now();
     let committed = enqueue_spaced(&scratch.db, n, epoch_us).await?;
@@ -235,11 +234,7 @@ impl WorkerProcess {
 /// The worker process of `latency_cross`: a worker at its defaults on the database at `location`; prints
 /// `ready` once its first claim has gone by, then, once all `n` jobs started (or 10 s after the last did not),
 /// each job's start in microseconds since the epoch as one JSON array.
-pub(crate) async fn cross_child(
-    location: &crate::scratch::Location,
-    sync: crate::SyncMode,
-    n: u64,
-) -> Result<(), BoxError> {
+pub(crate) async fn cross_child(location: &Location, sync: SyncMode, n: u64) -> Result<(), BoxError> {
     let db = crate::scratch::connect(location, sync).await?;
     let started: Arc<Mutex<Vec<Option<i64>>>> = Arc::new(Mutex::new(vec![None; n as usize]));
     // Told when the last job starts, so the wait below adds no wake-ups of its own to the runtime it measures.
@@ -284,59 +279,15 @@ pub(crate) async fn cross_child(
     Ok(())
 }
 
-/// Case `idle_cpu`: the CPU time an idle `outbox work` (the command-line worker, found beside this binary)
-/// uses over [`IDLE_SECS`] on a database with nothing to do, as a percentage of one core.
-pub(crate) async fn idle_cpu(target: &Target) -> Result<f64, BoxError> {
-    let exe = std::env::current_exe()?;
-    let outbox = exe.with_file_name("outbox");
-    if !outbox.exists() {
-        return Err(format!(
-            "idle_cpu runs the `outbox` command, which is not beside this binary ({}): build it with `cargo build --release -p outbox-cli`",
-            outbox.display()
-        )
-        .into());
-    }
-    let scratch = Scratch::new(target).await?;
-    let root = tempfile::tempdir()?;
-    let url = match &scratch.prepared.location {
-        crate::scratch::Location::File(path) => format!("sqlite://{}", path.display()),
-        crate::scratch::Location::Url(url) => url.clone(),
+/// The hidden first argument that makes this binary the worker process of a `latency_cross` run:
+/// `--latency-child <db file or URL> <FULL|NORMAL> <jobs>`.
+pub(crate) const LATENCY_CHILD: &str = "--latency-child";
+
+pub(crate) fn latency_child(argv: &[String]) -> Result<(), BoxError> {
+    let [location, sync, jobs] = argv else {
+        return Err(format!("usage: {LATENCY_CHILD} <db file or URL> <sync> <jobs>").into());
     };
-    let mut child = tokio::process::Command::new(&outbox)
-        .args(["--database-url", &url, "work", "--root"])
-        .arg(root.path())
-        .env("OUTBOX_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child.id().ok_or("the outbox worker exited at once")?;
-    // Measured from once it registered: start-up (migrations, kinds, first claim) is not idling.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while outbox_core::ops::workers(&scratch.db).await?.is_empty() {
-        if Instant::now() > deadline {
-            return Err("idle_cpu: the outbox worker did not register within 30 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = cpu_ticks(pid)?;
-    let began = Instant::now();
-    tokio::time::sleep(Duration::from_secs(IDLE_SECS)).await;
-    let ticks = cpu_ticks(pid)? - before;
-    let secs = began.elapsed().as_secs_f64();
-    child.kill().await?;
-    scratch.remove().await?;
-    let per_sec = rustix::param::clock_ticks_per_second().max(1) as f64;
-    Ok(ticks as f64 / per_sec / secs * 100.0)
-}
-
-/// How long `idle_cpu` watches the idle worker.
-pub(crate) const IDLE_SECS: u64 = 60;
-
-/// User and system CPU time of process `pid` so far, in clock ticks (`/proc/<pid>/stat`, fields 14 and 15).
-fn cpu_ticks(pid: u32) -> Result<u64, BoxError> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat.rsplit_once(')').ok_or("unreadable /proc stat")?.1.split_whitespace().collect();
-    let field = |n: usize| -> Result<u64, BoxError> { Ok(fields.get(n - 3).ok_or("short /proc stat")?.parse()?) };
-    Ok(field(14)? + field(15)?)
+    let sync = <SyncMode as clap::ValueEnum>::from_str(sync, true)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(cross_child(&Location::parse(location), sync, jobs.parse()?))
 }

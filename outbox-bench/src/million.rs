@@ -9,8 +9,9 @@ use schemars::JsonSchema;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use serde::{Deserialize, Serialize};
 
+use crate::engine::SyncMode;
 use crate::scratch::{self, Location, Prepared};
-use crate::{BoxError, SyncMode, outbox};
+use crate::{BoxError, outbox};
 
 /// Pending jobs in the big backlog.
 pub(crate) const BIG: u64 = 1_000_000;

@@ -12,11 +12,13 @@ use sea_orm::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::engine::SyncMode;
 use crate::memory::{WatchedDrain, watch};
 use crate::raw::{self, JobRow, KindInfo};
 use crate::scratch::{self, Location, Prepared, Scratch, Target};
+use crate::stats::Measure;
 use crate::work::{self, Work};
-use crate::{BoxError, Measure, SyncMode, raw_pg};
+use crate::{BoxError, raw_pg};
 
 /// The enqueue cases' kind: unique by default, so each job carries the sha256 payload key.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

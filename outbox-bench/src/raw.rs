@@ -12,7 +12,9 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, TransactionBehavior, params, params_from_iter};
 use sha2::{Digest, Sha256};
 
-use crate::{BoxError, Measure, SyncMode};
+use crate::BoxError;
+use crate::engine::SyncMode;
+use crate::stats::Measure;
 
 /// The domain row written next to each job in the enqueue cases.
 pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) VALUES (?, ?, ?)";
@@ -359,5 +361,5 @@ pub(crate) fn claim_cost(
             return Err(format!("claim cost: claimed {} of {batch}", claimed.len()).into());
         }
     }
-    Ok(crate::median(&times))
+    Ok(crate::stats::median(&times))
 }

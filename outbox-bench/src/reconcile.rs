@@ -10,9 +10,12 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
-use crate::memory::{WatchedDrain, watch};
+use crate::BoxError;
+use crate::engine::SyncMode;
+use crate::memory::{Memory, WatchedDrain, watch};
+use crate::runner::Runner;
 use crate::scratch::{self, Location, Scratch, Target};
-use crate::{BoxError, SyncMode};
+use crate::stats::Measure;
 
 /// Every file holds this (a small text file; the reconciler's cost per file is an open, a stat and a hash).
 const CONTENT: &str = "reconcile benchmark file: the job that wrote it recorded its sha256.\n";
@@ -100,4 +103,39 @@ pub(crate) async fn reconcile_watched(location: &Location, root: &Path, n: u64) 
     })
     .await?;
     Ok(WatchedDrain { secs, memory })
+}
+
+/// The hidden first argument that makes this binary the child of a `reconcile` run:
+/// `--reconcile-child <db file or URL> <root dir> <jobs>`; it prints one [`WatchedDrain`] as JSON.
+pub(crate) const RECONCILE_CHILD: &str = "--reconcile-child";
+
+pub(crate) fn reconcile_child(argv: &[String]) -> Result<(), BoxError> {
+    let [location, root, jobs] = argv else {
+        return Err(format!("usage: {RECONCILE_CHILD} <db file or URL> <root dir> <jobs>").into());
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let (location, root) = (Location::parse(location), std::path::Path::new(root));
+    let report = rt.block_on(reconcile_watched(&location, root, jobs.parse()?))?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+impl Runner {
+    /// Prepares a tree and its completed jobs here, then reconciles it in a fresh child process.
+    pub(crate) fn reconcile_run(&self, target: &Target, n: u64) -> Result<(Measure, Memory), BoxError> {
+        let prepared = self.rt.block_on(prepare(target, n))?;
+        let output = std::process::Command::new(std::env::current_exe()?)
+            .arg(RECONCILE_CHILD)
+            .arg(prepared.db.location.arg())
+            .arg(&prepared.root)
+            .arg(n.to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()?;
+        self.rt.block_on(prepared.db.remove())?;
+        if !output.status.success() {
+            return Err(format!("the reconcile child failed: {}", output.status).into());
+        }
+        let report: WatchedDrain = serde_json::from_slice(&output.stdout)?;
+        Ok((Measure { jobs: n, secs: report.secs }, report.memory))
+    }
 }

@@ -12,7 +12,8 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
 use crate::outbox::{Noop, noops, preload};
 use crate::scratch::{Scratch, Target};
-use crate::{BoxError, Measure, raw};
+use crate::stats::Measure;
+use crate::{BoxError, raw};
 
 /// What a pruning run measured besides the drain.
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,8 @@ use sea_orm::sqlx::{self, Connection};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use tempfile::TempDir;
 
-use crate::{BoxError, SyncMode};
+use crate::BoxError;
+use crate::engine::SyncMode;
 
 /// Where a run creates its database.
 #[derive(Debug, Clone)]

@@ -12,9 +12,10 @@ use outbox_core::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Retention, W
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::BoxError;
 use crate::latency::Latency;
 use crate::scratch::{Scratch, Target, connect};
-use crate::{BoxError, Measure};
+use crate::stats::Measure;
 
 /// How long each handler blocks its worker's thread.
 pub(crate) const STALL: Duration = Duration::from_secs(2);

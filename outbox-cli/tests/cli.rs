@@ -127,7 +127,7 @@ fn enqueue_id(env: &Env, kind: &str, payload: Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
     let env = Env::new();
-    assert!(env.ok(&["migrate"]).stdout.contains("applied m20261128_000001_outbox_schema"));
+    assert!(env.ok(&["migrate"]).stdout.contains("applied 001_schema"));
     assert!(env.ok(&["migrate"]).stdout.contains("already up to date"));
     std::fs::write(env.root.join("taken.txt"), "someone else's\n").expect("pre-existing file");
 

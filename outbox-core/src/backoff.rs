@@ -6,15 +6,13 @@ use std::time::Duration;
 /// A wait that starts at `first` and doubles after each use, up to `max`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    first: Duration,
     next: Duration,
     max: Duration,
 }
 
 impl Backoff {
     pub(crate) fn new(first: Duration, max: Duration) -> Backoff {
-        Backoff { first, next: first, max }
+        Backoff { next: first, max }
     }
 
     /// The wait the next [`Backoff::take`] returns: what a log line announces as `retry_in`.
@@ -33,12 +31,6 @@ impl Backoff {
     pub(crate) async fn sleep(&mut self) {
         tokio::time::sleep(self.take()).await;
     }
-
-    /// Back to the first wait, once the thing tried has worked.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) fn reset(&mut self) {
-        self.next = self.first;
-    }
 }
 
 #[cfg(test)]
@@ -46,13 +38,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn doubles_up_to_the_cap_and_starts_over() {
+    fn doubles_up_to_the_cap() {
         let ms = Duration::from_millis;
         let mut b = Backoff::new(ms(100), ms(500));
         let waits: Vec<Duration> = (0..5).map(|_| b.take()).collect();
         assert_eq!(waits, [ms(100), ms(200), ms(400), ms(500), ms(500)]);
-        b.reset();
-        assert_eq!((b.peek(), b.take(), b.peek()), (ms(100), ms(100), ms(200)));
+        assert_eq!(b.peek(), ms(500));
         // A first wait above the cap is waited once, as the loops this replaced did.
         let mut b = Backoff::new(ms(100), ms(50));
         assert_eq!((b.take(), b.take()), (ms(100), ms(50)));

@@ -14,7 +14,7 @@ use crate::job::{Job, SequenceFailure};
 use crate::kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES};
 use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS, duration_ms};
 use crate::storage::enqueue::NewJob;
-use crate::storage::{self, Backend, now_ms};
+use crate::storage::{self, Dialect, now_ms};
 use crate::wake;
 
 /// Per-enqueue overrides of a kind's defaults.
@@ -170,7 +170,7 @@ fn too_deep(payload: &Value) -> Option<Violation> {
 
 /// Validates and prepares one row, refusing before any SQL whatever the database would refuse: a caller's
 /// transaction never sees a failed statement of ours (a failed statement aborts a server-side transaction).
-fn prepare(backend: Backend, kind: &Kind, payload: &Value, opts: &EnqueueOpts, now: i64) -> Result<NewJob> {
+fn prepare(backend: Dialect, kind: &Kind, payload: &Value, opts: &EnqueueOpts, now: i64) -> Result<NewJob> {
     if let Some(violation) = too_deep(payload) {
         return Err(Error::InvalidPayload { kind: kind.name().into(), violations: vec![violation] });
     }
@@ -254,7 +254,7 @@ pub async fn enqueue_raw<C: ConnectionTrait>(
     payload: Value,
     opts: EnqueueOpts,
 ) -> Result<Enqueued> {
-    let job = prepare(Backend::of(conn)?, kind, &payload, &opts, now_ms())?;
+    let job = prepare(Dialect::of(conn)?, kind, &payload, &opts, now_ms())?;
     let enqueued = insert_or_collapse(conn, job).await?;
     if matches!(enqueued, Enqueued::New(_)) {
         wake::wake();
@@ -310,7 +310,7 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
     payloads: Vec<Value>,
     opts: EnqueueOpts,
 ) -> Result<Vec<Enqueued>> {
-    let backend = Backend::of(conn)?;
+    let backend = Dialect::of(conn)?;
     let now = now_ms();
     let mut rows = Vec::with_capacity(payloads.len());
     let mut slots: Vec<Slot> = Vec::with_capacity(payloads.len());

@@ -1,13 +1,14 @@
 //! The schema migrations, tracked in the library's own `outbox_migrations` table so they never mix with the
-//! application's. The statements are each backend's SQL files, listed in `storage/schema.rs`; a database an
-//! earlier build created is refused with what to do.
+//! application's. The statements are each engine's SQL files (`storage/<engine>/migrations/`), named in
+//! `storage/schema.rs`; a database an earlier build migrated is taken over when its schema is this one, and
+//! refused with what to do otherwise.
 
 use sea_orm::sea_query::{Alias, IntoIden};
 use sea_orm::{ConnectionTrait, DbErr, DynIden};
 use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager, async_trait};
 
 use crate::error::{Error, Result};
-use crate::storage::schema;
+use crate::storage::{Dialect, schema};
 
 /// The migrator of the outbox tables. Run it with [`migrate`], or call `Migrator::up` from the application's
 /// own start-up; it keeps its state in `outbox_migrations`.
@@ -25,10 +26,13 @@ impl MigratorTrait for Migrator {
     }
 }
 
-/// Brings the outbox tables up to date on `db`. Safe to call at every start-up. A database whose tables an
-/// earlier build created is refused ([`Error::Unsupported`], saying what to do) and left untouched.
+/// Brings the outbox tables up to date on `db`. Safe to call at every start-up. A database an earlier build
+/// migrated through its thirteen dated migrations is taken over (their records become `001_schema`'s; call this
+/// rather than `Migrator::up` for that); one whose tables an earlier build created otherwise is refused
+/// ([`Error::Unsupported`], saying what to do) and left untouched.
 pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
     schema::refuse_legacy(db).await?;
+    schema::take_over_dated(db).await?;
     Migrator::up(db, None).await.map_err(Error::db("running outbox migrations"))
 }
 
@@ -37,6 +41,10 @@ pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
 /// as by [`migrate`].
 pub async fn pending_migrations(db: &sea_orm::DatabaseConnection) -> Result<Vec<String>> {
     schema::refuse_legacy(db).await?;
+    // Its schema is current; `migrate` records it as `001_schema`.
+    if schema::dated_complete(db).await? {
+        return Ok(vec![schema::MIGRATIONS[0].to_owned()]);
+    }
     let pending =
         Migrator::get_pending_migrations(db).await.map_err(Error::db("reading the applied outbox migrations"))?;
     Ok(pending.iter().map(|m| m.name().to_owned()).collect())
@@ -52,12 +60,10 @@ impl MigrationName for Step {
 }
 
 fn statements(manager: &SchemaManager<'_>, step: usize) -> std::result::Result<(&'static str, &'static str), DbErr> {
-    let backend = manager.get_database_backend();
-    schema::statements(backend, step).ok_or_else(|| {
-        DbErr::Migration(format!(
-            "this build of outbox does not support the {backend:?} backend; see `outbox_core::connect`"
-        ))
-    })
+    let unsupported = |e: Error| DbErr::Migration(e.to_string());
+    let dialect = Dialect::of(manager.get_connection()).map_err(unsupported)?;
+    schema::statements(dialect, step)
+        .ok_or_else(|| DbErr::Migration(format!("this build of outbox has no migration number {}", step + 1)))
 }
 
 #[async_trait::async_trait]
@@ -68,17 +74,10 @@ impl MigrationTrait for Step {
 
     async fn down(&self, manager: &SchemaManager) -> std::result::Result<(), DbErr> {
         let conn = manager.get_connection();
-        // SQLite's archive partitions are tables retention named: found, then dropped with the rest.
-        #[cfg(feature = "sqlite")]
-        if schema::MIGRATIONS[self.0] == schema::ARCHIVE && manager.get_database_backend() == sea_orm::DbBackend::Sqlite
-        {
-            let names = crate::storage::archive::sqlite_partitions(conn)
-                .await
-                .map_err(|e| DbErr::Migration(format!("listing the archive's tables to undo it: {e}")))?;
-            for name in names {
-                conn.execute_unprepared(&format!("DROP TABLE \"{name}\"")).await?;
-            }
-        }
+        // Tables made at run time (SQLite's archive partitions) go first.
+        schema::before_undo(conn, self.0)
+            .await
+            .map_err(|e| DbErr::Migration(format!("undoing {}: {e}", self.name())))?;
         conn.execute_unprepared(statements(manager, self.0)?.1).await.map(drop)
     }
 

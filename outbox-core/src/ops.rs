@@ -277,7 +277,7 @@ pub async fn delete<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
 
 /// Deletes jobs in the given terminal statuses last changed more than `older_than` ago; returns how many.
 pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_than: Duration) -> Result<u64> {
-    storage::Backend::of(conn)?;
+    storage::Dialect::of(conn)?;
     if let Some(active) = statuses.iter().find(|s| !s.is_terminal()) {
         return Err(Error::Invalid(format!(
             "cannot purge {active} jobs: only completed, failed and cancelled jobs can be purged"
@@ -307,7 +307,7 @@ pub async fn wait<C: ConnectionTrait>(conn: &C, id: &str, timeout: Duration) -> 
     let deadline = start.checked_add(timeout).unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
     let mut backoff = Duration::from_millis(10);
     // An outcome written by another process on the same SQLite file wakes the wait as well.
-    let _watch = wake::watch_file_of(conn).await;
+    let _watch = crate::storage::watch_connection(conn).await;
     loop {
         // Registered before the read, so an outcome written in between still wakes this wait.
         let written = wake::outcomes().notified();

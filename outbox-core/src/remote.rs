@@ -17,6 +17,7 @@ use crate::record::{JobStatus, from_ms, ms_after};
 use crate::storage::workers::WorkerRow;
 use crate::storage::{self, ClaimedJob, Finished, Keep, Outcome, WorkerStoreOpts, now_ms};
 use crate::worker::RetryPolicy;
+pub use crate::worker::presence::host_name;
 
 /// The most jobs one claim may take.
 pub const MAX_CLAIM: usize = 1_000;
@@ -63,15 +64,6 @@ pub struct RemoteJob {
     pub max_attempts: i32,
     /// When the claim runs out unless renewed.
     pub lease_expires_at: DateTime<Utc>,
-}
-
-/// This machine's name, as workers record it in the registry (`ClaimRequest::host`), if it has one.
-pub fn host_name() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
 }
 
 fn check_name(what: &str, name: &str) -> Result<()> {
@@ -322,7 +314,7 @@ async fn current(db: &DatabaseConnection, worker: &str, id: &str, run: i32) -> R
 
 async fn write(db: &DatabaseConnection, worker: &str, f: Finished) -> Result<()> {
     let (id, run) = (f.id.clone(), f.run);
-    storage::Backend::of(db)?;
+    storage::Dialect::of(db)?;
     if !storage::remote::finish(db, worker, f).await? {
         return Err(stale(&id, worker, run));
     }

@@ -70,7 +70,7 @@ impl PathScan {
 
     /// The next at most `limit` paths, ordered by path; empty when the scan is done.
     pub async fn next_page(&mut self, limit: u64) -> Result<Vec<PathJob>> {
-        let page = storage::scans::page(&self.txn, self.after, limit.max(1)).await?;
+        let page = storage::scan::page(&self.txn, self.after, limit.max(1)).await?;
         if let Some(row) = page.last() {
             self.after = row.seq;
         }
@@ -117,7 +117,7 @@ impl PathScan {
 /// # Ok(()) }
 /// ```
 pub async fn latest_completed_by_path(db: &sea_orm::DatabaseConnection, fields: &[PathField<'_>]) -> Result<PathScan> {
-    storage::Backend::of(db)?;
+    storage::Dialect::of(db)?;
     if fields.is_empty() {
         return Err(Error::Invalid("a path scan needs at least one kind and path field".into()));
     }
@@ -129,7 +129,7 @@ pub async fn latest_completed_by_path(db: &sea_orm::DatabaseConnection, fields: 
     }
     let txn = storage::begin_read(db).await?;
     let fields: Vec<(&str, &str)> = fields.iter().map(|f| (f.kind, f.json_path)).collect();
-    let (jobs_total, paths_total) = storage::scans::open_path_scan(&txn, &fields).await?;
+    let (jobs_total, paths_total) = storage::scan::open_path_scan(&txn, &fields).await?;
     Ok(PathScan { txn, after: 0, jobs_total, paths_total })
 }
 
@@ -143,7 +143,7 @@ pub async fn latest_completed_by_key(
     kind: &str,
     json_paths: &[&str],
 ) -> Result<PathScan> {
-    storage::Backend::of(db)?;
+    storage::Dialect::of(db)?;
     if kind.is_empty() || json_paths.is_empty() {
         return Err(Error::Invalid("a key scan needs a kind and at least one JSON path".into()));
     }
@@ -153,6 +153,6 @@ pub async fn latest_completed_by_key(
         )));
     }
     let txn = storage::begin_read(db).await?;
-    let (jobs_total, paths_total) = storage::scans::open_key_scan(&txn, kind, json_paths).await?;
+    let (jobs_total, paths_total) = storage::scan::open_key_scan(&txn, kind, json_paths).await?;
     Ok(PathScan { txn, after: 0, jobs_total, paths_total })
 }

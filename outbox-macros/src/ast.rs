@@ -4,8 +4,9 @@
 use crate::attr::{self, ContainerAttrs, FieldAttrs};
 use crate::ctxt::Errors;
 use crate::rename::RenameRule;
+use proc_macro2::Span;
 use syn::ext::IdentExt as _;
-use syn::{Data, DataEnum, DataUnion, DeriveInput, Fields};
+use syn::{Data, DataEnum, DataUnion, DeriveInput, Fields, Ident};
 
 /// A `#[derive(Job)]` input with its attributes parsed.
 pub(crate) struct Input<'a> {
@@ -95,6 +96,14 @@ impl<'a> Field<'a> {
         });
         Field { attrs, serialized_name }
     }
+}
+
+/// The type's name with the span of the derive, so that a missing supertrait such as `Serialize` is
+/// reported at `#[derive(Job)]`.
+pub(crate) fn call_site_ident(ident: &Ident) -> Ident {
+    let mut ident = ident.clone();
+    ident.set_span(Span::call_site());
+    ident
 }
 
 #[cfg(test)]

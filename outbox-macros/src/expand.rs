@@ -1,12 +1,12 @@
 //! Generates the `Job` impl.
 
-use crate::ast::Input;
+use crate::ast::{Input, call_site_ident};
 use crate::ctxt::Errors;
 use crate::fallback;
 use crate::valid;
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::quote;
-use syn::{DeriveInput, Ident};
+use syn::DeriveInput;
 
 /// Expands `#[derive(Job)]` on `node`: the impl, or every error found plus a placeholder impl.
 pub(crate) fn derive(node: &DeriveInput) -> TokenStream {
@@ -121,14 +121,6 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
             }
         };
     }
-}
-
-/// The type's name with the span of the derive, so that a missing supertrait such as `Serialize` is
-/// reported at `#[derive(Job)]`.
-pub(crate) fn call_site_ident(ident: &Ident) -> Ident {
-    let mut ident = ident.clone();
-    ident.set_span(Span::call_site());
-    ident
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! The expansion of an input with errors.
 
-use crate::ast::{Input, Shape};
-use crate::expand::call_site_ident;
+use crate::ast::{Input, Shape, call_site_ident};
 use proc_macro2::TokenStream;
 use quote::quote;
 

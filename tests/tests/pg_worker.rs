@@ -241,60 +241,6 @@ async fn the_key_index_reads_what_only_a_keyed_job_s_end_changes() {
     assert!(again.is_new() && again.id() != keyed.id() && again.id() != plain, "{again:?}");
 }
 
-/// Rebuilding the jobs table with its columns in a new order (the sixth migration) keeps its rows, its history,
-/// its privileges, its columns' types, defaults and constraints, and every index and trigger as the earlier
-/// migrations defined them but the rejoin, which now runs after the update, and writes no event. No BEFORE
-/// UPDATE row trigger is left: its presence makes every update lock each row first.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_jobs_table_rebuilt_in_column_order_keeps_everything() {
-    use sea_orm_migration::MigratorTrait;
-    let Some(t) = fresh(Backend::Postgres, "the_jobs_table_rebuilt_in_column_order_keeps_everything").await else {
-        return;
-    };
-    outbox_core::Migrator::down(&t.db, None).await.expect("undo every migration");
-    outbox_core::Migrator::up(&t.db, Some(5)).await.expect("the first five migrations");
-    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().idempotency_key("k")).await.expect("keyed");
-    let plain = insert_by_hand(&t.db, 2).await;
-    t.db.execute_unprepared(&format!("UPDATE outbox_jobs SET status = 'completed' WHERE id = '{plain}'"))
-        .await
-        .expect("complete by hand");
-    t.db.execute_unprepared("GRANT SELECT ON outbox_jobs TO PUBLIC").await.expect("grant");
-    let snapshot = async |db: &DatabaseConnection| -> Vec<String> {
-        let sql = "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = 'outbox_jobs'::regclass \
-                   UNION ALL SELECT pg_get_triggerdef(oid) FROM pg_trigger \
-                   WHERE tgrelid = 'outbox_jobs'::regclass AND NOT tgisinternal \
-                   AND tgname <> 'outbox_jobs_sequence_rejoin' \
-                   UNION ALL SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' \
-                   || COALESCE(c.collname, '-') || ' ' || a.attnotnull || ' ' || a.attgenerated::text || ' ' \
-                   || COALESCE(pg_get_expr(d.adbin, d.adrelid), '-') FROM pg_attribute a \
-                   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
-                   LEFT JOIN pg_collation c ON c.oid = a.attcollation AND a.attcollation <> 100 \
-                   WHERE a.attrelid = 'outbox_jobs'::regclass AND a.attnum > 0 AND NOT a.attisdropped \
-                   UNION ALL SELECT conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint \
-                   WHERE conrelid = 'outbox_jobs'::regclass \
-                   UNION ALL SELECT id || ' ' || status || ' ' || COALESCE(active_key, '-') || ' ' || attempts \
-                   FROM outbox_jobs \
-                   UNION ALL SELECT job_id || ' ' || event || ' ' || attempt FROM outbox_job_events \
-                   UNION ALL SELECT COALESCE(array_to_string(relacl, ' '), 'no grants') || ' ' \
-                   || COALESCE(array_to_string(reloptions, ' '), 'no options') \
-                   FROM pg_class WHERE oid = 'outbox_jobs'::regclass ORDER BY 1";
-        let rows = db.query_all_raw(Statement::from_string(DbBackend::Postgres, sql)).await.expect("snapshot");
-        rows.iter().map(|r| r.try_get_by_index::<String>(0).expect("text")).collect()
-    };
-    let before = snapshot(&t.db).await;
-    assert!(before.len() >= 29 + 9 + 8 + 2 + 3, "{before:#?}");
-    outbox_core::Migrator::up(&t.db, Some(1)).await.expect("the sixth migration");
-    assert_eq!(snapshot(&t.db).await, before);
-    let first = "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = 'outbox_jobs'::regclass \
-                 AND attname = 'status' AND attnum > (SELECT attnum FROM pg_attribute \
-                 WHERE attrelid = 'outbox_jobs'::regclass AND attname = 'schema_hash')";
-    assert_eq!(scalar(&t.db, first).await, 1, "status comes after the columns no update changes");
-    // tgtype: 1 row, 2 before, 16 update.
-    let before_update = "SELECT COUNT(*) FROM pg_trigger WHERE tgrelid = 'outbox_jobs'::regclass \
-                         AND tgtype & 19 = 19";
-    assert_eq!(scalar(&t.db, before_update).await, 0, "no BEFORE UPDATE row trigger");
-}
-
 /// A claim records its jobs and their lease in one row of `outbox_claims`, and the worker deletes that row in the
 /// statement that writes the outcome of the claim's last job: a drain in claims of many sizes (a concurrency of 7
 /// against 300 jobs finishing at their own pace) leaves none, and takes no lease index entry on the jobs.

@@ -2,7 +2,8 @@
 
 use serde_json::Value;
 
-use super::{MAX_KEY_BYTES, canonical_json, sha256_hex};
+use super::MAX_KEY_BYTES;
+use super::key::{canonical_json, sha256_hex};
 use crate::error::pointer_token;
 use crate::job::Violation;
 

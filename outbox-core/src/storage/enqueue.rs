@@ -2,33 +2,14 @@
 
 use sea_orm::{ConnectionTrait, Value};
 
-use super::backend::Params;
-use super::{Backend, write_failed};
+use super::dialect::Params;
+use super::engine::Engine;
+pub(crate) use super::engine::NewJob;
+use super::{Dialect, on_engine, write_failed};
 use crate::error::{Error, Result};
 
-/// A job row about to be written by enqueue.
-#[derive(Debug, Clone)]
-pub(crate) struct NewJob {
-    pub(crate) id: String,
-    pub(crate) kind: String,
-    pub(crate) queue: String,
-    pub(crate) payload: String,
-    pub(crate) priority: i32,
-    pub(crate) max_attempts: i32,
-    pub(crate) run_at: i64,
-    /// Whether `run_at` was still ahead when the job was prepared: then it waits off the ready indexes.
-    pub(crate) scheduled: bool,
-    pub(crate) key: Option<String>,
-    pub(crate) schema_hash: String,
-    pub(crate) created_at: i64,
-    /// The sequence the job runs in, if any.
-    pub(crate) sequence_key: Option<String>,
-    /// Whether the job holds its sequence when it fails for good or is cancelled.
-    pub(crate) hold: bool,
-}
-
-/// The columns enqueue writes on every backend; SQLite adds the sequence's (below).
-const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
+/// The columns enqueue writes on every engine; SQLite adds the sequence's (`sqlite/enqueue.rs`).
+pub(crate) const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled";
 /// Rows per batch statement: SQLite's binds at most 14 values a row (or 13 shared), at most 28,000 values, under
 /// its parameter limit (32,766); PostgreSQL's batch binds one value (`insert_recordset`) and keeps the same size.
@@ -58,23 +39,17 @@ fn statements<'a, 'j>(jobs: &'a [&'j NewJob], rows: usize, bytes: usize) -> Vec<
 /// INSERT: nothing can conflict (ids are new, and only keyed jobs enter the unique key index), and on
 /// PostgreSQL `ON CONFLICT` makes every row a speculative insertion, 47 more WAL bytes and twice the time per
 /// row (measured on a table with one partial unique index).
-fn insert_statement(b: Backend, jobs: &[&NewJob]) -> sea_orm::Statement {
-    let (mut sql, values) = match b {
-        #[cfg(feature = "postgres")]
-        Backend::Postgres if jobs.len() > 1 => insert_recordset(jobs),
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite if jobs.len() > 1 && jobs.iter().all(|j| j.sequence_key.is_none()) => insert_shared(jobs),
-        _ => insert_values(b, jobs),
-    };
+fn insert_statement(d: Dialect, jobs: &[&NewJob]) -> sea_orm::Statement {
+    let (mut sql, values) = on_engine!(d, E => E::insert(jobs));
     if jobs.iter().any(|j| j.key.is_some()) {
         sql.push_str(" ON CONFLICT DO NOTHING");
     }
-    b.stmt(sql, values)
+    d.stmt(sql, values)
 }
 
 /// One bound column's value in a job row, borrowed, to compare rows before anything is bound.
 #[derive(Clone, Copy, PartialEq)]
-enum Cell<'a> {
+pub(crate) enum Cell<'a> {
     Text(&'a str),
     MaybeText(Option<&'a str>),
     I16(i16),
@@ -83,7 +58,7 @@ enum Cell<'a> {
 }
 
 impl Cell<'_> {
-    fn value(self) -> Value {
+    pub(crate) fn value(self) -> Value {
         match self {
             Cell::Text(s) => Value::from(s),
             Cell::MaybeText(s) => Value::from(s.map(str::to_owned)),
@@ -104,7 +79,7 @@ enum Wrap {
 
 /// The bound columns of [`INSERT_COLUMNS`] in order (`status` and `attempts` are literals after `payload` and
 /// `priority`, `scheduled` one at the end) and how each placeholder is written.
-const BOUND: usize = 13;
+pub(crate) const BOUND: usize = 13;
 const WRAPS: [Wrap; BOUND] = [
     Wrap::Plain,
     Wrap::Plain,
@@ -123,7 +98,7 @@ const WRAPS: [Wrap; BOUND] = [
 
 /// What a row writes after bound column `i`: the literal `status` after `payload`, the literal `attempts` after
 /// `priority`, then the separator.
-fn after_column(i: usize) -> &'static str {
+pub(crate) fn after_column(i: usize) -> &'static str {
     match i {
         3 => ", 'pending', ",
         4 => ", 0, ",
@@ -132,7 +107,7 @@ fn after_column(i: usize) -> &'static str {
 }
 
 /// The bound values of `job`'s row, in the order of [`WRAPS`].
-fn cells(job: &NewJob) -> [Cell<'_>; BOUND] {
+pub(crate) fn cells(job: &NewJob) -> [Cell<'_>; BOUND] {
     [
         Cell::Text(&job.id),
         Cell::Text(&job.kind),
@@ -150,37 +125,37 @@ fn cells(job: &NewJob) -> [Cell<'_>; BOUND] {
     ]
 }
 
-/// Writes the placeholder of value number `n` (from 1), wrapped as its column needs: a bare `?` on SQLite,
-/// which numbers its placeholders in the order they appear (a numbered `?N` costs SQLite a scan of the
-/// statement's parameters each time it is read or bound).
-fn mark(b: Backend, sql: &mut String, n: usize, wrap: Wrap) {
-    match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => {
-            let _ = (n, wrap);
-            sql.push('?');
-        }
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            let p = format!("${n}");
-            sql.push_str(&match wrap {
-                Wrap::Plain => p,
-                Wrap::Json => b.json(&p),
-                Wrap::Ts => b.ts(&p),
-            });
-        }
+/// Writes the placeholder of value number `n` (from 1), wrapped as its column needs: a bare `?` where the dialect
+/// numbers placeholders in the order they appear (a numbered `?N` costs SQLite a scan of the statement's
+/// parameters each time it is read or bound).
+fn mark(d: Dialect, sql: &mut String, n: usize, wrap: Wrap) {
+    if !d.numbered() {
+        sql.push('?');
+        return;
     }
+    let p = format!("${n}");
+    sql.push_str(&match wrap {
+        Wrap::Plain => p,
+        Wrap::Json => d.json(&p),
+        Wrap::Ts => d.ts(&p),
+    });
+}
+
+/// Columns an engine writes after the shared ones in a `VALUES` row: their names (`, a, b`), and what each row
+/// writes for them (after a `, `... of its own), its values pushed.
+pub(crate) struct Extra<'a> {
+    pub(crate) columns: &'a str,
+    pub(crate) row: fn(&NewJob, &mut String, &mut Vec<Value>),
 }
 
 /// The INSERT of `jobs` as a `VALUES` list, and its values. A sequenced job takes the next place in its
 /// sequence and waits when a job of the sequence holds it back: on SQLite here (one writer at a time, so places
 /// are taken in commit order), on PostgreSQL in the insert trigger, under the sequence's advisory lock.
-fn insert_values(b: Backend, jobs: &[&NewJob]) -> (String, Vec<Value>) {
+pub(crate) fn insert_values(d: Dialect, jobs: &[&NewJob], extra: Option<&Extra<'_>>) -> (String, Vec<Value>) {
     let mut sql = String::with_capacity(INSERT_COLUMNS.len() + jobs.len() * 112 + 96);
     sql.push_str(INSERT_COLUMNS);
-    #[cfg(feature = "sqlite")]
-    if b == Backend::Sqlite {
-        sql.push_str(", sequence_no, waiting");
+    if let Some(extra) = extra {
+        sql.push_str(extra.columns);
     }
     sql.push_str(") VALUES ");
     let mut values = Vec::with_capacity(jobs.len() * (BOUND + 2));
@@ -188,156 +163,22 @@ fn insert_values(b: Backend, jobs: &[&NewJob]) -> (String, Vec<Value>) {
         sql.push_str(if row == 0 { "(" } else { ", (" });
         for (i, cell) in cells(job).into_iter().enumerate() {
             values.push(cell.value());
-            mark(b, &mut sql, values.len(), WRAPS[i]);
+            mark(d, &mut sql, values.len(), WRAPS[i]);
             sql.push_str(after_column(i));
         }
         sql.push_str(if job.scheduled { "TRUE" } else { "FALSE" });
-        #[cfg(feature = "sqlite")]
-        if b == Backend::Sqlite {
-            match &job.sequence_key {
-                Some(key) => {
-                    values.extend([Value::from(key.as_str()), Value::from(key.as_str())]);
-                    sql.push_str(
-                        ", (SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), \
-                         EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND (b.status IN ('pending', \
-                         'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1)))",
-                    );
-                }
-                None => sql.push_str(", NULL, 0"),
-            }
+        if let Some(extra) = extra {
+            (extra.row)(job, &mut sql, &mut values);
         }
         sql.push(')');
     }
     (sql, values)
-}
-
-/// SQLite's INSERT of a batch without sequenced jobs. The values every row shares (kind, queue, schema hash,
-/// options and times: all of a batch's but its ids, payloads and keys) are bound once, in a one-row `s`
-/// joined to the `VALUES` list of the rest: sqlx binds each value on the connection's own thread, and
-/// binding the 16,000 values of 1,000 jobs one by one was most of what a batch cost there (3,000 now, for
-/// jobs with keys). The order the rows go in does not matter here: sequenced jobs, whose places do, go one
-/// statement each ([`insert_values`]).
-#[cfg(feature = "sqlite")]
-fn insert_shared(jobs: &[&NewJob]) -> (String, Vec<Value>) {
-    use std::fmt::Write;
-    let Some((first, rest)) = jobs.split_first() else { return insert_values(Backend::Sqlite, jobs) };
-    let first = cells(first);
-    let mut same = [true; BOUND];
-    for job in rest {
-        for (same, (cell, first)) in same.iter_mut().zip(cells(job).iter().zip(&first)) {
-            *same &= cell == first;
-        }
-    }
-    // Ids differ, so each row binds one value at least; the guard keeps the list well formed regardless.
-    same[0] = false;
-    let scheduled = jobs.iter().all(|j| j.scheduled == jobs[0].scheduled).then_some(jobs[0].scheduled);
-    let own = same.iter().filter(|s| !**s).count() + usize::from(scheduled.is_none());
-    let mut values = Vec::with_capacity(BOUND + jobs.len() * own);
-    let mut sql = String::with_capacity(INSERT_COLUMNS.len() + 512 + jobs.len() * (own * 3 + 2));
-    sql.push_str("WITH s AS (SELECT 0 AS none");
-    for (i, cell) in first.iter().enumerate() {
-        if same[i] {
-            values.push(cell.value());
-            let _ = write!(sql, ", ? AS c{i}");
-        }
-    }
-    sql.push_str(") ");
-    sql.push_str(INSERT_COLUMNS);
-    sql.push_str(", sequence_no, waiting) SELECT ");
-    let mut column = 0;
-    for (i, same) in same.iter().enumerate() {
-        if *same {
-            let _ = write!(sql, "s.c{i}");
-        } else {
-            column += 1;
-            let _ = write!(sql, "v.column{column}");
-        }
-        sql.push_str(after_column(i));
-    }
-    match scheduled {
-        Some(true) => sql.push_str("TRUE"),
-        Some(false) => sql.push_str("FALSE"),
-        None => {
-            column += 1;
-            let _ = write!(sql, "v.column{column}");
-        }
-    }
-    sql.push_str(", NULL, 0 FROM s, (VALUES ");
-    for (row, job) in jobs.iter().enumerate() {
-        sql.push_str(if row == 0 { "(" } else { ", (" });
-        let mut marks = 0;
-        for (i, cell) in cells(job).into_iter().enumerate() {
-            if !same[i] {
-                values.push(cell.value());
-                sql.push_str(if marks == 0 { "?" } else { ", ?" });
-                marks += 1;
-            }
-        }
-        if scheduled.is_none() {
-            values.push(Value::from(job.scheduled));
-            sql.push_str(", ?");
-        }
-        sql.push(')');
-    }
-    // `WHERE` tells SQLite's parser that an `ON CONFLICT` after it is the upsert's, not a join's.
-    sql.push_str(") AS v WHERE TRUE");
-    (sql, values)
-}
-
-/// PostgreSQL's INSERT of a batch: its rows as one JSON array, read by `json_to_recordset`. Bound as 15
-/// parameters a row, a statement of 2,000 jobs spent 14 ms planning against 44 ms running
-/// (`pg_stat_statements` with `track_planning`); with one parameter it plans as fast as a single row, and
-/// `outbox-bench --case enqueue_batch` enqueues a third faster (13,967 against 18,422 jobs/s). Each
-/// payload goes in as the JSON text it already is. The rows go in as listed, so a sequence's jobs take their
-/// places in order.
-#[cfg(feature = "postgres")]
-fn insert_recordset(jobs: &[&NewJob]) -> (String, Vec<Value>) {
-    use std::fmt::Write;
-    let text = |s: &str| serde_json::Value::from(s).to_string();
-    let opt = |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_owned(), text);
-    let mut rows = String::with_capacity(jobs.iter().map(|j| j.payload.len() + 240).sum::<usize>() + 2);
-    rows.push('[');
-    for (i, j) in jobs.iter().enumerate() {
-        if i > 0 {
-            rows.push(',');
-        }
-        let _ = write!(
-            rows,
-            "{{\"i\":{},\"k\":{},\"q\":{},\"p\":{},\"r\":{},\"m\":{},\"t\":{},\"y\":{},\"h\":{},\"c\":{},\
-             \"s\":{},\"o\":{},\"d\":{}}}",
-            text(&j.id),
-            text(&j.kind),
-            text(&j.queue),
-            j.payload,
-            j.priority,
-            j.max_attempts,
-            j.run_at,
-            opt(&j.key),
-            text(&j.schema_hash),
-            j.created_at,
-            opt(&j.sequence_key),
-            i16::from(j.hold),
-            j.scheduled,
-        );
-    }
-    rows.push(']');
-    let ts = |p: &str| Backend::Postgres.ts(p);
-    let sql = format!(
-        "{INSERT_COLUMNS}) SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, {}, r.y, r.h, {}, {}, r.s, r.o, r.d \
-         FROM ROWS FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, \
-         y text, h text, c int8, s text, o int2, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, d, n) \
-         ORDER BY r.n",
-        ts("r.t"),
-        ts("r.c"),
-        ts("r.c"),
-    );
-    (sql, vec![Value::from(rows)])
 }
 
 /// Inserts one job unless an active job of its kind holds its key. True when the row was written.
 pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJob) -> Result<bool> {
     let started = std::time::Instant::now();
-    match conn.execute_raw(insert_statement(Backend::of(conn)?, &[job])).await {
+    match conn.execute_raw(insert_statement(Dialect::of(conn)?, &[job])).await {
         Ok(res) => Ok(res.rows_affected() == 1),
         Err(e) => Err(write_failed(conn, format!("enqueuing a job of kind `{}`", job.kind), e, started).await),
     }
@@ -348,18 +189,10 @@ pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJ
 /// orders. On SQLite a statement's subqueries may read the table before any of its rows is written, so
 /// sequenced jobs take their places one statement each.
 pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[NewJob]) -> Result<Vec<String>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let mut order: Vec<&NewJob> = jobs.iter().collect();
     order.sort_by(|a, b| a.sequence_key.cmp(&b.sequence_key));
-    let per_row = |j: &NewJob| match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => j.sequence_key.is_some(),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            let _ = j;
-            false
-        }
-    };
+    let per_row = |j: &NewJob| on_engine!(b, E => E::alone(j));
     let (single, batched): (Vec<&NewJob>, Vec<&NewJob>) = order.into_iter().partition(|j| per_row(j));
     let mut written = Vec::with_capacity(jobs.len());
     for chunk in statements(&batched, ROWS_PER_INSERT, BYTES_PER_INSERT).into_iter().chain(single.chunks(1)) {
@@ -387,7 +220,7 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
 /// a job is found in the archive, or by an event of its own that its deletion leaves (its `enqueued` row on
 /// SQLite, the completion's own row on PostgreSQL; see `keep.sql`). Missing it would have the caller write it
 /// again under the same id, and run it twice.
-async fn present<C: ConnectionTrait + ?Sized>(conn: &C, b: Backend, jobs: &[&NewJob]) -> Result<Vec<String>> {
+async fn present<C: ConnectionTrait + ?Sized>(conn: &C, b: Dialect, jobs: &[&NewJob]) -> Result<Vec<String>> {
     let mut p = Params::default();
     let marks: Vec<String> = jobs.iter().map(|j| p.push(j.id.as_str())).collect();
     let ids = marks.join(", ");
@@ -400,17 +233,10 @@ async fn present<C: ConnectionTrait + ?Sized>(conn: &C, b: Backend, jobs: &[&New
 }
 
 /// The condition that the job `j` holds the key `key` (an SQL expression): it is active (pending or claimed) and
-/// was not superseded, which is what the unique index of keys reads. On PostgreSQL that is the generated
-/// `active_key` column (`postgres/active_keys.sql`), so the index serves the lookup.
-pub(crate) fn holds_key(b: Backend, j: &str, key: &str) -> String {
-    match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => {
-            format!("{j}.idempotency_key = {key} AND {j}.status IN ('pending', 'claimed') AND NOT {j}.superseded")
-        }
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => format!("{j}.active_key = {key}"),
-    }
+/// was not superseded, which is what the unique index of keys reads, spelled so that the index serves the
+/// lookup.
+pub(crate) fn holds_key(d: Dialect, j: &str, key: &str) -> String {
+    on_engine!(d, E => E::holds_key(j, key))
 }
 
 /// The active (pending or claimed) job of `kind` holding `key`, that a duplicate would collapse onto.
@@ -429,7 +255,7 @@ pub(crate) async fn find_twin<C: ConnectionTrait + ?Sized>(
     key: &str,
     sequence: Option<&str>,
 ) -> Result<Option<Twin>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT t.id, COALESCE(t.sequence_key = $3 AND EXISTS (SELECT 1 FROM outbox_jobs l \
          WHERE l.sequence_key = t.sequence_key AND l.sequence_no > t.sequence_no), FALSE) \
@@ -451,7 +277,7 @@ pub(crate) async fn find_twin<C: ConnectionTrait + ?Sized>(
 /// Lets the active job `id` no longer take duplicates of its key: a later job of its sequence was enqueued,
 /// so the next duplicate goes to the tail of the sequence as a job of its own.
 pub(crate) async fn supersede<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<()> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = "UPDATE outbox_jobs SET superseded = TRUE WHERE id = $1 AND status IN ('pending', 'claimed') \
          AND NOT superseded";
     let started = std::time::Instant::now();

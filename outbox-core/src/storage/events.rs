@@ -24,7 +24,8 @@
 
 use sea_orm::{ConnectionTrait, QueryResult};
 
-use super::{Backend, jobs};
+use super::engine::Engine;
+use super::{Dialect, jobs, on_engine};
 use crate::error::{Error, Result};
 use crate::record::{FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus, from_ms};
 
@@ -39,7 +40,7 @@ pub(crate) struct StoredEvent {
 /// The lifecycle of job `id`, oldest first.
 pub(crate) async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Vec<JobEvent>> {
     let job = jobs::get(conn, id).await?.ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT {}, event, attempt, worker, error, {}, {} FROM outbox_job_events WHERE job_id = $1 ORDER BY id",
         b.ms("at"),
@@ -57,7 +58,7 @@ pub(crate) async fn history<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> 
 /// completed (its kind keeps nothing), as retention and `purge` delete a job's events with it. Such a job
 /// always has one: PostgreSQL's completion that deletes it writes it a row of its own (`store/complete.rs`).
 pub(crate) async fn outlived<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = "SELECT 1 FROM outbox_job_events WHERE job_id = $1 LIMIT 1";
     let row = conn
         .query_one_raw(b.stmt(sql, vec![id.into()]))
@@ -139,56 +140,25 @@ pub(crate) async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, lim
     let (row, n) = split_position(after)?;
     // From the row read last, which may have events left: one row more than the events wanted.
     let rows_wanted = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
-    let b = Backend::of(conn)?;
-    let (sql, values, row) = match b {
-        // Ids grow in commit order: one writer at a time.
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => {
-            let id = row.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| invalid(after, "whole numbers"))?;
-            let sql = "SELECT CAST(id AS TEXT), job_id, kind, queue, event, attempt, worker, error, at, jobs \
-                 FROM outbox_job_events WHERE id >= $1 ORDER BY id LIMIT $2";
-            (sql.to_owned(), vec![id.into(), rows_wanted.into()], id.to_string())
-        }
-        // Identity values are handed out before commit: (transaction, id) order, and only transactions older
-        // than every one still running. An event that commits later has a transaction id at or above that bound.
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            let parsed = row
-                .split_once('-')
-                .and_then(|(tx, id)| Some((tx.parse::<u64>().ok()?, id.parse::<i64>().ok().filter(|n| *n >= 0)?)));
-            let (tx, id) = parsed.ok_or_else(|| invalid(after, "`<transaction>-<number>`"))?;
-            let sql = format!(
-                "SELECT txid::text || '-' || id::text, job_id, kind, queue, event, attempt, worker, error, {}, \
-                 jobs::text FROM outbox_job_events WHERE (txid, id) >= ($1::text::xid8, $2::int8) \
-                 AND txid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY txid, id LIMIT $3",
-                b.ms("at")
-            );
-            (sql, vec![tx.to_string().into(), id.into(), rows_wanted.into()], format!("{tx}-{id}"))
-        }
-    };
-    let rows = conn.query_all_raw(b.stmt(sql, values)).await.map_err(Error::db("reading the event feed"))?;
+    let d = Dialect::of(conn)?;
+    let (sql, values, row) = on_engine!(d, E => E::feed_after(row, after, rows_wanted))?;
+    let rows = conn.query_all_raw(d.stmt(sql, values)).await.map_err(Error::db("reading the event feed"))?;
     decode_feed(&rows, (&row, n), limit)
 }
 
 /// The feed's current end: reading after it returns only events committed later.
 pub(crate) async fn feed_head<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<String> {
     let ctx = || Error::db("reading the end of the event feed");
-    let b = Backend::of(conn)?;
-    let sql = match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => "SELECT CAST(COALESCE(MAX(id), 0) AS TEXT) FROM outbox_job_events",
-        // Every event after `<oldest running transaction>-0` commits from now on.
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => "SELECT pg_snapshot_xmin(pg_current_snapshot())::text || '-0'",
-    };
-    let row = conn.query_one_raw(b.stmt(sql, Vec::new())).await.map_err(ctx())?;
+    let d = Dialect::of(conn)?;
+    let sql = on_engine!(d, E => E::FEED_HEAD);
+    let row = conn.query_one_raw(d.stmt(sql, Vec::new())).await.map_err(ctx())?;
     row.map(|r| r.try_get_by_index::<String>(0))
         .transpose()
         .map_err(ctx())?
         .ok_or_else(|| Error::Internal("reading the end of the event feed returned no row".into()))
 }
 
-fn invalid(after: &str, form: &str) -> Error {
+pub(crate) fn invalid(after: &str, form: &str) -> Error {
     Error::Invalid(format!(
         "invalid event id `{after}`: this database's event ids are {form}, or such an id and a number joined by \
          a `.` (take one from an event)"
@@ -214,27 +184,6 @@ fn split_position(after: &str) -> Result<(&str, Option<usize>)> {
 enum Listed {
     Short(String, i32),
     Full(String, String, String, i32),
-}
-
-/// The kind, queue and job list of a worker's feed row for `jobs` (id, kind, queue, attempt). When they all
-/// share one kind and one queue, the row names them and lists each job as `[id, attempt]`; otherwise its kind
-/// and queue are empty and each job is `[id, kind, queue, attempt]`. PostgreSQL's statements write the same
-/// (`feed_row!` in `postgres/store/`). A claim's row lists up to a claim's worth of jobs, and a job's kind and
-/// queue were a third of its entry.
-#[cfg(feature = "sqlite")]
-pub(crate) fn listing<S: AsRef<str>>(jobs: &[(S, S, S, i32)]) -> Result<(&str, &str, String)> {
-    let first = jobs.first().map_or(("", ""), |(_, kind, queue, _)| (kind.as_ref(), queue.as_ref()));
-    let shared = jobs.iter().all(|(_, kind, queue, _)| (kind.as_ref(), queue.as_ref()) == first);
-    let listed = if shared {
-        serde_json::to_string(&jobs.iter().map(|(id, _, _, attempt)| (id.as_ref(), attempt)).collect::<Vec<_>>())
-    } else {
-        serde_json::to_string(
-            &jobs.iter().map(|(id, k, q, attempt)| (id.as_ref(), k.as_ref(), q.as_ref(), attempt)).collect::<Vec<_>>(),
-        )
-    };
-    let listed = listed.map_err(|e| Error::Internal(format!("listing {} jobs for the event feed: {e}", jobs.len())))?;
-    let (kind, queue) = if shared { first } else { ("", "") };
-    Ok((kind, queue, listed))
 }
 
 /// Feed rows: position, job, kind, queue, event, attempt, worker, error, at (ms), and the jobs of a batch row.

@@ -3,8 +3,10 @@
 
 use sea_orm::{ConnectionTrait, Value};
 
-use super::backend::Params;
-use super::{Backend, decode, execute_write, limit_value};
+use super::dialect::Params;
+use super::engine::Engine;
+use super::retention::HELD_KEPT;
+use super::{Dialect, decode, execute_write, limit_value, on_engine};
 use crate::error::{Error, Result};
 use crate::record::{JobFilter, JobRecord, JobStatus};
 
@@ -17,13 +19,8 @@ pub(crate) fn blocking(r: &str) -> String {
     )
 }
 
-/// The condition purge and delete add: a failed or cancelled job that holds its sequence stays until an
-/// operator retries or releases it, so removing jobs never lets a held sequence go on its own.
-pub(crate) const HELD_KEPT: &str =
-    "AND NOT (sequence_key IS NOT NULL AND sequence_hold = 1 AND status IN ('failed', 'cancelled'))";
-
 /// The columns of a job record, in the order [`decode::record`] reads them.
-pub(crate) fn record_columns(b: Backend) -> String {
+pub(crate) fn record_columns(b: Dialect) -> String {
     format!(
         "id, kind, queue, {payload}, status, priority, attempts, max_attempts, {run_at}, locked_by, {locked_at}, \
          {lease}, last_error, idempotency_key, schema_hash, {output}, {created}, {claimed}, {completed}, {updated}, \
@@ -55,7 +52,7 @@ pub(crate) async fn records<C: ConnectionTrait + ?Sized>(
 
 /// One job by id, from the jobs table or the archive.
 pub(crate) async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<JobRecord>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let columns = record_columns(b);
     let sql = format!(
         "SELECT {columns} FROM outbox_jobs WHERE id = $1 \
@@ -67,7 +64,7 @@ pub(crate) async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Resu
 /// Jobs matching a filter, newest first (by place, in a sequence), from the jobs table and, for completed jobs
 /// without a sequence, the archive. Each table is read in its own order up to the limit, then the two merged.
 pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let mut sql = " WHERE TRUE".to_owned();
     let mut p = Params::default();
     if let Some(status) = filter.status {
@@ -115,16 +112,8 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilt
 /// Claimed jobs whose lease ran out before `now`: their worker died or hung and no rescuer has run since. On
 /// PostgreSQL they are found through the claims whose lease ran out, which list every such job (`claims.sql`).
 pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<JobRecord>> {
-    let b = Backend::of(conn)?;
-    let through_claims = match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => String::new(),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => format!(
-            "id = ANY(ARRAY(SELECT unnest(jobs) FROM outbox_claims WHERE lease_expires_at < {})) AND ",
-            b.ts("$1")
-        ),
-    };
+    let b = Dialect::of(conn)?;
+    let through_claims = on_engine!(b, E => E::stuck_through(b));
     let sql = format!(
         "SELECT {} FROM outbox_jobs WHERE {through_claims}status = 'claimed' AND lease_expires_at < {} \
          ORDER BY lease_expires_at",
@@ -140,7 +129,7 @@ const RETRY_SET: &str = "status = 'pending', attempts = 0, scheduled = FALSE, su
      sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL";
 
 /// No job of the same kind holds the key of the job `j` (see [`super::enqueue::holds_key`]).
-fn key_free(b: Backend, j: &str) -> String {
+fn key_free(b: Dialect, j: &str) -> String {
     format!(
         "({j}.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = {j}.kind AND {}))",
         super::enqueue::holds_key(b, "a", &format!("{j}.idempotency_key"))
@@ -150,7 +139,7 @@ fn key_free(b: Backend, j: &str) -> String {
 /// Failed or cancelled back to pending with its attempts reset, unless an active job holds its key;
 /// `Ok(false)` when it is not in such a status.
 pub(crate) async fn retry<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "UPDATE outbox_jobs SET {RETRY_SET}, run_at = {now}, updated_at = {now} \
          WHERE id = $2 AND status IN ('failed', 'cancelled') AND {}",
@@ -169,7 +158,7 @@ pub(crate) async fn retry_failed<C: ConnectionTrait + ?Sized>(
     error: Option<&str>,
     now: i64,
 ) -> Result<u64> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let mut p = Params::default();
     let now = b.ts(&p.push(now));
     let kind_filter = kind.map(|k| format!(" AND f.kind = {}", p.push(k))).unwrap_or_default();
@@ -188,7 +177,7 @@ pub(crate) async fn retry_failed<C: ConnectionTrait + ?Sized>(
 
 /// Pending to cancelled, or a held failed or cancelled job's hold released; `Ok(false)` when neither applies.
 pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "UPDATE outbox_jobs SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' \
          THEN sequence_hold ELSE 2 END, updated_at = {} WHERE id = $2 AND (status = 'pending' \
@@ -209,7 +198,7 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
     if terminal.is_empty() {
         return Ok(0);
     }
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let mut p = Params::default();
     let cutoff = b.ts(&p.push(before));
     let marks: Vec<String> = terminal.iter().map(|s| p.push(*s)).collect();
@@ -217,18 +206,7 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
         format!("DELETE FROM outbox_jobs WHERE status IN ({}) AND updated_at < {cutoff} {HELD_KEPT}", marks.join(", "));
     let res = execute_write(conn, b.stmt(sql, p.0), || "purging finished jobs".into()).await?;
     let mut purged = res.rows_affected();
-    // PostgreSQL's log of finished jobs: the rows as old that list only jobs gone now. A row that lists a job still
-    // here stays, for retention to find it.
-    #[cfg(feature = "postgres")]
-    if matches!(b, Backend::Postgres) {
-        let sql = format!(
-            "DELETE FROM outbox_finished f WHERE f.at < {} \
-             AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.id = ANY(f.jobs))",
-            b.ts("$1")
-        );
-        let listed = || "purging the log's rows of purged jobs".into();
-        execute_write(conn, b.stmt(sql, vec![Value::from(before)]), listed).await?;
-    }
+    on_engine!(b, E => E::after_purge(conn, before).await)?;
     if terminal.contains(&"completed") {
         for table in super::archive::tables(conn).await? {
             let sql = format!("DELETE FROM \"{table}\" WHERE updated_at < {}", b.ts("$1"));
@@ -253,7 +231,7 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
 /// Deletes one finished (completed, failed, cancelled) job that does not hold its sequence; `Ok(false)` when
 /// there is no such job.
 pub(crate) async fn delete<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<bool> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql =
         format!("DELETE FROM outbox_jobs WHERE id = $1 AND status IN ('completed', 'failed', 'cancelled') {HELD_KEPT}");
     let res = execute_write(conn, b.stmt(sql, vec![id.into()]), || format!("deleting job `{id}`")).await?;

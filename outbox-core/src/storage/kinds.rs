@@ -2,7 +2,7 @@
 
 use sea_orm::{ConnectionTrait, Value};
 
-use super::{Backend, decode, execute_write};
+use super::{Dialect, decode, execute_write};
 use crate::error::{Error, Result};
 use crate::record::KindRecord;
 
@@ -34,7 +34,7 @@ pub(crate) async fn record<C: ConnectionTrait + ?Sized>(
     worker: &str,
     now: i64,
 ) -> Result<()> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, \
          recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency) \
@@ -71,7 +71,7 @@ pub(crate) async fn record<C: ConnectionTrait + ?Sized>(
 
 /// The recorded kinds, by name; only `name` when given.
 pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&str>) -> Result<Vec<KindRecord>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let filter = if name.is_some() { " WHERE name = $1" } else { "" };
     let sql = format!(
         "SELECT name, {}, schema_hash, queue, priority, max_attempts, is_unique, {}, recorded_by, {}, {}, sequence, \

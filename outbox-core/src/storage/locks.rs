@@ -2,7 +2,7 @@
 
 use sea_orm::ConnectionTrait;
 
-use super::{Backend, execute_write};
+use super::{Dialect, execute_write};
 use crate::error::{Error, Result};
 
 /// Takes (or renews) the named lease for `holder` until `until` unless another holder's is unexpired.
@@ -13,7 +13,7 @@ pub(crate) async fn take<C: ConnectionTrait + ?Sized>(
     now: i64,
     until: i64,
 ) -> Result<bool> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "INSERT INTO outbox_locks (name, holder, expires_at) VALUES ($1, $2, {}) ON CONFLICT (name) DO UPDATE \
          SET holder = excluded.holder, expires_at = excluded.expires_at \
@@ -35,7 +35,7 @@ pub(crate) async fn held_by_other<C: ConnectionTrait + ?Sized>(
     holder: &str,
     now: i64,
 ) -> Result<bool> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql =
         format!("SELECT COUNT(*) FROM outbox_locks WHERE name = $1 AND holder <> $2 AND expires_at >= {}", b.ts("$3"));
     let row = conn
@@ -48,7 +48,7 @@ pub(crate) async fn held_by_other<C: ConnectionTrait + ?Sized>(
 
 /// Gives the named lease up if `holder` has it.
 pub(crate) async fn release<C: ConnectionTrait + ?Sized>(conn: &C, name: &str, holder: &str) -> Result<()> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = "DELETE FROM outbox_locks WHERE name = $1 AND holder = $2";
     execute_write(conn, b.stmt(sql, vec![name.into(), holder.into()]), || {
         format!("giving up lease `{name}` of `{holder}`")

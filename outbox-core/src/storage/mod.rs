@@ -1,20 +1,22 @@
-//! Storage, written once. Every operation the crate asks of a database is a plain function in the file named
-//! for what it answers (`enqueue`, `jobs`, `stats`, `events`, `kinds`, `workers`, `schedules`, `locks`,
-//! `retention`, `reconciliations`, `scans`, `remote`), with one statement for every backend built from the
-//! short list of differences in [`backend`]. `archive` is the table of completed jobs kept in time partitions. What the engines really do differently lives in the backend
-//! folders: the schema (`schema.sql`), connections and transaction modes, and the worker's claim and completion
-//! path (`store/`), which each engine runs its own way.
+//! Storage: every operation the crate asks of a database, written once. Each is a plain function in the file
+//! named for what it answers (`enqueue`, `jobs`, `stats`, `events`, `kinds`, `workers`, `schedules`, `locks`,
+//! `retention`, `reconciliations`, `scan`, `remote`, `archive`), its statements spelled for the connection's
+//! [`Dialect`]. What an engine does its own way is one list, [`engine::Engine`], implemented once per engine in
+//! its folder (`sqlite/`, `postgres/`, whose files mirror each other by name); [`on_engine`] below is the only
+//! match over the engines. The worker's claim and completion path is [`worker_store::WorkerStore`], which each
+//! engine runs on connections of its own (`store/`).
 //!
 //! Not an extension point: users bring a sea-orm connection and never implement storage.
 
 pub(crate) mod archive;
-mod backend;
-/// The driver-level conformance suite: every operation of this module on every backend. It lives beside the
+/// The driver-level conformance suite: every operation of this module on every engine. It lives beside the
 /// crate's other tests and is compiled in here, where the operations are visible.
 #[cfg(test)]
-#[path = "../../tests/driver/conformance.rs"]
+#[path = "../../tests/driver/conformance/mod.rs"]
 mod conformance;
 pub(crate) mod decode;
+mod dialect;
+mod engine;
 pub(crate) mod enqueue;
 pub(crate) mod events;
 pub(crate) mod jobs;
@@ -23,26 +25,49 @@ pub(crate) mod locks;
 pub(crate) mod reconciliations;
 pub(crate) mod remote;
 pub(crate) mod retention;
-pub(crate) mod scans;
+pub(crate) mod scan;
 pub(crate) mod schedules;
 pub(crate) mod schema;
 pub(crate) mod stats;
-mod store;
 pub(crate) mod transient;
+mod worker_store;
 pub(crate) mod workers;
 
+// The engines, each behind its Cargo feature.
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+/// Runs `$body` with `$E` naming the [`engine::Engine`] of the dialect `$dialect`: the one match over the list of
+/// engines.
+macro_rules! on_engine {
+    ($dialect:expr, $E:ident => $body:expr) => {
+        match $dialect {
+            #[cfg(feature = "sqlite")]
+            $crate::storage::Dialect::Sqlite => {
+                type $E = $crate::storage::sqlite::Sqlite;
+                $body
+            }
+            #[cfg(feature = "postgres")]
+            $crate::storage::Dialect::Postgres => {
+                type $E = $crate::storage::postgres::Postgres;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_engine;
+
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, ExecResult, Statement};
 
-pub(crate) use backend::Backend;
-pub(crate) use store::{
+pub(crate) use dialect::Dialect;
+use engine::Engine;
+pub(crate) use worker_store::{
     ClaimedJob, Finished, Keep, Outcome, Rescued, Store, Unreadable, WorkerStore, WorkerStoreOpts, log_finished,
+    log_rescued, rescue_due,
 };
 
 use crate::error::{Error, Result};
@@ -58,19 +83,16 @@ pub(crate) fn limit_value(n: u64) -> sea_orm::Value {
     i64::try_from(n).unwrap_or(i64::MAX).into()
 }
 
-/// Maps the error of a write through the caller's connection that began at `started`; on SQLite a locked
-/// database's error names its cause and its fix.
-#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
+/// Maps the error of a write through the caller's connection that began at `started` ([`Engine::write_failed`]).
 pub(crate) async fn write_failed<C: ConnectionTrait + ?Sized>(
     conn: &C,
     context: String,
     err: DbErr,
     started: Instant,
 ) -> Error {
-    match Backend::of(conn) {
-        #[cfg(feature = "sqlite")]
-        Ok(Backend::Sqlite) => sqlite::write_failed(conn, context, err, started).await,
-        _ => Error::db(context)(err),
+    match Dialect::of(conn) {
+        Ok(d) => on_engine!(d, E => E::write_failed(conn, context, err, started).await),
+        Err(_) => Error::db(context)(err),
     }
 }
 
@@ -100,87 +122,56 @@ pub(crate) async fn query_write<C: ConnectionTrait + ?Sized>(
     }
 }
 
-/// Connection settings [`tune`] applies where the backend has them.
+/// Connection settings [`tune`] applies where the engine has them.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) struct Tuning {
     pub(crate) full_sync: bool,
     pub(crate) busy_timeout: Duration,
 }
 
-/// Applies the settings of the backend `url` names (journal mode, durability, busy timeout) to a pool's
-/// options; an unsupported scheme is refused.
-#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
+/// Applies the settings of the engine `url` names to a pool's options; an unsupported scheme is refused.
 pub(crate) fn tune(url: &str, options: &mut ConnectOptions, settings: &Tuning) -> Result<()> {
-    match Backend::of_url(url)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => sqlite::tune(options, settings),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => {}
-    }
+    let Tuning { full_sync, busy_timeout } = *settings;
+    on_engine!(Dialect::of_url(url)?, E => E::tune(options, full_sync, busy_timeout));
     Ok(())
 }
 
-/// Opens a transaction that may write: it holds the write lock from its first statement where the engine
-/// would otherwise fail a reader turning writer (SQLite's `BEGIN IMMEDIATE`), and waits out other writers.
+/// Opens a transaction that may write ([`Engine::begin_write`]).
 pub(crate) async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
-    match Backend::of(db)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => sqlite::begin_write(db).await,
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            sea_orm::TransactionTrait::begin(db).await.map_err(Error::db("beginning a write transaction"))
-        }
-    }
+    on_engine!(Dialect::of(db)?, E => E::begin_write(db).await)
 }
 
 /// Opens a read-only snapshot for scans.
 pub(crate) async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
-    match Backend::of(db)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => sqlite::begin_read(db).await,
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            sea_orm::TransactionTrait::begin(db).await.map_err(Error::db("beginning a read transaction"))
-        }
-    }
+    on_engine!(Dialect::of(db)?, E => E::begin_read(db).await)
 }
 
-/// What of a valid payload the backend cannot store, each at its JSON path (empty: all of it). `text` is the
+/// What of a valid payload the engine cannot store, each at its JSON path (empty: all of it). `text` is the
 /// payload as enqueue serialized it, for checks that can rule most payloads out without a walk.
-#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-pub(crate) fn unstorable(backend: Backend, payload: &serde_json::Value, text: &str) -> Vec<Violation> {
-    match backend {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => Vec::new(),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => postgres::unstorable(payload, text),
-    }
+pub(crate) fn unstorable(dialect: Dialect, payload: &serde_json::Value, text: &str) -> Vec<Violation> {
+    on_engine!(dialect, E => E::unstorable(payload, text))
 }
 
 /// Opens the worker's own connection(s) for claims, completions, renewals, rescues and wake-ups; tasks it
 /// needs run on `bg`, the worker's background runtime.
-#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
 pub(crate) async fn open_worker_store(
     db: &DatabaseConnection,
     opts: WorkerStoreOpts,
     bg: &tokio::runtime::Handle,
 ) -> Result<Store> {
-    match Backend::of(db)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => sqlite::open_worker_store(db, opts).await,
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => postgres::open_worker_store(db, opts, bg).await,
-    }
+    on_engine!(Dialect::of(db)?, E => E::open_worker_store(db, opts, bg).await)
 }
 
 /// A watch that wakes this process when other processes commit: see [`crate::wake::Watch`].
 pub(crate) async fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
-    match Backend::of(db)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => sqlite::watch(db),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => postgres::watch(db).await,
+    on_engine!(Dialect::of(db)?, E => E::watch(db).await)
+}
+
+/// A watch of what `conn` works on, for a wait without a pool of its own ([`Engine::watch_connection`]).
+pub(crate) async fn watch_connection<C: ConnectionTrait + ?Sized>(conn: &C) -> crate::wake::Watch {
+    match Dialect::of(conn) {
+        Ok(d) => on_engine!(d, E => E::watch_connection(conn).await),
+        Err(_) => crate::wake::Watch::default(),
     }
 }
 
@@ -190,12 +181,6 @@ const OWN_POOL: u32 = 2;
 /// A small pool of a worker's own to `app`'s database, on `app`'s connection options, for the chores its
 /// background thread runs (retention, schedules, its registry entry). Opened lazily: call it inside the
 /// runtime that will use it, which the pool's housekeeping tasks join.
-#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
 pub(crate) fn own_pool(app: &DatabaseConnection, worker_id: &str) -> Result<DatabaseConnection> {
-    Ok(match Backend::of(app)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => sqlite::own_pool(app, OWN_POOL),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => postgres::own_pool(app, worker_id, OWN_POOL),
-    })
+    Ok(on_engine!(Dialect::of(app)?, E => E::own_pool(app, worker_id, OWN_POOL)))
 }

@@ -2,13 +2,13 @@
 
 use sea_orm::{ConnectionTrait, Value};
 
-use super::{Backend, decode, execute_write};
+use super::{Dialect, decode, execute_write};
 use crate::error::{Error, Result};
 use crate::record::ReconciliationRecord;
 
 /// Replaces the latest report of one reconciler.
 pub(crate) async fn record<C: ConnectionTrait + ?Sized>(conn: &C, rec: &ReconciliationRecord) -> Result<()> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "INSERT INTO outbox_reconciliations (reconciler, at, worker, report) VALUES ($1, {}, $3, {}) \
          ON CONFLICT (reconciler) DO UPDATE SET at = excluded.at, worker = excluded.worker, report = excluded.report",
@@ -28,7 +28,7 @@ pub(crate) async fn record<C: ConnectionTrait + ?Sized>(conn: &C, rec: &Reconcil
 
 /// The latest report of every reconciler, by name.
 pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<ReconciliationRecord>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT reconciler, {}, worker, {} FROM outbox_reconciliations ORDER BY reconciler",
         b.ms("at"),

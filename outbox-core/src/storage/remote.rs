@@ -2,11 +2,10 @@
 //! kinds and queues would claim, with the same limits, sequences and fences, through the backend's own claim
 //! and completion statements.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-
 use sea_orm::DatabaseConnection;
 
-use super::{Backend, ClaimedJob, Finished, Rescued, WorkerStoreOpts, query_write};
+use super::engine::Engine;
+use super::{ClaimedJob, Dialect, Finished, WorkerStoreOpts, on_engine, query_write};
 use crate::error::{Error, Result};
 
 /// Claims up to `limit` due jobs for the remote worker `opts` describes, leased until `lease_until`.
@@ -17,35 +16,20 @@ pub(crate) async fn claim(
     now: i64,
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
-    match Backend::of(db)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => super::sqlite::remote_claim(db, opts, limit, now, lease_until).await,
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => super::postgres::remote_claim(db, opts, limit, now, lease_until).await,
-    }
+    on_engine!(Dialect::of(db)?, E => E::remote_claim(db, opts, limit, now, lease_until).await)
 }
 
 /// Writes one outcome of a remote worker, fenced like the in-process worker's; false when the fence held (the
 /// claim is not this worker's attempt any more).
 pub(crate) async fn finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
-    match Backend::of(db)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => super::sqlite::remote_finish(db, owner, finished).await,
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => super::postgres::remote_finish(db, owner, finished).await,
-    }
+    on_engine!(Dialect::of(db)?, E => E::remote_finish(db, owner, finished).await)
 }
 
 /// Writes `batch` as a worker's completion writer does, in one statement of its batched form, fenced by `owner`
 /// and each outcome's run; which it wrote, in order. For the conformance suite.
 #[cfg(test)]
 pub(crate) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
-    match Backend::of(db)? {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => super::sqlite::finish_batch(db, owner, batch).await,
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => super::postgres::finish_batch(db, owner, batch).await,
-    }
+    on_engine!(Dialect::of(db)?, E => E::finish_batch(db, owner, batch).await)
 }
 
 /// Extends one claim's lease to `until`, never shortening it, fenced the same way; the lease it holds now (ms),
@@ -58,7 +42,7 @@ pub(crate) async fn extend(
     run: i32,
     until: i64,
 ) -> Result<Option<i64>> {
-    let b = Backend::of(db)?;
+    let b = Dialect::of(db)?;
     let sql = format!(
         "UPDATE outbox_jobs SET lease_expires_at = {}(COALESCE(lease_expires_at, {}), {}) \
          WHERE id = $2 AND (status || '') = 'claimed' AND locked_by = $3 AND runs = $4 RETURNING {}",
@@ -73,36 +57,4 @@ pub(crate) async fn extend(
         .map(|r| r.try_get_by_index::<i64>(0))
         .transpose()
         .map_err(Error::db(format!("reading the renewed lease of job `{id}`")))
-}
-
-/// When this process's remote claims last rescued expired claims (ms).
-static LAST_RESCUE: AtomicI64 = AtomicI64::new(0);
-
-/// Whether a remote claim at `now` rescues expired claims first: at most once a second per process. A fleet
-/// of shell or HTTP workers alone has no in-process worker to rescue the claims of one that died, so their
-/// claims do it.
-pub(crate) fn rescue_due(now: i64) -> bool {
-    let last = LAST_RESCUE.load(Ordering::Relaxed);
-    now.saturating_sub(last) >= 1_000
-        && LAST_RESCUE.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-}
-
-/// Logs the claims a remote claim rescued.
-pub(crate) fn log_rescued(rescued: &[Rescued], worker: &str) {
-    for r in rescued {
-        let owner = r.previous_owner.as_deref().unwrap_or("?");
-        tracing::warn!(
-            job_id = %r.id,
-            kind = %r.kind,
-            queue = %r.queue,
-            attempt = r.attempt,
-            status = %r.status,
-            previous_owner = owner,
-            worker,
-            "rescued a claim whose lease ran out"
-        );
-    }
-    if rescued.iter().any(|r| r.status == "failed") {
-        crate::wake::outcome_written();
-    }
 }

@@ -3,7 +3,7 @@
 
 use sea_orm::{ConnectionTrait, Value};
 
-use super::{Backend, decode, execute_write, query_write};
+use super::{Dialect, decode, execute_write, query_write};
 use crate::error::{Error, Result};
 use crate::record::ScheduleRecord;
 
@@ -37,7 +37,7 @@ pub(crate) async fn register<C: ConnectionTrait + ?Sized>(
     row: &ScheduleRow,
     now: i64,
 ) -> Result<Option<i64>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let ctx = || format!("registering schedule `{}`", row.name);
     let sql = format!(
         "INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at) \
@@ -61,7 +61,7 @@ pub(crate) async fn claim_tick<C: ConnectionTrait + ?Sized>(
     tick: i64,
     now: i64,
 ) -> Result<bool> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at, last_tick) \
          VALUES ($1, $2, $3, $4, $5, {}, {}) ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, \
@@ -79,7 +79,7 @@ pub(crate) async fn claim_tick<C: ConnectionTrait + ?Sized>(
 
 /// Names the job a schedule's last tick enqueued.
 pub(crate) async fn set_tick_job<C: ConnectionTrait + ?Sized>(conn: &C, name: &str, job_id: &str) -> Result<()> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = "UPDATE outbox_schedules SET last_job_id = $1 WHERE name = $2";
     execute_write(conn, b.stmt(sql, vec![job_id.into(), name.into()]), || {
         format!("recording the job of schedule `{name}`")
@@ -90,7 +90,7 @@ pub(crate) async fn set_tick_job<C: ConnectionTrait + ?Sized>(conn: &C, name: &s
 
 /// Every schedule any worker registered, by name.
 pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<ScheduleRecord>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT name, kind, spec, time_zone, missed, {}, last_job_id, {} FROM outbox_schedules ORDER BY name",
         b.ms("last_tick"),

@@ -4,7 +4,7 @@ use sea_orm::{ConnectionTrait, QueryResult, Value};
 
 use super::archive::{jobs_and_archive, jobs_and_archive_since};
 use super::jobs::{blocking, record_columns};
-use super::{Backend, decode, limit_value};
+use super::{Dialect, decode, limit_value};
 use crate::error::{Error, Result};
 use crate::stats::{BlockedSequence, DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 
@@ -14,13 +14,13 @@ async fn rows<C: ConnectionTrait + ?Sized>(
     sql: String,
     values: Vec<Value>,
 ) -> Result<Vec<QueryResult>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     conn.query_all_raw(b.stmt(sql, values)).await.map_err(Error::db(what))
 }
 
 /// Job counts by kind and status, with the oldest enqueue time of each group.
 pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<StatusCount>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT kind, status, COUNT(*), {} FROM {} GROUP BY kind, status ORDER BY kind, status",
         b.ms("MIN(created_at)"),
@@ -31,7 +31,7 @@ pub(crate) async fn counts<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<
 
 /// Jobs that finished since `since`, by kind and status.
 pub(crate) async fn finished_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<StatusCount>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT kind, status, COUNT(*), {} FROM {} WHERE status IN ('completed', 'failed', 'cancelled') \
          AND updated_at >= {} GROUP BY kind, status ORDER BY kind, status",
@@ -49,7 +49,7 @@ pub(crate) async fn activity<C: ConnectionTrait + ?Sized>(
     since: i64,
     bucket_ms: i64,
 ) -> Result<Vec<(i64, u64, u64)>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT ({} / $1) * $1, COUNT(*) FILTER (WHERE status = 'completed'), \
          COUNT(*) FILTER (WHERE status = 'failed') FROM {} \
@@ -63,7 +63,7 @@ pub(crate) async fn activity<C: ConnectionTrait + ?Sized>(
 
 /// Failed jobs grouped by kind and last error, largest group first.
 pub(crate) async fn failure_groups<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<FailureGroup>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT kind, last_error, COUNT(*), {}, MAX(id) FROM outbox_jobs WHERE status = 'failed' \
          GROUP BY kind, last_error ORDER BY COUNT(*) DESC, MAX(updated_at) DESC LIMIT $1",
@@ -74,7 +74,7 @@ pub(crate) async fn failure_groups<C: ConnectionTrait + ?Sized>(conn: &C, limit:
 
 /// Run and wait times of jobs completed since `since`, by kind.
 pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT kind, COUNT(*), CAST(AVG({run}) AS DOUBLE PRECISION), MAX({run}), \
          CAST(AVG({wait}) AS DOUBLE PRECISION) FROM {} WHERE status = 'completed' AND updated_at >= {} \
@@ -100,7 +100,7 @@ pub(crate) async fn duplicates<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64
 
 /// Job counts of every queue by state, with the oldest due pending job.
 pub(crate) async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<QueueCounts>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let now_ts = b.ts("$1");
     let due = format!("status = 'pending' AND NOT waiting AND run_at <= {now_ts}");
     let sql = format!(
@@ -122,7 +122,7 @@ pub(crate) async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> R
 /// each with the number of jobs waiting behind it.
 pub(crate) async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<(u64, Vec<BlockedSequence>)> {
     let ctx = || Error::db("listing blocked sequences");
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     // A held head: failed or cancelled under the hold policy, with nothing earlier in its sequence holding it.
     let held_head = format!(
         "sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1 \

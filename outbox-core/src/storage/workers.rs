@@ -2,7 +2,7 @@
 
 use sea_orm::{ConnectionTrait, Value};
 
-use super::{Backend, decode, execute_write};
+use super::{Dialect, decode, execute_write};
 use crate::error::{Error, Result};
 use crate::record::WorkerRecord;
 
@@ -26,7 +26,7 @@ pub(crate) struct WorkerRow {
 /// Records a worker's presence (or refreshes it: `started_at` stays), and forgets workers whose presence
 /// expired.
 pub(crate) async fn upsert<C: ConnectionTrait + ?Sized>(conn: &C, w: &WorkerRow) -> Result<()> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let ctx = || format!("recording worker `{}` in the registry", w.id);
     let sql = format!(
         "INSERT INTO outbox_workers (id, host, pid, queues, kinds, concurrency, running, remote, started_at, \
@@ -59,7 +59,7 @@ pub(crate) async fn upsert<C: ConnectionTrait + ?Sized>(conn: &C, w: &WorkerRow)
 
 /// Forgets a worker that stopped.
 pub(crate) async fn remove<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<()> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     execute_write(conn, b.stmt("DELETE FROM outbox_workers WHERE id = $1", vec![id.into()]), || {
         format!("removing worker `{id}` from the registry")
     })
@@ -69,7 +69,7 @@ pub(crate) async fn remove<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> R
 
 /// The workers whose presence has not expired at `now`.
 pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<WorkerRecord>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT id, host, pid, {}, {}, concurrency, running, remote, {}, {}, {} FROM outbox_workers \
          WHERE expires_at > {} ORDER BY started_at, id",

@@ -1,10 +1,7 @@
 //! Wake-ups: enqueue and commit nudge this process's workers so they claim without waiting for the next
 //! poll, and written outcomes nudge whoever waits for a job to finish. Commits of other processes arrive
-//! through a [`Watch`]: on SQLite a watch of the database file (`files.rs`), on PostgreSQL a `LISTEN`
+//! through a [`Watch`]: on SQLite a watch of the database file (`storage/sqlite/wake.rs`), on PostgreSQL a `LISTEN`
 //! connection.
-
-#[cfg(all(target_os = "linux", feature = "sqlite"))]
-mod files;
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,13 +63,6 @@ pub(crate) fn outcome_written() {
     changes().notify_waiters();
 }
 
-/// Another process committed something: wakes the workers, the waits and the feed readers of this one.
-#[cfg_attr(not(all(target_os = "linux", feature = "sqlite")), allow(dead_code))]
-pub(crate) fn external() {
-    wake_heard();
-    outcome_written();
-}
-
 /// While held, commits made by other processes to the database wake this process's workers, its
 /// [`crate::ops::wait`] calls and its [`crate::ops::changed`] readers at once instead of at their next poll.
 /// On SQLite (Linux) it watches the database file's directory, so a commit by any program, `sqlite3`
@@ -82,8 +72,8 @@ pub(crate) fn external() {
 /// own; take one with [`crate::ops::watch`] for the other uses.
 #[derive(Debug, Default)]
 pub struct Watch {
-    #[cfg(all(target_os = "linux", feature = "sqlite"))]
-    _file: Option<files::FileWatch>,
+    /// What an engine's watch holds while it lasts (SQLite's watch of a file).
+    _held: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
     listener: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -96,40 +86,12 @@ impl Drop for Watch {
 }
 
 impl Watch {
-    /// A watch of the SQLite database file at `path`.
-    #[cfg(feature = "sqlite")]
-    pub(crate) fn file(path: &std::path::Path) -> Watch {
-        #[cfg(target_os = "linux")]
-        return Watch { _file: files::watch(path), listener: None };
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = path;
-            Watch::default()
-        }
+    /// A watch that lasts as long as what it holds: `held`, an engine's watch of a file, and `listener`, a running
+    /// `LISTEN` task, aborted when the watch goes.
+    pub(crate) fn new(
+        held: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
+        listener: Option<tokio::task::JoinHandle<()>>,
+    ) -> Watch {
+        Watch { _held: held, listener }
     }
-
-    /// A watch made of a running `LISTEN` task.
-    #[cfg(feature = "postgres")]
-    pub(crate) fn listening(task: tokio::task::JoinHandle<()>) -> Watch {
-        let mut watch = Watch::default();
-        watch.listener = Some(task);
-        watch
-    }
-}
-
-/// The watch of the SQLite file `conn` works on (from `PRAGMA database_list`); an empty one on PostgreSQL, for
-/// an in-memory database, or when the file is not known.
-pub(crate) async fn watch_file_of<C: sea_orm::ConnectionTrait + ?Sized>(conn: &C) -> Watch {
-    #[cfg(feature = "sqlite")]
-    if conn.get_database_backend() == sea_orm::DbBackend::Sqlite {
-        let list = sea_orm::Statement::from_string(sea_orm::DbBackend::Sqlite, "PRAGMA database_list");
-        if let Ok(rows) = conn.query_all_raw(list).await {
-            let main = rows.iter().find(|r| r.try_get_by_index::<String>(1).is_ok_and(|n| n == "main"));
-            if let Some(file) = main.and_then(|r| r.try_get_by_index::<String>(2).ok()).filter(|f| !f.is_empty()) {
-                return Watch::file(std::path::Path::new(&file));
-            }
-        }
-    }
-    let _ = conn;
-    Watch::default()
 }

@@ -100,7 +100,16 @@ async fn refresh(
     }
 }
 
-/// This machine's name.
+/// This machine's name, as workers record it in the registry (`ClaimRequest::host`), if it has one.
+pub fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+}
+
+/// This machine's name, or `localhost`.
 pub(super) fn host() -> String {
-    crate::remote::host_name().unwrap_or_else(|| "localhost".into())
+    host_name().unwrap_or_else(|| "localhost".into())
 }

@@ -1,55 +1,43 @@
-//! The worker loop.
+//! The worker loop: its start-up steps, claims sized to the free slots, lease renewals and rescues, and its
+//! graceful stop.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde_json::Value;
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{JobContext, JobError};
+use super::Worker;
+use super::handler::JobContext;
 use super::presence::Presence;
-use super::watchdog::{self, Ticket};
-use super::{Registered, Worker};
+use super::task::{TaskResult, outcome, with_timeout};
+use super::watchdog::Ticket;
 use crate::error::Result;
 use crate::record::ms_after;
 
 use crate::storage::{ClaimedJob, Outcome, now_ms};
 use crate::wake;
 
-type HandlerResult = std::result::Result<Option<Value>, JobError>;
-
-/// How a handler's task ended: its result, and its timeout if it ran past it.
-type TaskResult = (HandlerResult, Option<TimedOut>);
-
-/// A handler ran past its timeout: it was asked to stop, and `dropped` if it had not within the grace.
-#[derive(Debug, Clone, Copy)]
-struct TimedOut {
-    limit: std::time::Duration,
-    grace: std::time::Duration,
-    dropped: bool,
-}
-
-struct InFlight {
-    job: ClaimedJob,
+pub(super) struct InFlight {
+    pub(super) job: ClaimedJob,
     cancel: CancellationToken,
     /// Its entry with the watchdog, when its kind has a timeout.
-    ticket: Option<Ticket>,
+    pub(super) ticket: Option<Ticket>,
 }
 
-struct Loop {
-    worker: Worker,
+pub(super) struct Loop {
+    pub(super) worker: Worker,
     tasks: JoinSet<TaskResult>,
-    in_flight: HashMap<Id, InFlight>,
+    pub(super) in_flight: HashMap<Id, InFlight>,
     next_heartbeat: Instant,
     next_rescue: Instant,
     /// A job of a sequence or of a limited kind ended since the last claim: the next job of its sequence, or
     /// a slot under its kind's limit, may be free now.
-    freed: bool,
+    pub(super) freed: bool,
     /// Handlers running, for the registry entry.
-    running: Arc<AtomicUsize>,
+    pub(super) running: Arc<AtomicUsize>,
     /// The registry entry's first write, which the first claim waits for (see [`Loop::work`]).
     registered: Option<tokio::sync::oneshot::Receiver<()>>,
 }
@@ -277,60 +265,6 @@ impl Loop {
         self.running.store(self.in_flight.len(), Ordering::Relaxed);
     }
 
-    /// Records how a handler's task ended. `cancelling`: the worker asked it to stop.
-    fn settle(&mut self, done: std::result::Result<(Id, TaskResult), JoinError>, cancelling: bool) -> Result<()> {
-        let (id, result, timed_out) = match done {
-            Ok((id, (result, timed_out))) => (id, Ok(result), timed_out),
-            Err(e) => (e.id(), Err(e), None),
-        };
-        let Some(InFlight { job, ticket, .. }) = self.in_flight.remove(&id) else { return Ok(()) };
-        self.running.store(self.in_flight.len(), Ordering::Relaxed);
-        self.freed |= job.sequenced || self.worker.limited.contains(&job.kind);
-        // Decided as the handler ended (its task called `returned` then); here only for a panic or an abort.
-        let ours = ticket.as_ref().is_none_or(|t| {
-            let ours = t.returned();
-            self.worker.watchdog.forget(t);
-            ours
-        });
-        if !ours {
-            // The watchdog gave the claim back while the handler held its thread: what it returned now is
-            // too late to count (the claim's fence would refuse it too).
-            let dropped = timed_out.is_some_and(|t| t.dropped);
-            if !dropped {
-                tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt,
-                    succeeded = matches!(result, Ok(Ok(_))),
-                    "a handler returned after its timeout had given its claim back; its result is discarded");
-            }
-            return Ok(());
-        }
-        let retry = self.worker.handlers.get(&job.kind);
-        // Once the worker has asked a handler to stop, an error may be the interruption itself, whatever the
-        // handler called it: the job is given back without using its attempt rather than failed or retried.
-        // A handler stopped for its timeout was not interrupted by the worker's shutdown: its error is the timeout.
-        // (Its token may also have been cancelled by the watchdog at its limit after it returned in time.)
-        let asked_to_stop = cancelling;
-        let outcome = match result {
-            Ok(Ok(output)) => Outcome::Completed { output: output.map(|v| v.to_string()) },
-            Ok(Err(JobError::Snooze(after))) => Outcome::Snoozed { run_at: ms_after(now_ms(), after) },
-            Ok(Err(_)) if let Some(t) = timed_out.filter(|_| !cancelling) => {
-                tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt, timeout = ?t.limit,
-                    dropped = t.dropped, "handler timed out");
-                failure(&job, t.message(), retry)
-            }
-            Ok(Err(JobError::Retry(_) | JobError::Permanent(_))) if asked_to_stop => Outcome::Released,
-            Ok(Err(JobError::Permanent(error))) => Outcome::Failed { error },
-            Ok(Err(JobError::Retry(error))) => failure(&job, error, retry),
-            Err(e) if e.is_cancelled() => Outcome::Released,
-            Err(_) if asked_to_stop => Outcome::Released,
-            Err(e) => failure(&job, format!("handler panicked: {}", panic_message(e)), retry),
-        };
-        let mut finished = job.finished(outcome);
-        if !job.sequenced {
-            finished.keep = self.worker.retention.keep(&job.kind);
-        }
-        self.worker.store.finish(finished)
-    }
-
     /// Renews the leases of in-flight jobs and rescues expired claims when they are due.
     async fn maintain(&mut self) {
         let now = Instant::now();
@@ -453,94 +387,6 @@ impl Loop {
     }
 }
 
-/// Runs `fut` from `started` for at most `limit`; then asks it to stop through `cancel` and drops it after
-/// `grace`. A handler that blocks its thread cannot be dropped: the watchdog acts for it. The `ticket` is
-/// settled the moment the handler ends, however late the worker loop gets to its result.
-async fn with_timeout(
-    fut: super::handler::HandlerFuture,
-    started: Instant,
-    (limit, grace): (std::time::Duration, std::time::Duration),
-    cancel: CancellationToken,
-    ticket: Ticket,
-) -> TaskResult {
-    let mut fut = settling(fut, ticket.clone());
-    tokio::select! {
-        result = &mut fut => {
-            // The watchdog asks at the same deadline: a handler that stopped because it was asked timed out.
-            let late = Instant::now() >= started + limit;
-            return (result, late.then_some(TimedOut { limit, grace, dropped: false }));
-        }
-        _ = sleep_until(started + limit) => {}
-    }
-    cancel.cancel();
-    tokio::select! {
-        result = &mut fut => (result, Some(TimedOut { limit, grace, dropped: false })),
-        _ = sleep_until(started + limit + grace) => {
-            ticket.returned();
-            (Err(JobError::Retry(String::new())), Some(TimedOut { limit, grace, dropped: true }))
-        }
-    }
-}
-
-/// `fut`, settling `ticket` as it completes, panics or is dropped (an aborted task).
-fn settling(
-    mut fut: super::handler::HandlerFuture,
-    ticket: Ticket,
-) -> impl std::future::Future<Output = HandlerResult> + Send {
-    let on_drop = SettleOnDrop(ticket.clone());
-    std::future::poll_fn(move |cx| {
-        let _ = &on_drop;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Ok(ready) => {
-                ticket.returned();
-                ready
-            }
-            Err(panic) => {
-                ticket.returned();
-                std::panic::resume_unwind(panic)
-            }
-        }
-    })
-}
-
-impl TimedOut {
-    fn message(&self) -> String {
-        if self.dropped {
-            watchdog::timeout_message(self.limit, self.grace)
-        } else {
-            format!("timed out after {}", crate::record::short_duration(self.limit))
-        }
-    }
-}
-
-fn failure(job: &ClaimedJob, error: String, registered: Option<&Registered>) -> Outcome {
-    let backoff = registered
-        .map(|r| r.retry.backoff(job.attempt))
-        .unwrap_or_else(|| super::RetryPolicy::default().backoff(job.attempt));
-    watchdog::failure(job.attempt, job.max_attempts, error, backoff)
-}
-
-fn panic_message(e: JoinError) -> String {
-    match e.try_into_panic() {
-        Ok(payload) => payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string panic payload".into()),
-        Err(e) => e.to_string(),
-    }
-}
-
-/// Settles its ticket when dropped: the handler's future went with it.
-struct SettleOnDrop(Ticket);
-
-impl Drop for SettleOnDrop {
-    fn drop(&mut self) {
-        self.0.returned();
-    }
-}
-
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: pass it to [`Worker::run_until`].
 pub async fn shutdown_signal() {
     #[cfg(unix)]
@@ -562,5 +408,46 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+impl Loop {
+    /// Records how a handler's task ended. `cancelling`: the worker asked it to stop.
+    pub(super) fn settle(
+        &mut self,
+        done: std::result::Result<(Id, TaskResult), JoinError>,
+        cancelling: bool,
+    ) -> Result<()> {
+        let (id, result, timed_out) = match done {
+            Ok((id, (result, timed_out))) => (id, Ok(result), timed_out),
+            Err(e) => (e.id(), Err(e), None),
+        };
+        let Some(InFlight { job, ticket, .. }) = self.in_flight.remove(&id) else { return Ok(()) };
+        self.running.store(self.in_flight.len(), Ordering::Relaxed);
+        self.freed |= job.sequenced || self.worker.limited.contains(&job.kind);
+        // Decided as the handler ended (its task called `returned` then); here only for a panic or an abort.
+        let ours = ticket.as_ref().is_none_or(|t| {
+            let ours = t.returned();
+            self.worker.watchdog.forget(t);
+            ours
+        });
+        if !ours {
+            // The watchdog gave the claim back while the handler held its thread: what it returned now is
+            // too late to count (the claim's fence would refuse it too).
+            let dropped = timed_out.is_some_and(|t| t.dropped);
+            if !dropped {
+                tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt,
+                    succeeded = matches!(result, Ok(Ok(_))),
+                    "a handler returned after its timeout had given its claim back; its result is discarded");
+            }
+            return Ok(());
+        }
+        let retry = self.worker.handlers.get(&job.kind);
+        let outcome = outcome(&job, result, timed_out, cancelling, retry);
+        let mut finished = job.finished(outcome);
+        if !job.sequenced {
+            finished.keep = self.worker.retention.keep(&job.kind);
+        }
+        self.worker.store.finish(finished)
     }
 }

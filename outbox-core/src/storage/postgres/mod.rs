@@ -1,73 +1,33 @@
-//! PostgreSQL: the worker's own connections (`store/`), its `LISTEN` connection (`listener.rs`), remote
-//! workers' claims and outcomes through the same statements, and what a payload must not hold here. The
-//! columns use PostgreSQL's own types (`timestamptz`, `jsonb`); shared statements convert at their edges
-//! ([`super::Backend`]).
+//! PostgreSQL, for several machines sharing one queue: its entries of the engine list ([`Engine`]), each in the
+//! file of the same name as SQLite's (`conn.rs`, `enqueue.rs`, `feed.rs`, `retention.rs`, `archive.rs`,
+//! `schema.rs`, `wake.rs`, and the worker's own connections in `store/`: `claim.rs`, `complete.rs`,
+//! `rescue.rs`, `remote.rs`). The columns use PostgreSQL's own types (`timestamptz`, `jsonb`); shared statements
+//! convert at their edges ([`Dialect`]).
 
-mod listener;
+mod archive;
+mod conn;
+mod enqueue;
+mod feed;
+mod retention;
+mod schema;
 mod store;
+mod wake;
 
-use sea_orm::sqlx::postgres::PgPoolOptions;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, SqlxPostgresConnector, Statement};
+use std::time::{Duration, Instant};
 
-use super::{ClaimedJob, Finished, Keep, Outcome, Store, WorkerStoreOpts};
-use crate::error::{Error, Result, pointer_token};
+use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, Value};
+
+use super::archive::{Done, Upkeep};
+use super::engine::{Engine, Migration};
+use super::enqueue::NewJob;
+use super::retention::{PruneRules, Pruned};
+use super::{ClaimedJob, Dialect, Finished, Store, WorkerStoreOpts};
+use crate::error::{Error, Result};
 use crate::job::Violation;
-use store::{PgStore, PgStoreConfig};
-
-/// See [`super::own_pool`]: `app`'s connection options, named `outbox-chores <worker>` in `pg_stat_activity`.
-pub(super) fn own_pool(app: &DatabaseConnection, worker_id: &str, max: u32) -> DatabaseConnection {
-    let options = app.get_postgres_connection_pool().connect_options().as_ref().clone();
-    let options = options.application_name(&store::application_name("outbox-chores", worker_id));
-    let pool = PgPoolOptions::new()
-        .max_connections(max)
-        .min_connections(0)
-        .acquire_timeout(std::time::Duration::from_secs(30))
-        .connect_lazy_with(options);
-    SqlxPostgresConnector::from_sqlx_postgres_pool(pool)
-}
-
-/// The schema the outbox tables are found in (the first of the connection's `search_path` that exists).
-async fn current_schema(db: &DatabaseConnection) -> Result<String> {
-    let row = db
-        .query_one_raw(Statement::from_string(DbBackend::Postgres, "SELECT current_schema()::text"))
-        .await
-        .map_err(Error::db("reading the current schema"))?;
-    row.and_then(|r| r.try_get_by_index::<Option<String>>(0).transpose())
-        .transpose()
-        .map_err(Error::db("reading the current schema"))?
-        .ok_or_else(|| Error::Invalid("the connection's search_path names no existing schema".into()))
-}
-
-/// `text` and `jsonb` refuse the NUL character (`\u0000`), in strings and in object keys alike.
-fn nul_violations(value: &serde_json::Value, path: &mut String, out: &mut Vec<Violation>) {
-    const WHY: &str = "contains the NUL character (\\u0000), which PostgreSQL cannot store";
-    match value {
-        serde_json::Value::String(s) if s.contains('\0') => {
-            out.push(Violation { path: path.clone(), message: format!("the string {WHY}") })
-        }
-        serde_json::Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                let len = path.len();
-                path.push_str(&format!("/{i}"));
-                nul_violations(item, path, out);
-                path.truncate(len);
-            }
-        }
-        serde_json::Value::Object(map) => {
-            for (key, item) in map {
-                let len = path.len();
-                path.push('/');
-                path.push_str(&pointer_token(key));
-                if key.contains('\0') {
-                    out.push(Violation { path: path.clone(), message: format!("the key {WHY}") });
-                }
-                nul_violations(item, path, out);
-                path.truncate(len);
-            }
-        }
-        _ => {}
-    }
-}
+use crate::wake::Watch;
+use store::PgStore;
+#[cfg(test)]
+pub(super) use store::remote::release_sequences;
 
 /// The channel enqueues notify on commit; the payload is the schema of the jobs table, so workers of other
 /// schemas in the same database ignore it.
@@ -82,115 +42,138 @@ macro_rules! ts {
 }
 use ts;
 
-/// What of a payload `text` and `jsonb` cannot hold: the NUL character. JSON text escapes it as `\u0000`, so
-/// without that sequence there is none to find.
-pub(super) fn unstorable(payload: &serde_json::Value, text: &str) -> Vec<Violation> {
-    if !text.contains("\\u0000") {
-        return Vec::new();
+/// The PostgreSQL engine.
+pub(crate) struct Postgres;
+
+impl Engine for Postgres {
+    /// Nothing to set: the server keeps its own settings.
+    fn tune(_options: &mut ConnectOptions, _full_sync: bool, _busy_timeout: Duration) {}
+
+    async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+        sea_orm::TransactionTrait::begin(db).await.map_err(Error::db("beginning a write transaction"))
     }
-    let mut out = Vec::new();
-    nul_violations(payload, &mut String::new(), &mut out);
-    out
-}
 
-pub(super) async fn open_worker_store(
-    db: &DatabaseConnection,
-    opts: WorkerStoreOpts,
-    bg: &tokio::runtime::Handle,
-) -> Result<Store> {
-    let config = store_config(db, opts).await?;
-    Ok(std::sync::Arc::new(PgStore::open(db.get_postgres_connection_pool(), config, bg)))
-}
-
-async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<PgStoreConfig> {
-    Ok(PgStoreConfig {
-        kinds: opts.unlimited_kinds(),
-        limited: opts.limits,
-        worker_id: opts.worker_id,
-        queues: opts.queues,
-        schema: current_schema(db).await?,
-    })
-}
-
-/// A `LISTEN` connection of its own that wakes this process on every enqueue into the connection's schema.
-pub(super) async fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
-    let schema = current_schema(db).await?;
-    let options = db.get_postgres_connection_pool().connect_options().as_ref().clone();
-    let pool = listener::pool(options.application_name("outbox-watch"));
-    let task = tokio::spawn(listener::listen(pool, schema, "watch".to_owned(), false));
-    Ok(crate::wake::Watch::listening(task))
-}
-
-/// A remote worker's claim: the in-process worker's statements, on the caller's pool.
-pub(super) async fn remote_claim(
-    db: &DatabaseConnection,
-    opts: WorkerStoreOpts,
-    limit: usize,
-    now: i64,
-    lease_until: i64,
-) -> Result<Vec<ClaimedJob>> {
-    let c = store_config(db, opts).await?;
-    if super::remote::rescue_due(now) {
-        // A failed rescue is the next claim's to do; this claim goes on.
-        match store::rescue_on(db.get_postgres_connection_pool(), &c.schema, now).await {
-            Ok(rescued) => super::remote::log_rescued(&rescued, &c.worker_id),
-            Err(e) => tracing::warn!(worker = %c.worker_id, error = %e, "rescuing expired claims failed"),
-        }
+    async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+        sea_orm::TransactionTrait::begin(db).await.map_err(Error::db("beginning a read transaction"))
     }
-    let pool = db.get_postgres_connection_pool();
-    store::promote_due(pool, now).await?;
-    let queues = store::queues_of(pool, &c).await?;
-    let rows = store::claim_rows(pool, &c, &queues, limit, now, lease_until, None).await?;
-    let mut jobs = Vec::with_capacity(rows.len());
-    for row in &rows {
-        match store::claimed_job(row) {
-            Ok(job) => jobs.push(job),
-            Err((u, attempt, run)) => {
-                u.log(&c.worker_id);
-                let error = u.error();
-                let failed = Finished {
-                    id: u.id,
-                    kind: u.kind,
-                    queue: String::new(),
-                    attempt,
-                    run,
-                    outcome: Outcome::Failed { error },
-                    keep: Keep::Row,
-                };
-                remote_finish(db, &c.worker_id, failed).await?;
-            }
-        }
+
+    async fn write_failed<C: ConnectionTrait + ?Sized>(
+        _conn: &C,
+        context: String,
+        err: DbErr,
+        _started: Instant,
+    ) -> Error {
+        Error::db(context)(err)
     }
-    Ok(jobs)
-}
 
-/// `batch` written by the worker's batched completion statement (see `remote::finish_batch`).
-#[cfg(test)]
-pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
-    let pool = db.get_postgres_connection_pool();
-    let written =
-        store::retrying("writing a batch of outcomes", || store::write_batch(pool, owner, &batch, true, &[])).await?;
-    Ok(batch.iter().map(|f| store::applied(&written, f)).collect())
-}
+    fn own_pool(app: &DatabaseConnection, worker_id: &str, max: u32) -> DatabaseConnection {
+        conn::own_pool(app, worker_id, max)
+    }
 
-/// Lets go the first job of each of the sequences `keys`, as a worker's listener does when a transaction of one
-/// snapshot enqueued onto them (see `listener.rs`); how many jobs it let go, and the sequences whose lock another
-/// transaction held (the listener tries those again).
-#[cfg(test)]
-pub(super) async fn release_sequences(db: &DatabaseConnection, keys: &[String]) -> Result<(u64, Vec<String>)> {
-    let schema = current_schema(db).await?;
-    let mut conn = db.get_postgres_connection_pool().acquire().await.map_err(Error::db("connecting"))?;
-    store::release_sequences(&mut conn, &schema, keys).await.map_err(Error::db("letting go sequences"))
-}
+    fn unstorable(payload: &serde_json::Value, text: &str) -> Vec<Violation> {
+        conn::unstorable(payload, text)
+    }
 
-/// A remote worker's outcome, fenced like the in-process worker's.
-pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
-    let pool = db.get_postgres_connection_pool();
-    let batch = std::slice::from_ref(&finished);
-    let written =
-        store::retrying("writing a remote worker's outcome", || store::write_batch(pool, owner, batch, false, &[]))
-            .await?;
-    let applied = store::applied(&written, &finished);
-    super::log_finished(&finished, applied, owner);
-    Ok(applied)
+    async fn open_worker_store(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        bg: &tokio::runtime::Handle,
+    ) -> Result<Store> {
+        let config = conn::store_config(db, opts).await?;
+        Ok(std::sync::Arc::new(PgStore::open(db.get_postgres_connection_pool(), config, bg)))
+    }
+
+    /// A `LISTEN` connection of its own that wakes this process on every enqueue into the connection's schema.
+    async fn watch(db: &DatabaseConnection) -> Result<Watch> {
+        let schema = conn::current_schema(db).await?;
+        let options = db.get_postgres_connection_pool().connect_options().as_ref().clone();
+        let pool = wake::pool(options.application_name("outbox-watch"));
+        let task = tokio::spawn(wake::listen(pool, schema, "watch".to_owned(), false));
+        Ok(Watch::new(None, Some(task)))
+    }
+
+    /// Hearing other processes takes a `LISTEN` connection of its own: nothing on the caller's.
+    async fn watch_connection<C: ConnectionTrait + ?Sized>(_conn: &C) -> Watch {
+        Watch::default()
+    }
+
+    async fn remote_claim(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        limit: usize,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        store::remote::remote_claim(db, opts, limit, now, lease_until).await
+    }
+
+    async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
+        store::remote::remote_finish(db, owner, finished).await
+    }
+
+    #[cfg(test)]
+    async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
+        store::remote::finish_batch(db, owner, batch).await
+    }
+
+    const MIGRATIONS: &'static [Migration] = schema::MIGRATIONS;
+
+    const HAS_MIGRATIONS_TABLE: &'static str = schema::HAS_MIGRATIONS_TABLE;
+
+    const ADOPT_DATED: &'static str = schema::ADOPT_DATED;
+
+    #[cfg(test)]
+    const SCHEMA: &'static str = schema::SCHEMA;
+
+    async fn before_undo<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<()> {
+        let _ = conn;
+        Ok(())
+    }
+
+    fn insert(jobs: &[&NewJob]) -> (String, Vec<Value>) {
+        enqueue::insert(jobs)
+    }
+
+    fn alone(job: &NewJob) -> bool {
+        enqueue::alone(job)
+    }
+
+    fn holds_key(j: &str, key: &str) -> String {
+        enqueue::holds_key(j, key)
+    }
+
+    fn feed_after(row: &str, after: &str, rows: i64) -> Result<(String, Vec<Value>, String)> {
+        feed::feed_after(row, after, rows)
+    }
+
+    const FEED_HEAD: &'static str = feed::FEED_HEAD;
+
+    fn stuck_through(d: Dialect) -> String {
+        retention::stuck_through(d)
+    }
+
+    async fn after_purge<C: ConnectionTrait + ?Sized>(conn: &C, before: i64) -> Result<()> {
+        retention::after_purge(conn, before).await
+    }
+
+    async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, now: i64, batch: u64) -> Result<Pruned> {
+        retention::prune(conn, rules, now, batch).await
+    }
+
+    async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<String> {
+        archive::jobs_and_archive_since(conn, since).await
+    }
+
+    async fn upkeep<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        plan: &Upkeep,
+        ahead: (bool, u64),
+        now: i64,
+    ) -> Result<Done> {
+        archive::upkeep(conn, plan, ahead, now).await
+    }
+
+    async fn archive_tables<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<String>> {
+        archive::archive_tables(conn).await
+    }
 }

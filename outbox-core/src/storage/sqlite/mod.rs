@@ -1,277 +1,178 @@
-//! SQLite: connection settings, transaction modes and what a locked database means, and the worker's own
-//! connection (`store/`), which remote workers' claims and outcomes run through as well. Timestamps are stored
-//! as integer milliseconds since the Unix epoch, JSON as text.
+//! SQLite, the embedded engine: its entries of the engine list ([`Engine`]), each in the file of the same name
+//! as PostgreSQL's (`conn.rs`, `enqueue.rs`, `feed.rs`, `retention.rs`, `archive.rs`, `schema.rs`, `wake.rs`,
+//! and the worker's own connection in `store/`: `claim.rs`, `complete.rs`, `rescue.rs`, `remote.rs`). Times are
+//! stored as integer milliseconds since the Unix epoch, JSON as text.
 
+mod archive;
+mod conn;
+mod enqueue;
+mod feed;
+mod retention;
+mod schema;
 mod store;
+#[cfg(target_os = "linux")]
+mod wake;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rusqlite::TransactionBehavior;
-use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sea_orm::{
-    ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqliteTransactionMode,
-    SqlxSqliteConnector, Statement, TransactionOptions, TransactionTrait,
-};
+use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, Value};
 
-use super::{ClaimedJob, Finished, Store, Tuning, WorkerStoreOpts};
-use crate::backoff::Backoff;
+use super::archive::{Done, Upkeep};
+use super::engine::{Engine, Migration};
+use super::enqueue::NewJob;
+use super::retention::{PruneRules, Pruned};
+use super::{ClaimedJob, Dialect, Finished, Store, WorkerStoreOpts};
 use crate::error::{Error, Result};
-use store::{SqliteStore, StoreConfig};
+use crate::job::Violation;
+use crate::wake::Watch;
+use store::SqliteStore;
 
-/// Tries at `BEGIN IMMEDIATE` while another writer holds the database past its busy timeout.
-const BEGIN_TRIES: u32 = 5;
+/// The SQLite engine.
+pub(crate) struct Sqlite;
 
-/// Whether SQLite said the database is locked (`SQLITE_BUSY`, code 5, or one of its extended codes).
-fn is_busy(err: &DbErr) -> bool {
-    let text = err.to_string();
-    text.contains("database is locked") || text.contains("SQLITE_BUSY") || text.contains("(code: 5)")
-}
-
-/// `SQLITE_BUSY_SNAPSHOT` (517): a transaction that began by reading cannot become a writer because another
-/// writer committed after its snapshot. SQLite reports it at once; no busy timeout can help.
-fn is_busy_snapshot(err: &DbErr) -> bool {
-    err.to_string().contains("(code: 517)")
-}
-
-/// Maps the error of a write through the caller's connection that began at `started`. A locked database
-/// has two causes, told apart by how long the statement waited against the connection's busy timeout:
-/// SQLite fails at once a transaction that has read and now wants to write while another connection holds
-/// (or has since used) the write lock, since waiting could deadlock; otherwise it waits out the busy timeout.
-pub(super) async fn write_failed<C: ConnectionTrait + ?Sized>(
-    conn: &C,
-    context: String,
-    err: DbErr,
-    started: Instant,
-) -> Error {
-    let waited = started.elapsed();
-    let timeout = if is_busy(&err) && !is_busy_snapshot(&err) { busy_timeout(conn).await } else { None };
-    write_error(context, err, waited, timeout)
-}
-
-/// The connection's busy timeout, if it can be read.
-async fn busy_timeout<C: ConnectionTrait + ?Sized>(conn: &C) -> Option<Duration> {
-    let row = conn.query_one_raw(Statement::from_string(DbBackend::Sqlite, "PRAGMA busy_timeout")).await.ok()??;
-    let ms = row.try_get_by_index::<i64>(0).ok()?;
-    Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
-}
-
-/// How a write failed: see [`write_failed`]. `timeout` is the connection's busy timeout where known.
-fn write_error(context: String, err: DbErr, waited: Duration, timeout: Option<Duration>) -> Error {
-    const USE_BEGIN: &str = "SQLite cannot turn a transaction that has read into a writer then, and waiting cannot \
-        help; open write transactions with `outbox_core::transaction` or `outbox_core::begin`, which take the \
-        write lock first";
-    // Well before the busy timeout: SQLite did not wait. Unknown timeout: a tenth of a second is no wait.
-    let spent = match timeout {
-        Some(t) => waited >= t.mul_f64(0.9),
-        None => waited >= Duration::from_millis(100),
-    };
-    // A busy timeout this short cannot tell the causes apart: both are named.
-    let short = timeout.is_some_and(|t| t < Duration::from_millis(100));
-    let context = if is_busy_snapshot(&err) {
-        format!("{context} (this transaction began with a read, and another writer committed since: {USE_BEGIN})")
-    } else if is_busy(&err) && !spent {
-        format!(
-            "{context} (this transaction began with a read while another connection held the write lock, and \
-             SQLite failed it after {} without waiting: {USE_BEGIN})",
-            crate::record::short_duration(waited)
-        )
-    } else if is_busy(&err) && short {
-        format!(
-            "{context} (another connection held the write lock, and this connection's busy timeout is only {}: \
-             raise `ConnectOpts::busy_timeout`; if this transaction began with a read, {USE_BEGIN})",
-            crate::record::short_duration(timeout.unwrap_or_default())
-        )
-    } else if is_busy(&err) {
-        format!(
-            "{context} (another connection held the write lock past the busy timeout{}: look for a long write \
-             transaction, or raise `ConnectOpts::busy_timeout`)",
-            timeout.map(|t| format!(" of {}", crate::record::short_duration(t))).unwrap_or_default()
-        )
-    } else {
-        context
-    };
-    Error::db(context)(err)
-}
-
-/// The database file of a pool; the worker opens its own connection to it.
-fn database_file(db: &DatabaseConnection) -> Result<PathBuf> {
-    let options = db.get_sqlite_connection_pool().connect_options();
-    let path = options.get_filename();
-    let text = path.to_string_lossy();
-    if text.is_empty() || text == ":memory:" || text.starts_with("file:sqlx-in-memory") {
-        return Err(Error::Unsupported(
-            "the worker needs an SQLite file database (`sqlite://path/to/file.db?mode=rwc`); \
-             an in-memory database is private to one connection"
-                .into(),
-        ));
+impl Engine for Sqlite {
+    fn tune(options: &mut ConnectOptions, full_sync: bool, busy_timeout: Duration) {
+        conn::tune(options, full_sync, busy_timeout)
     }
-    Ok(path.to_path_buf())
-}
 
-/// See [`super::own_pool`]: the same file, journal mode, durability and busy timeout as `app`'s pool.
-pub(super) fn own_pool(app: &DatabaseConnection, max: u32) -> DatabaseConnection {
-    let options = app.get_sqlite_connection_pool().connect_options().as_ref().clone();
-    let pool = SqlitePoolOptions::new().max_connections(max).min_connections(0).connect_lazy_with(options);
-    SqlxSqliteConnector::from_sqlx_sqlite_pool(pool)
-}
-
-/// The pool's `synchronous` setting, which the worker's connection copies.
-async fn synchronous_mode(db: &DatabaseConnection) -> Result<String> {
-    let row = db
-        .query_one_raw(Statement::from_string(DbBackend::Sqlite, "PRAGMA synchronous"))
-        .await
-        .map_err(Error::db("reading PRAGMA synchronous"))?;
-    let level =
-        row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(Error::db("reading PRAGMA synchronous"))?;
-    Ok(match level {
-        Some(0) => "OFF",
-        Some(1) => "NORMAL",
-        Some(3) => "EXTRA",
-        _ => "FULL",
+    async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+        conn::begin_write(db).await
     }
-    .to_owned())
-}
 
-/// How a worker's own connection to the pool's database file is opened, and what it claims.
-async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<StoreConfig> {
-    Ok(StoreConfig {
-        path: database_file(db)?,
-        synchronous: synchronous_mode(db).await?,
-        busy_timeout: Duration::from_secs(10),
-        kinds_json: encode_names(&opts.unlimited_kinds())?,
-        one_kind: opts.unlimited_kinds().len() == 1,
-        limited: opts
-            .limits
-            .iter()
-            .map(|(kind, cap)| Ok((encode_names(std::slice::from_ref(kind))?, *cap)))
-            .collect::<Result<_>>()?,
-        queues_json: opts.queues.as_deref().map(encode_names).transpose()?,
-        worker_id: opts.worker_id,
-    })
-}
+    async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+        conn::begin_read(db).await
+    }
 
-fn encode_names(names: &[String]) -> Result<String> {
-    serde_json::to_string(names).map_err(|e| Error::Internal(format!("encoding kind and queue names: {e}")))
-}
+    async fn write_failed<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        context: String,
+        err: DbErr,
+        started: Instant,
+    ) -> Error {
+        conn::write_failed(conn, context, err, started).await
+    }
 
-/// Applies the durability, journal mode and busy timeout to a pool's options.
-pub(super) fn tune(options: &mut ConnectOptions, settings: &Tuning) {
-    let synchronous = if settings.full_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal };
-    let busy = settings.busy_timeout;
-    options.map_sqlx_sqlite_opts(move |o| {
-        o.journal_mode(SqliteJournalMode::Wal).synchronous(synchronous).busy_timeout(busy)
-    });
-}
+    fn own_pool(app: &DatabaseConnection, _worker_id: &str, max: u32) -> DatabaseConnection {
+        conn::own_pool(app, max)
+    }
 
-/// `BEGIN IMMEDIATE`, retried while another writer holds the database past the busy timeout.
-pub(super) async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
-    let opts = TransactionOptions {
-        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-        ..TransactionOptions::default()
-    };
-    let mut retry = Backoff::new(Duration::from_millis(10), Duration::MAX);
-    let mut tries = 0;
-    let started = Instant::now();
-    loop {
-        tries += 1;
-        match db.begin_with_options(opts).await {
-            Ok(txn) => return Ok(txn),
-            Err(e) if is_busy(&e) && tries < BEGIN_TRIES => {
-                tracing::debug!(error = %e, tries, "database busy at begin; retrying");
-                retry.sleep().await;
-            }
-            // `BEGIN IMMEDIATE` reads nothing first: a busy one always waited out the busy timeout.
-            Err(e) => {
-                let timeout = busy_timeout(db).await;
-                return Err(write_error("beginning a write transaction".into(), e, started.elapsed(), timeout));
-            }
+    /// SQLite stores any valid JSON text.
+    fn unstorable(_payload: &serde_json::Value, _text: &str) -> Vec<Violation> {
+        Vec::new()
+    }
+
+    /// The worker's connection has a thread of its own ([`SqliteStore`]).
+    async fn open_worker_store(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        _bg: &tokio::runtime::Handle,
+    ) -> Result<Store> {
+        Ok(Arc::new(SqliteStore::open(conn::store_config(db, opts).await?)?))
+    }
+
+    /// A watch of the pool's database file.
+    async fn watch(db: &DatabaseConnection) -> Result<Watch> {
+        Ok(watch_file(&conn::database_file(db)?))
+    }
+
+    /// The watch of the file `conn` works on (from `PRAGMA database_list`); an empty one for an in-memory
+    /// database, or when the file is not known.
+    async fn watch_connection<C: ConnectionTrait + ?Sized>(conn: &C) -> Watch {
+        match conn::main_file(conn).await {
+            Some(file) => watch_file(&file),
+            None => Watch::default(),
         }
     }
+
+    async fn remote_claim(
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        limit: usize,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        store::remote::remote_claim(db, opts, limit, now, lease_until).await
+    }
+
+    async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
+        store::remote::remote_finish(db, owner, finished).await
+    }
+
+    #[cfg(test)]
+    async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
+        store::remote::finish_batch(db, owner, batch).await
+    }
+
+    const MIGRATIONS: &'static [Migration] = schema::MIGRATIONS;
+
+    const HAS_MIGRATIONS_TABLE: &'static str = schema::HAS_MIGRATIONS_TABLE;
+
+    const ADOPT_DATED: &'static str = schema::ADOPT_DATED;
+
+    #[cfg(test)]
+    const SCHEMA: &'static str = schema::SCHEMA;
+
+    async fn before_undo<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<()> {
+        archive::drop_partitions(conn).await
+    }
+
+    fn insert(jobs: &[&NewJob]) -> (String, Vec<Value>) {
+        enqueue::insert(jobs)
+    }
+
+    fn alone(job: &NewJob) -> bool {
+        enqueue::alone(job)
+    }
+
+    fn holds_key(j: &str, key: &str) -> String {
+        enqueue::holds_key(j, key)
+    }
+
+    fn feed_after(row: &str, after: &str, rows: i64) -> Result<(String, Vec<Value>, String)> {
+        feed::feed_after(row, after, rows)
+    }
+
+    const FEED_HEAD: &'static str = feed::FEED_HEAD;
+
+    fn stuck_through(d: Dialect) -> String {
+        retention::stuck_through(d)
+    }
+
+    async fn after_purge<C: ConnectionTrait + ?Sized>(conn: &C, before: i64) -> Result<()> {
+        retention::after_purge(conn, before).await
+    }
+
+    async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, _now: i64, batch: u64) -> Result<Pruned> {
+        retention::prune(conn, rules, batch).await
+    }
+
+    async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<String> {
+        archive::jobs_and_archive_since(conn, since).await
+    }
+
+    async fn upkeep<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        plan: &Upkeep,
+        _ahead: (bool, u64),
+        now: i64,
+    ) -> Result<Done> {
+        archive::upkeep(conn, plan, now).await
+    }
+
+    async fn archive_tables<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<String>> {
+        archive::archive_tables(conn).await
+    }
 }
 
-/// Deferred: a scan only reads; its scratch table lives in the connection's temp schema.
-pub(super) async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
-    let opts = TransactionOptions {
-        sqlite_transaction_mode: Some(SqliteTransactionMode::Deferred),
-        ..TransactionOptions::default()
-    };
-    db.begin_with_options(opts).await.map_err(Error::db("beginning a read transaction"))
-}
-
-/// The worker's connection has a thread of its own ([`SqliteStore`]).
-pub(super) async fn open_worker_store(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<Store> {
-    Ok(Arc::new(SqliteStore::open(store_config(db, opts).await?)?))
-}
-
-/// A watch of the pool's database file.
-pub(super) fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
-    Ok(crate::wake::Watch::file(&database_file(db)?))
-}
-
-/// Runs `f` in a write transaction on a connection of its own, off the async threads: a remote worker's claim
-/// and outcome run the in-process worker's own statements, so the limits, sequences and fences are the same
-/// ones; opening a connection to a local file costs far less than the HTTP request that asks for it.
-async fn on_own_connection<T: Send + 'static>(
-    config: StoreConfig,
-    what: &'static str,
-    f: impl FnOnce(&rusqlite::Connection, &StoreConfig) -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(move || {
-        let mut conn = store::open_connection(&config)?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(Error::db(what))?;
-        let out = f(&tx, &config)?;
-        tx.commit().map_err(Error::db(what))?;
-        Ok(out)
-    })
-    .await
-    .map_err(|e| Error::Internal(format!("{what}: the database task failed: {e}")))?
-}
-
-pub(super) async fn remote_claim(
-    db: &DatabaseConnection,
-    opts: WorkerStoreOpts,
-    limit: usize,
-    now: i64,
-    lease_until: i64,
-) -> Result<Vec<ClaimedJob>> {
-    let rescue = super::remote::rescue_due(now);
-    let worker = opts.worker_id.clone();
-    let (rescued, jobs) =
-        on_own_connection(store_config(db, opts).await?, "claiming jobs for a remote worker", move |tx, config| {
-            let rescued = if rescue { store::rescue(tx, now)? } else { Vec::new() };
-            let mut unreadable = Vec::new();
-            let jobs = store::claim(tx, config, limit, now, lease_until, &mut unreadable)?;
-            for u in &unreadable {
-                u.log(&config.worker_id);
-            }
-            Ok((rescued, jobs))
-        })
-        .await?;
-    // Logged once committed.
-    super::remote::log_rescued(&rescued, &worker);
-    Ok(jobs)
-}
-
-/// `batch` written by the worker's batched completion statements (see `remote::finish_batch`).
-#[cfg(test)]
-pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
-    let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), limits: Vec::new(), queues: None };
-    on_own_connection(store_config(db, opts).await?, "writing a batch of outcomes", move |tx, config| {
-        store::write_finished(tx, &config.worker_id, &batch, super::now_ms())
-    })
-    .await
-}
-
-pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
-    let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), limits: Vec::new(), queues: None };
-    on_own_connection(store_config(db, opts).await?, "writing a remote worker's outcome", move |tx, config| {
-        let now = super::now_ms();
-        let applied = store::write_finished(tx, &config.worker_id, std::slice::from_ref(&finished), now)?;
-        let applied = applied.first().copied().unwrap_or(false);
-        super::log_finished(&finished, applied, &config.worker_id);
-        Ok(applied)
-    })
-    .await
+/// A watch of the database file at `path`: on Linux its directory's writes (`wake.rs`); elsewhere nothing, and
+/// polling stays.
+fn watch_file(path: &std::path::Path) -> Watch {
+    #[cfg(target_os = "linux")]
+    return Watch::new(wake::watch(path).map(|w| Box::new(w) as _), None);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        Watch::default()
+    }
 }

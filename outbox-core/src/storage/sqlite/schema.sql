@@ -1,4 +1,5 @@
--- The outbox schema on SQLite, as one migration creates it. Times are integer milliseconds since the Unix
+-- The outbox schema on SQLite, whole: what the migrations (`migrations/`) make of an empty database, held equal to
+-- them by a test (`schema_file_is_what_the_migrations_make`). Times are integer milliseconds since the Unix
 -- epoch, JSON is text. "Blocking" below means: a job that holds back the later jobs of its sequence, because
 -- it has not run yet, is running, or failed for good or was cancelled under the hold policy
 -- (`sequence_hold` 1; 0 is the continue policy, 2 a hold an operator released).
@@ -39,19 +40,26 @@ CREATE TABLE outbox_jobs (
     -- Flipped by the worker's claim and completion statements, which record their jobs in one feed row of
     -- their own: the transition trigger records only changes that leave it as it was.
     event_flip INTEGER NOT NULL DEFAULT 0,
+    -- Due later (a delay, a retry's backoff, a snooze): off the ready indexes, in an index of its own until a
+    -- claim finds it due and lets it in (`store/claim.rs`).
+    scheduled INTEGER NOT NULL DEFAULT 0,
+    -- A job later jobs of its sequence were enqueued behind no longer takes duplicates of its key: they go to the
+    -- sequence's tail (a duplicate never reorders intents).
+    superseded INTEGER NOT NULL DEFAULT 0,
     CHECK (typeof(payload) = 'text'),
     CHECK (output IS NULL OR typeof(output) = 'text'),
     CHECK (attempts BETWEEN 0 AND 1000000000 AND runs BETWEEN 0 AND 1000000000)
 ) STRICT;
 
--- Claims read due jobs in (priority, run_at, id) order straight off these; restricted workers by queue.
-CREATE INDEX outbox_jobs_ready
-    ON outbox_jobs (priority DESC, run_at, id) WHERE status = 'pending' AND waiting = 0;
-CREATE INDEX outbox_jobs_ready_queue
-    ON outbox_jobs (queue, priority DESC, run_at, id) WHERE status = 'pending' AND waiting = 0;
-CREATE UNIQUE INDEX outbox_jobs_active_key
-    ON outbox_jobs (kind, idempotency_key)
-    WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL;
+-- Claims read due jobs in (priority, run_at, id) order straight off these, restricted workers by queue. They lead
+-- with the kind, so jobs of kinds a worker does not serve are never read by its claims.
+CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id)
+    WHERE status = 'pending' AND waiting = 0 AND scheduled = 0;
+CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id)
+    WHERE status = 'pending' AND waiting = 0 AND scheduled = 0;
+CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (run_at) WHERE status = 'pending' AND scheduled = 1;
+CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key)
+    WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL AND superseded = 0;
 CREATE INDEX outbox_jobs_lease ON outbox_jobs (lease_expires_at) WHERE status = 'claimed';
 CREATE INDEX outbox_jobs_finished
     ON outbox_jobs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled');
@@ -120,7 +128,10 @@ CREATE TRIGGER outbox_jobs_enqueued AFTER INSERT ON outbox_jobs BEGIN
     INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
     VALUES (NEW.id, NEW.kind, NEW.queue, NEW.created_at, 'enqueued', NEW.attempts);
 END;
-CREATE TRIGGER outbox_jobs_purged AFTER DELETE ON outbox_jobs BEGIN
+-- A finished job deleted (retention, `purge`) takes its history with it. A job of a kind that keeps nothing is
+-- deleted by the statement that completes it, while still claimed: its events stay for the feed's readers (a
+-- reader resuming from `Last-Event-ID` must not miss them), and retention prunes them with the feed.
+CREATE TRIGGER outbox_jobs_purged AFTER DELETE ON outbox_jobs WHEN OLD.status <> 'claimed' BEGIN
     DELETE FROM outbox_job_events WHERE job_id = OLD.id;
 END;
 -- Every other transition, by any writer, named as `storage/events.rs` describes; the same text on PostgreSQL.
@@ -209,3 +220,46 @@ CREATE TABLE outbox_reconciliations (
     worker TEXT,
     report TEXT NOT NULL
 ) STRICT;
+
+-- The archive: completed jobs of kinds kept in time partitions (`Retention::kind_in_partitions`) leave
+-- `outbox_jobs` in the statement that completes them and land in `outbox_jobs_done`. SQLite has no
+-- partitions: retention renames that table once per span to `outbox_jobs_done_<from>_<to>` (milliseconds),
+-- makes a new empty one, and drops a renamed table whole once every job in it is older than the completed jobs'
+-- age. Readers name the view `outbox_jobs_archive`, which retention makes again over whichever tables exist.
+-- The columns are the jobs table's, less its feed flag; an archived job is always `completed`.
+CREATE TABLE outbox_jobs_done (
+    id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    payload ANY NOT NULL,
+    priority INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    idempotency_key TEXT,
+    schema_hash TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    sequence_key TEXT,
+    sequence_no INTEGER,
+    sequence_hold INTEGER NOT NULL,
+    waiting INTEGER NOT NULL,
+    superseded INTEGER NOT NULL,
+    scheduled INTEGER NOT NULL,
+    run_at INTEGER NOT NULL,
+    last_error TEXT,
+    output ANY,
+    attempts INTEGER NOT NULL,
+    runs INTEGER NOT NULL,
+    locked_by TEXT,
+    locked_at INTEGER,
+    claimed_at INTEGER,
+    status TEXT NOT NULL CHECK (status = 'completed'),
+    completed_at INTEGER NOT NULL,
+    lease_expires_at INTEGER,
+    updated_at INTEGER NOT NULL
+) STRICT;
+-- Names end in the time they were made, so the tables retention renames keep theirs and a new table can take
+-- the same kind of name.
+CREATE INDEX outbox_jobs_done_id_0 ON outbox_jobs_done (id);
+CREATE TRIGGER outbox_jobs_done_purged_0 AFTER DELETE ON outbox_jobs_done BEGIN
+    DELETE FROM outbox_job_events WHERE job_id = OLD.id;
+END;
+CREATE VIEW outbox_jobs_archive AS SELECT * FROM outbox_jobs_done;

@@ -7,7 +7,7 @@ use sea_orm::sqlx::{self, Row};
 use super::{PgStore, PgStoreConfig, retrying};
 use crate::error::{Error, Result};
 use crate::storage::postgres::ts;
-use crate::storage::store::limited_share;
+use crate::storage::worker_store::limited_share;
 use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Unreadable, WorkerStore};
 
 /// The claim of due jobs, with one feed row for them all. Its ready jobs are read from the ready index, which is

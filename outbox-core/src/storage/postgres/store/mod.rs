@@ -9,7 +9,7 @@
 //! the server drops (restart, failover, `pg_terminate_backend`) costs one failed statement: every call is
 //! retried on a fresh connection, completions until they are written or their lease would have run out anyway.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,16 +21,16 @@ use sea_orm::sqlx::{self, Row};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
-use super::listener::listen;
 use super::ts;
+use super::wake::listen;
 use crate::error::{Error, Result};
-use crate::storage::store::StoreFuture;
 use crate::storage::transient;
+use crate::storage::worker_store::StoreFuture;
 use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
-use crate::wake;
 use claim::claimed_jobs;
 use claim::{CursorCell, PROMOTE_EVERY_MS, QUEUES_EVERY_MS};
 pub(super) use claim::{claim_rows, promote_due, queues_of};
+pub(super) use claims::{Claims, claim_counts};
 use complete::write_finished;
 
 /// What the worker claims and who it is.
@@ -75,9 +75,12 @@ macro_rules! feed_row {
 }
 
 mod claim;
+mod claims;
 mod complete;
 #[cfg(test)]
 mod plans;
+pub(super) mod remote;
+mod rescue;
 
 pub(in crate::storage::postgres) use claim::claimed_job;
 pub(in crate::storage::postgres) use complete::{applied, write_batch};
@@ -113,98 +116,6 @@ const EXTEND_ONE: &str = concat!(
     ts!("$1"),
     ") WHERE (status || '') = 'claimed' AND locked_by = $2 AND id = ($3::text[])[1]"
 );
-
-/// The rescue of expired claims, found through `outbox_claims` (see `claims.sql`): of the claims whose lease ran
-/// out, the jobs still claimed whose own lease ran out too are put back to pending (or failed, with no attempts
-/// left); then each such claim is deleted, or moved on to the earliest lease among its jobs still claimed (renewed
-/// since, claimed again, or held by another transaction and so skipped here). Rescuers on several machines skip
-/// each other's claims and jobs instead of queueing behind them. The statement's reads of `outbox_jobs` see the
-/// rows as they were before it, so the jobs it puts back are left out by id.
-pub(super) const RESCUE: &str = concat!(
-    "WITH x AS (SELECT id, jobs FROM outbox_claims WHERE lease_expires_at < ",
-    ts!("$1"),
-    " FOR UPDATE SKIP LOCKED), \
-     r AS (SELECT id FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) FROM x)) \
-     AND (status || '') = 'claimed' AND lease_expires_at < ",
-    ts!("$1"),
-    " FOR UPDATE SKIP LOCKED), \
-     u AS (UPDATE outbox_jobs j SET \
-     status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END, \
-     last_error = 'lease expired while claimed by ' || COALESCE(j.locked_by, 'an unknown worker') \
-     || CASE WHEN j.attempts >= j.max_attempts THEN '; no attempts left' ELSE '' END, \
-     lease_expires_at = NULL, run_at = ",
-    ts!("$1"),
-    ", updated_at = ",
-    ts!("$1"),
-    " WHERE j.id = ANY(ARRAY(SELECT id FROM r)) RETURNING j.id, j.kind, j.queue, j.attempts, j.status, j.locked_by), \
-     k AS (SELECT x.id, (SELECT min(COALESCE(j.lease_expires_at, TIMESTAMPTZ 'epoch')) FROM outbox_jobs j \
-     WHERE j.id = ANY(x.jobs) AND (j.status || '') = 'claimed' AND j.id <> ALL(ARRAY(SELECT id FROM r))) AS next \
-     FROM x), \
-     d AS (DELETE FROM outbox_claims c USING k WHERE c.id = k.id AND k.next IS NULL), \
-     m AS (UPDATE outbox_claims c SET lease_expires_at = k.next FROM k WHERE c.id = k.id AND k.next IS NOT NULL) \
-     SELECT id, kind, queue, attempts, status, locked_by FROM u"
-);
-
-/// The sequences with a waiting job whose lock is free (taken for the transaction), as an array: the first
-/// half of the sweep.
-/// Only a sequence none of whose jobs is running or free to run is a candidate: a sequence moving on its own
-/// is never locked here, so the sweep does not contend with the release of its next job.
-///
-/// Every job it reads holds its sequence (`blocks`): a waiting job is a pending one of a sequence, as is a running
-/// or free one. Saying so lets it read the index of such jobs alone. Without it, no index served `waiting`, and
-/// every rescue read the whole table: 4 ms over 20,000 unsequenced pending jobs, before a worker's first claim.
-pub(super) const SWEEP_LOCK: &str = "SELECT array_agg(k) FROM (SELECT DISTINCT w.sequence_key AS k FROM outbox_jobs w \
-     WHERE w.blocks AND w.status = 'pending' AND w.waiting AND NOT EXISTS (SELECT 1 FROM outbox_jobs c \
-     WHERE c.sequence_key = w.sequence_key AND c.blocks \
-     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
-     ORDER BY 1) s \
-     WHERE pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0))";
-
-/// The second half, in the same transaction and so with a snapshot taken under those locks: lets go the first
-/// job of each sequence when it waits with nothing ahead of it holding it and no job of the sequence running
-/// or free to run (a job retried after its sequence went on waits for the later one that runs). The release triggers skip a
-/// sequence an enqueuing transaction holds, and a job enqueued by a transaction of one snapshot (`REPEATABLE
-/// READ`, `SERIALIZABLE`) goes in waiting whatever it saw (`snapshot_enqueue.sql`); the sweep catches both.
-pub(super) const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
-     WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks \
-     ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
-     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k AND c.blocks \
-     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))";
-
-/// The first half of the sweep for the sequences `$2` alone (`$1` the schema): of those with a waiting job, none of
-/// whose jobs is running or free to run, the ones whose lock it took (for the transaction), and the ones whose
-/// lock another transaction holds (an enqueue onto the sequence, or another worker's release). What a worker's
-/// listener runs when a transaction of one snapshot enqueued onto them (`snapshot_enqueue.sql`).
-pub(super) const SWEEP_KEYS_LOCK: &str = "SELECT array_agg(k) FILTER (WHERE locked), array_agg(k) FILTER (WHERE NOT locked) \
-     FROM (SELECT k, pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0)) AS locked \
-     FROM (SELECT DISTINCT u.k FROM unnest($2::text[]) AS u(k) WHERE EXISTS (SELECT 1 FROM outbox_jobs w \
-     WHERE w.sequence_key = u.k AND w.blocks AND w.status = 'pending' AND w.waiting) \
-     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = u.k AND c.blocks \
-     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
-     ORDER BY 1) s) t";
-
-/// Lets go the first job of each of the sequences `keys` of `schema` when nothing of it runs or is free to run,
-/// in a transaction of its own on `conn` ([`SWEEP_KEYS_LOCK`], then [`SWEEP`]), and wakes the workers when it
-/// let any go; how many it let go, and the sequences it could not lock (to try again: whoever holds the lock may
-/// be an enqueue that lets nothing go).
-pub(super) async fn release_sequences(
-    conn: &mut sqlx::postgres::PgConnection,
-    schema: &str,
-    keys: &[String],
-) -> std::result::Result<(u64, Vec<String>), sqlx::Error> {
-    let mut tx = sqlx::Connection::begin(conn).await?;
-    let (locked, busy): (Option<Vec<String>>, Option<Vec<String>>) =
-        sqlx::query_as(SWEEP_KEYS_LOCK).bind(schema).bind(keys).fetch_one(&mut *tx).await?;
-    let released = match locked {
-        Some(locked) => sqlx::query(SWEEP).bind(&locked).execute(&mut *tx).await?.rows_affected(),
-        None => 0,
-    };
-    if released > 0 {
-        sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
-    }
-    tx.commit().await?;
-    Ok((released, busy.unwrap_or_default()))
-}
 
 /// The worker's own connections: claims, the completion writer, renewals and rescues.
 const POOL: u32 = 4;
@@ -317,77 +228,6 @@ impl Inner {
 /// Ids of finished attempts waiting for the completion writer.
 type Unwritten = Arc<std::sync::Mutex<HashSet<String>>>;
 
-/// This worker's claims whose jobs' outcomes are not all written yet, by the id of their row in `outbox_claims`:
-/// the writer deletes a claim's row in the statement that writes the outcome of its last job. A row whose jobs
-/// never all get written (an outcome given up on, a worker that stops) is left to the rescuers, which delete it
-/// once its lease and its jobs' have run out (see [`RESCUE`]).
-///
-/// A job is counted in its latest claim by this worker, with that claim's run: a job whose claim ran out and was
-/// rescued can be claimed again by the same worker while its first run's handler is still going, and that run's
-/// late outcome (refused by the fence) must neither count against the new claim nor delete its row, which would
-/// leave the job claimed with no claim the rescuers can find.
-#[derive(Debug, Default)]
-pub(super) struct ClaimCounts {
-    /// Each job's latest claim by this worker: its run and the claim's row.
-    claim_of: HashMap<String, (i32, i64)>,
-    left: HashMap<i64, usize>,
-}
-
-pub(super) type Claims = Arc<std::sync::Mutex<ClaimCounts>>;
-
-pub(super) fn claim_counts(claims: &Claims) -> std::sync::MutexGuard<'_, ClaimCounts> {
-    // Plain counts, changed in one step each: a panic elsewhere while it was locked leaves nothing half-done.
-    claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl ClaimCounts {
-    /// Job `id` was claimed for its run `run` by the claim `claim`.
-    fn claimed(&mut self, claim: i64, id: String, run: i32) {
-        if let Some((_, before)) = self.claim_of.insert(id, (run, claim)) {
-            self.drop_one(before);
-        }
-        *self.left.entry(claim).or_default() += 1;
-    }
-
-    fn drop_one(&mut self, claim: i64) {
-        if let Some(n) = self.left.get_mut(&claim) {
-            *n -= 1;
-            if *n == 0 {
-                self.left.remove(&claim);
-            }
-        }
-    }
-
-    /// The claims whose jobs with unwritten outcomes are all in `batch`: written with it, they are done.
-    pub(super) fn emptied_by(&self, batch: &[Finished]) -> Vec<i64> {
-        let mut in_batch: HashMap<i64, usize> = HashMap::new();
-        for f in complete::latest_runs(batch) {
-            if let Some(&(run, claim)) = self.claim_of.get(&f.id)
-                && run == f.run
-            {
-                *in_batch.entry(claim).or_default() += 1;
-            }
-        }
-        let mut done: Vec<i64> =
-            in_batch.into_iter().filter(|(claim, n)| self.left.get(claim) == Some(n)).map(|(claim, _)| claim).collect();
-        done.sort_unstable();
-        done
-    }
-
-    /// The outcomes of `runs` (job id, run) were written (whatever their fences let through); those of earlier
-    /// runs than a job's latest claim leave that claim counted.
-    pub(super) fn written<'a>(&mut self, runs: impl IntoIterator<Item = (&'a str, i32)>) {
-        for (id, run) in runs {
-            if let Some(&(latest, claim)) = self.claim_of.get(id)
-                && latest == run
-            {
-                self.claim_of.remove(id);
-                self.drop_one(claim);
-            }
-        }
-    }
-}
-
 fn unwritten_ids(unwritten: &Unwritten) -> std::sync::MutexGuard<'_, HashSet<String>> {
     // The set holds plain ids; a panic elsewhere while it was locked leaves nothing half-done in it.
     unwritten.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -446,7 +286,7 @@ impl PgStore {
         let claim_pool = pool_of(1, "outbox-claimer", &generic);
         // The completion writer writes one batch at a time.
         let write_pool = pool_of(1, "outbox-writer", &generic);
-        let listen_pool = super::listener::pool(listen_options);
+        let listen_pool = super::wake::pool(listen_options);
         let (tx, rx) = mpsc::unbounded_channel();
         let unwritten = Unwritten::default();
         let claims = Claims::default();
@@ -561,7 +401,7 @@ impl WorkerStore for PgStore {
     }
 
     fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>> {
-        Box::pin(self.on_bg(move |inner| async move { rescue(&inner, now).await }))
+        Box::pin(self.on_bg(move |inner| async move { rescue::rescue(&inner, now).await }))
     }
 
     /// Stops the listener and closes the worker's pools: the claim connection here, on the loop's runtime, and
@@ -619,54 +459,6 @@ impl WorkerStore for PgStore {
             rx.await.map_err(|_| Error::WorkerStopped)
         })
     }
-}
-
-/// Lets go sequences that moved on, then rescues expired claims.
-async fn rescue(inner: &Inner, now: i64) -> Result<Vec<Rescued>> {
-    rescue_on(&inner.pool, &inner.config.schema, now).await
-}
-
-/// Lets go jobs stranded behind sequences that moved on, and puts claims whose lease ran out before `now`
-/// back to pending (or failed, with no attempts left); the rescued claims.
-pub(in crate::storage::postgres) async fn rescue_on(pool: &PgPool, schema: &str, now: i64) -> Result<Vec<Rescued>> {
-    // Both on one connection: one returned to the pool is free again only after a task the pool spawns has run,
-    // so the rescue, run on the pool right after the sweep, opened a second connection of its own.
-    let (released, rows) = retrying("letting waiting sequences go and rescuing expired claims", || async {
-        let mut conn = pool.acquire().await?;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let keys: Option<Vec<String>> = sqlx::query_scalar(SWEEP_LOCK).bind(schema).fetch_one(&mut *tx).await?;
-        let released = match keys {
-            Some(keys) => {
-                let n = sqlx::query(SWEEP).bind(&keys).execute(&mut *tx).await?.rows_affected();
-                if n > 0 {
-                    sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
-                }
-                n
-            }
-            None => 0,
-        };
-        tx.commit().await?;
-        let rows = sqlx::query(RESCUE).bind(now).fetch_all(&mut *conn).await?;
-        Ok((released, rows))
-    })
-    .await?;
-    if released > 0 {
-        tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
-        wake::wake();
-    }
-    rows.iter()
-        .map(|row| {
-            Ok(Rescued {
-                id: row.try_get(0)?,
-                kind: row.try_get(1)?,
-                queue: row.try_get(2)?,
-                attempt: row.try_get(3)?,
-                status: row.try_get(4)?,
-                previous_owner: row.try_get(5)?,
-            })
-        })
-        .collect::<std::result::Result<_, sqlx::Error>>()
-        .map_err(Error::db("reading rescued claims"))
 }
 
 pub(super) async fn retrying<T, F, Fut>(what: &str, mut call: F) -> Result<T>

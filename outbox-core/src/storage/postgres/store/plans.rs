@@ -6,13 +6,15 @@
 use sea_orm::sqlx::{self, Row};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
+use super::super::wake::{SWEEP, SWEEP_KEYS_LOCK};
+use super::EXTEND;
 use super::claim::{
     CLAIM_ONE, CLAIM_ONE_AFTER, CLAIM_QUEUES, CLAIM_QUEUES_AFTER, PROMOTE, PROMOTE_PER_CLAIM, QUEUES, RUNNING,
 };
 use super::complete::{FINISH, FINISH_DISCARDING, FINISH_ONE, FINISH_PLAIN, outcomes};
-use super::{EXTEND, RESCUE, SWEEP, SWEEP_KEYS_LOCK, SWEEP_LOCK};
+use super::rescue::{RESCUE, SWEEP_LOCK};
 use crate::error::{Error, Result};
-use crate::storage::{Backend, Finished, Keep, Outcome};
+use crate::storage::{Dialect, Finished, Keep, Outcome};
 
 /// Jobs in the table, their ids in the order of their rows as time-ordered ids are.
 const TABLE: usize = 30_000;
@@ -225,7 +227,7 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_of_hundreds_of_jobs_find_them_by_id() {
     let name = "postgres::plans::statements_of_hundreds_of_jobs_find_them_by_id";
-    crate::storage::conformance::run(Backend::Postgres, name, plans_read_rows_by_id).await;
+    crate::storage::conformance::run(Dialect::Postgres, name, plans_read_rows_by_id).await;
 }
 
 /// A claim updates its jobs' rows in place: every row it claims is a heap-only update (no index entry, the row's
@@ -266,5 +268,5 @@ async fn claims_update_rows_in_place(db: &DatabaseConnection) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_update_their_rows_in_place() {
     let name = "postgres::plans::claims_update_their_rows_in_place";
-    crate::storage::conformance::run(Backend::Postgres, name, claims_update_rows_in_place).await;
+    crate::storage::conformance::run(Dialect::Postgres, name, claims_update_rows_in_place).await;
 }

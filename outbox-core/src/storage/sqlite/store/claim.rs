@@ -5,7 +5,7 @@ use rusqlite::{Connection, params};
 
 use super::{StoreConfig, insert_batch_event};
 use crate::error::{Error, Result};
-use crate::storage::store::limited_share;
+use crate::storage::worker_store::limited_share;
 use crate::storage::{ClaimedJob, Unreadable};
 
 /// Scheduled jobs that have come due join the ready indexes, the earliest first, a bounded number per claim,

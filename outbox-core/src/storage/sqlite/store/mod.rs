@@ -1,5 +1,6 @@
 //! The worker's own SQLite connection, on a thread of its own: claims (`claim.rs`), fenced completions
-//! (`complete.rs`), lease renewals and rescues, batched into one write transaction per cycle.
+//! (`complete.rs`), lease renewals and rescues (`rescue.rs`), batched into one write transaction per cycle;
+//! remote workers' calls through the same statements (`remote.rs`).
 //!
 //! The hot path does not go through the caller's sea-orm pool: sqlx-sqlite hands every statement to a
 //! per-connection thread (about fifteen context switches per transaction), so the worker owns one rusqlite
@@ -14,14 +15,16 @@ use tokio::sync::{mpsc, oneshot};
 
 mod claim;
 mod complete;
+pub(super) mod remote;
+mod rescue;
 
 pub(super) use claim::claim;
 pub(super) use complete::write_finished;
+use rescue::rescue;
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-use crate::storage::events;
-use crate::storage::store::StoreFuture;
+use crate::storage::worker_store::StoreFuture;
 use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
 
 /// How the worker's connection is opened and what it may claim.
@@ -60,7 +63,7 @@ impl SqliteStore {
     pub(crate) fn open(config: StoreConfig) -> Result<SqliteStore> {
         let conn = open_connection(&config)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let watch = crate::wake::Watch::file(&config.path);
+        let watch = super::watch_file(&config.path);
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
             .spawn(move || Actor { conn, config, rx, _watch: watch, relaxed: false }.run())
@@ -148,16 +151,6 @@ fn wait_for_lock(tries: i32) -> bool {
         true
     })
 }
-
-/// Lets go the first blocking job of every sequence that has jobs waiting and none running or free to run
-/// (the blocking condition of `schema.sql`, spelled out as there).
-const RELEASE_STRANDED: &str = "UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h \
-     WHERE h.sequence_key = k.sequence_key AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', \
-     'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT \
-     w.sequence_key FROM outbox_jobs w WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS \
-     (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = w.sequence_key \
-     AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) \
-     AND status = 'pending' AND waiting = 1";
 
 struct Actor {
     conn: Connection,
@@ -378,49 +371,8 @@ impl Actor {
     }
 }
 
-/// Lets go jobs stranded behind sequences that moved on, and puts claims whose lease ran out before `now`
-/// back to pending (or failed, with no attempts left); the rescued claims.
-pub(in crate::storage::sqlite) fn rescue(conn: &Connection, now: i64) -> Result<Vec<Rescued>> {
-    // Writers take turns here, so the triggers never miss a job to let go; rows written or changed by hand
-    // can still leave one waiting with nothing ahead of it. A sequence with a job running or free to run is
-    // moving and left alone (its first waiting job may be one retried behind the running one).
-    let released = conn
-        .prepare_cached(RELEASE_STRANDED)
-        .and_then(|mut s| s.execute([]))
-        .map_err(Error::db("letting waiting sequences go"))?;
-    if released > 0 {
-        tracing::info!(jobs = released, "let go jobs waiting behind sequences that had moved on");
-        crate::wake::wake();
-    }
-    let ctx = || Error::db("rescuing expired claims");
-    let mut stmt = conn
-        .prepare_cached(
-            "UPDATE outbox_jobs SET \
-             status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END, \
-             last_error = 'lease expired while claimed by ' || COALESCE(locked_by, 'an unknown worker') \
-             || CASE WHEN attempts >= max_attempts THEN '; no attempts left' ELSE '' END, \
-             lease_expires_at = NULL, run_at = ?1, updated_at = ?1 \
-             WHERE status = 'claimed' AND lease_expires_at < ?1 \
-             RETURNING id, kind, queue, attempts, status, locked_by",
-        )
-        .map_err(ctx())?;
-    let rows = stmt
-        .query_map(params![now], |row| {
-            Ok(Rescued {
-                id: row.get(0)?,
-                kind: row.get(1)?,
-                queue: row.get(2)?,
-                attempt: row.get(3)?,
-                status: row.get(4)?,
-                previous_owner: row.get(5)?,
-            })
-        })
-        .map_err(ctx())?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(ctx())
-}
-
 /// The feed row of one worker statement's `event` (`claimed` or `completed`) for `jobs` (id, kind, queue,
-/// attempt), listed as [`events::listing`] writes them; nothing when the statement took no job. The statement
+/// attempt), listed as [`super::feed::listing`] writes them; nothing when the statement took no job. The statement
 /// flipped `event_flip` on these jobs, so the transition trigger left them to it.
 pub(super) fn insert_batch_event<S: AsRef<str>>(
     conn: &Connection,
@@ -433,7 +385,7 @@ pub(super) fn insert_batch_event<S: AsRef<str>>(
         return Ok(());
     }
     let ctx = || Error::db(format!("recording {} {event} jobs in the event feed", jobs.len()));
-    let (kind, queue, listed) = events::listing(jobs)?;
+    let (kind, queue, listed) = super::feed::listing(jobs)?;
     conn.prepare_cached(
         "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
          VALUES ('', ?1, ?2, ?3, ?4, 0, ?5, ?6)",

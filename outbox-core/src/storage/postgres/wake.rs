@@ -4,12 +4,16 @@
 
 use std::time::Duration;
 
-use sea_orm::sqlx::Acquire;
 use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sea_orm::sqlx::{self, Acquire};
 
 use super::CHANNEL;
 use crate::backoff::Backoff;
 use crate::wake;
+
+/// The wait before reconnecting after a failure, doubling up to the last.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LAST_RETRY: Duration = Duration::from_secs(30);
 
 /// A pool of one connection for [`listen`], on `options`: the `LISTEN` connection is held for as long as it
 /// listens, so it is never one another pool counts on.
@@ -22,7 +26,7 @@ pub(super) fn pool(options: PgConnectOptions) -> PgPool {
 /// `releases` (a worker's listener), a notification naming a sequence of the schema lets its first job go on the
 /// same connection when nothing of it runs or is free to run; the rescuers' sweep covers what is missed.
 pub(super) async fn listen(pool: PgPool, schema: String, worker: String, releases: bool) {
-    let mut retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+    let mut retry = Backoff::new(FIRST_RETRY, LAST_RETRY);
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(l) => l,
@@ -38,7 +42,7 @@ pub(super) async fn listen(pool: PgPool, schema: String, worker: String, release
             continue;
         }
         tracing::debug!(worker = %worker, channel = CHANNEL, "listening for wake-ups");
-        retry.reset();
+        retry = Backoff::new(FIRST_RETRY, LAST_RETRY);
         // Whatever was enqueued while not listening was not announced.
         wake::wake_heard();
         // Sequences to let go whose lock another transaction held: tried again, sooner first.
@@ -132,7 +136,7 @@ async fn release(
     let names: Vec<String> = keys.iter().map(|(key, _)| key.clone()).collect();
     let released = async {
         let conn = listener.acquire().await?;
-        super::store::release_sequences(conn, schema, &names).await
+        release_sequences(conn, schema, &names).await
     }
     .await;
     match released {
@@ -153,4 +157,50 @@ async fn release(
             false
         }
     }
+}
+
+/// The second half, in the same transaction and so with a snapshot taken under those locks: lets go the first
+/// job of each sequence when it waits with nothing ahead of it holding it and no job of the sequence running
+/// or free to run (a job retried after its sequence went on waits for the later one that runs). The release triggers skip a
+/// sequence an enqueuing transaction holds, and a job enqueued by a transaction of one snapshot (`REPEATABLE
+/// READ`, `SERIALIZABLE`) goes in waiting whatever it saw (`snapshot_enqueue.sql`); the sweep catches both.
+pub(in crate::storage::postgres) const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
+     WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks \
+     ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
+     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k AND c.blocks \
+     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))";
+
+/// The first half of the sweep for the sequences `$2` alone (`$1` the schema): of those with a waiting job, none of
+/// whose jobs is running or free to run, the ones whose lock it took (for the transaction), and the ones whose
+/// lock another transaction holds (an enqueue onto the sequence, or another worker's release). What a worker's
+/// listener runs when a transaction of one snapshot enqueued onto them (`snapshot_enqueue.sql`).
+pub(in crate::storage::postgres) const SWEEP_KEYS_LOCK: &str = "SELECT array_agg(k) FILTER (WHERE locked), array_agg(k) FILTER (WHERE NOT locked) \
+     FROM (SELECT k, pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0)) AS locked \
+     FROM (SELECT DISTINCT u.k FROM unnest($2::text[]) AS u(k) WHERE EXISTS (SELECT 1 FROM outbox_jobs w \
+     WHERE w.sequence_key = u.k AND w.blocks AND w.status = 'pending' AND w.waiting) \
+     AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = u.k AND c.blocks \
+     AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting))) \
+     ORDER BY 1) s) t";
+
+/// Lets go the first job of each of the sequences `keys` of `schema` when nothing of it runs or is free to run,
+/// in a transaction of its own on `conn` ([`SWEEP_KEYS_LOCK`], then [`SWEEP`]), and wakes the workers when it
+/// let any go; how many it let go, and the sequences it could not lock (to try again: whoever holds the lock may
+/// be an enqueue that lets nothing go).
+pub(super) async fn release_sequences(
+    conn: &mut sqlx::postgres::PgConnection,
+    schema: &str,
+    keys: &[String],
+) -> std::result::Result<(u64, Vec<String>), sqlx::Error> {
+    let mut tx = sqlx::Connection::begin(conn).await?;
+    let (locked, busy): (Option<Vec<String>>, Option<Vec<String>>) =
+        sqlx::query_as(SWEEP_KEYS_LOCK).bind(schema).bind(keys).fetch_one(&mut *tx).await?;
+    let released = match locked {
+        Some(locked) => sqlx::query(SWEEP).bind(&locked).execute(&mut *tx).await?.rows_affected(),
+        None => 0,
+    };
+    if released > 0 {
+        sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok((released, busy.unwrap_or_default()))
 }

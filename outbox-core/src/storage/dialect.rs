@@ -1,12 +1,12 @@
 //! The list of backends, and everything their SQL differs in that a shared statement has to spell. A
-//! statement written once asks its connection's [`Backend`] for each of these and nothing else:
+//! statement written once asks its connection's [`Dialect`] for each of these and nothing else:
 //!
-//! - placeholders are written `$1`, `$2`, ... everywhere ([`Backend::stmt`] makes them plain `?` on SQLite);
-//! - times are integer milliseconds on SQLite and `timestamptz` on PostgreSQL: [`Backend::ts`] turns a
-//!   parameter of milliseconds into the column's type, [`Backend::ms`] a column or interval back;
-//! - JSON is text on SQLite and `jsonb` on PostgreSQL: [`Backend::json`] in, [`Backend::text`] out;
+//! - placeholders are written `$1`, `$2`, ... everywhere ([`Dialect::stmt`] makes them plain `?` on SQLite);
+//! - times are integer milliseconds on SQLite and `timestamptz` on PostgreSQL: [`Dialect::ts`] turns a
+//!   parameter of milliseconds into the column's type, [`Dialect::ms`] a column or interval back;
+//! - JSON is text on SQLite and `jsonb` on PostgreSQL: [`Dialect::json`] in, [`Dialect::text`] out;
 //! - the larger of two values is `MAX(a, b)` on SQLite and `GREATEST(a, b)` on PostgreSQL
-//!   ([`Backend::greatest`]).
+//!   ([`Dialect::greatest`]).
 //!
 //! Conditions on the boolean `waiting` read the same on both (`NOT waiting`, `COUNT(*) FILTER (WHERE ...)`).
 
@@ -20,39 +20,39 @@ use crate::error::{Error, Result};
 /// The database engines outbox runs on, each behind its Cargo feature. Adding one is a variant here, an arm
 /// in each method below, and a folder beside `sqlite/` and `postgres/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backend {
+pub(crate) enum Dialect {
     #[cfg(feature = "sqlite")]
     Sqlite,
     #[cfg(feature = "postgres")]
     Postgres,
 }
 
-impl Backend {
+impl Dialect {
     /// The backend of a connection, when this build supports it.
-    pub(crate) fn of<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Backend> {
+    pub(crate) fn of<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Dialect> {
         match conn.get_database_backend() {
             #[cfg(feature = "sqlite")]
-            DbBackend::Sqlite => Ok(Backend::Sqlite),
+            DbBackend::Sqlite => Ok(Dialect::Sqlite),
             #[cfg(feature = "postgres")]
-            DbBackend::Postgres => Ok(Backend::Postgres),
+            DbBackend::Postgres => Ok(Dialect::Postgres),
             other => Err(Error::Unsupported(format!(
                 "{other:?} is not supported by this build of outbox; it runs on {}",
-                Backend::names()
+                Dialect::names()
             ))),
         }
     }
 
     /// The backend a connection URL names.
-    pub(crate) fn of_url(url: &str) -> Result<Backend> {
+    pub(crate) fn of_url(url: &str) -> Result<Dialect> {
         let scheme = url.split_once(':').map_or("", |(s, _)| s);
         match scheme {
             #[cfg(feature = "sqlite")]
-            "sqlite" => Ok(Backend::Sqlite),
+            "sqlite" => Ok(Dialect::Sqlite),
             #[cfg(feature = "postgres")]
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            "postgres" | "postgresql" => Ok(Dialect::Postgres),
             _ => Err(Error::Unsupported(format!(
                 "the database URL scheme `{scheme}:` is not supported by this build of outbox; it runs on {}",
-                Backend::names()
+                Dialect::names()
             ))),
         }
     }
@@ -70,9 +70,9 @@ impl Backend {
     fn db(self) -> DbBackend {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => DbBackend::Sqlite,
+            Dialect::Sqlite => DbBackend::Sqlite,
             #[cfg(feature = "postgres")]
-            Backend::Postgres => DbBackend::Postgres,
+            Dialect::Postgres => DbBackend::Postgres,
         }
     }
 
@@ -81,9 +81,9 @@ impl Backend {
     pub(crate) fn stmt(self, sql: impl Into<String>, values: Vec<Value>) -> Statement {
         let (sql, values) = match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => positional(sql.into(), values),
+            Dialect::Sqlite => positional(sql.into(), values),
             #[cfg(feature = "postgres")]
-            Backend::Postgres => (sql.into(), values),
+            Dialect::Postgres => (sql.into(), values),
         };
         Statement::from_sql_and_values(self.db(), sql, values)
     }
@@ -92,10 +92,10 @@ impl Backend {
     pub(crate) fn ts(self, p: &str) -> String {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => p.to_owned(),
+            Dialect::Sqlite => p.to_owned(),
             // Exact, unlike `to_timestamp`.
             #[cfg(feature = "postgres")]
-            Backend::Postgres => format!("(TIMESTAMPTZ 'epoch' + ({p})::int8 * INTERVAL '1 millisecond')"),
+            Dialect::Postgres => format!("(TIMESTAMPTZ 'epoch' + ({p})::int8 * INTERVAL '1 millisecond')"),
         }
     }
 
@@ -103,9 +103,9 @@ impl Backend {
     pub(crate) fn ms(self, expr: &str) -> String {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => expr.to_owned(),
+            Dialect::Sqlite => expr.to_owned(),
             #[cfg(feature = "postgres")]
-            Backend::Postgres => format!("(EXTRACT(EPOCH FROM {expr}) * 1000)::int8"),
+            Dialect::Postgres => format!("(EXTRACT(EPOCH FROM {expr}) * 1000)::int8"),
         }
     }
 
@@ -113,9 +113,9 @@ impl Backend {
     pub(crate) fn json(self, p: &str) -> String {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => p.to_owned(),
+            Dialect::Sqlite => p.to_owned(),
             #[cfg(feature = "postgres")]
-            Backend::Postgres => format!("{p}::jsonb"),
+            Dialect::Postgres => format!("{p}::jsonb"),
         }
     }
 
@@ -123,9 +123,90 @@ impl Backend {
     pub(crate) fn text(self, col: &str) -> String {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => col.to_owned(),
+            Dialect::Sqlite => col.to_owned(),
             #[cfg(feature = "postgres")]
-            Backend::Postgres => format!("{col}::text"),
+            Dialect::Postgres => format!("{col}::text"),
+        }
+    }
+
+    /// Whether placeholders are numbered (`$1`) rather than bare `?` bound in the order they appear.
+    pub(crate) fn numbered(self) -> bool {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => false,
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => true,
+        }
+    }
+
+    /// The set of the elements of the JSON array `array`, named `alias` (for a `FROM` list); [`Dialect::element`]
+    /// reads one.
+    pub(crate) fn elements(self, array: &str, alias: &str) -> String {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => format!("json_each({array}) AS {alias}"),
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => format!("json_array_elements({array}) AS {alias}"),
+        }
+    }
+
+    /// The element of [`Dialect::elements`] named `alias`, as JSON.
+    pub(crate) fn element(self, alias: &str) -> String {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => format!("{alias}.value"),
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => alias.to_owned(),
+        }
+    }
+
+    /// The payload value at the JSON path `$.a.b` (object keys only), as a JSON value or, with `text`, as text (a
+    /// string without its quotes); its placeholder pushed to `p`.
+    pub(crate) fn payload_at(self, p: &mut Params, json_path: &str, text: bool) -> Result<String> {
+        Ok(match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite if text => format!("CAST(json_extract(payload, {}) AS TEXT)", p.push(json_path)),
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => format!("json_extract(payload, {})", p.push(json_path)),
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                let op = if text { "#>>" } else { "#>" };
+                format!("(payload {op} string_to_array({}, '.'))", p.push(path_keys(json_path)?))
+            }
+        })
+    }
+
+    /// The JSON array of the JSON values `parts`, as text written as SQLite's `json_array` writes it (no spaces).
+    pub(crate) fn json_array_text(self, parts: &[String]) -> String {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => format!("json_array({})", parts.join(", ")),
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                let parts: Vec<String> = parts.iter().map(|v| format!("COALESCE({v}::text, 'null')")).collect();
+                format!("('[' || concat_ws(',', {}) || ']')", parts.join(", "))
+            }
+        }
+    }
+
+    /// The connection's temp schema, which holds scratch tables.
+    pub(crate) fn temp_schema(self) -> &'static str {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => "temp",
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => "pg_temp",
+        }
+    }
+
+    /// How a scratch table is spelled: an integer that is SQLite's rowid, what makes the table go with its
+    /// transaction, and a collation that orders text bytewise.
+    pub(crate) fn scratch_spelling(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => ("INTEGER", "", ""),
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => ("BIGINT", " ON COMMIT DROP", " COLLATE \"C\""),
         }
     }
 
@@ -133,11 +214,25 @@ impl Backend {
     pub(crate) fn greatest(self) -> &'static str {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => "MAX",
+            Dialect::Sqlite => "MAX",
             #[cfg(feature = "postgres")]
-            Backend::Postgres => "GREATEST",
+            Dialect::Postgres => "GREATEST",
         }
     }
+}
+
+/// The keys of a JSON path of the form `$.a.b`, joined by dots, for PostgreSQL's path operators.
+#[cfg(feature = "postgres")]
+fn path_keys(json_path: &str) -> Result<String> {
+    let keys = json_path.strip_prefix("$.").unwrap_or_default();
+    let valid = !keys.is_empty()
+        && keys.split('.').all(|k| !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
+    if !valid {
+        return Err(Error::Invalid(format!(
+            "unsupported JSON path `{json_path}` on PostgreSQL: use `$.field` or `$.field.nested` (object keys only)"
+        )));
+    }
+    Ok(keys.to_owned())
 }
 
 /// Numbered placeholders for values pushed one at a time: `Params::push` returns the placeholder of the

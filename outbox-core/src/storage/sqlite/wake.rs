@@ -27,6 +27,12 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
+/// Another process committed something: wakes the workers, the waits and the feed readers of this one.
+fn external() {
+    crate::wake::wake_heard();
+    crate::wake::outcome_written();
+}
+
 /// The first look after a write event; each next one waits twice as long, up to [`FAST_STEP`] for
 /// [`FAST_FOR`], then up to [`SLOW_STEP`].
 const FIRST_STEP: Duration = Duration::from_micros(100);
@@ -258,7 +264,7 @@ impl Looker {
             if overflow {
                 // Events were lost: any file may have had a commit.
                 tracing::debug!("the database file watch overflowed; waking everyone");
-                super::external();
+                external();
             }
             self.start_looks(&written, overflow, now);
             self.look(now);
@@ -348,7 +354,7 @@ impl Looker {
             }
         }
         if committed {
-            super::external();
+            external();
         }
         committed
     }

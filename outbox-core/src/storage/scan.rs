@@ -3,8 +3,8 @@
 
 use sea_orm::{ConnectionTrait, QueryResult, Value};
 
-use super::backend::Params;
-use super::{Backend, decode, limit_value};
+use super::dialect::Params;
+use super::{Dialect, decode, limit_value};
 use crate::error::{Error, Result};
 
 /// One entry of an open path scan.
@@ -20,36 +20,6 @@ pub(crate) struct ScanRow {
     pub(crate) jobs: u64,
 }
 
-/// The payload value at the JSON path `$.a.b` (object keys only), as a JSON value or, with `text`, as text (a
-/// string without its quotes); its placeholder pushed to `p`.
-fn payload_at(b: Backend, p: &mut Params, json_path: &str, text: bool) -> Result<String> {
-    Ok(match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite if text => format!("CAST(json_extract(payload, {}) AS TEXT)", p.push(json_path)),
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => format!("json_extract(payload, {})", p.push(json_path)),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            let op = if text { "#>>" } else { "#>" };
-            format!("(payload {op} string_to_array({}, '.'))", p.push(path_keys(json_path)?))
-        }
-    })
-}
-
-/// The keys of a JSON path of the form `$.a.b`, joined by dots, for PostgreSQL's path operators.
-#[cfg(feature = "postgres")]
-fn path_keys(json_path: &str) -> Result<String> {
-    let keys = json_path.strip_prefix("$.").unwrap_or_default();
-    let valid = !keys.is_empty()
-        && keys.split('.').all(|k| !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
-    if !valid {
-        return Err(Error::Invalid(format!(
-            "unsupported JSON path `{json_path}` on PostgreSQL: use `$.field` or `$.field.nested` (object keys only)"
-        )));
-    }
-    Ok(keys.to_owned())
-}
-
 /// Materializes the latest completed job per path into the transaction's scratch table and returns
 /// (completed jobs, distinct paths). `fields` are (kind, JSON path of its path field); each kind's field is
 /// picked by a CASE, so adding kinds adds no scan. Must run inside a transaction: the pages read the table on
@@ -58,12 +28,12 @@ pub(crate) async fn open_path_scan<C: ConnectionTrait + ?Sized>(
     conn: &C,
     fields: &[(&str, &str)],
 ) -> Result<(u64, u64)> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let mut p = Params::default();
     let mut case = String::from("CASE kind");
     for (kind, json_path) in fields {
         let kind = p.push(*kind);
-        let value = payload_at(b, &mut p, json_path, true)?;
+        let value = b.payload_at(&mut p, json_path, true)?;
         case.push_str(&format!(" WHEN {kind} THEN {value}"));
     }
     case.push_str(" END");
@@ -78,18 +48,10 @@ pub(crate) async fn open_key_scan<C: ConnectionTrait + ?Sized>(
     kind: &str,
     json_paths: &[&str],
 ) -> Result<(u64, u64)> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let mut p = Params::default();
-    let parts = json_paths.iter().map(|path| payload_at(b, &mut p, path, false)).collect::<Result<Vec<_>>>()?;
-    let key = match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => format!("json_array({})", parts.join(", ")),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => {
-            let parts: Vec<String> = parts.iter().map(|v| format!("COALESCE({v}::text, 'null')")).collect();
-            format!("('[' || concat_ws(',', {}) || ']')", parts.join(", "))
-        }
-    };
+    let parts = json_paths.iter().map(|path| b.payload_at(&mut p, path, false)).collect::<Result<Vec<_>>>()?;
+    let key = b.json_array_text(&parts);
     open_scan(conn, b, p, &[kind], &key).await
 }
 
@@ -98,22 +60,14 @@ pub(crate) async fn open_key_scan<C: ConnectionTrait + ?Sized>(
 /// of `kinds`, in one pass over the jobs, numbered in key order (bytewise, no key first).
 async fn open_scan<C: ConnectionTrait + ?Sized>(
     conn: &C,
-    b: Backend,
+    b: Dialect,
     mut p: Params,
     kinds: &[&str],
     key_sql: &str,
 ) -> Result<(u64, u64)> {
     let ctx = || Error::db("building the latest completed job per path");
     // An integer that is SQLite's rowid, a table gone with its transaction, bytewise order.
-    let (tmp, (int, create, bytewise)) = (
-        temp(b),
-        match b {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite => ("INTEGER", "", ""),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres => ("BIGINT", " ON COMMIT DROP", " COLLATE \"C\""),
-        },
-    );
+    let (tmp, (int, create, bytewise)) = (b.temp_schema(), b.scratch_spelling());
     conn.execute_unprepared(&format!("DROP TABLE IF EXISTS {tmp}.outbox_path_scan")).await.map_err(ctx())?;
     conn.execute_unprepared(&format!(
         "CREATE TEMP TABLE outbox_path_scan (seq {int} PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, \
@@ -148,27 +102,17 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 
 /// The scratch table's entries numbered after `after`, at most `limit`.
 pub(crate) async fn page<C: ConnectionTrait + ?Sized>(conn: &C, after: i64, limit: u64) -> Result<Vec<ScanRow>> {
-    let b = Backend::of(conn)?;
+    let b = Dialect::of(conn)?;
     let sql = format!(
         "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM {}.outbox_path_scan \
          WHERE seq > $1 ORDER BY seq LIMIT $2",
-        temp(b)
+        b.temp_schema()
     );
     let rows = conn
         .query_all_raw(b.stmt(sql, vec![Value::from(after), limit_value(limit)]))
         .await
         .map_err(Error::db("reading a page of the path scan"))?;
     decode_page(&rows)
-}
-
-/// The connection's temp schema, which holds the scratch table.
-fn temp(b: Backend) -> &'static str {
-    match b {
-        #[cfg(feature = "sqlite")]
-        Backend::Sqlite => "temp",
-        #[cfg(feature = "postgres")]
-        Backend::Postgres => "pg_temp",
-    }
 }
 
 fn decode_page(rows: &[QueryResult]) -> Result<Vec<ScanRow>> {

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::error::Result;
 
@@ -288,5 +289,37 @@ pub(crate) fn log_finished(f: &Finished, applied: bool, worker: &str) {
         Outcome::Failed { error } => tracing::error!(job_id, kind, queue, attempt, error = %error, "job failed"),
         Outcome::Snoozed { run_at } => tracing::debug!(job_id, kind, queue, attempt, run_at, "job snoozed"),
         Outcome::Released => tracing::info!(job_id, kind, queue, attempt, "job released, its attempt given back"),
+    }
+}
+
+/// When this process's remote claims last rescued expired claims (ms).
+static LAST_RESCUE: AtomicI64 = AtomicI64::new(0);
+
+/// Whether a remote claim at `now` rescues expired claims first: at most once a second per process. A fleet
+/// of shell or HTTP workers alone has no in-process worker to rescue the claims of one that died, so their
+/// claims do it.
+pub(crate) fn rescue_due(now: i64) -> bool {
+    let last = LAST_RESCUE.load(Ordering::Relaxed);
+    now.saturating_sub(last) >= 1_000
+        && LAST_RESCUE.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+}
+
+/// Logs the claims a remote claim rescued.
+pub(crate) fn log_rescued(rescued: &[Rescued], worker: &str) {
+    for r in rescued {
+        let owner = r.previous_owner.as_deref().unwrap_or("?");
+        tracing::warn!(
+            job_id = %r.id,
+            kind = %r.kind,
+            queue = %r.queue,
+            attempt = r.attempt,
+            status = %r.status,
+            previous_owner = owner,
+            worker,
+            "rescued a claim whose lease ran out"
+        );
+    }
+    if rescued.iter().any(|r| r.status == "failed") {
+        crate::wake::outcome_written();
     }
 }

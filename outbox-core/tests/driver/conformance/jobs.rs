@@ -1,0 +1,192 @@
+//! Conformance of `storage/jobs.rs`: jobs read, listed and paged, and the operators' retry, cancel, purge and
+//! delete.
+
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+
+use super::{T0, add, finished, get, ids, job, keyed, mark_claimed, mark_completed, mark_failed, opts, sequenced};
+use crate::error::Result;
+use crate::record::{JobFilter, JobStatus, from_ms};
+use crate::storage::enqueue::NewJob;
+use crate::storage::{Dialect, Finished, Keep, Outcome, events, jobs, now_ms, open_worker_store};
+
+driver_tests!(
+    get_of_an_unknown_id_is_none,
+    list_filters_by_status_kind_queue_and_key,
+    list_pages_newest_first,
+    list_of_a_sequence_and_since,
+    stuck_lists_expired_claims,
+    retry_puts_a_failed_job_back,
+    retry_refuses_a_key_an_active_job_holds,
+    retry_failed_takes_the_latest_of_each_key,
+    cancel_cancels_pending_jobs_only,
+    cancel_releases_a_held_sequence,
+    purge_deletes_old_finished_jobs,
+    delete_removes_one_finished_job,
+    purge_takes_the_events_of_jobs_deleted_as_they_completed,
+);
+
+async fn get_of_an_unknown_id_is_none(db: &DatabaseConnection) -> Result<()> {
+    assert_eq!(jobs::get(db, "nope").await?, None);
+    Ok(())
+}
+
+async fn list_filters_by_status_kind_queue_and_key(db: &DatabaseConnection) -> Result<()> {
+    let other = |id: &str| NewJob { kind: "other".into(), ..job(id) };
+    add(db, &[keyed("a", "x"), other("b"), NewJob { queue: "q2".into(), ..job("c") }, job("d")]).await?;
+    mark_completed(db, "d", T0 + 1).await?;
+    let list = async |filter: JobFilter| jobs::list(db, &JobFilter { limit: 10, ..filter }).await;
+    assert_eq!(ids(&list(JobFilter { status: Some(JobStatus::Completed), ..Default::default() }).await?), ["d"]);
+    assert_eq!(ids(&list(JobFilter { kind: Some("k".into()), ..Default::default() }).await?), ["d", "c", "a"]);
+    let q = JobFilter { kind: Some("k".into()), queue: Some("default".into()), ..Default::default() };
+    assert_eq!(ids(&list(q).await?), ["d", "a"]);
+    assert_eq!(ids(&list(JobFilter { key: Some("x".into()), ..Default::default() }).await?), ["a"]);
+    Ok(())
+}
+
+async fn list_pages_newest_first(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("j1"), job("j2"), job("j3"), job("j4"), job("j5")]).await?;
+    let page = async |before: Option<&str>| {
+        jobs::list(db, &JobFilter { before: before.map(Into::into), limit: 2, ..Default::default() }).await
+    };
+    assert_eq!(ids(&page(None).await?), ["j5", "j4"]);
+    assert_eq!(ids(&page(Some("j4")).await?), ["j3", "j2"]);
+    assert_eq!(ids(&page(Some("j2")).await?), ["j1"]);
+    assert_eq!(ids(&page(Some("j1")).await?), Vec::<&str>::new());
+    Ok(())
+}
+
+async fn list_of_a_sequence_and_since(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[sequenced("s1", "s"), sequenced("s2", "s"), sequenced("s3", "s"), job("a")]).await?;
+    let in_sequence = JobFilter { sequence: Some("s".into()), limit: 2, ..Default::default() };
+    assert_eq!(ids(&jobs::list(db, &in_sequence).await?), ["s3", "s2"]);
+    mark_completed(db, "a", T0 + 5_000).await?;
+    let since = JobFilter { since: Some(from_ms(T0 + 1_000)), ..Default::default() };
+    assert_eq!(ids(&jobs::list(db, &since).await?), ["a"]);
+    Ok(())
+}
+
+async fn stuck_lists_expired_claims(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c")]).await?;
+    mark_claimed(db, "a", T0, T0 + 10_000).await?;
+    mark_claimed(db, "b", T0, T0 + 100).await?;
+    assert_eq!(ids(&jobs::stuck(db, T0 + 1_000).await?), ["b"]);
+    assert_eq!(ids(&jobs::stuck(db, T0 + 20_000).await?), ["b", "a"]);
+    assert!(jobs::stuck(db, T0).await?.is_empty());
+    Ok(())
+}
+
+async fn retry_puts_a_failed_job_back(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a")]).await?;
+    assert!(!jobs::retry(db, "a", T0 + 1).await?, "a pending job is not retried");
+    mark_failed(db, "a", "boom", T0 + 1).await?;
+    assert!(jobs::retry(db, "a", T0 + 50).await?);
+    let a = get(db, "a").await?;
+    assert_eq!(
+        (a.status, a.attempts, a.run_at, a.updated_at),
+        (JobStatus::Pending, 0, from_ms(T0 + 50), from_ms(T0 + 50))
+    );
+    assert!(!jobs::retry(db, "nope", T0).await?);
+    Ok(())
+}
+
+async fn retry_refuses_a_key_an_active_job_holds(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[keyed("a", "x")]).await?;
+    mark_failed(db, "a", "boom", T0 + 1).await?;
+    add(db, &[keyed("b", "x")]).await?;
+    assert!(!jobs::retry(db, "a", T0 + 2).await?);
+    assert_eq!(get(db, "a").await?.status, JobStatus::Failed);
+    Ok(())
+}
+
+async fn retry_failed_takes_the_latest_of_each_key(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[keyed("a", "x")]).await?;
+    mark_failed(db, "a", "boom", T0 + 1).await?;
+    add(db, &[keyed("b", "x"), job("c"), NewJob { kind: "other".into(), ..job("d") }]).await?;
+    mark_failed(db, "b", "boom", T0 + 2).await?;
+    mark_failed(db, "c", "bad", T0 + 2).await?;
+    mark_failed(db, "d", "boom", T0 + 2).await?;
+    assert_eq!(jobs::retry_failed(db, Some("k"), Some("boom"), T0 + 10).await?, 1);
+    assert_eq!((get(db, "a").await?.status, get(db, "b").await?.status), (JobStatus::Failed, JobStatus::Pending));
+    // `a`'s key is held by `b` now: only `c` and `d` go.
+    assert_eq!(jobs::retry_failed(db, None, None, T0 + 20).await?, 2);
+    assert_eq!(get(db, "a").await?.status, JobStatus::Failed);
+    assert_eq!(get(db, "d").await?.run_at, from_ms(T0 + 20));
+    Ok(())
+}
+
+async fn cancel_cancels_pending_jobs_only(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b")]).await?;
+    mark_completed(db, "b", T0 + 1).await?;
+    assert!(jobs::cancel(db, "a", T0 + 5).await?);
+    let a = get(db, "a").await?;
+    assert_eq!((a.status, a.updated_at), (JobStatus::Cancelled, from_ms(T0 + 5)));
+    assert!(!jobs::cancel(db, "a", T0 + 6).await?, "already cancelled");
+    assert!(!jobs::cancel(db, "b", T0 + 6).await?, "completed");
+    assert!(!jobs::cancel(db, "nope", T0 + 6).await?);
+    Ok(())
+}
+
+async fn cancel_releases_a_held_sequence(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    mark_failed(db, "s1", "boom", T0 + 1).await?;
+    assert!(get(db, "s1").await?.holds_sequence);
+    assert_eq!(get(db, "s2").await?.waiting_for.as_deref(), Some("s1"));
+    assert!(jobs::cancel(db, "s1", T0 + 2).await?);
+    let s1 = get(db, "s1").await?;
+    assert_eq!((s1.status, s1.holds_sequence), (JobStatus::Cancelled, false));
+    assert_eq!(get(db, "s2").await?.waiting_for, None);
+    assert!(!jobs::cancel(db, "s1", T0 + 3).await?, "the hold is released already");
+    Ok(())
+}
+
+async fn purge_deletes_old_finished_jobs(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b"), job("c"), job("d"), sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    mark_completed(db, "a", T0 + 1_000).await?;
+    mark_failed(db, "b", "boom", T0 + 1_000).await?;
+    mark_completed(db, "c", T0 + 9_000).await?;
+    mark_failed(db, "s1", "boom", T0 + 1_000).await?;
+    assert_eq!(jobs::purge(db, &[JobStatus::Pending], T0 + 5_000).await?, 0);
+    let all = [JobStatus::Pending, JobStatus::Completed, JobStatus::Failed];
+    assert_eq!(jobs::purge(db, &all, T0 + 5_000).await?, 2);
+    let left = jobs::list(db, &JobFilter::default()).await?;
+    assert_eq!(ids(&left), ["s2", "s1", "d", "c"], "the held `s1` stays");
+    Ok(())
+}
+
+async fn delete_removes_one_finished_job(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    assert!(!jobs::delete(db, "a").await?, "pending");
+    mark_completed(db, "a", T0 + 1).await?;
+    assert!(jobs::delete(db, "a").await?);
+    assert_eq!(jobs::get(db, "a").await?, None);
+    assert!(!jobs::delete(db, "a").await?);
+    mark_failed(db, "s1", "boom", T0 + 1).await?;
+    assert!(!jobs::delete(db, "s1").await?, "it holds its sequence");
+    Ok(())
+}
+
+/// `purge` of completed jobs also takes the events of jobs deleted as they completed, with the feed rows that
+/// recorded those completions; nothing is left that no retention would find.
+async fn purge_takes_the_events_of_jobs_deleted_as_they_completed(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b")]).await?;
+    let store = open_worker_store(db, opts("w1", &["k"]), &tokio::runtime::Handle::current()).await?;
+    let now = now_ms();
+    let claimed = store.claim(10, now, now + 60_000).await?;
+    assert_eq!(claimed.len(), 2);
+    for c in &claimed {
+        let keep = if c.id == "a" { Keep::Nothing } else { Keep::Row };
+        store.finish(Finished { keep, ..finished(&c.id, c.run, Outcome::Completed { output: None }) })?;
+    }
+    store.flush().await?;
+    store.close().await;
+    assert!(events::outlived(db, "a").await?);
+    jobs::purge(db, &[JobStatus::Completed], now + 3_600_000).await?;
+    let b = Dialect::of(db)?;
+    let left = db.query_all_raw(b.stmt("SELECT job_id, event FROM outbox_job_events ORDER BY id", vec![])).await?;
+    let left: Vec<(String, String)> = left
+        .iter()
+        .map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?)))
+        .collect::<std::result::Result<_, sea_orm::DbErr>>()?;
+    assert_eq!(left, Vec::<(String, String)>::new(), "events left behind by the purge");
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! Driver-level conformance: each storage operation called directly on every backend.
+//!
+//! Every test body runs once per backend of [`driver_tests!`], each on a fresh database of its own (a file in a
+//! temp dir, a PostgreSQL schema dropped even when the test panics); a backend added there runs them all. Jobs
+//! are put into states with plain SQL written once for every backend ([`set`]). The bodies are in one file per
+//! area, named after the file of `storage/` whose operations they call; this one holds what they share.
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
+
+use super::enqueue::NewJob;
+use super::{Dialect, Finished, Keep, Outcome, WorkerStoreOpts};
+use crate::error::Result;
+use crate::record::JobRecord;
+
+/// One test per body and backend, `<backend>::<body>`: the list of backends, each behind its feature.
+macro_rules! driver_tests {
+    ($($test:ident),* $(,)?) => {
+        driver_tests!(@on "sqlite", sqlite, Sqlite; $($test),*);
+        driver_tests!(@on "postgres", postgres, Postgres; $($test),*);
+    };
+    (@on $feature:literal, $module:ident, $variant:ident; $($test:ident),*) => {
+        #[cfg(feature = $feature)]
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let name = concat!(stringify!($module), "::", stringify!($test));
+                    crate::storage::conformance::run(crate::storage::Dialect::$variant, name, super::$test).await;
+                }
+            )*
+        }
+    };
+}
+
+mod enqueue;
+mod events;
+mod jobs;
+mod kinds;
+mod locks;
+mod reconciliations;
+mod remote;
+mod retention;
+mod scan;
+mod schedules;
+mod schema;
+mod stats;
+mod worker_store;
+mod workers;
+
+/// Runs `body` on a fresh migrated database of `backend`, and closes it.
+pub(super) async fn run(backend: Dialect, test: &str, body: impl AsyncFnOnce(&DatabaseConnection) -> Result<()>) {
+    let Some((db, _owned)) = fresh(backend, test).await else { return };
+    crate::migrate(&db).await.expect("migrate");
+    body(&db).await.unwrap_or_else(|e| panic!("{test}: {e}"));
+    db.close().await.expect("close the database");
+}
+
+/// A fresh empty database of `backend`, and what removes it when dropped (a temp dir, a PostgreSQL schema);
+/// `None` where the backend's server is not configured (the test is skipped).
+pub(super) async fn fresh(backend: Dialect, test: &str) -> Option<(DatabaseConnection, Box<dyn std::any::Any>)> {
+    Some(match backend {
+        #[cfg(feature = "sqlite")]
+        Dialect::Sqlite => {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("outbox.db").display());
+            (crate::connect(&url).await.expect("open the SQLite file"), Box::new(dir))
+        }
+        #[cfg(feature = "postgres")]
+        Dialect::Postgres => {
+            let server = pg_server(test)?;
+            let schema = PgSchema { name: format!("d_{:016x}", fastrand::u64(..)), server };
+            let url = with_options(&schema.server, &format!("-c search_path={}", schema.name));
+            let opts = crate::ConnectOpts { max_connections: 3, ..Default::default() };
+            let db = crate::connect_with(&url, opts).await.expect("connect to PostgreSQL");
+            db.execute_unprepared(&format!("CREATE SCHEMA {}", schema.name)).await.expect("create the schema");
+            (db, Box::new(schema))
+        }
+    })
+}
+
+#[cfg(feature = "postgres")]
+const PG_VAR: &str = "OUTBOX_TEST_PG_URL";
+
+/// The server of `OUTBOX_TEST_PG_URL`; unset, the test is skipped with a line past the harness's capture,
+/// and fails under CI.
+#[cfg(feature = "postgres")]
+fn pg_server(test: &str) -> Option<String> {
+    match std::env::var(PG_VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => panic!("{PG_VAR} is unset under CI"),
+        _ => {
+            // Straight to stderr: the harness captures what `eprintln!` prints, and a skip must be seen.
+            let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("SKIPPED {test}: set {PG_VAR}\n"));
+            None
+        }
+    }
+}
+
+/// `server` with PostgreSQL command-line `options` as its connection options.
+#[cfg(feature = "postgres")]
+fn with_options(server: &str, options: &str) -> String {
+    let separator = if server.contains('?') { '&' } else { '?' };
+    format!("{server}{separator}options={}", options.replace(' ', "%20").replace('=', "%3D"))
+}
+
+/// A test's schema, dropped with this: on a thread, runtime and connection of its own, since the test's
+/// runtime may be the one unwinding. Whoever still holds a lock in it (a transaction of the failed test) is
+/// ended first.
+#[cfg(feature = "postgres")]
+struct PgSchema {
+    name: String,
+    server: String,
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || -> std::result::Result<(), String> {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            runtime.map_err(|e| e.to_string())?.block_on(async {
+                let opts = crate::ConnectOpts { max_connections: 1, ..Default::default() };
+                let admin = crate::connect_with(&server, opts).await.map_err(|e| e.to_string())?;
+                let holders = format!(
+                    "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{name}' \
+                     AND l.pid <> pg_backend_pid()"
+                );
+                admin.execute_unprepared(&holders).await.map_err(|e| e.to_string())?;
+                let drop = format!("DROP SCHEMA IF EXISTS {name} CASCADE");
+                admin.execute_unprepared(&drop).await.map_err(|e| e.to_string())?;
+                admin.close().await.map_err(|e| e.to_string())
+            })
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the dropping thread panicked".into()));
+        match dropped {
+            Ok(()) => {}
+            Err(e) if std::thread::panicking() => eprintln!("could not drop the test schema {}: {e}", self.name),
+            Err(e) => panic!("could not drop the test schema {}: {e}", self.name),
+        }
+    }
+}
+
+/// A fixed time long past (ms): jobs enqueued at it are due.
+const T0: i64 = 1_700_000_000_000;
+
+fn job(id: &str) -> NewJob {
+    NewJob {
+        id: id.into(),
+        kind: "k".into(),
+        queue: "default".into(),
+        payload: r#"{"n":1}"#.into(),
+        priority: 0,
+        max_attempts: 3,
+        run_at: T0,
+        key: None,
+        schema_hash: "hash".into(),
+        created_at: T0,
+        sequence_key: None,
+        hold: true,
+        scheduled: false,
+    }
+}
+
+fn keyed(id: &str, key: &str) -> NewJob {
+    NewJob { key: Some(key.into()), ..job(id) }
+}
+
+fn sequenced(id: &str, sequence: &str) -> NewJob {
+    NewJob { sequence_key: Some(sequence.into()), ..job(id) }
+}
+
+/// Enqueues each job, which must be written.
+async fn add(db: &DatabaseConnection, jobs: &[NewJob]) -> Result<()> {
+    for j in jobs {
+        assert!(super::enqueue::insert_job(db, j).await?, "job `{}` was not written", j.id);
+    }
+    Ok(())
+}
+
+/// `UPDATE outbox_jobs SET <assignments> WHERE id = <id>`, where `{0}`, `{1}`, ... in `assignments` stand for
+/// the times `at` (ms) in the columns' type; the job must exist.
+async fn set(db: &DatabaseConnection, id: &str, assignments: &str, at: &[i64]) -> Result<()> {
+    let b = Dialect::of(db)?;
+    let mut sql = format!("UPDATE outbox_jobs SET {assignments} WHERE id = $1");
+    let mut values = vec![Value::from(id)];
+    for (i, t) in at.iter().enumerate() {
+        sql = sql.replace(&format!("{{{i}}}"), &b.ts(&format!("${}", i + 2)));
+        values.push((*t).into());
+    }
+    assert_eq!(db.execute_raw(b.stmt(sql, values)).await?.rows_affected(), 1, "no job `{id}`");
+    Ok(())
+}
+
+async fn mark_claimed(db: &DatabaseConnection, id: &str, at: i64, lease: i64) -> Result<()> {
+    let sql = "status = 'claimed', attempts = attempts + 1, locked_by = 'w', locked_at = {0}, claimed_at = {0}, \
+               lease_expires_at = {1}, updated_at = {0}";
+    set(db, id, sql, &[at, lease]).await
+}
+
+async fn mark_completed(db: &DatabaseConnection, id: &str, at: i64) -> Result<()> {
+    let sql = "status = 'completed', attempts = 1, claimed_at = {0}, completed_at = {0}, updated_at = {0}";
+    set(db, id, sql, &[at]).await
+}
+
+async fn mark_failed(db: &DatabaseConnection, id: &str, error: &str, at: i64) -> Result<()> {
+    set(db, id, &format!("status = 'failed', attempts = 1, last_error = '{error}', updated_at = {{0}}"), &[at]).await
+}
+
+async fn get(db: &DatabaseConnection, id: &str) -> Result<JobRecord> {
+    Ok(super::jobs::get(db, id).await?.unwrap_or_else(|| panic!("no job `{id}`")))
+}
+
+fn ids(records: &[JobRecord]) -> Vec<&str> {
+    records.iter().map(|r| r.id.as_str()).collect()
+}
+
+fn opts(worker: &str, kinds: &[&str]) -> WorkerStoreOpts {
+    let kinds = kinds.iter().map(|k| (*k).to_owned()).collect();
+    WorkerStoreOpts { worker_id: worker.into(), kinds, limits: Vec::new(), queues: None }
+}
+
+/// The outcome of job `id`'s claim of run `run`, its first attempt since (its attempt is its run: no test that
+/// tells them apart uses this).
+fn finished(id: &str, run: i32, outcome: Outcome) -> Finished {
+    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt: run, run, outcome, keep: Keep::Row }
+}
+
+fn completed() -> Outcome {
+    Outcome::Completed { output: Some(r#"{"ok":true}"#.into()) }
+}

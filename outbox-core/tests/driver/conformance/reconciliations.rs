@@ -1,0 +1,25 @@
+//! Conformance of `storage/reconciliations.rs`: the latest report of each reconciler.
+
+use sea_orm::DatabaseConnection;
+
+use super::T0;
+use crate::error::Result;
+use crate::record::{ReconciliationRecord, from_ms};
+use crate::storage::reconciliations;
+
+driver_tests!(reconciliations_keep_the_latest_report);
+
+async fn reconciliations_keep_the_latest_report(db: &DatabaseConnection) -> Result<()> {
+    let report = |name: &str, at, n| ReconciliationRecord {
+        reconciler: name.into(),
+        at: from_ms(at),
+        worker: Some("w".into()),
+        report: serde_json::json!({ "checked": n }),
+    };
+    reconciliations::record(db, &report("fs", T0, 1)).await?;
+    reconciliations::record(db, &ReconciliationRecord { worker: None, ..report("aws", T0, 2) }).await?;
+    reconciliations::record(db, &report("fs", T0 + 5, 3)).await?;
+    let expected = [ReconciliationRecord { worker: None, ..report("aws", T0, 2) }, report("fs", T0 + 5, 3)];
+    assert_eq!(reconciliations::list(db).await?, expected);
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! Conformance of `storage/retention.rs`: finished jobs pruned by status, kind and age, and the feed's old
+//! rows.
+
+use sea_orm::DatabaseConnection;
+
+use super::{T0, add, ids, job, mark_completed, mark_failed, opts, sequenced};
+use crate::error::Result;
+use crate::record::{JobEventKind, JobFilter, JobStatus};
+use crate::storage::enqueue::NewJob;
+use crate::storage::retention::{self, PruneRules};
+use crate::storage::{events, jobs, now_ms, remote};
+
+driver_tests!(prune_keeps_the_latest_of_a_sequence, prune_feed_deletes_old_worker_rows);
+
+async fn prune_keeps_the_latest_of_a_sequence(db: &DatabaseConnection) -> Result<()> {
+    let slow = NewJob { kind: "slow".into(), ..job("e") };
+    add(db, &[job("a"), job("b"), job("c"), slow, sequenced("s1", "s"), sequenced("s2", "s")]).await?;
+    for id in ["a", "e", "s1", "s2"] {
+        mark_completed(db, id, T0 + 1_000).await?;
+    }
+    mark_completed(db, "b", T0 + 9_000).await?;
+    mark_failed(db, "c", "boom", T0 + 1_000).await?;
+    let rules =
+        PruneRules { statuses: vec![(JobStatus::Completed, T0 + 5_000, vec![("slow".into(), T0)])], now: T0 + 10_000 };
+    assert_eq!(retention::prune(db, &rules, 1).await?.jobs, 1, "one batch of one");
+    assert_eq!(retention::prune(db, &rules, 100).await?.jobs, 1);
+    let last = retention::prune(db, &rules, 100).await?;
+    assert_eq!(last, retention::Pruned { jobs: 0, more: false }, "the kept jobs are not looked at again now");
+    let left = jobs::list(db, &JobFilter::default()).await?;
+    assert_eq!(ids(&left), ["s2", "e", "c", "b"], "`a` and `s1` went");
+    // Two seconds on, `slow` keeps its jobs four seconds less than the others: `e` has come due.
+    let later = PruneRules {
+        statuses: vec![(JobStatus::Completed, T0 + 7_000, vec![("slow".into(), T0 + 3_000)])],
+        now: T0 + 12_000,
+    };
+    assert_eq!(retention::prune(db, &later, 100).await?.jobs, 1, "`e` is due once its kind's age has passed");
+    let left = jobs::list(db, &JobFilter::default()).await?;
+    assert_eq!(ids(&left), ["s2", "c", "b"]);
+    Ok(())
+}
+
+async fn prune_feed_deletes_old_worker_rows(db: &DatabaseConnection) -> Result<()> {
+    add(db, &[job("a"), job("b")]).await?;
+    let now = now_ms();
+    assert_eq!(remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?.len(), 2);
+    assert_eq!(retention::prune_feed(db, now - 60_000, 10).await?, 0, "the claim's row is newer");
+    assert_eq!(retention::prune_feed(db, now + 60_000, 10).await?, 1, "one row for both claims; enqueues stay");
+    assert_eq!(retention::prune_feed(db, now + 60_000, 10).await?, 0);
+    assert_eq!(events::history(db, "a").await?[0].event, JobEventKind::Enqueued);
+    Ok(())
+}
