@@ -105,6 +105,14 @@ pub(crate) trait Engine {
     #[cfg(test)]
     const SCHEMA: &'static str;
 
+    /// The catalogue of the statements the engine sends (`statements.sql`), from the crate's directory.
+    #[cfg(test)]
+    const STATEMENTS_FILE: &'static str;
+
+    /// The statements the worker's own connections send past sea-orm, by name (`store/mod.rs`).
+    #[cfg(test)]
+    fn statements() -> Vec<(&'static str, String)>;
+
     /// What undoing the schema must do first that its statements cannot say (tables made at run time).
     async fn before_undo<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<()>;
 

@@ -68,13 +68,13 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
     let ctx = || Error::db("building the latest completed job per path");
     // An integer that is SQLite's rowid, a table gone with its transaction, bytewise order.
     let (tmp, (int, create, bytewise)) = (b.temp_schema(), b.scratch_spelling());
-    conn.execute_unprepared(&format!("DROP TABLE IF EXISTS {tmp}.outbox_path_scan")).await.map_err(ctx())?;
-    conn.execute_unprepared(&format!(
+    let drop = format!("DROP TABLE IF EXISTS {tmp}.outbox_path_scan");
+    conn.execute_raw(b.stmt(drop, vec![])).await.map_err(ctx())?;
+    let table = format!(
         "CREATE TEMP TABLE outbox_path_scan (seq {int} PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, \
          kind TEXT NOT NULL, output TEXT, completed_at {int}, jobs {int} NOT NULL){create}"
-    ))
-    .await
-    .map_err(ctx())?;
+    );
+    conn.execute_raw(b.stmt(table, vec![])).await.map_err(ctx())?;
     let marks: Vec<String> = kinds.iter().map(|k| p.push(*k)).collect();
     let sql = format!(
         "INSERT INTO {tmp}.outbox_path_scan (seq, path, job_id, kind, output, completed_at, jobs) \

@@ -125,6 +125,14 @@ impl Engine for Postgres {
     #[cfg(test)]
     const SCHEMA: &'static str = schema::SCHEMA;
 
+    #[cfg(test)]
+    const STATEMENTS_FILE: &'static str = "src/storage/postgres/statements.sql";
+
+    #[cfg(test)]
+    fn statements() -> Vec<(&'static str, String)> {
+        store::statements::statements()
+    }
+
     async fn before_undo<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<()> {
         let _ = conn;
         Ok(())

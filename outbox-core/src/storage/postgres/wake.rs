@@ -15,6 +15,9 @@ use crate::wake;
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const LAST_RETRY: Duration = Duration::from_secs(30);
 
+/// The wake-up of the workers of the schema `$1`, at commit.
+pub(in crate::storage::postgres) const NOTIFY: &str = "SELECT pg_notify('outbox_jobs', $1)";
+
 /// A pool of one connection for [`listen`], on `options`: the `LISTEN` connection is held for as long as it
 /// listens, so it is never one another pool counts on.
 pub(super) fn pool(options: PgConnectOptions) -> PgPool {
@@ -199,7 +202,7 @@ pub(super) async fn release_sequences(
         None => 0,
     };
     if released > 0 {
-        sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
+        sqlx::query(NOTIFY).bind(schema).execute(&mut *tx).await?;
     }
     tx.commit().await?;
     Ok((released, busy.unwrap_or_default()))

@@ -113,6 +113,14 @@ impl Engine for Sqlite {
     #[cfg(test)]
     const SCHEMA: &'static str = schema::SCHEMA;
 
+    #[cfg(test)]
+    const STATEMENTS_FILE: &'static str = "src/storage/sqlite/statements.sql";
+
+    #[cfg(test)]
+    fn statements() -> Vec<(&'static str, String)> {
+        store::statements::statements()
+    }
+
     async fn before_undo<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<()> {
         archive::drop_partitions(conn).await
     }

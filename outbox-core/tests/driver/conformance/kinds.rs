@@ -9,7 +9,7 @@ use crate::storage::kinds::{self, KindRow};
 
 driver_tests!(kinds_are_recorded_and_listed, kinds_refresh_keeps_first_seen);
 
-fn kind_row(name: &str) -> KindRow {
+pub(super) fn kind_row(name: &str) -> KindRow {
     KindRow {
         name: name.into(),
         schema: r#"{"type":"object"}"#.into(),

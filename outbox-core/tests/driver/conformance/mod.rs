@@ -32,6 +32,7 @@ macro_rules! driver_tests {
     };
 }
 
+mod catalogue;
 mod enqueue;
 mod events;
 mod jobs;
@@ -61,6 +62,7 @@ pub(super) async fn fresh(backend: Dialect, test: &str) -> Option<(DatabaseConne
     Some(match backend {
         #[cfg(feature = "sqlite")]
         Dialect::Sqlite => {
+            let _ = test;
             let dir = tempfile::tempdir().expect("a temp dir");
             let url = format!("sqlite://{}?mode=rwc", dir.path().join("outbox.db").display());
             (crate::connect(&url).await.expect("open the SQLite file"), Box::new(dir))

@@ -9,13 +9,17 @@ use crate::storage::reconciliations;
 
 driver_tests!(reconciliations_keep_the_latest_report);
 
-async fn reconciliations_keep_the_latest_report(db: &DatabaseConnection) -> Result<()> {
-    let report = |name: &str, at, n| ReconciliationRecord {
-        reconciler: name.into(),
+/// A report of `reconciler` at `at` that checked `n` things.
+pub(super) fn report(reconciler: &str, at: i64, n: u64) -> ReconciliationRecord {
+    ReconciliationRecord {
+        reconciler: reconciler.into(),
         at: from_ms(at),
         worker: Some("w".into()),
         report: serde_json::json!({ "checked": n }),
-    };
+    }
+}
+
+async fn reconciliations_keep_the_latest_report(db: &DatabaseConnection) -> Result<()> {
     reconciliations::record(db, &report("fs", T0, 1)).await?;
     reconciliations::record(db, &ReconciliationRecord { worker: None, ..report("aws", T0, 2) }).await?;
     reconciliations::record(db, &report("fs", T0 + 5, 3)).await?;

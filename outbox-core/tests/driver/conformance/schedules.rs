@@ -9,7 +9,7 @@ use crate::storage::schedules::{self, ScheduleRow};
 
 driver_tests!(schedules_register_returns_the_last_tick, schedules_claim_each_tick_once);
 
-fn schedule(name: &str) -> ScheduleRow {
+pub(super) fn schedule(name: &str) -> ScheduleRow {
     ScheduleRow {
         name: name.into(),
         kind: "k".into(),

@@ -159,20 +159,25 @@ fn assert_same(a: &[String], b: &[String], a_name: &str, b_name: &str) {
 /// The outbox catalog of `db`'s database (its migrations table left out), one line per relation, column (in
 /// order), constraint, index, trigger, function and view, each as the database itself writes it back.
 async fn catalog(db: &DatabaseConnection) -> Result<Vec<String>> {
-    let d = Dialect::of(db)?;
-    let queries: &[&str] = match d {
+    match Dialect::of(db)? {
         #[cfg(feature = "sqlite")]
-        Dialect::Sqlite => {
-            return sqlite_catalog(db).await;
-        }
+        Dialect::Sqlite => sqlite_catalog(db).await,
         #[cfg(feature = "postgres")]
-        Dialect::Postgres => &[
-            "SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' ' \
+        Dialect::Postgres => postgres_catalog(db).await,
+    }
+}
+
+/// PostgreSQL's catalog of the connection's schema, as [`catalog`] describes it.
+#[cfg(feature = "postgres")]
+async fn postgres_catalog(db: &DatabaseConnection) -> Result<Vec<String>> {
+    let d = Dialect::Postgres;
+    let queries: &[&str] = &[
+        "SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' ' \
              || coalesce(array_to_string(c.reloptions, ','), '') || ' ' || coalesce(pg_get_partkeydef(c.oid), '') \
              || ' ' || coalesce(pg_get_expr(c.relpartbound, c.oid), '') FROM pg_class c \
              JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() \
              AND c.relkind IN ('r', 'p', 'v', 'S') AND c.relname <> 'outbox_migrations' ORDER BY 1",
-            "SELECT 'column ' || c.relname || ' ' || a.attnum || ' ' || a.attname || ' ' \
+        "SELECT 'column ' || c.relname || ' ' || a.attnum || ' ' || a.attname || ' ' \
              || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull || ' ' \
              || coalesce(pg_get_expr(d.adbin, d.adrelid), '') || ' ' || a.attgenerated::text || ' ' \
              || a.attidentity::text || ' ' || coalesce((SELECT collname FROM pg_collation WHERE oid = a.attcollation), '') \
@@ -180,22 +185,21 @@ async fn catalog(db: &DatabaseConnection) -> Result<Vec<String>> {
              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v') AND a.attnum > 0 \
              AND NOT a.attisdropped AND c.relname <> 'outbox_migrations' ORDER BY c.relname, a.attnum",
-            "SELECT 'constraint ' || c.relname || ' ' || k.conname || ' ' || pg_get_constraintdef(k.oid) \
+        "SELECT 'constraint ' || c.relname || ' ' || k.conname || ' ' || pg_get_constraintdef(k.oid) \
              FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = current_schema() AND c.relname <> 'outbox_migrations' ORDER BY 1",
-            "SELECT 'index ' || replace(pg_get_indexdef(i.indexrelid), current_schema() || '.', '') FROM pg_index i \
+        "SELECT 'index ' || replace(pg_get_indexdef(i.indexrelid), current_schema() || '.', '') FROM pg_index i \
              JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = current_schema() AND c.relname <> 'outbox_migrations' ORDER BY 1",
-            "SELECT 'trigger ' || replace(pg_get_triggerdef(t.oid), current_schema() || '.', '') FROM pg_trigger t \
+        "SELECT 'trigger ' || replace(pg_get_triggerdef(t.oid), current_schema() || '.', '') FROM pg_trigger t \
              JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = current_schema() AND NOT t.tgisinternal ORDER BY 1",
-            "SELECT 'function ' || p.proname || ' ' || p.prosrc FROM pg_proc p \
+        "SELECT 'function ' || p.proname || ' ' || p.prosrc FROM pg_proc p \
              JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema() ORDER BY 1",
-            "SELECT 'view ' || c.relname || ' ' || pg_get_viewdef(c.oid) FROM pg_class c \
+        "SELECT 'view ' || c.relname || ' ' || pg_get_viewdef(c.oid) FROM pg_class c \
              JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'v' \
              ORDER BY 1",
-        ],
-    };
+    ];
     let mut lines = Vec::new();
     for sql in queries {
         for row in db.query_all_raw(d.stmt(*sql, vec![])).await? {

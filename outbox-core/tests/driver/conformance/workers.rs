@@ -9,7 +9,7 @@ use crate::storage::workers::{self, WorkerRow};
 
 driver_tests!(workers_upsert_list_and_remove);
 
-fn worker_row(id: &str, now: i64, expires_at: i64) -> WorkerRow {
+pub(super) fn worker_row(id: &str, now: i64, expires_at: i64) -> WorkerRow {
     WorkerRow {
         id: id.into(),
         host: "host".into(),

@@ -277,6 +277,10 @@ fn last_in_claim_order(rows: &[sqlx::postgres::PgRow]) -> Option<Cursor> {
 }
 
 /// The running jobs of a kind, found through the claims that list them (see `claims.sql`), each once.
+/// The lock of a kind's fleet-wide limit `$1`, held by the claim's transaction.
+pub(super) const LIMIT_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || $1, 0))";
+
 pub(super) const RUNNING: &str = "SELECT count(*) FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) \
      FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1";
 
@@ -296,10 +300,7 @@ async fn claim_limited(
     let kinds = [kind.to_owned()];
     retrying("claiming jobs of a limited kind", || async {
         let mut tx = pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || $1, 0))")
-            .bind(kind)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(LIMIT_LOCK).bind(kind).execute(&mut *tx).await?;
         let running: i64 = sqlx::query_scalar(RUNNING).bind(kind).fetch_one(&mut *tx).await?;
         let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
         if room == 0 {

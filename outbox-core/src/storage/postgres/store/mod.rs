@@ -81,6 +81,8 @@ mod complete;
 mod plans;
 pub(super) mod remote;
 mod rescue;
+#[cfg(test)]
+pub(super) mod statements;
 
 pub(in crate::storage::postgres) use claim::claimed_job;
 pub(in crate::storage::postgres) use complete::{applied, write_batch};

@@ -75,7 +75,7 @@ pub(in crate::storage::postgres) async fn rescue_on(pool: &PgPool, schema: &str,
             Some(keys) => {
                 let n = sqlx::query(SWEEP).bind(&keys).execute(&mut *tx).await?.rows_affected();
                 if n > 0 {
-                    sqlx::query("SELECT pg_notify('outbox_jobs', $1)").bind(schema).execute(&mut *tx).await?;
+                    sqlx::query(super::super::wake::NOTIFY).bind(schema).execute(&mut *tx).await?;
                 }
                 n
             }

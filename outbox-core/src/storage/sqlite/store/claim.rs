@@ -10,11 +10,19 @@ use crate::storage::{ClaimedJob, Unreadable};
 
 /// Scheduled jobs that have come due join the ready indexes, the earliest first, a bounded number per claim,
 /// in the claim's write transaction (so the claim sees them).
-const PROMOTE: &str = "UPDATE outbox_jobs SET scheduled = 0 WHERE rowid IN (SELECT rowid FROM outbox_jobs \
+pub(super) const PROMOTE: &str = "UPDATE outbox_jobs SET scheduled = 0 WHERE rowid IN (SELECT rowid FROM outbox_jobs \
      WHERE status = 'pending' AND scheduled = 1 AND run_at <= ?1 ORDER BY run_at LIMIT ?2)";
 
 /// Scheduled jobs let in by one claim at most; the rest follow with the next claims.
 const PROMOTE_PER_CLAIM: i64 = 1_000;
+
+/// How many jobs of the limited kinds `?1` (a JSON array) run now.
+pub(super) const RUNNING: &str =
+    "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed' AND kind IN (SELECT value FROM json_each(?1))";
+
+/// A claimed row that cannot be read, failed by its rowid with the error `?1` at `?2`.
+pub(super) const FAIL_UNREADABLE: &str = "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, \
+     updated_at = ?2 WHERE rowid = ?3";
 
 /// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
 /// leaves (the count and the claim share the write transaction, so no other claimer can slip in between;
@@ -38,10 +46,7 @@ pub(in crate::storage::sqlite) fn claim(
             return Ok(claimed);
         }
         let running: i64 = conn
-            .prepare_cached(
-                "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed' \
-                 AND kind IN (SELECT value FROM json_each(?1))",
-            )
+            .prepare_cached(RUNNING)
             .and_then(|mut s| s.query_row(params![kinds_json], |row| row.get(0)))
             .map_err(Error::db("counting running jobs of a limited kind"))?;
         let room =
@@ -92,40 +97,8 @@ fn claim_of(
     lease_until: i64,
     unreadable: &mut Vec<Unreadable>,
 ) -> Result<Vec<ClaimedJob>> {
-    // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
-    // kinds it does not serve, and the ranges' heads are merged; one kind from every queue (a limited kind's
-    // claim, and most workers') is its range alone, with no merge to run.
     let (kinds_json, one_kind) = (kinds.json, kinds.one && config.queues_json.is_none());
-    let (queues, queue_filter) = if config.queues_json.is_some() {
-        (" CROSS JOIN json_each(?6) AS q", " AND queue = q.value")
-    } else {
-        ("", " AND ?6 IS NULL")
-    };
-    let pick = if one_kind {
-        "SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 \
-         AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND run_at <= ?2 \
-         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0"
-            .to_owned()
-    } else {
-        format!(
-            "SELECT j.rowid FROM json_each(?4) AS k{queues} CROSS JOIN outbox_jobs AS j \
-             WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 \
-             AND scheduled = 0 AND kind = k.value{queue_filter} AND run_at <= ?2 \
-             ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0"
-        )
-    };
-    // Rows are picked by rowid, which the ready index holds: by id, each picked row cost one more descent of
-    // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare
-    // bound LIMIT into the plan and prepares the statement again whenever the value changes, which a claim's
-    // room does nearly every time.
-    let sql = format!(
-        "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
-         locked_at = ?2, \
-         claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip \
-         WHERE rowid IN ({pick}) \
-         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
-         sequence_key IS NOT NULL, rowid"
-    );
+    let sql = claim_statement(one_kind, config.queues_json.is_some());
     let ctx = || Error::db("claiming jobs");
     let mut claimed = Vec::new();
     let mut listed_before = 0;
@@ -167,18 +140,50 @@ fn claim_of(
             return Ok(claimed);
         }
         for (rowid, u, _, _) in bad {
-            conn.prepare_cached(
-                "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, \
-                 updated_at = ?2 WHERE rowid = ?3",
-            )
-            .and_then(|mut s| s.execute(params![u.error(), now, rowid]))
-            .map_err(Error::db(format!("failing unreadable job `{}`", u.id)))?;
+            conn.prepare_cached(FAIL_UNREADABLE)
+                .and_then(|mut s| s.execute(params![u.error(), now, rowid]))
+                .map_err(Error::db(format!("failing unreadable job `{}`", u.id)))?;
             unreadable.push(u);
         }
         if claimed.len() == limit {
             return Ok(claimed);
         }
     }
+}
+
+/// The claim of up to `?5` due jobs of the kinds `?4` (a JSON array) for the worker `?1` at `?2`, leased until
+/// `?3`: of one kind from every queue, or of several kinds merged, from every queue or from those of `?6`.
+pub(in crate::storage::sqlite) fn claim_statement(one_kind: bool, by_queue: bool) -> String {
+    // Each kind (and queue) is read from its own range of a ready index, so the claim reads nothing of the
+    // kinds it does not serve, and the ranges' heads are merged; one kind from every queue (a limited kind's
+    // claim, and most workers') is its range alone, with no merge to run.
+    let (queues, queue_filter) =
+        if by_queue { (" CROSS JOIN json_each(?6) AS q", " AND queue = q.value") } else { ("", " AND ?6 IS NULL") };
+    let pick = if one_kind {
+        "SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 \
+         AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND run_at <= ?2 \
+         ORDER BY priority DESC, run_at, id LIMIT ?5 + 0"
+            .to_owned()
+    } else {
+        format!(
+            "SELECT j.rowid FROM json_each(?4) AS k{queues} CROSS JOIN outbox_jobs AS j \
+             WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 \
+             AND scheduled = 0 AND kind = k.value{queue_filter} AND run_at <= ?2 \
+             ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0"
+        )
+    };
+    // Rows are picked by rowid, which the ready index holds: by id, each picked row cost one more descent of
+    // the id index, the deeper the bigger the backlog. `LIMIT ?5 + 0`, not `LIMIT ?5`: SQLite folds a bare
+    // bound LIMIT into the plan and prepares the statement again whenever the value changes, which a claim's
+    // room does nearly every time.
+    format!(
+        "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, \
+         locked_at = ?2, \
+         claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip \
+         WHERE rowid IN ({pick}) \
+         RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
+         sequence_key IS NOT NULL, rowid"
+    )
 }
 
 /// One row of the claim, each column checked for the type that belongs there.

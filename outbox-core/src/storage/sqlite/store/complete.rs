@@ -57,7 +57,7 @@ struct BatchRow<'a> {
 }
 
 /// The outcomes of a batch, each with the same columns and fence as in [`write_rows`].
-const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', attempts = attempts - (f.value ->> 'g'), \
+pub(super) const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', attempts = attempts - (f.value ->> 'g'), \
      output = CASE WHEN f.value ->> 's' = 'completed' THEN f.value ->> 'o' ELSE output END, \
      completed_at = CASE WHEN f.value ->> 's' = 'completed' THEN ?3 ELSE completed_at END, \
      last_error = COALESCE(f.value ->> 'e', last_error), run_at = COALESCE(f.value ->> 'r', run_at), \
@@ -72,7 +72,7 @@ const FINISH_BATCH: &str = "UPDATE outbox_jobs SET status = f.value ->> 's', att
 /// A batch of completions without output, every job kept: [`FINISH_BATCH`]'s columns for them, each job read from
 /// `?1`, an object of runs by id, its run (the fence) the only value the statement looks up. [`FINISH_BATCH`] reads
 /// ten values out of each job's object (`json` functions were a tenth of the worker connection's time in `process`).
-const FINISH_PLAIN: &str = "UPDATE outbox_jobs SET status = 'completed', output = NULL, completed_at = ?3, \
+pub(super) const FINISH_PLAIN: &str = "UPDATE outbox_jobs SET status = 'completed', output = NULL, completed_at = ?3, \
      scheduled = 0, lease_expires_at = NULL, updated_at = ?3, event_flip = 1 - event_flip \
      FROM jsonb_each(?1) AS f \
      WHERE outbox_jobs.id = f.key AND outbox_jobs.status = 'claimed' AND outbox_jobs.locked_by = ?2 \
@@ -83,7 +83,7 @@ const FINISH_PLAIN: &str = "UPDATE outbox_jobs SET status = 'completed', output 
 /// instead of updated, unless the job has a sequence key (then [`FINISH_BATCH`] completes it as usual). The
 /// deletion leaves the job's events (see `keep.sql`); the batch's feed row records the completion. It returns
 /// the columns [`FINISH_BATCH`] does.
-const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, runs) IN \
+pub(super) const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, runs) IN \
      (SELECT f.value ->> 'i', f.value ->> 'a' FROM jsonb_each(?1) AS f WHERE f.value ->> 'd') \
      AND status = 'claimed' AND locked_by = ?2 AND sequence_key IS NULL \
      RETURNING id, kind, queue, 'completed', attempts";
@@ -109,7 +109,7 @@ macro_rules! archived {
 
 /// The completions of a batch whose kind keeps them in time partitions (`k`), written into the archive before
 /// [`DISCARD_BATCH`] deletes them, each fenced as in [`FINISH_BATCH`]; never a job with a sequence key.
-const ARCHIVE_BATCH: &str = concat!(
+pub(super) const ARCHIVE_BATCH: &str = concat!(
     archived!("f.o", "?3"),
     // `jsonb_each` has columns named like the job's (`id`): its values are read in a subquery of their own.
     "FROM (SELECT value ->> 'i' AS i, value ->> 'a' AS a, value ->> 'o' AS o FROM jsonb_each(?1) WHERE value ->> 'k') \
@@ -118,7 +118,46 @@ const ARCHIVE_BATCH: &str = concat!(
 );
 
 /// [`ARCHIVE_BATCH`] for one job, fenced by `?1` to `?3`: `?4` is its output, `?5` the time.
-const ARCHIVE_ONE: &str = concat!(archived!("?4", "?5"), "FROM outbox_jobs ", fence!(), " AND sequence_key IS NULL");
+pub(super) const ARCHIVE_ONE: &str =
+    concat!(archived!("?4", "?5"), "FROM outbox_jobs ", fence!(), " AND sequence_key IS NULL");
+
+/// One outcome of the job `?1`, fenced by its claim (`?2`, `?3`): a completion with the output `?4` at `?5`.
+pub(super) const COMPLETE_ONE: &str = concat!(
+    "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, lease_expires_at = NULL, \
+     updated_at = ?5 ",
+    fence!()
+);
+
+/// One outcome of the job `?1`, fenced by its claim (`?2`, `?3`): a retry at `?4` after the error `?5`, at `?6`.
+pub(super) const RETRY_ONE: &str = concat!(
+    "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, scheduled = ?4 > ?6, last_error = ?5, \
+     lease_expires_at = NULL, updated_at = ?6 ",
+    fence!()
+);
+
+/// One outcome of the job `?1`, fenced by its claim (`?2`, `?3`): a failure for good with the error `?4` at `?5`.
+pub(super) const FAIL_ONE: &str = concat!(
+    "UPDATE outbox_jobs SET status = 'failed', last_error = ?4, lease_expires_at = NULL, updated_at = ?5 ",
+    fence!()
+);
+
+/// One outcome of the job `?1`, fenced by its claim (`?2`, `?3`): a snooze until `?4` at `?5`, the attempt given back.
+pub(super) const SNOOZE_ONE: &str = concat!(
+    "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, scheduled = ?4 > ?5, \
+     lease_expires_at = NULL, updated_at = ?5 ",
+    fence!()
+);
+
+/// One outcome of the job `?1`, fenced by its claim (`?2`, `?3`): a release at `?4`, the attempt given back.
+pub(super) const RELEASE_ONE: &str = concat!(
+    "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, lease_expires_at = NULL, \
+     updated_at = ?4 ",
+    fence!()
+);
+
+/// A completed job of a kind that keeps nothing (or keeps it in the archive), deleted, fenced by its claim.
+pub(super) const DISCARD_ONE: &str =
+    concat!("DELETE FROM outbox_jobs ", fence!(), " AND sequence_key IS NULL RETURNING kind, queue");
 
 fn write_batch(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Result<Vec<bool>> {
     let encoded = |e: serde_json::Error| Error::Internal(format!("encoding finished jobs: {e}"));
@@ -185,40 +224,20 @@ fn write_rows(tx: &Connection, owner: &str, batch: &[Finished], now: i64) -> Res
             }
             let n = match &f.outcome {
                 Outcome::Completed { output } => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'completed', output = ?4, completed_at = ?5, \
-                         lease_expires_at = NULL, updated_at = ?5 ",
-                        fence!()
-                    ))
+                    .prepare_cached(COMPLETE_ONE)
                     .and_then(|mut s| s.execute(params![f.id, owner, f.run, output, now])),
                 Outcome::Retry { run_at, error } => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'pending', run_at = ?4, scheduled = ?4 > ?6, \
-                         last_error = ?5, lease_expires_at = NULL, updated_at = ?6 ",
-                        fence!()
-                    ))
+                    .prepare_cached(RETRY_ONE)
                     .and_then(|mut s| s.execute(params![f.id, owner, f.run, run_at, error, now])),
-                Outcome::Failed { error } => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'failed', last_error = ?4, lease_expires_at = NULL, \
-                         updated_at = ?5 ",
-                        fence!()
-                    ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.run, error, now])),
-                Outcome::Snoozed { run_at } => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                         scheduled = ?4 > ?5, lease_expires_at = NULL, updated_at = ?5 ",
-                        fence!()
-                    ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.run, run_at, now])),
-                Outcome::Released => tx
-                    .prepare_cached(concat!(
-                        "UPDATE outbox_jobs SET status = 'pending', attempts = attempts - 1, run_at = ?4, \
-                         lease_expires_at = NULL, updated_at = ?4 ",
-                        fence!()
-                    ))
-                    .and_then(|mut s| s.execute(params![f.id, owner, f.run, now])),
+                Outcome::Failed { error } => {
+                    tx.prepare_cached(FAIL_ONE).and_then(|mut s| s.execute(params![f.id, owner, f.run, error, now]))
+                }
+                Outcome::Snoozed { run_at } => {
+                    tx.prepare_cached(SNOOZE_ONE).and_then(|mut s| s.execute(params![f.id, owner, f.run, run_at, now]))
+                }
+                Outcome::Released => {
+                    tx.prepare_cached(RELEASE_ONE).and_then(|mut s| s.execute(params![f.id, owner, f.run, now]))
+                }
             }
             .map_err(ctx())?;
             applied.push(n == 1);
@@ -238,11 +257,7 @@ fn discard_one(tx: &Connection, owner: &str, f: &Finished, now: i64) -> Result<b
             .map_err(Error::db(format!("archiving completed job `{}` of kind `{}`", f.id, f.kind)))?;
     }
     let deleted: Option<(String, String)> = tx
-        .prepare_cached(concat!(
-            "DELETE FROM outbox_jobs ",
-            fence!(),
-            " AND sequence_key IS NULL RETURNING kind, queue"
-        ))
+        .prepare_cached(DISCARD_ONE)
         .and_then(|mut s| s.query_row(params![f.id, owner, f.run], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(ctx())?;
     let Some((kind, queue)) = deleted else { return Ok(false) };

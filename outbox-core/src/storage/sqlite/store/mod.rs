@@ -17,6 +17,8 @@ mod claim;
 mod complete;
 pub(super) mod remote;
 mod rescue;
+#[cfg(test)]
+pub(super) mod statements;
 
 pub(super) use claim::claim;
 pub(super) use complete::write_finished;
@@ -354,12 +356,7 @@ impl Actor {
         let ids = serde_json::to_string(ids).map_err(|e| Error::Internal(format!("encoding job ids: {e}")))?;
         let n = self
             .conn
-            .prepare_cached(
-                // Never shortens a lease a handler extended further than the heartbeat does.
-                "UPDATE outbox_jobs SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?1) \
-                 WHERE status = 'claimed' AND locked_by = ?2 \
-                 AND id IN (SELECT value FROM json_each(?3))",
-            )
+            .prepare_cached(EXTEND)
             .and_then(|mut s| s.execute(params![until, self.config.worker_id, ids]))
             .map_err(ctx())?;
         Ok(n as u64)
@@ -370,6 +367,16 @@ impl Actor {
         rescue(&self.conn, now)
     }
 }
+
+/// The renewal of the leases of the worker `?2`'s claimed jobs among `?3` (a JSON array) until `?1`; it never
+/// shortens a lease a handler extended further than the heartbeat does.
+const EXTEND: &str = "UPDATE outbox_jobs SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?1) \
+     WHERE status = 'claimed' AND locked_by = ?2 AND id IN (SELECT value FROM json_each(?3))";
+
+/// A worker statement's feed row: `?1` and `?2` the jobs' shared kind and queue (or empty), `?3` when, `?4` the
+/// event, `?5` the worker, `?6` the jobs.
+const FEED_ROW: &str = "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
+     VALUES ('', ?1, ?2, ?3, ?4, 0, ?5, ?6)";
 
 /// The feed row of one worker statement's `event` (`claimed` or `completed`) for `jobs` (id, kind, queue,
 /// attempt), listed as [`super::feed::listing`] writes them; nothing when the statement took no job. The statement
@@ -386,12 +393,9 @@ pub(super) fn insert_batch_event<S: AsRef<str>>(
     }
     let ctx = || Error::db(format!("recording {} {event} jobs in the event feed", jobs.len()));
     let (kind, queue, listed) = super::feed::listing(jobs)?;
-    conn.prepare_cached(
-        "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) \
-         VALUES ('', ?1, ?2, ?3, ?4, 0, ?5, ?6)",
-    )
-    .and_then(|mut s| s.execute(params![kind, queue, at, event, worker, listed]))
-    .map_err(ctx())?;
+    conn.prepare_cached(FEED_ROW)
+        .and_then(|mut s| s.execute(params![kind, queue, at, event, worker, listed]))
+        .map_err(ctx())?;
     Ok(())
 }
 
