@@ -186,7 +186,7 @@ async fn a_workers_feed_rows_stay_inline_and_uncompressed() {
 }
 
 /// A claim and a completion write new versions of the job's row. The jobs table leaves 60 % of each page free
-/// as rows are inserted (half before `room_for_both.sql`), so both versions can stay on the job's own page
+/// as rows are inserted (`fillfactor = 40`), so both versions can stay on the job's own page
 /// (PostgreSQL then logs only what changed and prunes the old versions in place). How many stay depends on what else holds snapshots on the
 /// server (a drain beside other tests kept 109 of 400 on their page, alone about 330, on full pages 40 to 70),
 /// so this checks the setting itself; `outbox-bench --case process` measures its effect.

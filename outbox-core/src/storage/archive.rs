@@ -1,4 +1,4 @@
-//! The archive of completed jobs kept in time partitions (`postgres/archive.sql`, `sqlite/archive.sql`): what
+//! The archive of completed jobs kept in time partitions (`outbox_jobs_done` in each engine's `schema.sql`): what
 //! a completion writes into it, how readers see it beside `outbox_jobs`, and the partitions retention makes
 //! ahead and drops whole.
 //!
@@ -41,7 +41,7 @@ pub(crate) fn jobs_and_archive() -> String {
 /// an index entry), only the partitions that can hold such jobs: the time ending a partition's name is when
 /// retention set it aside, holding the write lock, so no job in it finished later. PostgreSQL's planner skips
 /// partitions by their bounds by itself; there the jobs table's part holds only jobs finished since `since`, found
-/// through the log of finished jobs (`finished_log.sql`), which lists each at or after its time. A
+/// through the log of finished jobs (`outbox_finished` in `postgres/schema.sql`), which lists each at or after its time. A
 /// partition retention drops between the listing and the read fails that read once; only a reader looking back
 /// further than the completed jobs' age can meet one.
 pub(crate) async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<String> {

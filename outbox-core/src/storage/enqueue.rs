@@ -218,7 +218,7 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
 /// Which of `jobs` (new ids, so found means just written) went in. Outside a transaction a row may have been
 /// claimed, completed and deleted before this reads it (a kind that keeps nothing, or keeps in the archive): such
 /// a job is found in the archive, or by an event of its own that its deletion leaves (its `enqueued` row on
-/// SQLite, the completion's own row on PostgreSQL; see `keep.sql`). Missing it would have the caller write it
+/// SQLite, the completion's own row on PostgreSQL; see the `outbox_jobs_purged` trigger of `schema.sql`). Missing it would have the caller write it
 /// again under the same id, and run it twice.
 async fn present<C: ConnectionTrait + ?Sized>(conn: &C, b: Dialect, jobs: &[&NewJob]) -> Result<Vec<String>> {
     let mut p = Params::default();

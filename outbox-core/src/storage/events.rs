@@ -3,7 +3,7 @@
 //! Every transition is one row of `outbox_job_events`, written where it happens:
 //! - an insert by any writer: `enqueued`, by the trigger `outbox_jobs_enqueued`: on SQLite one row per job
 //!   (`schema.sql`); on PostgreSQL one per inserting statement, which lists the jobs of a statement of many
-//!   as a worker's row does (`fewer_writes.sql`);
+//!   as a worker's row does (`outbox_jobs_enqueued` in `postgres/schema.sql`);
 //! - a worker's claim and completion statements: one row for all their jobs (`job_id` empty, the jobs in
 //!   `jobs` as [`listing`] writes them), written by the statement itself (`insert_batch_event` in
 //!   `sqlite/store/`, `feed_row!` in `postgres/store/`). One row per job and event cost the drain a tenth of

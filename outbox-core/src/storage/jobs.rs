@@ -110,7 +110,7 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilt
 }
 
 /// Claimed jobs whose lease ran out before `now`: their worker died or hung and no rescuer has run since. On
-/// PostgreSQL they are found through the claims whose lease ran out, which list every such job (`claims.sql`).
+/// PostgreSQL they are found through the claims whose lease ran out, which list every such job (`outbox_claims` in `postgres/schema.sql`).
 pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<JobRecord>> {
     let b = Dialect::of(conn)?;
     let through_claims = on_engine!(b, E => E::stuck_through(b));
@@ -192,7 +192,7 @@ pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now:
 /// Deletes terminal jobs of the given statuses last changed before `before` (archived ones too), and workers'
 /// feed rows as old, and on PostgreSQL the rows of the log of finished jobs as old that list only jobs gone. An
 /// operator's command: on PostgreSQL it reads the whole jobs table, whose log of finished jobs
-/// (`finished_log.sql`) lists a job kept past retention's cutoff at a later time than it finished.
+/// (`outbox_finished`) lists a job kept past retention's cutoff at a later time than it finished.
 pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[JobStatus], before: i64) -> Result<u64> {
     let terminal: Vec<&str> = statuses.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
     if terminal.is_empty() {

@@ -57,7 +57,7 @@ impl PruneRules {
 /// Deletes the finished jobs (with their history) that `rules` says are due, about `batch` at a time.
 ///
 /// On SQLite the index of finished jobs finds them by status and age, `batch` at most. On PostgreSQL, which has
-/// no such index, they are found through the log of finished jobs (`finished_log.sql`): the oldest rows before
+/// no such index, they are found through the log of finished jobs (`outbox_finished`): the oldest rows before
 /// the latest cutoff, as many as list `batch` jobs (a row of a larger completion whole), are deleted with the due
 /// jobs they list. A job they list that stays finished is listed again, in a row at the time it comes due (or
 /// at `now`, for one that is due but kept: the latest completed job of its sequence, or one holding its sequence).

@@ -1,6 +1,6 @@
 //! The `LISTEN` connection that wakes this process's workers when jobs are enqueued, from any writer, and on
 //! which a worker's listener lets go the sequences that transactions of one snapshot enqueued onto
-//! (`snapshot_enqueue.sql`).
+//! (`outbox_jobs_sequence_insert` in `schema.sql`).
 
 use std::time::Duration;
 
@@ -166,7 +166,7 @@ async fn release(
 /// job of each sequence when it waits with nothing ahead of it holding it and no job of the sequence running
 /// or free to run (a job retried after its sequence went on waits for the later one that runs). The release triggers skip a
 /// sequence an enqueuing transaction holds, and a job enqueued by a transaction of one snapshot (`REPEATABLE
-/// READ`, `SERIALIZABLE`) goes in waiting whatever it saw (`snapshot_enqueue.sql`); the sweep catches both.
+/// READ`, `SERIALIZABLE`) goes in waiting whatever it saw (`outbox_jobs_sequence_insert` in `schema.sql`); the sweep catches both.
 pub(in crate::storage::postgres) const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
      WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks \
      ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
@@ -176,7 +176,7 @@ pub(in crate::storage::postgres) const SWEEP: &str = "UPDATE outbox_jobs w SET w
 /// The first half of the sweep for the sequences `$2` alone (`$1` the schema): of those with a waiting job, none of
 /// whose jobs is running or free to run, the ones whose lock it took (for the transaction), and the ones whose
 /// lock another transaction holds (an enqueue onto the sequence, or another worker's release). What a worker's
-/// listener runs when a transaction of one snapshot enqueued onto them (`snapshot_enqueue.sql`).
+/// listener runs when a transaction of one snapshot enqueued onto them (`outbox_jobs_sequence_insert` in `schema.sql`).
 pub(in crate::storage::postgres) const SWEEP_KEYS_LOCK: &str = "SELECT array_agg(k) FILTER (WHERE locked), array_agg(k) FILTER (WHERE NOT locked) \
      FROM (SELECT k, pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k, 0)) AS locked \
      FROM (SELECT DISTINCT u.k FROM unnest($2::text[]) AS u(k) WHERE EXISTS (SELECT 1 FROM outbox_jobs w \

@@ -11,10 +11,10 @@ use crate::storage::worker_store::limited_share;
 use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Unreadable, WorkerStore};
 
 /// The claim of due jobs, with one feed row for them all. Its ready jobs are read from the ready index, which is
-/// led by the queue (`one_ready_index.sql`): `$6` lists the queues read, the worker's own or, for a worker of
+/// led by the queue (`outbox_jobs_ready_queue` in `schema.sql`): `$6` lists the queues read, the worker's own or, for a worker of
 /// every queue, those that hold ready jobs ([`QUEUES`]). The index also holds the jobs claimed and not yet
 /// finished (its condition, `open`, is a generated column a claim leaves true, so that a claim updates its rows in
-/// place: `hot_claim.sql`); the claim passes over them by their status, and its cursor reads on past them.
+/// place: the generated columns of `schema.sql`); the claim passes over them by their status, and its cursor reads on past them.
 macro_rules! claim_sql {
     // Kinds and queues: each (queue, kind) range read by itself, and the ranges merged.
     (queues $after:expr) => {
@@ -34,7 +34,7 @@ macro_rules! claim_sql {
         ))
     };
     // The picked rows are updated where their lock found them (`ctid = ANY(...)`, a TID scan), and listed with
-    // their lease in one row of `outbox_claims` (see `claims.sql`), whose id each returned row carries. Found
+    // their lease in one row of `outbox_claims` (see `schema.sql`), whose id each returned row carries. Found
     // again by id, each cost a primary key lookup (about a sixth of a claim of 500 in the server, measured);
     // joined to the table (`FROM c WHERE j.id = c.id`), a claim of more than about 230 jobs was planned as a
     // hash join over a scan of all of it (see `finish_sql!` in `complete.rs`). A row changed by another
@@ -276,7 +276,7 @@ fn last_in_claim_order(rows: &[sqlx::postgres::PgRow]) -> Option<Cursor> {
         .max_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)).then_with(|| a.id.cmp(&b.id)))
 }
 
-/// The running jobs of a kind, found through the claims that list them (see `claims.sql`), each once.
+/// The running jobs of a kind, found through the claims that list them (`outbox_claims`), each once.
 /// The lock of a kind's fleet-wide limit `$1`, held by the claim's transaction.
 pub(super) const LIMIT_LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || $1, 0))";

@@ -123,7 +123,7 @@ macro_rules! finish_sql {
         )
     };
     // The completions kept in the jobs table (the rows `$rows` returned), in one row of the log of finished jobs
-    // (`finished_log.sql`); none when there are none. The other outcomes that finish a job (a failed last attempt)
+    // (`outbox_finished` in `schema.sql`); none when there are none. The other outcomes that finish a job (a failed last attempt)
     // leave `event_flip` as it was, and the log's trigger lists them.
     (@log $rows:literal) => {
         concat!(
@@ -197,10 +197,10 @@ pub(super) const FINISH: &str = finish_sql!(batched);
 /// outcomes' lookups were about 1 ms (`auto_explain`, `outbox-bench --case process --concurrency 500`).
 pub(super) const FINISH_PLAIN: &str = finish_sql!(plain);
 /// [`FINISH`] for a batch with completions of kinds that keep nothing or keep in time partitions: those jobs are
-/// deleted (leaving their events, see `keep.sql`) unless they have a sequence key, and recorded in the same feed
-/// row; the archived ones are written, completed, into the archive (`archive.sql`). Each job kept nowhere also
+/// deleted (leaving their events: the `outbox_jobs_purged` trigger of `schema.sql`) unless they have a sequence key, and recorded in the same feed
+/// row; the archived ones are written, completed, into the archive (`outbox_jobs_done` in `schema.sql`). Each job kept nowhere also
 /// gets a row of its own that lists no job (`jobs` empty, so the feed shows nothing of it): a job enqueued with
-/// others has no row of its own otherwise (`fewer_writes.sql`), and this one tells a waiter the job completed
+/// others has no row of its own otherwise (`outbox_jobs_enqueued` in `schema.sql`), and this one tells a waiter the job completed
 /// rather than never existed (`events::outlived`). Retention removes it with the job's other events.
 pub(super) const FINISH_DISCARDING: &str = finish_sql!(discarding);
 pub(super) const FINISH_ONE: &str = finish_sql!(single);

@@ -231,9 +231,9 @@ async fn statements_of_hundreds_of_jobs_find_them_by_id() {
 }
 
 /// A claim updates its jobs' rows in place: every row it claims is a heap-only update (no index entry, the row's
-/// new version on its own page), as the server counts for the claim's own transaction. Before `hot_claim.sql` none
+/// new version on its own page), as the server counts for the claim's own transaction. Before the indexes read generated columns none
 /// were: the ready index read the status and the index of finished jobs `updated_at`, both of which a claim
-/// changes. With pages filled to half, as before `room_for_both.sql`, the last rows of a page whose every job is
+/// changes. With pages filled to half (`fillfactor = 50`), the last rows of a page whose every job is
 /// claimed at once did not fit (261 of 300 here).
 async fn claims_update_rows_in_place(db: &DatabaseConnection) -> Result<()> {
     insert_jobs(db, 1_000).await?;

@@ -65,7 +65,7 @@ pub(in crate::storage::postgres) async fn finish_batch(
 }
 
 /// Lets go the first job of each of the sequences `keys`, as a worker's listener does when a transaction of one
-/// snapshot enqueued onto them (see `listener.rs`); how many jobs it let go, and the sequences whose lock another
+/// snapshot enqueued onto them (see `wake.rs`); how many jobs it let go, and the sequences whose lock another
 /// transaction held (the listener tries those again).
 #[cfg(test)]
 pub(crate) async fn release_sequences(db: &DatabaseConnection, keys: &[String]) -> Result<(u64, Vec<String>)> {

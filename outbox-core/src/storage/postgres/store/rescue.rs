@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::storage::Rescued;
 use crate::wake;
 
-/// The rescue of expired claims, found through `outbox_claims` (see `claims.sql`): of the claims whose lease ran
+/// The rescue of expired claims, found through `outbox_claims` (see `schema.sql`): of the claims whose lease ran
 /// out, the jobs still claimed whose own lease ran out too are put back to pending (or failed, with no attempts
 /// left); then each such claim is deleted, or moved on to the earliest lease among its jobs still claimed (renewed
 /// since, claimed again, or held by another transaction and so skipped here). Rescuers on several machines skip

@@ -81,7 +81,7 @@ pub(super) const FINISH_PLAIN: &str = "UPDATE outbox_jobs SET status = 'complete
 
 /// The completions of a batch whose kind keeps nothing (`d`), each fenced as in [`FINISH_BATCH`]: deleted
 /// instead of updated, unless the job has a sequence key (then [`FINISH_BATCH`] completes it as usual). The
-/// deletion leaves the job's events (see `keep.sql`); the batch's feed row records the completion. It returns
+/// deletion leaves the job's events (the `outbox_jobs_purged` trigger of `schema.sql`); the batch's feed row records the completion. It returns
 /// the columns [`FINISH_BATCH`] does.
 pub(super) const DISCARD_BATCH: &str = "DELETE FROM outbox_jobs WHERE (id, runs) IN \
      (SELECT f.value ->> 'i', f.value ->> 'a' FROM jsonb_each(?1) AS f WHERE f.value ->> 'd') \
