@@ -10,7 +10,8 @@ enqueuing, while draining and in all, and the drain's rate (`pg_current_wal_lsn`
 runs on `sessions` psql sessions at once, each claiming and completing in turn, as several workers (or one
 worker's claim and completion connections) would: the rate of the statements alone, with no client around them.
 
-- `current`: the outbox schema as the migrations create it, and the worker's claim and fenced completion
+- `current`: the outbox schema as the dated migrations made it (`outbox-core/tests/fixtures/dated/`, their last
+  step aside, which changes no table), and the worker's claim and fenced completion
   (as in `outbox-bench/src/raw_pg/sql.rs`; one `enqueued` row per inserting statement from the insert trigger,
   60 % of each page of the jobs table left free for its rows' updates, the columns updates change last, each
   claim's lease in one row of `outbox_claims`, deleted with the claim's completion; the claim's and the

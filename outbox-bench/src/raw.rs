@@ -1,7 +1,8 @@
 //! The baselines: the same SQL outbox-core issues, run directly through rusqlite on one connection.
 //!
 //! The job INSERT, the claim UPDATE ... RETURNING and the fenced completion UPDATE are copied from
-//! `outbox-core/src/storage/mod.rs`, `storage/sqlite/mod.rs` and `storage/sqlite/worker.rs`; keep them in step when those change.
+//! `outbox-core/src/storage/enqueue.rs`, `storage/sqlite/enqueue.rs` and `storage/sqlite/store/` (every statement
+//! is listed in `storage/sqlite/statements.sql`); keep them in step when those change.
 //! Job rows carry the same values outbox-core writes: a UUIDv7 id, the payload's JSON text, the kind's schema
 //! hash and, for unique kinds, the sha256 idempotency key of kind and payload.
 
@@ -19,10 +20,10 @@ use crate::stats::Measure;
 /// The domain row written next to each job in the enqueue cases.
 pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) VALUES (?, ?, ?)";
 
-/// `INSERT_COLUMNS` of outbox-core's `storage/mod.rs`.
+/// `INSERT_COLUMNS` of outbox-core's `storage/enqueue.rs`.
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
-/// `push_row` of outbox-core's `storage/sqlite/mod.rs`.
+/// A row of outbox-core's `insert_values` (`storage/enqueue.rs`).
 const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
 
 /// The single-job INSERT of outbox-core's `insert_job`: `ON CONFLICT DO NOTHING` only for a keyed kind.

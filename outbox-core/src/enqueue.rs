@@ -12,9 +12,9 @@ use crate::error::{Error, Result, pointer_token};
 use crate::job::Violation;
 use crate::job::{Job, SequenceFailure};
 use crate::kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES};
-use crate::record::{MAX_RUN_AT_MS, MIN_RUN_AT_MS, duration_ms};
 use crate::storage::enqueue::NewJob;
 use crate::storage::{self, Dialect, now_ms};
+use crate::time::{MAX_RUN_AT_MS, MIN_RUN_AT_MS, duration_ms};
 use crate::wake;
 
 /// Per-enqueue overrides of a kind's defaults.

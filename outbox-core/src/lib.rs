@@ -22,6 +22,7 @@ mod retention;
 pub mod scan;
 mod stats;
 mod storage;
+mod time;
 mod wake;
 mod worker;
 

@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use crate::storage::{Dialect, schema};
 
 /// The migrator of the outbox tables. Run it with [`migrate`], or call `Migrator::up` from the application's
-/// own start-up; it keeps its state in `outbox_migrations`.
+/// own start-up; it keeps its state in `outbox_migrations`. A database an earlier build migrated through its dated
+/// migrations needs [`migrate`] once, which takes it over: `Migrator::up` refuses their records.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Migrator;
 
@@ -41,9 +42,12 @@ pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
 /// as by [`migrate`].
 pub async fn pending_migrations(db: &sea_orm::DatabaseConnection) -> Result<Vec<String>> {
     schema::refuse_legacy(db).await?;
-    // Its schema is current; `migrate` records it as `001_schema`.
-    if schema::dated_complete(db).await? {
-        return Ok(vec![schema::MIGRATIONS[0].to_owned()]);
+    match schema::dated(db).await? {
+        // Its schema is current; `migrate` records it as `001_schema`.
+        schema::Dated::Complete => return Ok(vec![schema::MIGRATIONS[0].to_owned()]),
+        // `migrate` deletes the stale records; nothing to apply.
+        schema::Dated::Stale => return Ok(Vec::new()),
+        schema::Dated::None => {}
     }
     let pending =
         Migrator::get_pending_migrations(db).await.map_err(Error::db("reading the applied outbox migrations"))?;

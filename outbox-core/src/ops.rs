@@ -13,9 +13,10 @@ pub use crate::stats::{
 
 use crate::error::{Error, Result};
 use crate::record::{
-    FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, ReconciliationRecord, ScheduleRecord, WorkerRecord, from_ms,
+    FeedEvent, JobEvent, JobFilter, JobRecord, JobStatus, ReconciliationRecord, ScheduleRecord, WorkerRecord,
 };
 use crate::storage::{self, now_ms};
+use crate::time::from_ms;
 use crate::wake::{self, Watch};
 
 /// Job counts of every queue: available, scheduled, waiting behind their sequence, claimed, stuck, completed,
@@ -25,7 +26,7 @@ pub async fn queues<C: ConnectionTrait>(conn: &C) -> Result<Vec<QueueCounts>> {
 }
 
 fn since(window: Duration) -> i64 {
-    now_ms().saturating_sub(crate::record::duration_ms(window))
+    now_ms().saturating_sub(crate::time::duration_ms(window))
 }
 
 /// Job counts by kind and status.
@@ -222,9 +223,9 @@ pub async fn retry_failed_with<C: ConnectionTrait>(conn: &C, kind: Option<&str>,
 /// a point for every bucket (the first one starts at or before `now - window`). Jobs purged since are not
 /// counted, and neither is a job's earlier outcome once it was retried.
 pub async fn activity<C: ConnectionTrait>(conn: &C, window: Duration, bucket: Duration) -> Result<Vec<ActivityPoint>> {
-    let bucket_ms = crate::record::duration_ms(bucket).max(1);
+    let bucket_ms = crate::time::duration_ms(bucket).max(1);
     let now = now_ms();
-    let first = now.saturating_sub(crate::record::duration_ms(window)).div_euclid(bucket_ms) * bucket_ms;
+    let first = now.saturating_sub(crate::time::duration_ms(window)).div_euclid(bucket_ms) * bucket_ms;
     let counted = storage::stats::activity(conn, first, bucket_ms).await?;
     let mut counted = counted.into_iter().peekable();
     let mut points = Vec::new();
@@ -234,7 +235,7 @@ pub async fn activity<C: ConnectionTrait>(conn: &C, window: Duration, bucket: Du
             Some((_, completed, failed)) => (completed, failed),
             None => (0, 0),
         };
-        points.push(ActivityPoint { at: crate::record::from_ms(at), completed, failed });
+        points.push(ActivityPoint { at: crate::time::from_ms(at), completed, failed });
         at = at.saturating_add(bucket_ms);
     }
     Ok(points)

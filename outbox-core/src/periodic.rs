@@ -16,9 +16,9 @@ use crate::enqueue::{EnqueueOpts, enqueue_raw};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::kind::Kind;
-use crate::record::from_ms;
 use crate::storage::schedules::ScheduleRow;
 use crate::storage::{self, now_ms};
+use crate::time::from_ms;
 use crate::wake;
 
 /// What a schedule does about ticks that passed while no worker running it was up.

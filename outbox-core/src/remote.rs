@@ -13,9 +13,10 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::kind::{Kind, MAX_NAME_BYTES};
-use crate::record::{JobStatus, from_ms, ms_after};
+use crate::record::JobStatus;
 use crate::storage::workers::WorkerRow;
 use crate::storage::{self, ClaimedJob, Finished, Keep, Outcome, WorkerStoreOpts, now_ms};
+use crate::time::{from_ms, ms_after};
 use crate::worker::RetryPolicy;
 pub use crate::worker::presence::host_name;
 

@@ -8,10 +8,11 @@ use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::record::{JobStatus, ms_after};
+use crate::record::JobStatus;
 use crate::storage::archive;
 use crate::storage::retention::PruneRules;
 use crate::storage::{self, Keep, now_ms};
+use crate::time::ms_after;
 
 const DAY: Duration = Duration::from_secs(86_400);
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -337,8 +338,8 @@ mod tests {
 
     use super::{LEASE, Retention, pass};
     use crate::ConnectOpts;
-    use crate::record::ms_after;
     use crate::storage::{self, now_ms};
+    use crate::time::ms_after;
 
     /// A worker that does not hold the retention lease finds that out by reading: it never waits for the
     /// write lock, which another process's writer holds here for the whole pass.

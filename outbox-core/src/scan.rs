@@ -4,8 +4,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
-use crate::record::from_ms;
 use crate::storage;
+use crate::time::from_ms;
 
 /// Where jobs of one kind name the file (or other resource) they touch: the kind, and the JSON path of the
 /// payload field holding the path (`$.path`, `$.targetPath`).

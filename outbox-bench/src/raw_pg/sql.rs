@@ -16,12 +16,12 @@ pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) 
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
 
-/// `ts_of` of outbox-core's `storage/postgres/mod.rs`: a `timestamptz` from integer milliseconds.
+/// `Dialect::ts` of outbox-core (`storage/dialect.rs`): a `timestamptz` from integer milliseconds.
 fn ts(param: &str) -> String {
     format!("(TIMESTAMPTZ 'epoch' + ({param})::int8 * INTERVAL '1 millisecond')")
 }
 
-/// `push_row` of outbox-core's `storage/postgres/mod.rs`: eleven values from `$first`.
+/// A row of outbox-core's `insert_values` (`storage/enqueue.rs`): eleven values from `$first`.
 fn push_row(sql: &mut String, first: usize) {
     let p = |i: usize| format!("${}", first + i);
     sql.push_str(&format!(

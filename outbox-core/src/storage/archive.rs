@@ -113,12 +113,32 @@ pub(crate) async fn upkeep<C: ConnectionTrait + ?Sized>(conn: &C, plan: &Upkeep,
     on_engine!(Dialect::of(conn)?, E => E::upkeep(conn, plan, (ahead, batch), now).await)
 }
 
-/// The partitions of `existing` whose end is at or before `plan`'s cutoff, to drop.
-pub(crate) fn old<'a>(existing: &'a [(String, i64, i64)], plan: &Upkeep) -> Vec<&'a String> {
-    match plan.cutoff {
-        Some(cutoff) => existing.iter().filter(|(_, _, to)| *to <= cutoff).map(|(name, _, _)| name).collect(),
+/// What a round of upkeep at `now` starts from, whatever the engine.
+pub(crate) struct Round {
+    /// The latest end among the partitions, if any.
+    pub(crate) newest: Option<i64>,
+    /// The start of the span `now` falls in.
+    pub(crate) window: i64,
+    /// The partitions whose end is at or before the plan's cutoff, to drop.
+    pub(crate) old: Vec<String>,
+}
+
+/// Reads what a round of upkeep at `now` starts from; `sql` lists the partitions' names.
+pub(crate) async fn round<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    b: Dialect,
+    sql: &str,
+    plan: &Upkeep,
+    now: i64,
+) -> Result<Round> {
+    let span = plan.span.max(1);
+    let existing = partitions(conn, b, sql).await?;
+    let newest = existing.iter().map(|(_, _, to)| *to).max();
+    let old = match plan.cutoff {
+        Some(cutoff) => existing.iter().filter(|(_, _, to)| *to <= cutoff).map(|(name, _, _)| name.clone()).collect(),
         None => Vec::new(),
-    }
+    };
+    Ok(Round { newest, window: now.div_euclid(span) * span, old })
 }
 
 pub(crate) async fn drop_partition<C: ConnectionTrait + ?Sized>(conn: &C, b: Dialect, name: &str) -> Result<()> {

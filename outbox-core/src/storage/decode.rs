@@ -6,8 +6,9 @@ use sea_orm::{DbErr, QueryResult};
 
 use crate::error::{Error, Result};
 use crate::job::SequenceFailure;
-use crate::record::{JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord, WorkerRecord, from_ms};
+use crate::record::{JobRecord, JobStatus, KindRecord, ReconciliationRecord, ScheduleRecord, WorkerRecord};
 use crate::stats::{DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
+use crate::time::from_ms;
 
 /// A stored JSON document as a value. Text that is not JSON (written behind the framework's back) is kept
 /// visible as a JSON string of itself rather than making the whole row unreadable.

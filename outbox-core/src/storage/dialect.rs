@@ -1,5 +1,6 @@
-//! The list of backends, and everything their SQL differs in that a shared statement has to spell. A
-//! statement written once asks its connection's [`Dialect`] for each of these and nothing else:
+//! The dialects of the engines: everything their SQL differs in that a statement written once has to spell. Such
+//! a statement asks its connection's [`Dialect`] for each of these and nothing else (never which engine it runs on:
+//! what an engine does its own way is an entry of `engine.rs`):
 //!
 //! - placeholders are written `$1`, `$2`, ... everywhere ([`Dialect::stmt`] makes them plain `?` on SQLite);
 //! - times are integer milliseconds on SQLite and `timestamptz` on PostgreSQL: [`Dialect::ts`] turns a
@@ -17,8 +18,9 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
 use crate::error::{Error, Result};
 
-/// The database engines outbox runs on, each behind its Cargo feature. Adding one is a variant here, an arm
-/// in each method below, and a folder beside `sqlite/` and `postgres/`.
+/// The SQL dialects of the engines outbox runs on, each behind its Cargo feature. Adding an engine is a variant
+/// here with an arm in each method below, a folder beside `sqlite/` and `postgres/` implementing `Engine`, and an
+/// arm in `on_engine!` (`storage/mod.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
     #[cfg(feature = "sqlite")]

@@ -109,7 +109,7 @@ pub(crate) trait Engine {
     #[cfg(test)]
     const STATEMENTS_FILE: &'static str;
 
-    /// The statements the worker's own connections send past sea-orm, by name (`store/mod.rs`).
+    /// The statements the worker's own connections send past sea-orm, by name (`store/statements.rs`).
     #[cfg(test)]
     fn statements() -> Vec<(&'static str, String)>;
 

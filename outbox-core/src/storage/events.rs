@@ -27,7 +27,8 @@ use sea_orm::{ConnectionTrait, QueryResult};
 use super::engine::Engine;
 use super::{Dialect, jobs, on_engine};
 use crate::error::{Error, Result};
-use crate::record::{FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus, from_ms};
+use crate::record::{FeedEvent, JobEvent, JobEventKind, JobRecord, JobStatus};
+use crate::time::from_ms;
 
 /// One row of a job's history as stored, with the claim (and completion) it ended, if the trigger noted them.
 #[derive(Debug, Clone)]

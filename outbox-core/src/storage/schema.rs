@@ -15,7 +15,7 @@ pub(crate) const MIGRATIONS: [&str; 1] = ["001_schema"];
 
 /// The dated migrations of the builds before `001_schema`, in order. A database that applied them all has this
 /// build's schema (held by a test) but for what [`Engine::ADOPT_DATED`] changes.
-const DATED: [&str; 13] = [
+pub(crate) const DATED: [&str; 13] = [
     "m20261128_000001_outbox_schema",
     "m20261129_000002_ready_jobs",
     "m20261130_000003_keep_nothing",
@@ -66,34 +66,51 @@ fn count(row: Option<sea_orm::QueryResult>) -> Result<i64> {
     row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(read()).map(Option::unwrap_or_default)
 }
 
-/// The dated migrations (of [`DATED`]) `conn`'s database recorded, in order.
-async fn dated<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Vec<&'static str>> {
+/// The dated migrations (of [`DATED`]) `conn`'s database recorded, in order, and whether it records
+/// `001_schema` too.
+async fn recorded<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<(Vec<&'static str>, bool)> {
     if !has_migrations_table(conn).await? {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     }
     let b = Dialect::of(conn)?;
-    let names: Vec<sea_orm::Value> = DATED.iter().map(|n| (*n).into()).collect();
+    let names: Vec<sea_orm::Value> = DATED.iter().chain(&MIGRATIONS[..1]).map(|n| (*n).into()).collect();
     let marks = (1..=names.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
     let sql = format!("SELECT version FROM outbox_migrations WHERE version IN ({marks})");
     let rows = conn.query_all_raw(b.stmt(sql, names)).await.map_err(read())?;
-    let mut found = Vec::with_capacity(rows.len());
+    let (mut found, mut squashed) = (Vec::with_capacity(rows.len()), false);
     for row in rows {
         let version: String = row.try_get_by_index(0).map_err(read())?;
+        squashed |= version == MIGRATIONS[0];
         found.extend(DATED.iter().find(|n| **n == version));
     }
     found.sort_unstable();
-    Ok(found)
+    Ok((found, squashed))
 }
 
-/// Whether `conn`'s database was migrated through all the dated migrations, which [`take_over_dated`] takes over; a
-/// database that applied only some of them is refused ([`Error::Unsupported`], saying what to do).
-pub(crate) async fn dated_complete<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<bool> {
-    let found = dated(conn).await?;
+/// What the migrations table of `conn`'s database says of the dated migrations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dated {
+    /// It records none of them.
+    None,
+    /// It records them all and not `001_schema`: [`take_over_dated`] takes it over.
+    Complete,
+    /// It records `001_schema` and some of them still (a take-over cut short by hand): their records are stale,
+    /// and [`take_over_dated`] deletes them.
+    Stale,
+}
+
+/// What `conn`'s database records of the dated migrations; a database that applied only some of them, and not
+/// `001_schema`, is refused ([`Error::Unsupported`], saying what to do).
+pub(crate) async fn dated<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Dated> {
+    let (found, squashed) = recorded(conn).await?;
     if found.is_empty() {
-        return Ok(false);
+        return Ok(Dated::None);
+    }
+    if squashed {
+        return Ok(Dated::Stale);
     }
     if found.len() == DATED.len() {
-        return Ok(true);
+        return Ok(Dated::Complete);
     }
     let last = found.last().copied().unwrap_or_default();
     let missing = DATED.iter().filter(|n| !found.contains(n)).copied().collect::<Vec<_>>().join(", ");
@@ -106,26 +123,31 @@ pub(crate) async fn dated_complete<C: ConnectionTrait + ?Sized>(conn: &C) -> Res
 }
 
 /// Takes over a database the dated migrations made, before the migrator reads its records (it refuses records of
-/// migrations it does not know): in one transaction, applies [`Engine::ADOPT_DATED`] and replaces their records
-/// with `001_schema`'s. Nothing else changes: the schema is the same (a test holds it so), and the jobs stay. A
-/// database that applied only some of them is refused ([`dated_complete`]).
+/// migrations it does not know): in one write transaction, applies [`Engine::ADOPT_DATED`] and replaces their
+/// records with `001_schema`'s. Nothing else changes: the schema is the same (a test holds it so), and the jobs
+/// stay. Two processes migrating at once take it over once: the second finds the records gone under the lock of
+/// the first's delete and changes nothing. A database that applied only some of them is refused ([`dated`]).
 pub(crate) async fn take_over_dated(db: &DatabaseConnection) -> Result<()> {
-    if !dated_complete(db).await? {
+    let state = dated(db).await?;
+    if state == Dated::None {
         return Ok(());
     }
     let b = Dialect::of(db)?;
     let ctx = || Error::db("taking over the dated outbox migrations");
     let txn = super::begin_write(db).await?;
-    txn.execute_unprepared(on_engine!(b, E => E::ADOPT_DATED)).await.map_err(ctx())?;
     let names: Vec<sea_orm::Value> = DATED.iter().map(|n| (*n).into()).collect();
     let marks = (1..=names.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
     let sql = format!("DELETE FROM outbox_migrations WHERE version IN ({marks})");
-    txn.execute_raw(b.stmt(sql, names)).await.map_err(ctx())?;
-    let sql = "INSERT INTO outbox_migrations (version, applied_at) VALUES ($1, $2)";
-    let applied = chrono::Utc::now().timestamp();
-    txn.execute_raw(b.stmt(sql, vec![MIGRATIONS[0].into(), applied.into()])).await.map_err(ctx())?;
+    let deleted = txn.execute_raw(b.stmt(sql, names)).await.map_err(ctx())?.rows_affected();
+    if state == Dated::Complete && deleted == DATED.len() as u64 {
+        txn.execute_unprepared(on_engine!(b, E => E::ADOPT_DATED)).await.map_err(ctx())?;
+        let sql =
+            "INSERT INTO outbox_migrations (version, applied_at) VALUES ($1, $2) ON CONFLICT (version) DO NOTHING";
+        let applied = chrono::Utc::now().timestamp();
+        txn.execute_raw(b.stmt(sql, vec![MIGRATIONS[0].into(), applied.into()])).await.map_err(ctx())?;
+        tracing::info!(migration = MIGRATIONS[0], "took over the outbox tables of the thirteen dated migrations");
+    }
     txn.commit().await.map_err(ctx())?;
-    tracing::info!(migration = MIGRATIONS[0], "took over the outbox tables of the thirteen dated migrations");
     Ok(())
 }
 

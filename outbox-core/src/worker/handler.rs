@@ -149,7 +149,7 @@ impl JobContext {
     /// runs (until its timeout and cancel grace are spent); this is for handlers that know they will take longer
     /// than one lease.
     pub async fn extend_lease(&self, by: Duration) -> Result<()> {
-        let until = crate::record::ms_after(now_ms(), by);
+        let until = crate::time::ms_after(now_ms(), by);
         self.store.extend(vec![self.id.clone()], until).await.map(|_| ())
     }
 }

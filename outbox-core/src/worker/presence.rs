@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Worker;
 use super::background::Background;
-use crate::record::ms_after;
 use crate::storage::workers::WorkerRow;
 use crate::storage::{self, now_ms};
+use crate::time::ms_after;
 
 /// How many refreshes may be missed before the entry expires.
 const MISSED: u32 = 3;

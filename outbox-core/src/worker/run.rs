@@ -15,7 +15,7 @@ use super::presence::Presence;
 use super::task::{TaskResult, outcome, with_timeout};
 use super::watchdog::Ticket;
 use crate::error::Result;
-use crate::record::ms_after;
+use crate::time::ms_after;
 
 use crate::storage::{ClaimedJob, Outcome, now_ms};
 use crate::wake;

@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use super::Registered;
 use super::handler::JobError;
 use super::watchdog::{self, Ticket};
-use crate::record::ms_after;
 use crate::storage::{ClaimedJob, Outcome, now_ms};
+use crate::time::ms_after;
 
 pub(super) type HandlerResult = std::result::Result<Option<Value>, JobError>;
 
@@ -112,7 +112,7 @@ impl TimedOut {
         if self.dropped {
             watchdog::timeout_message(self.limit, self.grace)
         } else {
-            format!("timed out after {}", crate::record::short_duration(self.limit))
+            format!("timed out after {}", crate::time::short_duration(self.limit))
         }
     }
 }

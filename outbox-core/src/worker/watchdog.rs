@@ -19,8 +19,8 @@ use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 
 use super::background::Background;
-use crate::record::ms_after;
 use crate::storage::{ClaimedJob, Finished, Outcome, Store, now_ms};
+use crate::time::ms_after;
 
 /// A watched job's handler is running.
 const RUNNING: u8 = 0;
@@ -113,8 +113,8 @@ impl Ticket {
 pub(crate) fn timeout_message(limit: Duration, grace: Duration) -> String {
     format!(
         "timed out after {}; the handler did not stop within the cancel grace of {} and its claim was given back",
-        crate::record::short_duration(limit),
-        crate::record::short_duration(grace)
+        crate::time::short_duration(limit),
+        crate::time::short_duration(grace)
     )
 }
 

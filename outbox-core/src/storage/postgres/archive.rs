@@ -4,7 +4,7 @@
 use sea_orm::ConnectionTrait;
 
 use crate::error::Result;
-use crate::storage::archive::{COLUMNS, Done, Upkeep, drop_partition, exists, old, partition_name, partitions, run};
+use crate::storage::archive::{COLUMNS, Done, Round, Upkeep, drop_partition, exists, partition_name, round, run};
 use crate::storage::{Dialect, execute_write, limit_value};
 
 /// The names of the archive's partitions.
@@ -36,16 +36,13 @@ pub(super) async fn upkeep<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<Done> {
     let b = Dialect::Postgres;
+    let Round { newest, window, old } = round(conn, b, PARTITIONS, plan, now).await?;
     let span = plan.span.max(1);
-    let existing = partitions(conn, b, PARTITIONS).await?;
-    let newest = existing.iter().map(|(_, _, to)| *to).max();
-    let window = now.div_euclid(span) * span;
     let mut done = Done::default();
-    let old = old(&existing, plan);
     // Making and dropping a partition wait for the archive's readers; a long one costs a pass, not every
     // completion queued behind the waiting lock.
     run(conn, b, "SET LOCAL lock_timeout = '2s'".into(), || "bounding the upkeep's lock waits".into()).await?;
-    if ahead || !existing.is_empty() {
+    if ahead || newest.is_some() {
         let mut from = newest.map_or(window, |to| to.max(window));
         let until = window + SPANS_AHEAD * span;
         while from < until {

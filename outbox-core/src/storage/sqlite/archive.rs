@@ -5,7 +5,9 @@ use sea_orm::ConnectionTrait;
 
 use crate::error::{Error, Result};
 use crate::storage::Dialect;
-use crate::storage::archive::{COLUMNS, Done, Upkeep, drop_partition, exists, old, partition_name, partitions, run};
+use crate::storage::archive::{
+    COLUMNS, Done, Round, Upkeep, drop_partition, exists, partition_name, partitions, round, run,
+};
 
 /// The names of the archive's partitions, by the prefix they share.
 const PARTITIONS: &str =
@@ -36,12 +38,8 @@ pub(super) async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C
 /// the view of them made again when either happened.
 pub(super) async fn upkeep<C: ConnectionTrait + ?Sized>(conn: &C, plan: &Upkeep, now: i64) -> Result<Done> {
     let b = Dialect::Sqlite;
-    let span = plan.span.max(1);
-    let existing = partitions(conn, b, PARTITIONS).await?;
-    let newest = existing.iter().map(|(_, _, to)| *to).max();
-    let window = now.div_euclid(span) * span;
+    let Round { newest, window, old } = round(conn, b, PARTITIONS, plan, now).await?;
     let mut done = Done::default();
-    let old = old(&existing, plan);
     // Set aside once per span, and only with jobs in it.
     let due = newest.is_none_or(|to| to < window);
     let holds = "SELECT EXISTS (SELECT 1 FROM outbox_jobs_done)".to_owned();

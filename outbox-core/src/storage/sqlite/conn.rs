@@ -70,19 +70,19 @@ fn write_error(context: String, err: DbErr, waited: Duration, timeout: Option<Du
         format!(
             "{context} (this transaction began with a read while another connection held the write lock, and \
              SQLite failed it after {} without waiting: {USE_BEGIN})",
-            crate::record::short_duration(waited)
+            crate::time::short_duration(waited)
         )
     } else if is_busy(&err) && short {
         format!(
             "{context} (another connection held the write lock, and this connection's busy timeout is only {}: \
              raise `ConnectOpts::busy_timeout`; if this transaction began with a read, {USE_BEGIN})",
-            crate::record::short_duration(timeout.unwrap_or_default())
+            crate::time::short_duration(timeout.unwrap_or_default())
         )
     } else if is_busy(&err) {
         format!(
             "{context} (another connection held the write lock past the busy timeout{}: look for a long write \
              transaction, or raise `ConnectOpts::busy_timeout`)",
-            timeout.map(|t| format!(" of {}", crate::record::short_duration(t))).unwrap_or_default()
+            timeout.map(|t| format!(" of {}", crate::time::short_duration(t))).unwrap_or_default()
         )
     } else {
         context

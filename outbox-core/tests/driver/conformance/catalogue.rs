@@ -111,7 +111,7 @@ async fn every_statement_is_in_the_engine_s_catalogue(db: &DatabaseConnection) -
     jobs::list(db, &filter).await?;
     c.section("jobs: a list by status, kind, queue and sequence");
     let filter = JobFilter {
-        since: Some(crate::record::from_ms(T0)),
+        since: Some(crate::time::from_ms(T0)),
         key: Some("key".into()),
         before: Some("b9".into()),
         limit: 10,

@@ -5,9 +5,10 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 
 use super::{T0, add, finished, get, job, keyed, mark_claimed, mark_completed, mark_failed, opts, sequenced};
 use crate::error::{Error, Result};
-use crate::record::{JobStatus, from_ms};
+use crate::record::JobStatus;
 use crate::storage::enqueue::{self, NewJob, Twin};
 use crate::storage::{Dialect, Finished, Keep, Outcome, jobs, now_ms, open_worker_store};
+use crate::time::from_ms;
 
 #[cfg(feature = "postgres")]
 use super::completed;

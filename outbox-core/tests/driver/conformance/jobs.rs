@@ -5,9 +5,10 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 
 use super::{T0, add, finished, get, ids, job, keyed, mark_claimed, mark_completed, mark_failed, opts, sequenced};
 use crate::error::Result;
-use crate::record::{JobFilter, JobStatus, from_ms};
+use crate::record::{JobFilter, JobStatus};
 use crate::storage::enqueue::NewJob;
 use crate::storage::{Dialect, Finished, Keep, Outcome, events, jobs, now_ms, open_worker_store};
+use crate::time::from_ms;
 
 driver_tests!(
     get_of_an_unknown_id_is_none,

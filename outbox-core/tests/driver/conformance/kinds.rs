@@ -4,8 +4,8 @@ use sea_orm::DatabaseConnection;
 
 use super::T0;
 use crate::error::Result;
-use crate::record::from_ms;
 use crate::storage::kinds::{self, KindRow};
+use crate::time::from_ms;
 
 driver_tests!(kinds_are_recorded_and_listed, kinds_refresh_keeps_first_seen);
 

@@ -4,8 +4,9 @@ use sea_orm::DatabaseConnection;
 
 use super::T0;
 use crate::error::Result;
-use crate::record::{ReconciliationRecord, from_ms};
+use crate::record::ReconciliationRecord;
 use crate::storage::reconciliations;
+use crate::time::from_ms;
 
 driver_tests!(reconciliations_keep_the_latest_report);
 

@@ -7,9 +7,10 @@ use sea_orm::DatabaseConnection;
 
 use super::{add, completed, finished, get, job, opts, sequenced, set};
 use crate::error::Result;
-use crate::record::{JobStatus, from_ms};
+use crate::record::JobStatus;
 use crate::storage::enqueue::NewJob;
 use crate::storage::{Finished, Keep, Outcome, WorkerStoreOpts, events, jobs, now_ms, open_worker_store, remote};
+use crate::time::from_ms;
 
 driver_tests!(
     remote_claim_takes_due_jobs_of_its_kinds_and_queues,

@@ -1,4 +1,4 @@
-//! Conformance of `storage/scans.rs`: the paged scans of completed jobs, by path and by key values.
+//! Conformance of `storage/scan.rs`: the paged scans of completed jobs, by path and by key values.
 
 use sea_orm::DatabaseConnection;
 

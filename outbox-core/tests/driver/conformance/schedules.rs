@@ -4,8 +4,8 @@ use sea_orm::DatabaseConnection;
 
 use super::T0;
 use crate::error::Result;
-use crate::record::from_ms;
 use crate::storage::schedules::{self, ScheduleRow};
+use crate::time::from_ms;
 
 driver_tests!(schedules_register_returns_the_last_tick, schedules_claim_each_tick_once);
 

@@ -8,7 +8,8 @@ use sea_orm_migration::MigratorTrait;
 use super::{add, fresh, get, job};
 use crate::error::{Error, Result};
 use crate::storage::engine::Engine;
-use crate::storage::{Dialect, on_engine, schema};
+use crate::storage::schema::{self, DATED};
+use crate::storage::{Dialect, on_engine};
 
 driver_tests!(
     refuse_legacy_refuses_an_old_schema,
@@ -61,22 +62,6 @@ fn dated_statements(d: Dialect) -> &'static str {
     }
 }
 
-const DATED: [&str; 13] = [
-    "m20261128_000001_outbox_schema",
-    "m20261129_000002_ready_jobs",
-    "m20261130_000003_keep_nothing",
-    "m20261201_000004_fewer_writes",
-    "m20261202_000005_active_keys",
-    "m20261203_000006_columns_last",
-    "m20261204_000007_archive",
-    "m20261205_000008_claims",
-    "m20261206_000009_one_ready_index",
-    "m20261207_000010_hot_claim",
-    "m20261208_000011_room_for_both",
-    "m20261209_000012_finished_log",
-    "m20261210_000013_snapshot_enqueue",
-];
-
 /// A fresh database of `d`'s engine with what an earlier build's `outbox migrate` left after applying the first
 /// `steps` dated migrations: all their statements (the fixture is the whole series: only the records say how far
 /// it got) and their records.
@@ -116,6 +101,14 @@ async fn a_database_the_dated_migrations_made_is_taken_over_with_its_jobs(db: &D
     assert_eq!(get(&old, "kept").await?.status.as_str(), "pending", "the job enqueued before stays");
     // Migrated again: nothing to do.
     crate::migrate(&old).await?;
+    // A dated record left beside `001_schema` (a take-over cut short by hand) is stale: deleted, nothing applied.
+    let stale = "INSERT INTO outbox_migrations (version, applied_at) VALUES ($1, 0)";
+    old.execute_raw(d.stmt(stale, vec![DATED[3].into()])).await?;
+    assert!(crate::pending_migrations(&old).await?.is_empty(), "a stale record leaves nothing to apply");
+    crate::migrate(&old).await?;
+    let records = old.query_all_raw(d.stmt("SELECT version FROM outbox_migrations", vec![])).await?;
+    let records: Vec<String> = records.iter().map(|r| r.try_get_by_index(0)).collect::<std::result::Result<_, _>>()?;
+    assert_eq!(records, ["001_schema"], "the stale record is gone");
     old.close().await?;
     Ok(())
 }
@@ -187,14 +180,14 @@ async fn postgres_catalog(db: &DatabaseConnection) -> Result<Vec<String>> {
              AND NOT a.attisdropped AND c.relname <> 'outbox_migrations' ORDER BY c.relname, a.attnum",
         "SELECT 'constraint ' || c.relname || ' ' || k.conname || ' ' || pg_get_constraintdef(k.oid) \
              FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = current_schema() AND c.relname <> 'outbox_migrations' ORDER BY 1",
+             WHERE n.nspname = current_schema() AND c.relname <> 'outbox_migrations' AND k.contype <> 'n' ORDER BY 1",
         "SELECT 'index ' || replace(pg_get_indexdef(i.indexrelid), current_schema() || '.', '') FROM pg_index i \
              JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = current_schema() AND c.relname <> 'outbox_migrations' ORDER BY 1",
         "SELECT 'trigger ' || replace(pg_get_triggerdef(t.oid), current_schema() || '.', '') FROM pg_trigger t \
              JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = current_schema() AND NOT t.tgisinternal ORDER BY 1",
-        "SELECT 'function ' || p.proname || ' ' || p.prosrc FROM pg_proc p \
+        "SELECT 'function ' || replace(pg_get_functiondef(p.oid), current_schema() || '.', '') FROM pg_proc p \
              JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema() ORDER BY 1",
         "SELECT 'view ' || c.relname || ' ' || pg_get_viewdef(c.oid) FROM pg_class c \
              JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'v' \
@@ -235,10 +228,13 @@ async fn sqlite_catalog(db: &DatabaseConnection) -> Result<Vec<String>> {
             let (pk, hidden): (i64, i64) = (c.try_get_by_index(5)?, c.try_get_by_index(6)?);
             lines.push(format!("column {name} {cid} {column} {ty} {not_null} {default:?} {pk} {hidden}"));
         }
-        let body = sql.get(sql.find('(').map_or(0, |i| i + 1)..sql.rfind(')').unwrap_or(sql.len())).unwrap_or("");
+        let (open, close) = (sql.find('(').map_or(0, |i| i + 1), sql.rfind(')').unwrap_or(sql.len()));
+        let body = sql.get(open..close).unwrap_or("");
         let mut parts = split_top(body).into_iter().map(|p| spaced(&p)).collect::<Vec<_>>();
         parts.sort();
-        lines.push(format!("table {name} {}", parts.join(" | ")));
+        // What follows the definition (`STRICT`, `WITHOUT ROWID`) is the table's too.
+        let options = spaced(sql.get(close + 1..).unwrap_or(""));
+        lines.push(format!("table {name} {} {options}", parts.join(" | ")));
     }
     Ok(lines)
 }

@@ -5,10 +5,11 @@ use sea_orm::DatabaseConnection;
 
 use super::{T0, add, job, keyed, mark_claimed, mark_completed, mark_failed, sequenced, set};
 use crate::error::Result;
-use crate::record::{JobStatus, from_ms};
+use crate::record::JobStatus;
 use crate::stats::{DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
 use crate::storage::enqueue::NewJob;
 use crate::storage::{jobs, stats};
+use crate::time::from_ms;
 
 driver_tests!(
     counts_by_kind_and_status,

@@ -1,13 +1,14 @@
-//! Conformance of the worker store (`storage/store.rs`, run by each backend's `store/`): claims, outcomes,
+//! Conformance of the worker store (`storage/worker_store.rs`, run by each engine's `store/`): claims, outcomes,
 //! lease renewals and rescues, and the fence that keeps a stale outcome off a newer claim.
 
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
 use super::{add, completed, finished, get, job, opts};
 use crate::error::Result;
-use crate::record::{JobEventKind, JobStatus, from_ms};
+use crate::record::{JobEventKind, JobStatus};
 use crate::storage::enqueue::NewJob;
 use crate::storage::{Dialect, Outcome, WorkerStoreOpts, events, jobs, now_ms, open_worker_store, remote};
+use crate::time::from_ms;
 
 driver_tests!(
     store_claims_and_finishes,

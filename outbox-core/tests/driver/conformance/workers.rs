@@ -4,8 +4,8 @@ use sea_orm::DatabaseConnection;
 
 use super::T0;
 use crate::error::Result;
-use crate::record::from_ms;
 use crate::storage::workers::{self, WorkerRow};
+use crate::time::from_ms;
 
 driver_tests!(workers_upsert_list_and_remove);
 

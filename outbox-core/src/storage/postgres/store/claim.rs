@@ -276,11 +276,11 @@ fn last_in_claim_order(rows: &[sqlx::postgres::PgRow]) -> Option<Cursor> {
         .max_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)).then_with(|| a.id.cmp(&b.id)))
 }
 
-/// The running jobs of a kind, found through the claims that list them (`outbox_claims`), each once.
 /// The lock of a kind's fleet-wide limit `$1`, held by the claim's transaction.
 pub(super) const LIMIT_LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || $1, 0))";
 
+/// The running jobs of a kind, found through the claims that list them (`outbox_claims`), each once.
 pub(super) const RUNNING: &str = "SELECT count(*) FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) \
      FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1";
 

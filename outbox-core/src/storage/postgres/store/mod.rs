@@ -96,9 +96,9 @@ pub(in crate::storage::postgres) use complete::{applied, write_batch};
 /// Rows are found by id: the claim's test is written `status || ''`, which the planner cannot match to a partial
 /// index on the status. Such an index's statistics can make it look nearly empty while it keeps an entry for
 /// every claim since the last vacuum, none of which can be removed or marked dead while a snapshot older than
-/// them is open (a report, a session idle in a transaction): a completion of 100 jobs that scanned the lease
-/// index this table had before `outbox_claims` walked 4,700 pages in 16 ms under a held snapshot, against one lookup per
-/// id (measured with `auto_explain`). The completion's fence (`complete.rs`) and the rescue are written the same
+/// them is open (a report, a session idle in a transaction): a completion of 100 jobs that scanned such an index of
+/// leases walked 4,700 pages in 16 ms under a held snapshot, against one lookup per id (measured with
+/// `auto_explain`). The completion's fence (`complete.rs`) and the rescue are written the same
 /// way. The rows are updated by `id = ANY(...)` rather than joined, as the claim's are (`claim.rs`), whatever
 /// their number. A renewal moves only the jobs' leases: their claims keep theirs (see [`RESCUE`]).
 pub(super) const EXTEND: &str = concat!(
