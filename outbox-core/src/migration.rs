@@ -32,8 +32,8 @@ impl MigratorTrait for Migrator {
 /// rather than `Migrator::up` for that); one whose tables an earlier build created otherwise is refused
 /// ([`Error::Unsupported`], saying what to do) and left untouched.
 pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
-    schema::refuse_legacy(db).await?;
-    schema::take_over_dated(db).await?;
+    let state = schema::dated(db).await?;
+    schema::take_over_dated(db, state).await?;
     Migrator::up(db, None).await.map_err(Error::db("running outbox migrations"))
 }
 
@@ -41,7 +41,6 @@ pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
 /// current. A database without the outbox tables lists them all; one an earlier build created is refused,
 /// as by [`migrate`].
 pub async fn pending_migrations(db: &sea_orm::DatabaseConnection) -> Result<Vec<String>> {
-    schema::refuse_legacy(db).await?;
     match schema::dated(db).await? {
         // Its schema is current; `migrate` records it as `001_schema`.
         schema::Dated::Complete => return Ok(vec![schema::MIGRATIONS[0].to_owned()]),

@@ -6,6 +6,7 @@
 
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
+use super::dialect::Params;
 use super::engine::Engine;
 use super::{Dialect, on_engine};
 use crate::error::{Error, Result};
@@ -66,25 +67,38 @@ fn count(row: Option<sea_orm::QueryResult>) -> Result<i64> {
     row.map(|r| r.try_get_by_index::<i64>(0)).transpose().map_err(read()).map(Option::unwrap_or_default)
 }
 
-/// The dated migrations (of [`DATED`]) `conn`'s database recorded, in order, and whether it records
-/// `001_schema` too.
-async fn recorded<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<(Vec<&'static str>, bool)> {
+/// What `conn`'s migrations table records of the migrations of earlier builds and of `001_schema`; all empty
+/// where there is no such table.
+#[derive(Debug, Default)]
+struct Recorded {
+    /// Whether it lists a migration of the builds before the schema was written as one ([`LEGACY`]).
+    legacy: bool,
+    /// The dated migrations it lists, in order.
+    dated: Vec<&'static str>,
+    /// Whether it lists `001_schema`.
+    squashed: bool,
+}
+
+/// Reads [`Recorded`] in one statement.
+async fn recorded<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Recorded> {
     if !has_migrations_table(conn).await? {
-        return Ok((Vec::new(), false));
+        return Ok(Recorded::default());
     }
     let b = Dialect::of(conn)?;
-    let names: Vec<sea_orm::Value> = DATED.iter().chain(&MIGRATIONS[..1]).map(|n| (*n).into()).collect();
-    let marks = (1..=names.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
-    let sql = format!("SELECT version FROM outbox_migrations WHERE version IN ({marks})");
-    let rows = conn.query_all_raw(b.stmt(sql, names)).await.map_err(read())?;
-    let (mut found, mut squashed) = (Vec::with_capacity(rows.len()), false);
+    let mut p = Params::default();
+    let names = LEGACY.split_whitespace().chain(DATED).chain(MIGRATIONS.iter().copied().take(1));
+    let marks: Vec<String> = names.map(|n| p.push(n)).collect();
+    let sql = format!("SELECT version FROM outbox_migrations WHERE version IN ({})", marks.join(", "));
+    let rows = conn.query_all_raw(b.stmt(sql, p.0)).await.map_err(read())?;
+    let mut found = Recorded::default();
     for row in rows {
         let version: String = row.try_get_by_index(0).map_err(read())?;
-        squashed |= version == MIGRATIONS[0];
-        found.extend(DATED.iter().find(|n| **n == version));
+        found.legacy |= LEGACY.split_whitespace().any(|n| n == version);
+        found.squashed |= version == MIGRATIONS[0];
+        found.dated.extend(DATED.iter().find(|n| **n == version));
     }
-    found.sort_unstable();
-    Ok((found, squashed))
+    found.dated.sort_unstable();
+    Ok(found)
 }
 
 /// What the migrations table of `conn`'s database says of the dated migrations.
@@ -99,21 +113,23 @@ pub(crate) enum Dated {
     Stale,
 }
 
-/// What `conn`'s database records of the dated migrations; a database that applied only some of them, and not
-/// `001_schema`, is refused ([`Error::Unsupported`], saying what to do).
+/// What `conn`'s database records of the dated migrations, once a database an earlier build created is refused
+/// ([`refuse_legacy`]); a database that applied only some of them, and not `001_schema`, is refused
+/// ([`Error::Unsupported`], saying what to do).
 pub(crate) async fn dated<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Dated> {
-    let (found, squashed) = recorded(conn).await?;
-    if found.is_empty() {
+    let Recorded { legacy, dated, squashed } = recorded(conn).await?;
+    refused_legacy(legacy)?;
+    if dated.is_empty() {
         return Ok(Dated::None);
     }
     if squashed {
         return Ok(Dated::Stale);
     }
-    if found.len() == DATED.len() {
+    if dated.len() == DATED.len() {
         return Ok(Dated::Complete);
     }
-    let last = found.last().copied().unwrap_or_default();
-    let missing = DATED.iter().filter(|n| !found.contains(n)).copied().collect::<Vec<_>>().join(", ");
+    let last = dated.last().copied().unwrap_or_default();
+    let missing = DATED.iter().filter(|n| !dated.contains(n)).copied().collect::<Vec<_>>().join(", ");
     Err(Error::Unsupported(format!(
         "this database's outbox tables were migrated by an earlier build up to `{last}`, which this build's one \
          migration `{}` replaces only once all thirteen were applied (missing: {missing}); it was left untouched. \
@@ -126,19 +142,18 @@ pub(crate) async fn dated<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<Dated
 /// migrations it does not know): in one write transaction, applies [`Engine::ADOPT_DATED`] and replaces their
 /// records with `001_schema`'s. Nothing else changes: the schema is the same (a test holds it so), and the jobs
 /// stay. Two processes migrating at once take it over once: the second finds the records gone under the lock of
-/// the first's delete and changes nothing. A database that applied only some of them is refused ([`dated`]).
-pub(crate) async fn take_over_dated(db: &DatabaseConnection) -> Result<()> {
-    let state = dated(db).await?;
+/// the first's delete and changes nothing. `state` is what [`dated`] read.
+pub(crate) async fn take_over_dated(db: &DatabaseConnection, state: Dated) -> Result<()> {
     if state == Dated::None {
         return Ok(());
     }
     let b = Dialect::of(db)?;
     let ctx = || Error::db("taking over the dated outbox migrations");
     let txn = super::begin_write(db).await?;
-    let names: Vec<sea_orm::Value> = DATED.iter().map(|n| (*n).into()).collect();
-    let marks = (1..=names.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
-    let sql = format!("DELETE FROM outbox_migrations WHERE version IN ({marks})");
-    let deleted = txn.execute_raw(b.stmt(sql, names)).await.map_err(ctx())?.rows_affected();
+    let mut p = Params::default();
+    let marks: Vec<String> = DATED.iter().map(|n| p.push(*n)).collect();
+    let sql = format!("DELETE FROM outbox_migrations WHERE version IN ({})", marks.join(", "));
+    let deleted = txn.execute_raw(b.stmt(sql, p.0)).await.map_err(ctx())?.rows_affected();
     if state == Dated::Complete && deleted == DATED.len() as u64 {
         txn.execute_unprepared(on_engine!(b, E => E::ADOPT_DATED)).await.map_err(ctx())?;
         let sql =
@@ -154,14 +169,12 @@ pub(crate) async fn take_over_dated(db: &DatabaseConnection) -> Result<()> {
 /// Refuses a database whose outbox tables an earlier build created, saying what to do; a database without
 /// them, or with this build's, passes.
 pub(crate) async fn refuse_legacy<C: ConnectionTrait + ?Sized>(conn: &C) -> Result<()> {
-    if !has_migrations_table(conn).await? {
-        return Ok(());
-    }
-    let b = Dialect::of(conn)?;
-    let legacy: Vec<sea_orm::Value> = LEGACY.split_whitespace().map(Into::into).collect();
-    let marks = (1..=legacy.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
-    let sql = format!("SELECT COUNT(*) FROM outbox_migrations WHERE version IN ({marks})");
-    if count(conn.query_one_raw(b.stmt(sql, legacy)).await.map_err(read())?)? == 0 {
+    refused_legacy(recorded(conn).await?.legacy)
+}
+
+/// The refusal of a database whose migrations table lists a `legacy` migration.
+fn refused_legacy(legacy: bool) -> Result<()> {
+    if !legacy {
         return Ok(());
     }
     Err(Error::Unsupported(

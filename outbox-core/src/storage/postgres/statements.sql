@@ -409,15 +409,9 @@ RETURNING (EXTRACT(EPOCH FROM lease_expires_at) * 1000)::int8;
 SELECT COUNT(*)
 FROM pg_tables
 WHERE schemaname = current_schema() AND tablename = 'outbox_migrations';
-SELECT COUNT(*)
-FROM outbox_migrations
-WHERE version IN ($1, $2, $3, $4, $5, $6, $7, $8, $9);
-SELECT COUNT(*)
-FROM pg_tables
-WHERE schemaname = current_schema() AND tablename = 'outbox_migrations';
 SELECT version
 FROM outbox_migrations
-WHERE version IN ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
+WHERE version IN ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23);
 CREATE TABLE IF NOT EXISTS "outbox_migrations" ( "version" varchar NOT NULL PRIMARY KEY, "applied_at" bigint NOT NULL );
 SELECT "version", "applied_at"
 FROM "outbox_migrations"

@@ -395,15 +395,9 @@ RETURNING lease_expires_at;
 SELECT COUNT(*)
 FROM sqlite_master
 WHERE type = 'table' AND name = 'outbox_migrations';
-SELECT COUNT(*)
-FROM outbox_migrations
-WHERE version IN (?, ?, ?, ?, ?, ?, ?, ?, ?);
-SELECT COUNT(*)
-FROM sqlite_master
-WHERE type = 'table' AND name = 'outbox_migrations';
 SELECT version
 FROM outbox_migrations
-WHERE version IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+WHERE version IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 CREATE TABLE IF NOT EXISTS "outbox_migrations" ( "version" varchar NOT NULL PRIMARY KEY, "applied_at" integer NOT NULL );
 SELECT "version", "applied_at"
 FROM "outbox_migrations"
