@@ -204,7 +204,7 @@ impl Retention {
                 (*status, cutoff(*age), kinds)
             })
             .collect();
-        PruneRules { statuses, now }
+        PruneRules { statuses }
     }
 
     /// Feed rows go by the shortest age of all.
@@ -307,7 +307,7 @@ async fn pass(
         let Some(txn) = leased_write(db, retention, worker, now).await? else {
             return Ok((jobs, feed_rows));
         };
-        let pruned = storage::retention::prune(&txn, &retention.rules(now), retention.batch).await?;
+        let pruned = storage::retention::prune(&txn, &retention.rules(now), now, retention.batch).await?;
         let feed = match retention.feed_cutoff(now) {
             Some(before) if !feed_done => storage::retention::prune_feed(&txn, before, retention.batch).await?,
             _ => 0,

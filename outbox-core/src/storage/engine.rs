@@ -197,8 +197,6 @@ pub(crate) struct NewJob {
 pub(crate) struct PruneRules {
     /// Per status (`completed`, `failed`, `cancelled`): the default cutoff and the kinds' own.
     pub(crate) statuses: Vec<StatusCutoffs>,
-    /// When the pass runs (ms): on PostgreSQL, when a job kept past its own cutoff is looked at again.
-    pub(crate) now: i64,
 }
 
 /// One status's default cutoff and the kinds' own, for [`PruneRules`].

@@ -61,9 +61,15 @@ impl PruneRules {
 /// the latest cutoff, as many as list `batch` jobs (a row of a larger completion whole), are deleted with the due
 /// jobs they list. A job they list that stays finished is listed again, in a row at the time it comes due (or
 /// at `now`, for one that is due but kept: the latest completed job of its sequence, or one holding its sequence).
-pub(crate) async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, batch: u64) -> Result<Pruned> {
+/// `now` is when the pass runs (ms).
+pub(crate) async fn prune<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    rules: &PruneRules,
+    now: i64,
+    batch: u64,
+) -> Result<Pruned> {
     let b = Dialect::of(conn)?;
-    on_engine!(b, E => E::prune(conn, rules, rules.now, batch).await)
+    on_engine!(b, E => E::prune(conn, rules, now, batch).await)
 }
 
 /// Deletes at most `batch` workers' feed rows older than `before`; how many. Before them, the events of the

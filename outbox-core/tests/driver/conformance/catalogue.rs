@@ -202,11 +202,8 @@ async fn every_statement_is_in_the_engine_s_catalogue(db: &DatabaseConnection) -
     c.section("reconciliations: list");
 
     // Retention and the archive (`retention.rs`, `archive.rs`).
-    let rules = retention::PruneRules {
-        statuses: vec![(JobStatus::Completed, T0 + 5_000, vec![("slow".into(), T0)])],
-        now: T0 + 10_000,
-    };
-    retention::prune(db, &rules, 100).await?;
+    let rules = retention::PruneRules { statuses: vec![(JobStatus::Completed, T0 + 5_000, vec![("slow".into(), T0)])] };
+    retention::prune(db, &rules, T0 + 10_000, 100).await?;
     c.section("retention: prune finished jobs");
     retention::prune_feed(db, T0, 100).await?;
     c.section("retention: prune the feed");

@@ -20,20 +20,21 @@ async fn prune_keeps_the_latest_of_a_sequence(db: &DatabaseConnection) -> Result
     }
     mark_completed(db, "b", T0 + 9_000).await?;
     mark_failed(db, "c", "boom", T0 + 1_000).await?;
-    let rules =
-        PruneRules { statuses: vec![(JobStatus::Completed, T0 + 5_000, vec![("slow".into(), T0)])], now: T0 + 10_000 };
-    assert_eq!(retention::prune(db, &rules, 1).await?.jobs, 1, "one batch of one");
-    assert_eq!(retention::prune(db, &rules, 100).await?.jobs, 1);
-    let last = retention::prune(db, &rules, 100).await?;
+    let rules = PruneRules { statuses: vec![(JobStatus::Completed, T0 + 5_000, vec![("slow".into(), T0)])] };
+    let now = T0 + 10_000;
+    assert_eq!(retention::prune(db, &rules, now, 1).await?.jobs, 1, "one batch of one");
+    assert_eq!(retention::prune(db, &rules, now, 100).await?.jobs, 1);
+    let last = retention::prune(db, &rules, now, 100).await?;
     assert_eq!(last, retention::Pruned { jobs: 0, more: false }, "the kept jobs are not looked at again now");
     let left = jobs::list(db, &JobFilter::default()).await?;
     assert_eq!(ids(&left), ["s2", "e", "c", "b"], "`a` and `s1` went");
     // Two seconds on, `slow` keeps its jobs four seconds less than the others: `e` has come due.
-    let later = PruneRules {
-        statuses: vec![(JobStatus::Completed, T0 + 7_000, vec![("slow".into(), T0 + 3_000)])],
-        now: T0 + 12_000,
-    };
-    assert_eq!(retention::prune(db, &later, 100).await?.jobs, 1, "`e` is due once its kind's age has passed");
+    let later = PruneRules { statuses: vec![(JobStatus::Completed, T0 + 7_000, vec![("slow".into(), T0 + 3_000)])] };
+    assert_eq!(
+        retention::prune(db, &later, T0 + 12_000, 100).await?.jobs,
+        1,
+        "`e` is due once its kind's age has passed"
+    );
     let left = jobs::list(db, &JobFilter::default()).await?;
     assert_eq!(ids(&left), ["s2", "c", "b"]);
     Ok(())
