@@ -24,7 +24,8 @@ impl Output {
         Output { out, pipe }
     }
 
-    /// Writes `line`; on a pipe, returns once the reader has read it, or at `until` with the reader still there (what it reads later is its own: the lease brings the job back if it never runs).
+    /// Writes `line`; on a pipe, returns once the reader has read it, or at `until` with the reader still there
+    /// (what it reads later is its own: the lease brings the job back if it never runs).
     /// A reader gone before it read the line is an error of kind `BrokenPipe`; `stopped` turning true before
     /// it read the line (a signal), one of kind `Interrupted`.
     pub(crate) async fn hand_over(

@@ -83,24 +83,18 @@ pub(super) async fn claim(db: &DatabaseConnection, args: ClaimArgs) -> Result<u8
         line["worker"] = json!(args.worker);
         if let Err(e) = out.hand_over(&format!("{line}\n"), lease_end, &interrupted).await {
             signals.abort();
+            // What the reader did not take goes back to pending now, its attempt unused. Stopped while this line
+            // waits in the pipe, the reader may still read it: it keeps its claim (its lease brings it back
+            // otherwise), and only the lines not written go back.
+            let kept = usize::from(e.kind() == std::io::ErrorKind::Interrupted);
+            give_back(db, &args.worker, &jobs[i + kept..]).await;
             return match e.kind() {
                 // The reader took what it wanted (`| head -1`), leaving this line unread: not a failure of this
-                // command. What it did not take goes back to pending now, its attempt unused.
-                std::io::ErrorKind::BrokenPipe => {
-                    give_back(db, &args.worker, &jobs[i..]).await;
-                    Ok(code::OK)
-                }
-                // Stopped while this line waits in the pipe: the reader may still read it, so it keeps its claim
-                // (its lease brings it back otherwise); the lines not written go back.
-                std::io::ErrorKind::Interrupted => {
-                    give_back(db, &args.worker, &jobs[i + 1..]).await;
-                    Ok(code::INTERRUPTED)
-                }
-                _ => {
-                    give_back(db, &args.worker, &jobs[i..]).await;
-                    Err(Failure::error(format!("writing the claimed job `{}`: {e}", job.id))
-                        .hint("the jobs not written were given back"))
-                }
+                // command.
+                std::io::ErrorKind::BrokenPipe => Ok(code::OK),
+                std::io::ErrorKind::Interrupted => Ok(code::INTERRUPTED),
+                _ => Err(Failure::error(format!("writing the claimed job `{}`: {e}", job.id))
+                    .hint("the jobs not written were given back")),
             };
         }
     }
