@@ -3,67 +3,16 @@
 //! One SQLite file, `quickstart.db` in the working directory (`OUTBOX_QUICKSTART_DB` overrides it): an order
 //! row and the job that sends its confirmation are written in one transaction; a transaction that fails
 //! leaves neither; the same intent enqueued twice collapses onto one job; a worker drains the queue; the
-//! operator functions summarise what happened.
+//! operator functions summarise what happened. The application's code (the order, its job and the handler) is
+//! in `src/lib.rs`, and `tests/orders.rs` tests it.
 
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, Job, JobContext, JobError, Worker, ops};
-use schemars::JsonSchema;
-use sea_orm::entity::prelude::*;
-use sea_orm::{ActiveValue::Set, DatabaseTransaction, PaginatorTrait, Schema};
-use serde::{Deserialize, Serialize};
-
-/// The domain: orders.
-mod order {
-    use sea_orm::entity::prelude::*;
-
-    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "orders")]
-    pub(crate) struct Model {
-        #[sea_orm(primary_key)]
-        pub id: i64,
-        pub customer: String,
-        pub total_cents: i64,
-    }
-
-    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-    pub(crate) enum Relation {}
-
-    impl ActiveModelBehavior for ActiveModel {}
-}
-
-/// The side effect an order implies: a confirmation e-mail, keyed by order so it is sent once per order.
-#[derive(Job, Debug, Serialize, Deserialize, JsonSchema)]
-#[job(kind = "send_order_confirmation", queue = "mail", max_attempts = 5)]
-#[serde(rename_all = "camelCase")]
-struct SendOrderConfirmation {
-    #[job(key)]
-    order_id: i64,
-    #[schemars(email)]
-    email: String,
-}
-
-/// The application's error: its own refusals, database errors, and the outbox's.
-#[derive(Debug, thiserror::Error)]
-enum AppError {
-    #[error("order refused: {0}")]
-    Refused(String),
-    #[error(transparent)]
-    Db(#[from] DbErr),
-    #[error(transparent)]
-    Outbox(#[from] outbox_core::Error),
-}
-
-/// Writes an order and its confirmation job in the caller's transaction.
-async fn place_order(txn: &DatabaseTransaction, customer: &str, total_cents: i64) -> Result<i64, AppError> {
-    let order =
-        order::ActiveModel { customer: Set(customer.into()), total_cents: Set(total_cents), ..Default::default() }
-            .insert(txn)
-            .await?;
-    let job = SendOrderConfirmation { order_id: order.id, email: format!("{customer}@example.com") };
-    outbox_core::enqueue(txn, &job, EnqueueOpts::new()).await?;
-    Ok(order.id)
-}
+use outbox_core::{EnqueueOpts, Worker, ops};
+use outbox_examples::{
+    AppError, SendOrderConfirmation, create_orders_table, order, place_order, send_order_confirmation,
+};
+use sea_orm::{EntityTrait, PaginatorTrait};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -85,8 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     outbox_core::migrate(&db).await?;
-    let backend = db.get_database_backend();
-    db.execute(&Schema::new(backend).create_table_from_entity(order::Entity).if_not_exists().to_owned()).await?;
+    create_orders_table(&db).await?;
 
     // 1. An order and its job commit together.
     let order_id: i64 = outbox_core::transaction(&db, async |txn| place_order(txn, "ada", 4_200).await).await?;
@@ -126,15 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Worker::builder(&db)
         .concurrency(4)
         .poll_interval(Duration::from_millis(100))
-        .register(|job: SendOrderConfirmation, ctx: JobContext| async move {
-            println!(
-                "  -> sending confirmation of order {} to {} (attempt {})",
-                job.order_id,
-                job.email,
-                ctx.attempt()
-            );
-            Ok::<_, JobError>(serde_json::json!({ "sent_to": job.email }))
-        })
+        .register(send_order_confirmation)
         .build()
         .await?
         .drain()

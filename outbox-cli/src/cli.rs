@@ -115,6 +115,15 @@ pub(crate) enum Command {
     /// Serve the HTTP API (JSON) and the dashboard (at /) until Ctrl-C or SIGTERM.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
+    /// Print the HTTP API's OpenAPI 3.1 document (what `outbox serve` answers at /api/openapi.json).
+    Openapi,
+    /// Print a completion script for a shell: `outbox completions bash > /etc/bash_completion.d/outbox`,
+    /// `outbox completions zsh > "${fpath[1]}/_outbox"`, `outbox completions fish >
+    /// ~/.config/fish/completions/outbox.fish`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 const SERVE_HELP: &str = "\

@@ -801,3 +801,32 @@ async fn schedules_lists_what_workers_registered() {
     let table = env.ok(&["schedules"]).stdout;
     assert!(table.starts_with("NAME") && table.contains("heartbeat") && table.contains("NEXT RUN"), "{table}");
 }
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish_from_the_commands_definition() {
+    let env = Env::new();
+    for (shell, marker) in [("bash", "complete -F"), ("zsh", "#compdef outbox"), ("fish", "complete -c outbox")] {
+        let run = env.run(&["completions", shell]);
+        assert_eq!(run.code, 0, "{shell}: {}", run.stderr);
+        assert!(run.stdout.contains(marker), "{shell}: no `{marker}` in {}", run.stdout);
+        for command in ["claim", "complete", "serve", "define-kind", "retry"] {
+            assert!(run.stdout.contains(command), "{shell} completions lack `{command}`");
+        }
+        assert!(run.stdout.contains("database-url"), "{shell} completions lack the global --database-url");
+    }
+    assert!(!env.db.exists(), "printing completions opened no database");
+    let bad = env.run(&["completions", "powershell7"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("powershell7"), "the error names the value: {}", bad.stderr);
+}
+
+#[test]
+fn the_openapi_document_is_printed_without_a_database() {
+    let env = Env::new();
+    let run = env.run(&["openapi"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc = run.json();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert!(doc["paths"]["/api/work/claim"]["post"].is_object(), "{doc}");
+    assert!(!env.db.exists(), "printing the document opened no database");
+}

@@ -77,6 +77,7 @@ pub struct KindOpts {
 
 /// What the jobs behind a job that failed for good (or was cancelled) in its sequence do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SequenceFailure {
     /// They wait until an operator retries the failed job (and it completes) or cancels it; the safe default

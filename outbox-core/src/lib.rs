@@ -1,4 +1,5 @@
 #![doc = include_str!("../docs/crate.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 mod connect;
@@ -22,6 +23,9 @@ mod retention;
 pub mod scan;
 mod stats;
 mod storage;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod time;
 mod wake;
 mod worker;

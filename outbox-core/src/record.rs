@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 
 /// Where a job is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum JobStatus {
@@ -59,6 +60,7 @@ impl std::str::FromStr for JobStatus {
 
 /// One job row as stored.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct JobRecord {
     /// Time-ordered id: 26 characters, a ULID (jobs enqueued before ULIDs have UUIDs).
@@ -157,6 +159,7 @@ impl Default for JobFilter {
 
 /// What happened to a job at one point of its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum JobEventKind {
@@ -234,6 +237,7 @@ impl std::str::FromStr for JobEventKind {
 
 /// One lifecycle transition of a job.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct JobEvent {
     /// When it happened.
@@ -251,6 +255,7 @@ pub struct JobEvent {
 /// A kind as a worker recorded it when it started: what tools without the Rust type need to validate and
 /// show its jobs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct KindRecord {
     /// Kind name.
@@ -286,6 +291,7 @@ pub struct KindRecord {
 /// One entry of the event feed: a lifecycle transition of any job, written by whichever process made it, in
 /// the order the database committed them (see [`crate::ops::feed`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct FeedEvent {
     /// Its place in the feed: pass it back to [`crate::ops::feed`] to read what came after. Opaque; its form
@@ -311,6 +317,7 @@ pub struct FeedEvent {
 
 /// A worker process (or a remote worker over HTTP) that announced itself and is still heartbeating.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct WorkerRecord {
     /// The worker's id, as recorded in `locked_by` of the jobs it claims.
@@ -339,6 +346,7 @@ pub struct WorkerRecord {
 
 /// A periodic schedule as registered by the workers that run it (see [`crate::Schedule`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct ScheduleRecord {
     /// The schedule's name, unique across the fleet.
@@ -363,6 +371,7 @@ pub struct ScheduleRecord {
 
 /// The latest report of one reconciler (run at a worker's start or by hand).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct ReconciliationRecord {
     /// Which reconciler: `fs` or `aws`.

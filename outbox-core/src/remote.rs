@@ -46,6 +46,7 @@ pub struct ClaimRequest {
 
 /// A job handed to a remote worker.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RemoteJob {
     /// The job id.
     pub id: String,

@@ -6,6 +6,7 @@ use crate::record::{JobRecord, JobStatus};
 
 /// How many jobs of one kind are in one status.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct StatusCount {
     /// Kind name.
@@ -20,6 +21,7 @@ pub struct StatusCount {
 
 /// Run and wait times of completed jobs of one kind.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct KindDurations {
     /// Kind name.
@@ -36,6 +38,7 @@ pub struct KindDurations {
 
 /// An idempotency key carried by more than one job over time.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct DuplicateKey {
     /// Kind name.
@@ -53,6 +56,7 @@ pub struct DuplicateKey {
 
 /// Jobs that completed and failed in one stretch of time (see [`crate::ops::activity`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct ActivityPoint {
     /// Start of the stretch.
@@ -65,6 +69,7 @@ pub struct ActivityPoint {
 
 /// Failed jobs of one kind sharing one last error (see [`crate::ops::failure_groups`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct FailureGroup {
     /// Kind name.
@@ -81,6 +86,7 @@ pub struct FailureGroup {
 
 /// All six answers at once.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct Stats {
     /// Counts of every kind and status (pending and claimed are what is outstanding).
@@ -107,6 +113,7 @@ pub struct Stats {
 
 /// Jobs of one queue by state.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct QueueCounts {
     /// Queue name.
@@ -134,6 +141,7 @@ pub struct QueueCounts {
 /// A sequence held by a job that failed for good or was cancelled: the jobs behind it wait until an operator
 /// retries the head (and it completes) or cancels it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct BlockedSequence {
     /// The sequence key.

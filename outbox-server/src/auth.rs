@@ -94,10 +94,10 @@ impl Auth {
     /// What `GET /api/session` answers: whether the server needs tokens, and the role the request's token
     /// grants (`null` without one it accepts). A server without tokens grants every role to loopback
     /// requests. Never an error, so a page can ask before it has a token.
-    pub(crate) fn session(&self, headers: &HeaderMap) -> serde_json::Value {
+    pub(crate) fn session(&self, headers: &HeaderMap) -> crate::routes::Session {
         if self.tokens.is_empty() {
             let role = self.check_open(headers).is_ok().then_some(Role::Operate.as_str());
-            return serde_json::json!({ "tokens": false, "role": role, "token": "none" });
+            return crate::routes::Session::new(false, role, "none");
         }
         // The strongest role the token's own checks grant: operate implies read.
         let role = [Role::Operate, Role::Read, Role::Work].into_iter().find(|r| self.check(headers, *r).is_ok());
@@ -106,7 +106,7 @@ impl Auth {
             (None, true) => "invalid",
             (None, false) => "none",
         };
-        serde_json::json!({ "tokens": true, "role": role.map(Role::as_str), "token": token })
+        crate::routes::Session::new(true, role.map(Role::as_str), token)
     }
 
     /// An open server answers requests addressed to a loopback host, from no page or a page of a loopback

@@ -13,7 +13,7 @@ use sea_orm::ConnectionTrait;
 use crate::error::{Error, Result};
 
 /// Where a kind's definition came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum KindSource {

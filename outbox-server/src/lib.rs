@@ -24,6 +24,7 @@
 //! | route | role | answer |
 //! |---|---|---|
 //! | `GET /` | none | the dashboard page (its script and style under `/assets/`); it reads everything else with a token |
+//! | `GET /api/openapi.json` | none | this API as an OpenAPI 3.1 document, generated from the routes' own types |
 //! | `GET /api/session` | none | `{"tokens", "role", "token"}`: the role the request's token grants (`null` without one) |
 //! | `GET /api/stats?window=1h` | read | the six answers of [`outbox_core::ops::stats`] |
 //! | `GET /api/activity?window=1h&bucket=1m` | read | `{"window_secs", "bucket_secs", "points": [{at, completed, failed}]}` |
@@ -40,6 +41,7 @@
 //! | `POST /api/jobs/retry-failed` | operate | `{"retried": n}`; body `{"kind", "error"}`, both optional |
 //! | `GET /api/health` | none | `{"status": "ok", ...}`; 503 `{"status": "unhealthy", ...}` (below) |
 //! | `GET /api/workers` | read | `{"workers": [...]}`: the live workers, in-process and remote |
+//! | `GET /api/schedules` | read | `{"schedules": [...]}`: the periodic schedules with their last and next ticks |
 //! | `GET /api/events?kind=&queue=&job=&event=&after=` | read | Server-Sent Events, one per job transition |
 //! | `GET /metrics` | read | OpenMetrics text for Prometheus |
 //! | `POST /api/work/claim` | work | `{"jobs": [...]}`: the claimed jobs, up to `limit`; with `wait`, once one is due |
@@ -121,5 +123,5 @@ mod serve;
 pub use error::{Error, Result};
 pub use kinds::{KindSource, KnownKind, KnownKinds};
 pub use opts::{Role, ServerOpts, Token};
-pub use routes::router;
+pub use routes::{openapi_json, router};
 pub use serve::serve;

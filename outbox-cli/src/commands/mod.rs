@@ -22,6 +22,19 @@ use crate::render::{self, Format};
 pub(crate) async fn run(cli: Cli) -> Result<u8> {
     let Cli { database_url, format, command } = cli;
     crate::logs::init(matches!(command, Command::Work(_) | Command::Serve(_)));
+    // What is printed from the command's own definition needs no database.
+    match command {
+        Command::Openapi => {
+            println!("{}", outbox_server::openapi_json());
+            return Ok(code::OK);
+        }
+        Command::Completions { shell } => {
+            let mut definition = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut definition, "outbox", &mut std::io::stdout());
+            return Ok(code::OK);
+        }
+        _ => {}
+    }
     // `serve` checks its options before it opens the database, and waits for the database like `work`.
     if let Command::Serve(args) = command {
         return serve::serve(&database_url, args).await;
@@ -50,7 +63,7 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
         Command::Extend(args) => claims::extend(&db, args, format).await,
         Command::Snooze(args) => claims::snooze(&db, args, format).await,
         // Run above, before the database is opened.
-        Command::Serve(_) => Ok(code::OK),
+        Command::Serve(_) | Command::Openapi | Command::Completions { .. } => Ok(code::OK),
     }
 }
 

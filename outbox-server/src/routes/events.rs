@@ -10,14 +10,17 @@ use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use outbox_core::{FeedEvent, JobEventKind, ops};
 use serde::Deserialize;
+use utoipa::IntoParams;
 
+use super::doc::ErrorBody;
 use super::{AppState, Reply, given, param_error};
 use crate::api_error::ApiError;
 use crate::extract::Query;
 use crate::feed::Tail;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct EventParams {
     /// Only this kind.
     kind: Option<String>,
@@ -49,6 +52,14 @@ impl Filter {
     }
 }
 
+/// The event feed as Server-Sent Events: each event's `id` is its feed position, its `event` the transition
+/// and its `data` a JSON `FeedEvent`. Reconnect with `Last-Event-ID` (or `after`) to get exactly what was
+/// missed; without either the stream starts with what is committed from now on.
+#[utoipa::path(get, path = "/api/events", tag = "events", params(EventParams,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
+    security(("token" = [])),
+    responses((status = 200, description = "A stream of events whose data are FeedEvent objects", body = outbox_core::FeedEvent, content_type = "text/event-stream"),
+        (status = 400, description = "A filter or resume position is invalid", body = ErrorBody)))]
 pub(super) async fn events(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -6,10 +6,12 @@ use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use outbox_core::JobFilter;
 use outbox_core::ops;
-use outbox_core::{EnqueueOpts, JobStatus};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use outbox_core::{EnqueueOpts, JobEvent, JobRecord, JobStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
+use super::doc::{ErrorBody, JobPath};
 use super::{AppState, Reply, given, limit_param, param_error};
 use crate::api_error::ApiError;
 use crate::duration;
@@ -20,18 +22,37 @@ const MAX_LIMIT: u64 = 1_000;
 const DEFAULT_LIMIT: u64 = 100;
 
 /// `GET /api/jobs`: every parameter is text here and parsed below, so an error names the parameter.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct ListParams {
+    /// Only this status: `pending`, `claimed`, `completed`, `failed` or `cancelled`.
     status: Option<String>,
+    /// Only this kind.
     kind: Option<String>,
+    /// Only this queue.
     queue: Option<String>,
+    /// Only jobs changed in this stretch back from now (`15m`, `2h`, `1d`) or since this RFC 3339 time.
     since: Option<String>,
+    /// Only jobs carrying this idempotency key.
     key: Option<String>,
+    /// The next page: jobs with an id below this one (the previous page's `next`).
     before: Option<String>,
+    /// At most this many, 1 to 1000 (100 by default).
     limit: Option<String>,
 }
 
+/// A page of jobs, newest first.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct JobPage {
+    jobs: Vec<JobRecord>,
+    /// Pass as `before` for the next page; `null` on the last page.
+    next: Option<String>,
+}
+
+/// List jobs, newest first, a page at a time.
+#[utoipa::path(get, path = "/api/jobs", tag = "jobs", params(ListParams), security(("token" = [])),
+    responses((status = 200, body = JobPage), (status = 400, description = "A parameter is invalid: the message names it", body = ErrorBody)))]
 pub(super) async fn list(State(state): State<AppState>, Query(params): Query<ListParams>) -> Reply {
     let status =
         given(params.status).map(|s| s.parse::<JobStatus>().map_err(|e| param_error("status", &e))).transpose()?;
@@ -50,27 +71,42 @@ pub(super) async fn list(State(state): State<AppState>, Query(params): Query<Lis
     let jobs = ops::list(&state.db, &filter).await?;
     // A full page may have more behind it; a short one is the last.
     let next = (jobs.len() as u64 == limit).then(|| jobs.last().map(|j| j.id.clone())).flatten();
-    Ok(axum::Json(json!({ "jobs": jobs, "next": next })).into_response())
+    Ok(axum::Json(JobPage { jobs, next }).into_response())
 }
 
+/// A job and its lifecycle, oldest event first.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct JobDetail {
+    job: JobRecord,
+    history: Vec<JobEvent>,
+}
+
+/// One job with its history.
+#[utoipa::path(get, path = "/api/jobs/{id}", tag = "jobs", params(JobPath), security(("token" = [])),
+    responses((status = 200, body = JobDetail), (status = 404, description = "No job has this id", body = ErrorBody)))]
 pub(super) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     let job = ops::get(&state.db, &id).await?;
     let history = ops::history(&state.db, &id).await?;
-    Ok(axum::Json(json!({ "job": job, "history": history })).into_response())
+    Ok(axum::Json(JobDetail { job, history }).into_response())
 }
 
 /// `POST /api/jobs`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct NewJob {
+    /// A kind built into the server or recorded by a worker.
     kind: String,
+    /// Validated against the kind's JSON Schema.
     payload: Value,
+    /// The kind's queue unless given.
     queue: Option<String>,
+    /// Higher runs first; the kind's unless given.
     priority: Option<i32>,
     /// Run no earlier than this long from now (`30s`).
     delay: Option<String>,
     /// Run no earlier than this time (RFC 3339).
     run_at: Option<String>,
+    /// Attempts before the job fails for good; the kind's unless given.
     max_attempts: Option<i32>,
     /// Idempotency key.
     key: Option<String>,
@@ -78,6 +114,22 @@ pub(super) struct NewJob {
     sequence: Option<String>,
 }
 
+/// The job an enqueue wrote, or the active job with the same idempotency key it collapsed onto.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EnqueuedJob {
+    id: String,
+    /// False when the enqueue collapsed onto an existing job.
+    created: bool,
+}
+
+/// Enqueue a job of a known kind.
+#[utoipa::path(post, path = "/api/jobs", tag = "jobs", request_body = NewJob, security(("token" = [])),
+    responses((status = 201, description = "A new job was written", body = EnqueuedJob),
+        (status = 200, description = "An active job with the same idempotency key exists", body = EnqueuedJob),
+        (status = 400, description = "An option is invalid: the message names it", body = ErrorBody),
+        (status = 404, description = "`unknown_kind`: no kind of this name is built in or recorded", body = ErrorBody),
+        (status = 413, description = "The payload is over the server's limit", body = ErrorBody),
+        (status = 422, description = "`invalid_payload`: the payload violates the kind's schema", body = ErrorBody)))]
 pub(super) async fn enqueue(State(state): State<AppState>, Json(new): Json<NewJob>) -> Reply {
     let field = |name: &str, message: &str| ApiError::invalid(format!("field `{name}`: {message}"));
     let mut opts = EnqueueOpts::new().max_payload_bytes(state.max_payload_bytes);
@@ -101,40 +153,76 @@ pub(super) async fn enqueue(State(state): State<AppState>, Json(new): Json<NewJo
     let known = state.kinds.resolve(&state.db, &new.kind).await?;
     let enqueued = outbox_core::enqueue_raw(&state.db, &known.kind, new.payload, opts).await?;
     let status = if enqueued.is_new() { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, axum::Json(json!({ "id": enqueued.id(), "created": enqueued.is_new() }))).into_response())
+    let body = EnqueuedJob { id: enqueued.id().to_owned(), created: enqueued.is_new() };
+    Ok((status, axum::Json(body)).into_response())
+}
+
+/// The job after an operator action.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct JobBody {
+    job: JobRecord,
 }
 
 /// The job after an operator action.
 async fn job_reply(state: &AppState, id: &str) -> Reply {
     let job = ops::get(&state.db, id).await?;
-    Ok(axum::Json(json!({ "job": job })).into_response())
+    Ok(axum::Json(JobBody { job }).into_response())
 }
 
+/// Put a failed or cancelled job back to pending, its attempts reset.
+#[utoipa::path(post, path = "/api/jobs/{id}/retry", tag = "jobs", params(JobPath), security(("token" = [])),
+    responses((status = 200, body = JobBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is not failed or cancelled", body = ErrorBody)))]
 pub(super) async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     ops::retry(&state.db, &id).await?;
     job_reply(&state, &id).await
 }
 
+/// Cancel a job that has not started.
+#[utoipa::path(post, path = "/api/jobs/{id}/cancel", tag = "jobs", params(JobPath), security(("token" = [])),
+    responses((status = 200, body = JobBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is claimed or finished", body = ErrorBody)))]
 pub(super) async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     ops::cancel(&state.db, &id).await?;
     job_reply(&state, &id).await
 }
 
+/// The id of a deleted job.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Deleted {
+    deleted: String,
+}
+
+/// Delete a job that is not claimed.
+#[utoipa::path(delete, path = "/api/jobs/{id}", tag = "jobs", params(JobPath), security(("token" = [])),
+    responses((status = 200, body = Deleted), (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is claimed", body = ErrorBody)))]
 pub(super) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     ops::delete(&state.db, &id).await?;
-    Ok(axum::Json(json!({ "deleted": id })).into_response())
+    Ok(axum::Json(Deleted { deleted: id }).into_response())
 }
 
 /// `POST /api/jobs/retry-failed`: every failed job, or those of one kind, or of one kind and last error (a
 /// group of `GET /api/failures`).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RetryFailed {
+    /// Only jobs of this kind.
     kind: Option<String>,
+    /// Only jobs whose last error is this one (with `kind`).
     error: Option<String>,
 }
 
+/// How many jobs were put back to pending.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RetriedCount {
+    retried: u64,
+}
+
+/// Retry every failed job, or those of one kind, or of one kind and last error.
+#[utoipa::path(post, path = "/api/jobs/retry-failed", tag = "jobs", request_body = RetryFailed, security(("token" = [])),
+    responses((status = 200, body = RetriedCount), (status = 400, body = ErrorBody)))]
 pub(super) async fn retry_failed(State(state): State<AppState>, Json(body): Json<RetryFailed>) -> Reply {
     let n = ops::retry_failed_with(&state.db, body.kind.as_deref(), body.error.as_deref()).await?;
-    Ok(axum::Json(json!({ "retried": n })).into_response())
+    Ok(axum::Json(RetriedCount { retried: n }).into_response())
 }

@@ -1,6 +1,7 @@
 //! The router: which route needs which role, and the layers every request passes (panic catching, JSON
 //! errors, logging, CORS, timeout, body limit).
 
+pub(crate) mod doc;
 mod events;
 mod health;
 mod jobs;
@@ -15,17 +16,19 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
 use sea_orm::DatabaseConnection;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::CorsLayer;
 use tower_http::timeout::TimeoutLayer;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::api_error::ApiError;
 use crate::auth::Auth;
 use crate::kinds::KnownKinds;
 use crate::metrics::FleetCounters;
 use crate::opts::{Role, ServerOpts};
+pub(crate) use health::Session;
 
 /// What every handler reaches.
 #[derive(Clone)]
@@ -40,6 +43,8 @@ pub(crate) struct AppState {
     pub(crate) counters: Arc<FleetCounters>,
     /// How long a request may take before it is answered 408: a waiting claim answers a second before.
     pub(crate) request_timeout: Duration,
+    /// Which roles the request's token grants, for `GET /api/session`.
+    pub(crate) auth: Arc<Auth>,
 }
 
 /// What a handler answers.
@@ -60,37 +65,9 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
         max_payload_bytes: opts.max_payload_bytes,
         counters,
         request_timeout: opts.request_timeout,
+        auth: Arc::clone(&auth),
     };
-    let session = {
-        let auth = std::sync::Arc::clone(&auth);
-        get(move |headers: axum::http::HeaderMap| async move { axum::Json(auth.session(&headers)) })
-    };
-    let open = Router::new().route("/api/health", get(health::health)).route("/api/session", session);
-    let read = Router::new()
-        .route("/api/stats", get(overview::stats))
-        .route("/api/activity", get(overview::activity))
-        .route("/api/failures", get(overview::failures))
-        .route("/api/queues", get(overview::queues))
-        .route("/api/kinds", get(overview::kinds))
-        .route("/api/kinds/{kind}", get(overview::kind))
-        .route("/api/jobs", get(jobs::list))
-        .route("/api/jobs/{id}", get(jobs::get))
-        .route("/api/workers", get(health::workers))
-        .route("/api/schedules", get(health::schedules))
-        .route("/api/events", get(events::events))
-        .route("/metrics", get(health::metrics));
-    let operate = Router::new()
-        .route("/api/jobs", post(jobs::enqueue))
-        .route("/api/jobs/retry-failed", post(jobs::retry_failed))
-        .route("/api/jobs/{id}/retry", post(jobs::retry))
-        .route("/api/jobs/{id}/cancel", post(jobs::cancel))
-        .route("/api/jobs/{id}", delete(jobs::delete));
-    let work = Router::new()
-        .route("/api/work/claim", post(work::claim))
-        .route("/api/work/jobs/{id}/heartbeat", post(work::heartbeat))
-        .route("/api/work/jobs/{id}/complete", post(work::complete))
-        .route("/api/work/jobs/{id}/fail", post(work::fail))
-        .route("/api/work/jobs/{id}/snooze", post(work::snooze));
+    let Groups { open, read, operate, work, document } = groups();
     let mut api = Router::new()
         .merge(auth.require(Role::Read, read))
         .merge(auth.require(Role::Operate, operate))
@@ -99,6 +76,7 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
         .merge(crate::pages::routes())
         .fallback(unknown_route)
         .with_state(state)
+        .layer(axum::Extension(health::Document::new(&document)))
         .layer(DefaultBodyLimit::max(opts.effective_body_limit()))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, opts.request_timeout));
     if !opts.cors_origins.is_empty() {
@@ -108,6 +86,59 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
     api.layer(middleware::from_fn(log))
         .layer(middleware::from_fn(move |req: Request, next: Next| json_errors(timeout, req, next)))
         .layer(CatchPanicLayer::custom(panicked))
+}
+
+/// The routes by the role their tokens need, and the document describing them all.
+struct Groups {
+    open: Router<AppState>,
+    read: Router<AppState>,
+    operate: Router<AppState>,
+    work: Router<AppState>,
+    document: utoipa::openapi::OpenApi,
+}
+
+fn groups() -> Groups {
+    // Each route is declared once, by its handler's `#[utoipa::path]`: `routes!` serves it and describes it.
+    let (open, open_doc) = OpenApiRouter::new()
+        .routes(routes!(health::health))
+        .routes(routes!(health::session))
+        .routes(routes!(health::openapi))
+        .split_for_parts();
+    let (read, read_doc) = OpenApiRouter::new()
+        .routes(routes!(overview::stats))
+        .routes(routes!(overview::activity))
+        .routes(routes!(overview::failures))
+        .routes(routes!(overview::queues))
+        .routes(routes!(overview::kinds))
+        .routes(routes!(overview::kind))
+        .routes(routes!(jobs::list))
+        .routes(routes!(jobs::get))
+        .routes(routes!(health::workers))
+        .routes(routes!(health::schedules))
+        .routes(routes!(events::events))
+        .routes(routes!(health::metrics))
+        .split_for_parts();
+    let (operate, operate_doc) = OpenApiRouter::new()
+        .routes(routes!(jobs::enqueue))
+        .routes(routes!(jobs::retry_failed))
+        .routes(routes!(jobs::retry))
+        .routes(routes!(jobs::cancel))
+        .routes(routes!(jobs::delete))
+        .split_for_parts();
+    let (work, work_doc) = OpenApiRouter::new()
+        .routes(routes!(work::claim))
+        .routes(routes!(work::heartbeat))
+        .routes(routes!(work::complete))
+        .routes(routes!(work::fail))
+        .routes(routes!(work::snooze))
+        .split_for_parts();
+    let document = doc::document([open_doc, read_doc, operate_doc, work_doc]);
+    Groups { open, read, operate, work, document }
+}
+
+/// The API's OpenAPI 3.1 document, as `GET /api/openapi.json` serves it (pretty-printed here).
+pub fn openapi_json() -> String {
+    groups().document.to_pretty_json().unwrap_or_default()
 }
 
 /// Browsers on the configured origins may call every route with a token.

@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::IntoResponse;
-use outbox_core::remote::{self, ClaimRequest};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use outbox_core::JobStatus;
+use outbox_core::remote::{self, ClaimRequest, RemoteJob};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
 
+use super::doc::{ErrorBody, JobPath};
 use super::{AppState, Reply};
 use crate::api_error::ApiError;
 use crate::duration;
@@ -24,23 +28,37 @@ fn lease_of(field: &str, text: Option<String>) -> Result<Duration, ApiError> {
         .map(|d| d.unwrap_or(DEFAULT_LEASE))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ClaimBody {
+    /// The worker's id, named again by every call about the jobs it claims.
     worker: String,
+    /// The kinds it runs.
     kinds: Vec<String>,
+    /// Only jobs of these queues (every queue by default).
     queues: Option<Vec<String>>,
+    /// At most this many jobs (10 by default).
     limit: Option<usize>,
     /// How long the claims hold unless renewed (`60s` by default).
     lease: Option<String>,
+    /// The host it runs on, shown with the worker.
     host: Option<String>,
+    /// Its process id, shown with the worker.
     pid: Option<i64>,
     /// When no job is due, wait for one up to this long (at most `5m`, and a second less than the server's
     /// request timeout, 30 s by default) instead of answering an empty list at once.
     wait: Option<String>,
 }
 
-/// `POST /api/work/claim`.
+/// The jobs a claim took.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Claimed {
+    jobs: Vec<RemoteJob>,
+}
+
+/// Claim up to `limit` due jobs of the given kinds, each leased to the worker; with `wait`, wait for one.
+#[utoipa::path(post, path = "/api/work/claim", tag = "work", request_body = ClaimBody, security(("token" = [])),
+    responses((status = 200, description = "The claimed jobs, possibly none", body = Claimed), (status = 400, body = ErrorBody)))]
 ///
 /// The claim runs in a task of its own, which outlives the request: a client that goes away (or a request that
 /// times out) stops a waiting claim between looks, and the jobs of a claim that was running then are given
@@ -85,21 +103,41 @@ pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimB
         }
     });
     let jobs = answer.await.map_err(|_| ApiError::internal(&"the claim's task ended without an answer"))??;
-    Ok(axum::Json(json!({ "jobs": jobs })).into_response())
+    Ok(axum::Json(Claimed { jobs }).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct HeartbeatBody {
+    /// The worker that claimed the job.
     worker: String,
     /// The claim's `run`, as the claim answered it (`attempt`, its name before, is still taken: a value that
     /// is not the claim's run is refused as stale).
     #[serde(alias = "attempt")]
     run: i32,
+    /// Keep the claim this long from now (`60s` by default); never shortens it.
     lease: Option<String>,
 }
 
-/// `POST /api/work/jobs/{id}/heartbeat`.
+/// A claim's lease as stored.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Lease {
+    id: String,
+    lease_expires_at: DateTime<Utc>,
+}
+
+/// A job's state after a remote worker's outcome.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Outcome {
+    id: String,
+    /// `completed`, `pending` (it runs again) or `failed`.
+    status: JobStatus,
+}
+
+/// Renew a claim's lease.
+#[utoipa::path(post, path = "/api/work/jobs/{id}/heartbeat", tag = "work", params(JobPath), request_body = HeartbeatBody,
+    security(("token" = [])), responses((status = 200, body = Lease), (status = 400, body = ErrorBody),
+        (status = 409, description = "`stale_claim`: the claim expired and was rescued, or already ended", body = ErrorBody)))]
 pub(super) async fn heartbeat(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -107,38 +145,45 @@ pub(super) async fn heartbeat(
 ) -> Reply {
     let lease = lease_of("lease", body.lease)?;
     let until = remote::heartbeat(&state.db, &body.worker, &id, body.run, lease).await?;
-    Ok(axum::Json(json!({ "id": id, "lease_expires_at": until })).into_response())
+    Ok(axum::Json(Lease { id, lease_expires_at: until }).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CompleteBody {
+    /// The worker that claimed the job.
     worker: String,
     /// The claim's `run`, as the claim answered it (`attempt`, its name before, is still taken: a value that
     /// is not the claim's run is refused as stale).
     #[serde(alias = "attempt")]
     run: i32,
+    /// What the job produced, stored as its output.
     output: Option<Value>,
 }
 
-/// `POST /api/work/jobs/{id}/complete`.
+/// Complete a claimed job.
+#[utoipa::path(post, path = "/api/work/jobs/{id}/complete", tag = "work", params(JobPath), request_body = CompleteBody,
+    security(("token" = [])), responses((status = 200, body = Outcome), (status = 400, body = ErrorBody),
+        (status = 409, description = "`stale_claim`: nothing was changed", body = ErrorBody)))]
 pub(super) async fn complete(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Json(body): Json<CompleteBody>,
 ) -> Reply {
     remote::complete(&state.db, &body.worker, &id, body.run, body.output).await?;
-    Ok(axum::Json(json!({ "id": id, "status": "completed" })).into_response())
+    Ok(axum::Json(Outcome { id, status: JobStatus::Completed }).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FailBody {
+    /// The worker that claimed the job.
     worker: String,
     /// The claim's `run`, as the claim answered it (`attempt`, its name before, is still taken: a value that
     /// is not the claim's run is refused as stale).
     #[serde(alias = "attempt")]
     run: i32,
+    /// What went wrong.
     error: String,
     /// Whether another attempt may succeed (default true); false fails the job for good.
     retryable: Option<bool>,
@@ -146,7 +191,10 @@ pub(super) struct FailBody {
     retry_in: Option<String>,
 }
 
-/// `POST /api/work/jobs/{id}/fail`.
+/// Fail a claimed job's attempt: retried after a backoff while attempts are left, failed for good otherwise.
+#[utoipa::path(post, path = "/api/work/jobs/{id}/fail", tag = "work", params(JobPath), request_body = FailBody,
+    security(("token" = [])), responses((status = 200, body = Outcome), (status = 400, body = ErrorBody),
+        (status = 409, description = "`stale_claim`: nothing was changed", body = ErrorBody)))]
 pub(super) async fn fail(State(state): State<AppState>, Path(id): Path<String>, Json(body): Json<FailBody>) -> Reply {
     if body.error.trim().is_empty() {
         return Err(ApiError::invalid("field `error`: say what went wrong"));
@@ -158,12 +206,13 @@ pub(super) async fn fail(State(state): State<AppState>, Path(id): Path<String>, 
     let status =
         remote::fail(&state.db, &body.worker, &id, body.run, &body.error, body.retryable.unwrap_or(true), retry_in)
             .await?;
-    Ok(axum::Json(json!({ "id": id, "status": status })).into_response())
+    Ok(axum::Json(Outcome { id, status }).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SnoozeBody {
+    /// The worker that claimed the job.
     worker: String,
     /// The claim's `run`, as the claim answered it (`attempt`, its name before, is still taken: a value that
     /// is not the claim's run is refused as stale).
@@ -173,7 +222,10 @@ pub(super) struct SnoozeBody {
     delay: String,
 }
 
-/// `POST /api/work/jobs/{id}/snooze`.
+/// Run a claimed job again later, giving its attempt back.
+#[utoipa::path(post, path = "/api/work/jobs/{id}/snooze", tag = "work", params(JobPath), request_body = SnoozeBody,
+    security(("token" = [])), responses((status = 200, body = Outcome), (status = 400, body = ErrorBody),
+        (status = 409, description = "`stale_claim`: nothing was changed", body = ErrorBody)))]
 pub(super) async fn snooze(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -181,5 +233,5 @@ pub(super) async fn snooze(
 ) -> Reply {
     let delay = duration::forward(&body.delay).map_err(|e| ApiError::invalid(format!("field `delay`: {e}")))?;
     remote::snooze(&state.db, &body.worker, &id, body.run, delay).await?;
-    Ok(axum::Json(json!({ "id": id, "status": "pending" })).into_response())
+    Ok(axum::Json(Outcome { id, status: JobStatus::Pending }).into_response())
 }

@@ -8,4 +8,5 @@ mod jobs;
 mod limits;
 mod malformed;
 mod observe;
+mod openapi;
 mod overview;
