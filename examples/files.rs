@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, Worker};
+use outbox::{EnqueueOpts, Worker};
 use outbox_fs::{CreateFile, DeleteFile, ReconcileOpts, Root};
 use sea_orm::entity::prelude::*;
 use sea_orm::{ActiveValue::Set, DatabaseTransaction, Schema};
@@ -38,7 +38,7 @@ enum AppError {
     #[error(transparent)]
     Db(#[from] DbErr),
     #[error(transparent)]
-    Outbox(#[from] outbox_core::Error),
+    Outbox(#[from] outbox::Error),
     #[error(transparent)]
     Fs(#[from] outbox_fs::Error),
     #[error(transparent)]
@@ -55,14 +55,14 @@ async fn add_note(txn: &DatabaseTransaction, title: &str, body: &str) -> Result<
         .insert(txn)
         .await?;
     let file = CreateFile { path: note_path(note.id), content: format!("# {title}\n\n{body}\n"), overwrite: true };
-    outbox_core::enqueue(txn, &file, EnqueueOpts::new()).await?;
+    outbox::enqueue(txn, &file, EnqueueOpts::new()).await?;
     Ok(note.id)
 }
 
 /// Deletes a note and enqueues the deletion of its file, in the caller's transaction.
 async fn remove_note(txn: &DatabaseTransaction, id: i64) -> Result<(), AppError> {
     note::Entity::delete_by_id(id).exec(txn).await?;
-    outbox_core::enqueue(txn, &DeleteFile { path: note_path(id), require_exists: false }, EnqueueOpts::new()).await?;
+    outbox::enqueue(txn, &DeleteFile { path: note_path(id), require_exists: false }, EnqueueOpts::new()).await?;
     Ok(())
 }
 
@@ -80,8 +80,8 @@ async fn main() -> Result<(), AppError> {
         std::fs::remove_dir_all(&dir)?;
     }
     std::fs::create_dir_all(dir.join("tree"))?;
-    let db = outbox_core::connect(&format!("sqlite://{}?mode=rwc", dir.join("files.db").display())).await?;
-    outbox_core::migrate(&db).await?;
+    let db = outbox::connect(&format!("sqlite://{}?mode=rwc", dir.join("files.db").display())).await?;
+    outbox::migrate(&db).await?;
     let backend = db.get_database_backend();
     db.execute(&Schema::new(backend).create_table_from_entity(note::Entity).if_not_exists().to_owned()).await?;
     let root = Root::open(dir.join("tree"))?;
@@ -89,12 +89,12 @@ async fn main() -> Result<(), AppError> {
     // 1. Each note commits together with the job that publishes it.
     let mut ids = Vec::new();
     for (title, body) in [("groceries", "milk, eggs"), ("ideas", "a queue in a table"), ("draft", "to be removed")] {
-        let id: i64 = outbox_core::transaction(&db, async |txn| add_note(txn, title, body).await).await?;
+        let id: i64 = outbox::transaction(&db, async |txn| add_note(txn, title, body).await).await?;
         ids.push(id);
     }
     // 2. Removing a note enqueues the deletion of its file in the same transaction.
     let draft = ids[2];
-    outbox_core::transaction(&db, async |txn| remove_note(txn, draft).await).await?;
+    outbox::transaction(&db, async |txn| remove_note(txn, draft).await).await?;
     println!("in {}: 3 notes written and 1 removed, each with its file job", dir.display());
 
     // 3. A worker runs the jobs (in order: the draft's file is created, then deleted).

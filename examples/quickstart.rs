@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, Worker, ops};
+use outbox::{EnqueueOpts, Worker, ops};
 use outbox_examples::{
     AppError, SendOrderConfirmation, create_orders_table, order, place_order, send_order_confirmation,
 };
@@ -24,24 +24,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     // The same program runs on PostgreSQL: OUTBOX_QUICKSTART_URL=postgres://user@host/db
     let db = match std::env::var("OUTBOX_QUICKSTART_URL") {
-        Ok(url) => outbox_core::connect(&url).await?,
+        Ok(url) => outbox::connect(&url).await?,
         Err(_) => {
             let path = std::env::var("OUTBOX_QUICKSTART_DB").unwrap_or_else(|_| "quickstart.db".into());
             for suffix in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(format!("{path}{suffix}"));
             }
-            outbox_core::connect(&format!("sqlite://{path}?mode=rwc")).await?
+            outbox::connect(&format!("sqlite://{path}?mode=rwc")).await?
         }
     };
-    outbox_core::migrate(&db).await?;
+    outbox::migrate(&db).await?;
     create_orders_table(&db).await?;
 
     // 1. An order and its job commit together.
-    let order_id: i64 = outbox_core::transaction(&db, async |txn| place_order(txn, "ada", 4_200).await).await?;
+    let order_id: i64 = outbox::transaction(&db, async |txn| place_order(txn, "ada", 4_200).await).await?;
     println!("order {order_id} placed with its confirmation job");
 
     // 2. A transaction that fails after enqueueing leaves neither the order nor the job.
-    let failed: Result<i64, AppError> = outbox_core::transaction(&db, async |txn| {
+    let failed: Result<i64, AppError> = outbox::transaction(&db, async |txn| {
         place_order(txn, "grace", -1).await?;
         Err(AppError::Refused("a negative total; the order and its job roll back together".into()))
     })
@@ -51,16 +51,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // 3. The same intent again (a retried request, say) collapses onto the pending job.
-    let again = outbox_core::enqueue(
-        &db,
-        &SendOrderConfirmation { order_id, email: "ada@example.com".into() },
-        EnqueueOpts::new(),
-    )
-    .await?;
+    let again =
+        outbox::enqueue(&db, &SendOrderConfirmation { order_id, email: "ada@example.com".into() }, EnqueueOpts::new())
+            .await?;
     println!("duplicate enqueue: new job written = {}, job {}", again.is_new(), again.id());
 
     // 4. An invalid payload is refused before anything is written.
-    let invalid = outbox_core::enqueue(
+    let invalid = outbox::enqueue(
         &db,
         &SendOrderConfirmation { order_id: 99, email: "not an address".into() },
         EnqueueOpts::new(),

@@ -1,8 +1,8 @@
 //! The application the examples share: orders, and the confirmation e-mail each order implies. The quickstart
-//! (`quickstart.rs`) runs it; `tests/orders.rs` tests it with `outbox_core::testing`, as an application tests
+//! (`quickstart.rs`) runs it; `tests/orders.rs` tests it with `outbox::testing`, as an application tests
 //! its own jobs.
 
-use outbox_core::{EnqueueOpts, Job, JobContext, JobError};
+use outbox::{EnqueueOpts, Job, JobContext, JobError};
 use schemars::JsonSchema;
 use sea_orm::entity::prelude::*;
 use sea_orm::{ActiveValue::Set, ConnectionTrait, DatabaseTransaction, Schema};
@@ -56,7 +56,7 @@ pub enum AppError {
     Db(#[from] DbErr),
     /// The outbox refused the job.
     #[error(transparent)]
-    Outbox(#[from] outbox_core::Error),
+    Outbox(#[from] outbox::Error),
 }
 
 /// Creates the orders table if it is missing.
@@ -73,7 +73,7 @@ pub async fn place_order(txn: &DatabaseTransaction, customer: &str, total_cents:
             .insert(txn)
             .await?;
     let job = SendOrderConfirmation { order_id: order.id, email: format!("{customer}@example.com") };
-    outbox_core::enqueue(txn, &job, EnqueueOpts::new()).await?;
+    outbox::enqueue(txn, &job, EnqueueOpts::new()).await?;
     Ok(order.id)
 }
 

@@ -1,8 +1,8 @@
-//! The quickstart's application tested the way an application tests its own jobs: with `outbox_core::testing`
+//! The quickstart's application tested the way an application tests its own jobs: with `outbox::testing`
 //! alone, on a throwaway SQLite file.
 
-use outbox_core::testing::{self, Ran, TempSqlite};
-use outbox_core::{EnqueueOpts, JobStatus, Worker};
+use outbox::testing::{self, Ran, TempSqlite};
+use outbox::{EnqueueOpts, JobStatus, Worker};
 use outbox_examples::{SendOrderConfirmation, create_orders_table, place_order, send_order_confirmation};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -20,7 +20,7 @@ async fn a_rolled_back_order_leaves_no_confirmation_and_a_committed_one_leaves_o
     let db = &temp.db;
 
     // Rolled back: the transaction saw its job, the database never holds it.
-    let txn = outbox_core::begin(db).await?;
+    let txn = outbox::begin(db).await?;
     let order_id = place_order(&txn, "grace", 1_500).await?;
     let job = testing::assert_enqueued::<SendOrderConfirmation, _>(&txn, |p| p.order_id == order_id).await;
     assert_eq!(job.payload.email, "grace@example.com");
@@ -32,7 +32,7 @@ async fn a_rolled_back_order_leaves_no_confirmation_and_a_committed_one_leaves_o
     assert!(testing::all_enqueued(db).await?.is_empty());
 
     // Committed: exactly one job, for this order.
-    let order_id = outbox_core::transaction(db, async |txn| place_order(txn, "ada", 4_200).await).await?;
+    let order_id = outbox::transaction(db, async |txn| place_order(txn, "ada", 4_200).await).await?;
     let jobs = testing::enqueued::<SendOrderConfirmation, _>(db).await?;
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0].payload, SendOrderConfirmation { order_id, email: "ada@example.com".into() });
@@ -64,7 +64,7 @@ async fn a_rejected_mailbox_fails_the_job_without_a_retry() -> TestResult {
     let ran = testing::perform(&worker, &bounced).await?;
     assert_eq!(ran, Ran::Failed { error: "mailbox nobody@bounce.example rejected the confirmation of order 9".into() });
 
-    outbox_core::enqueue(&temp.db, &bounced, EnqueueOpts::new()).await?;
+    outbox::enqueue(&temp.db, &bounced, EnqueueOpts::new()).await?;
     let drained = testing::drain(worker).await?;
     assert_eq!(drained.failed().len(), 1, "{drained:?}");
     assert_eq!(drained.failed()[0].attempts, 1);
@@ -89,6 +89,6 @@ async fn an_invalid_payload_fails_inline_as_it_would_in_a_worker() -> TestResult
 async fn an_assertion_that_finds_no_match_names_the_kind_and_lists_what_is_pending() {
     let (temp, _worker) = app().await.expect("the app starts");
     let job = SendOrderConfirmation { order_id: 3, email: "ada@example.com".into() };
-    outbox_core::enqueue(&temp.db, &job, EnqueueOpts::new()).await.expect("the job is enqueued");
+    outbox::enqueue(&temp.db, &job, EnqueueOpts::new()).await.expect("the job is enqueued");
     testing::assert_enqueued::<SendOrderConfirmation, _>(&temp.db, |p| p.order_id == 4).await;
 }

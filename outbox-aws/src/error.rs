@@ -3,7 +3,7 @@
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use outbox_core::JobError;
+use outbox::JobError;
 
 /// Result alias with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -62,7 +62,7 @@ pub enum Error {
     Config(String),
     /// An error of the queue itself (database, payload).
     #[error(transparent)]
-    Core(#[from] outbox_core::Error),
+    Core(#[from] outbox::Error),
     /// A bug: a state that should be impossible.
     #[error("internal error: {0}")]
     Internal(String),
@@ -74,7 +74,7 @@ impl Error {
         match self {
             Error::Aws { retryable, .. } => *retryable,
             Error::NotYet { .. } => true,
-            Error::Core(e) => matches!(e, outbox_core::Error::Database { .. }),
+            Error::Core(e) => matches!(e, outbox::Error::Database { .. }),
             _ => false,
         }
     }

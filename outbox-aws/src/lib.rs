@@ -22,12 +22,12 @@
 //!
 //! ```no_run
 //! use outbox_aws::{Aws, AwsOpts, SyncAws};
-//! use outbox_core::{EnqueueOpts, Worker};
+//! use outbox::{EnqueueOpts, Worker};
 //! use serde_json::json;
 //!
 //! # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
 //! let job = SyncAws::upsert("s3_bucket", "invoices", json!({ "versioning": true, "tags": { "team": "billing" } }));
-//! outbox_core::enqueue(db, &job, EnqueueOpts::new()).await?;
+//! outbox::enqueue(db, &job, EnqueueOpts::new()).await?;
 //!
 //! let aws = Aws::connect(AwsOpts::new()).await?;
 //! let worker = outbox_aws::register_handlers(Worker::builder(db), &aws).build().await?;

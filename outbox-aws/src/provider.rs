@@ -4,7 +4,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 
-use outbox_core::{Kind, KindOpts, Violation};
+use outbox::{Kind, KindOpts, Violation};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;

@@ -1,8 +1,8 @@
 //! The reconciler hook: the latest completed `sync_aws` job of every resource says whether it must exist;
 //! every difference is logged and returned, and nothing is ever changed.
 
-use outbox_core::Job;
-use outbox_core::scan::{self, PathJob};
+use outbox::Job;
+use outbox::scan::{self, PathJob};
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
 use tokio::task::JoinSet;
@@ -207,12 +207,12 @@ async fn check(aws: &Aws, job: PathJob) -> Option<Discrepancy> {
 
 /// Adds a start-up step to `builder` that runs [`reconcile`] before the worker's first claim, logs the report
 /// and records its counts (shown by `outbox stats`). Nothing is changed in AWS.
-pub fn reconcile_at_start(builder: outbox_core::WorkerBuilder, aws: &Aws) -> outbox_core::WorkerBuilder {
+pub fn reconcile_at_start(builder: outbox::WorkerBuilder, aws: &Aws) -> outbox::WorkerBuilder {
     let aws = aws.clone();
     builder.on_start("reconcile AWS", move |db, worker| async move {
         let report = reconcile(&db, &aws, ReconcileOpts::new())
             .await
-            .map_err(|e| outbox_core::Error::Internal(format!("reconciling AWS resources: {e}")))?;
+            .map_err(|e| outbox::Error::Internal(format!("reconciling AWS resources: {e}")))?;
         if !report.is_clean() {
             tracing::warn!(
                 resources = report.resources_checked,
@@ -230,7 +230,7 @@ pub fn reconcile_at_start(builder: outbox_core::WorkerBuilder, aws: &Aws) -> out
             "should_be_absent": report.should_be_absent,
             "check_failed": report.check_failed,
         });
-        let record = outbox_core::ReconciliationRecord::new("aws", Some(worker), counts);
-        outbox_core::ops::record_reconciliation(&db, &record).await
+        let record = outbox::ReconciliationRecord::new("aws", Some(worker), counts);
+        outbox::ops::record_reconciliation(&db, &record).await
     })
 }

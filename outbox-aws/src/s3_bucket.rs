@@ -6,7 +6,7 @@ use aws_sdk_s3::types::{
     BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, Tag, Tagging, VersioningConfiguration,
 };
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use outbox_core::Violation;
+use outbox::Violation;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -6,7 +6,7 @@ use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use md5::{Digest, Md5};
-use outbox_core::Violation;
+use outbox::Violation;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};

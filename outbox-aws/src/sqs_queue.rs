@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use outbox_core::Violation;
+use outbox::Violation;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
 //! The `sync_aws` job kind and its handler.
 
-use outbox_core::{Job, JobContext, JobError, Violation, WorkerBuilder};
+use outbox::{Job, JobContext, JobError, Violation, WorkerBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -94,7 +94,7 @@ async fn handle(aws: Aws, job: SyncAws, ctx: JobContext) -> Result<Value, JobErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::Kind;
+    use outbox::Kind;
     use serde_json::json;
 
     #[test]

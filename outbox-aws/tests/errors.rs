@@ -5,8 +5,8 @@ mod common;
 
 use std::time::Duration;
 
+use outbox::JobStatus;
 use outbox_aws::{Aws, SyncAws};
-use outbox_core::JobStatus;
 use outbox_tests::fresh_db;
 use outbox_tests::http::{Reply, Server};
 use serde_json::json;
@@ -30,13 +30,13 @@ async fn fake_s3(replies: Vec<Reply>) -> (Server, Aws) {
 }
 
 /// Runs the job on a started worker until it fails for good.
-async fn run_until_failed(db: &sea_orm::DatabaseConnection, aws: &Aws, job: &SyncAws) -> outbox_core::JobRecord {
+async fn run_until_failed(db: &sea_orm::DatabaseConnection, aws: &Aws, job: &SyncAws) -> outbox::JobRecord {
     let id = common::enqueue(db, job).await;
     let handle = common::worker(db, aws).build().await.expect("worker").start();
     let failed = outbox_tests::wait_status(db, &id, JobStatus::Failed, Duration::from_secs(20)).await;
     handle.shutdown().await.expect("shutdown");
     assert!(failed, "the job never failed");
-    outbox_core::ops::get(db, &id).await.expect("get job")
+    outbox::ops::get(db, &id).await.expect("get job")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,8 +57,8 @@ async fn throttling_retries_and_access_denied_fails_at_once() {
         error.contains("PutObject `s3_object some-bucket/k.txt`: AccessDenied: Access Denied (http 403)"),
         "{error}"
     );
-    let history = outbox_core::ops::history(&t.db, &row.id).await.expect("history");
-    let retried = history.iter().find(|e| e.event == outbox_core::JobEventKind::Retried).expect("a retried event");
+    let history = outbox::ops::history(&t.db, &row.id).await.expect("history");
+    let retried = history.iter().find(|e| e.event == outbox::JobEventKind::Retried).expect("a retried event");
     assert!(retried.error.as_deref().is_some_and(|e| e.contains("SlowDown") && e.contains("503")), "{retried:?}");
     let seen: Vec<String> = server.seen().iter().map(|s| s.line.clone()).collect();
     assert_eq!(seen.len(), 4, "{seen:?}");
@@ -72,14 +72,14 @@ async fn server_errors_retry_until_max_attempts() {
         (0..3).flat_map(|_| [not_found(), s3_error(500, "InternalError", "We encountered an internal error.")]);
     let (_server, aws) = fake_s3(replies.collect()).await;
     let job = SyncAws::upsert("s3_bucket", "flaky-bucket", json!({}));
-    let opts = outbox_core::EnqueueOpts::new().max_attempts(3);
-    let id = outbox_core::enqueue(&t.db, &job, opts).await.expect("enqueue").id().to_owned();
+    let opts = outbox::EnqueueOpts::new().max_attempts(3);
+    let id = outbox::enqueue(&t.db, &job, opts).await.expect("enqueue").id().to_owned();
     let row = {
         let handle = common::worker(&t.db, &aws).build().await.expect("worker").start();
         let failed = outbox_tests::wait_status(&t.db, &id, JobStatus::Failed, Duration::from_secs(30)).await;
         handle.shutdown().await.expect("shutdown");
         assert!(failed, "the job never failed");
-        outbox_core::ops::get(&t.db, &id).await.expect("get")
+        outbox::ops::get(&t.db, &id).await.expect("get")
     };
     assert_eq!((row.attempts, row.max_attempts), (3, 3));
     assert!(

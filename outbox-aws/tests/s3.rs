@@ -5,8 +5,8 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{aws, completed, endpoint, enqueue, sync, unique};
+use outbox::JobStatus;
 use outbox_aws::SyncAws;
-use outbox_core::JobStatus;
 use outbox_tests::fresh_db;
 use serde_json::json;
 
@@ -173,7 +173,7 @@ async fn an_object_waits_for_its_bucket_then_lands() {
     // The object's job runs first: a missing bucket is worth retrying, not a permanent failure.
     let object = enqueue(&t.db, &SyncAws::upsert("s3_object", format!("{bucket}/k"), json!({ "body": "x" }))).await;
     drain_once(&t.db, &aws).await;
-    let row = outbox_core::ops::get(&t.db, &object).await.expect("get");
+    let row = outbox::ops::get(&t.db, &object).await.expect("get");
     assert_eq!(row.status, JobStatus::Pending, "retried, not failed: {:?}", row.last_error);
     assert!(row.last_error.as_deref().is_some_and(|e| e.contains("does not exist (yet)")), "{:?}", row.last_error);
 
@@ -183,13 +183,13 @@ async fn an_object_waits_for_its_bucket_then_lands() {
         outbox_tests::wait_status(&t.db, &object, JobStatus::Completed, std::time::Duration::from_secs(20)).await;
     handle.shutdown().await.expect("shutdown");
     assert!(landed, "the object's retry never completed");
-    let out = completed(&outbox_core::ops::get(&t.db, &object).await.expect("get"));
+    let out = completed(&outbox::ops::get(&t.db, &object).await.expect("get"));
     assert_eq!(out["etag"], format!("\"{}\"", md5_hex(b"x")));
 }
 
 /// One claim-and-run pass: a worker that stops as soon as the due jobs ran once.
 async fn drain_once(db: &sea_orm::DatabaseConnection, aws: &outbox_aws::Aws) {
-    let builder = outbox_core::Worker::builder(db).retry_policy(outbox_core::RetryPolicy {
+    let builder = outbox::Worker::builder(db).retry_policy(outbox::RetryPolicy {
         base: std::time::Duration::from_secs(1),
         max: std::time::Duration::from_secs(1),
         jitter: 0.0,

@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
+use outbox::{EnqueueOpts, JobStatus};
 use outbox_aws::{Aws, AwsOpts, SyncAws};
-use outbox_core::{EnqueueOpts, JobStatus};
 use outbox_tests::fresh_db;
 use outbox_tests::http::{Reply, Server, reply};
 use serde_json::json;
@@ -43,13 +43,10 @@ async fn a_canary_secret_never_leaves_the_credentials() {
         SyncAws::upsert("s3_object", format!("{bucket}/o"), json!({ "body": "hello", "metadata": { "m": "1" } }));
     common::completed(&common::sync(&t.db, &aws, &object).await);
     let orphan = SyncAws::upsert("s3_object", format!("{}/o", common::unique("nobucket")), json!({ "body": "x" }));
-    let id = outbox_core::enqueue(&t.db, &orphan, EnqueueOpts::new().max_attempts(1))
-        .await
-        .expect("enqueue")
-        .id()
-        .to_owned();
+    let id =
+        outbox::enqueue(&t.db, &orphan, EnqueueOpts::new().max_attempts(1)).await.expect("enqueue").id().to_owned();
     common::drain(&t.db, &aws).await;
-    let failed = outbox_core::ops::get(&t.db, &id).await.expect("get");
+    let failed = outbox::ops::get(&t.db, &id).await.expect("get");
     assert_eq!(failed.status, JobStatus::Failed);
     shown.push_str(&format!("{failed:?}\n"));
 
@@ -58,10 +55,9 @@ async fn a_canary_secret_never_leaves_the_credentials() {
     let dead =
         Aws::connect(opts.endpoint_url(format!("http://127.0.0.1:{port}")).sdk_max_attempts(1)).await.expect("connect");
     let job = SyncAws::upsert("s3_bucket", common::unique("dead"), json!({}));
-    let id =
-        outbox_core::enqueue(&t.db, &job, EnqueueOpts::new().max_attempts(1)).await.expect("enqueue").id().to_owned();
+    let id = outbox::enqueue(&t.db, &job, EnqueueOpts::new().max_attempts(1)).await.expect("enqueue").id().to_owned();
     common::drain(&t.db, &dead).await;
-    let unreachable = outbox_core::ops::get(&t.db, &id).await.expect("get");
+    let unreachable = outbox::ops::get(&t.db, &id).await.expect("get");
     assert_eq!(unreachable.status, JobStatus::Failed);
     let report = outbox_aws::reconcile(&t.db, &dead, outbox_aws::ReconcileOpts::new()).await.expect("reconcile");
     assert!(report.check_failed >= 1, "{report:?}");
@@ -237,10 +233,10 @@ async fn environment_canaries_never_leak_on_bad_credentials_or_error_answers_chi
 }
 
 /// Runs `job` once; it must fail.
-async fn failed(db: &sea_orm::DatabaseConnection, aws: &Aws, job: &SyncAws) -> outbox_core::JobRecord {
-    let id = outbox_core::enqueue(db, job, EnqueueOpts::new().max_attempts(1)).await.expect("enqueue").id().to_owned();
+async fn failed(db: &sea_orm::DatabaseConnection, aws: &Aws, job: &SyncAws) -> outbox::JobRecord {
+    let id = outbox::enqueue(db, job, EnqueueOpts::new().max_attempts(1)).await.expect("enqueue").id().to_owned();
     common::drain(db, aws).await;
-    let row = outbox_core::ops::get(db, &id).await.expect("get");
+    let row = outbox::ops::get(db, &id).await.expect("get");
     assert_eq!(row.status, JobStatus::Failed, "{}", job.resource_id);
     row
 }

@@ -75,6 +75,6 @@ async fn fifo_queues_take_their_type_from_the_name() {
 
     // A standard queue of the same name cannot be had: refused at enqueue, naming the attribute.
     let standard = SyncAws::upsert("sqs_queue", &name, json!({ "attributes": { "FifoQueue": false } }));
-    let err = outbox_core::enqueue(&t.db, &standard, outbox_core::EnqueueOpts::new()).await.expect_err("refused");
+    let err = outbox::enqueue(&t.db, &standard, outbox::EnqueueOpts::new()).await.expect_err("refused");
     assert!(err.to_string().contains("/config/attributes/FifoQueue"), "{err}");
 }

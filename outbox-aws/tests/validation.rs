@@ -1,14 +1,14 @@
 //! Bad payloads are refused at enqueue, naming the field; nothing reaches the queue. No server needed.
 
+use outbox::{EnqueueOpts, Error};
 use outbox_aws::SyncAws;
-use outbox_core::{EnqueueOpts, Error};
 use outbox_tests::{fresh_db, scalar};
 use serde_json::json;
 
 /// The violations of a refused enqueue, as `path: message` lines.
 async fn refused(db: &sea_orm::DatabaseConnection, payload: serde_json::Value) -> Vec<(String, String)> {
-    let kind = outbox_core::Kind::of::<SyncAws>().expect("kind");
-    match outbox_core::enqueue_raw(db, &kind, payload, EnqueueOpts::new()).await {
+    let kind = outbox::Kind::of::<SyncAws>().expect("kind");
+    match outbox::enqueue_raw(db, &kind, payload, EnqueueOpts::new()).await {
         Err(Error::InvalidPayload { kind, violations }) => {
             assert_eq!(kind, "sync_aws");
             violations.into_iter().map(|v| (v.path, v.message)).collect()
@@ -26,9 +26,8 @@ async fn an_unknown_resource_type_is_refused_with_the_known_ones() {
     assert!(v[0].1.contains("`dynamodb_table`") && v[0].1.contains("s3_bucket, s3_object, sqs_queue"), "{}", v[0].1);
 
     // The typed path says the same.
-    let err = outbox_core::enqueue(&t.db, &SyncAws::delete("ec2_instance", "i-1"), EnqueueOpts::new())
-        .await
-        .expect_err("refused");
+    let err =
+        outbox::enqueue(&t.db, &SyncAws::delete("ec2_instance", "i-1"), EnqueueOpts::new()).await.expect_err("refused");
     assert!(err.to_string().contains("/resourceType") && err.to_string().contains("ec2_instance"), "{err}");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
 }
@@ -131,18 +130,18 @@ async fn a_misspelt_top_level_field_is_refused_naming_it() {
 async fn good_payloads_are_accepted_and_identical_intents_collapse() {
     let t = fresh_db().await;
     let job = SyncAws::upsert("s3_bucket", "ok-bucket", json!({ "versioning": true }));
-    let first = outbox_core::enqueue(&t.db, &job, EnqueueOpts::new()).await.expect("enqueue");
-    let second = outbox_core::enqueue(&t.db, &job, EnqueueOpts::new()).await.expect("enqueue");
+    let first = outbox::enqueue(&t.db, &job, EnqueueOpts::new()).await.expect("enqueue");
+    let second = outbox::enqueue(&t.db, &job, EnqueueOpts::new()).await.expect("enqueue");
     assert_eq!(first.id(), second.id());
-    assert!(matches!(second, outbox_core::Enqueued::Existing(_)));
-    outbox_core::enqueue(&t.db, &SyncAws::delete("s3_bucket", "ok-bucket"), EnqueueOpts::new()).await.expect("delete");
+    assert!(matches!(second, outbox::Enqueued::Existing(_)));
+    outbox::enqueue(&t.db, &SyncAws::delete("s3_bucket", "ok-bucket"), EnqueueOpts::new()).await.expect("delete");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 2);
 }
 
 #[tokio::test]
 async fn a_provider_registered_by_the_application_is_known_at_enqueue() {
+    use outbox::Violation;
     use outbox_aws::{Aws, BoxFuture, Provider};
-    use outbox_core::Violation;
 
     struct Topic;
     impl Provider for Topic {
@@ -176,12 +175,12 @@ async fn a_provider_registered_by_the_application_is_known_at_enqueue() {
         matches!(outbox_aws::register_provider(Topic), Err(outbox_aws::Error::DuplicateProvider(t)) if t == "test_topic")
     );
     let t = fresh_db().await;
-    outbox_core::enqueue(&t.db, &SyncAws::upsert("test_topic", "topic-a", json!({})), EnqueueOpts::new())
+    outbox::enqueue(&t.db, &SyncAws::upsert("test_topic", "topic-a", json!({})), EnqueueOpts::new())
         .await
         .expect("known now");
     // The config's shape is the provider's: `sync_aws` refuses unknown fields beside it, never inside it.
     let free_form = SyncAws::upsert("test_topic", "topic-b", json!({ "anyField": { "deep": [1, "two"] } }));
-    outbox_core::enqueue(&t.db, &free_form, EnqueueOpts::new()).await.expect("a free-form config");
+    outbox::enqueue(&t.db, &free_form, EnqueueOpts::new()).await.expect("a free-form config");
     let v = refused(&t.db, json!({ "resourceType": "test_topic", "resourceId": "b", "config": {} })).await;
     assert_eq!(v, [("/resourceId".to_owned(), "topics are named topic-*".to_owned())]);
 }

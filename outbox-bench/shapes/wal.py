@@ -10,7 +10,7 @@ enqueuing, while draining and in all, and the drain's rate (`pg_current_wal_lsn`
 runs on `sessions` psql sessions at once, each claiming and completing in turn, as several workers (or one
 worker's claim and completion connections) would: the rate of the statements alone, with no client around them.
 
-- `current`: the outbox schema as the dated migrations made it (`outbox-core/tests/fixtures/dated/`, their last
+- `current`: the outbox schema as the dated migrations made it (`outbox/tests/fixtures/dated/`, their last
   step aside, which changes no table), and the worker's claim and fenced completion
   (as in `outbox-bench/src/raw_pg/sql.rs`; one `enqueued` row per inserting statement from the insert trigger,
   60 % of each page of the jobs table left free for its rows' updates, the columns updates change last, each
@@ -66,10 +66,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox-core", "tests", "fixtures", "dated", "postgres")
+SCHEMA_SQL = os.path.join(HERE, "..", "..", "outbox", "tests", "fixtures", "dated", "postgres")
 CHUNK = 2000
 BATCH = 100
-# The dated PostgreSQL migrations' files, in the order they applied (`outbox-core/tests/fixtures/dated/`), but the
+# The dated PostgreSQL migrations' files, in the order they applied (`outbox/tests/fixtures/dated/`), but the
 # last three that shape tables, which `current` adds (the other shapes change the schema before them, or before the
 # last); the last of all (`snapshot_enqueue.sql`) changes how a trigger reads, not a table.
 MIGRATIONS = ("schema.sql", "ready.sql", "keep.sql", "fewer_writes.sql", "active_keys.sql", "columns_last.sql",

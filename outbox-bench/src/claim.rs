@@ -5,7 +5,7 @@ use crate::engine::SyncMode;
 use crate::runner::Runner;
 use crate::scratch::{self, Location, Target};
 use crate::stats::Measure;
-use crate::{BoxError, CONCURRENCY, outbox, raw, raw_pg};
+use crate::{BoxError, CONCURRENCY, raw, raw_pg, subject};
 
 /// Pending jobs per sequence in `claim_sequenced`.
 const PER_SEQUENCE: u64 = 100;
@@ -17,9 +17,9 @@ impl Runner {
     /// `sequenced`), timed on the raw connection as the worker issues it.
     pub(crate) fn claim_run(&self, target: &Target, n: u64, sequenced: bool) -> Result<Measure, BoxError> {
         let prepared = if sequenced {
-            self.rt.block_on(outbox::sequenced_backlog(target, n, (n / PER_SEQUENCE).max(1)))?
+            self.rt.block_on(subject::sequenced_backlog(target, n, (n / PER_SEQUENCE).max(1)))?
         } else {
-            self.rt.block_on(outbox::backlog(target, n))?
+            self.rt.block_on(subject::backlog(target, n))?
         };
         let secs = self.claim_cost(&prepared, target.sync(), if sequenced { "step" } else { "noop" });
         self.rt.block_on(prepared.remove())?;

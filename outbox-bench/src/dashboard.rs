@@ -7,8 +7,8 @@ use std::time::Instant;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde::Serialize;
 
-use crate::outbox::{Noop, drain, noops, preload};
 use crate::scratch::{Scratch, Target};
+use crate::subject::{Noop, drain, noops, preload};
 use crate::{BoxError, CONCURRENCY};
 
 /// Jobs left pending, and jobs turned failed, of the `n`.
@@ -54,7 +54,7 @@ pub(crate) async fn run(target: &Target, n: u64) -> Result<PageTimes, BoxError> 
 /// Starts a server, requests the page and then every path at once, and returns the time from the page's
 /// request to the last answer, ms. Every answer must be a success.
 async fn page(db: &DatabaseConnection, paths: &[&str]) -> Result<f64, BoxError> {
-    let (base, server) = crate::http::serve(db, outbox_core::Kind::of::<Noop>()?).await?;
+    let (base, server) = crate::http::serve(db, outbox::Kind::of::<Noop>()?).await?;
     let client = crate::http::client()?;
     let get = |path: String| {
         let request = client.get(format!("{base}{path}"));

@@ -7,15 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use outbox_core::EnqueueOpts;
+use outbox::EnqueueOpts;
 use outbox_server::ServerOpts;
 use sea_orm::DatabaseConnection;
 
 use crate::BoxError;
 use crate::latency::Latency;
-use crate::outbox::OrderPlaced;
 use crate::scratch::{Scratch, Target};
 use crate::stats::Measure;
+use crate::subject::OrderPlaced;
 
 /// Connections (and tasks) enqueuing at once.
 pub(crate) const CONNECTIONS: u64 = 16;
@@ -32,7 +32,7 @@ pub(crate) struct HttpRun {
 /// A server on a loopback port for `db` that knows `kind`; stops when the returned task is aborted.
 pub(crate) async fn serve(
     db: &DatabaseConnection,
-    kind: Arc<outbox_core::Kind>,
+    kind: Arc<outbox::Kind>,
 ) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
     let opts = ServerOpts::new().kind(kind);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -85,7 +85,7 @@ async fn enqueue_in_process(db: &DatabaseConnection, n: u64, first: u64) -> Resu
             let mut i = c;
             while i < n {
                 let job = OrderPlaced { order_id: first + i };
-                if !outbox_core::enqueue(&db, &job, EnqueueOpts::new()).await?.is_new() {
+                if !outbox::enqueue(&db, &job, EnqueueOpts::new()).await?.is_new() {
                     return Err(format!("in-process enqueue: job {i} collapsed onto another").into());
                 }
                 i += CONNECTIONS;
@@ -114,7 +114,7 @@ async fn stream_latency(db: &DatabaseConnection, base: &str, first: u64) -> Resu
         tokio::spawn(async move {
             for i in 0..LATENCY_JOBS {
                 let job = OrderPlaced { order_id: first + i };
-                let id = outbox_core::enqueue(&db, &job, EnqueueOpts::new()).await?.id().to_owned();
+                let id = outbox::enqueue(&db, &job, EnqueueOpts::new()).await?.id().to_owned();
                 committed.lock().map_err(|_| "lock poisoned")?.insert(id, Instant::now());
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
@@ -155,8 +155,8 @@ async fn stream_latency(db: &DatabaseConnection, base: &str, first: u64) -> Resu
 /// One run on a fresh database.
 pub(crate) async fn run(target: &Target, n: u64) -> Result<HttpRun, BoxError> {
     let scratch = Scratch::new(target).await?;
-    outbox_core::Kind::of::<OrderPlaced>()?;
-    let (base, server) = serve(&scratch.db, outbox_core::Kind::of::<OrderPlaced>()?).await?;
+    outbox::Kind::of::<OrderPlaced>()?;
+    let (base, server) = serve(&scratch.db, outbox::Kind::of::<OrderPlaced>()?).await?;
     let http = enqueue_http(&base, n, 0).await?;
     let in_process = enqueue_in_process(&scratch.db, n, n).await?;
     let latency = stream_latency(&scratch.db, &base, 2 * n).await?;

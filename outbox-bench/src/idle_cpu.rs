@@ -34,7 +34,7 @@ pub(crate) async fn idle_cpu(target: &Target) -> Result<f64, BoxError> {
     let pid = child.id().ok_or("the outbox worker exited at once")?;
     // Measured from once it registered: start-up (migrations, kinds, first claim) is not idling.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while outbox_core::ops::workers(&scratch.db).await?.is_empty() {
+    while outbox::ops::workers(&scratch.db).await?.is_empty() {
         if Instant::now() > deadline {
             return Err("idle_cpu: the outbox worker did not register within 30 s".into());
         }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outbox_core::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Worker};
+use outbox::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Worker};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -75,11 +75,11 @@ async fn enqueue_spaced<T>(
     db: &sea_orm::DatabaseConnection,
     n: u64,
     clock: impl Fn() -> T,
-) -> Result<Vec<T>, outbox_core::Error> {
+) -> Result<Vec<T>, outbox::Error> {
     let mut committed = Vec::with_capacity(n as usize);
     let mut next = tokio::time::Instant::now();
     for i in 0..n {
-        outbox_core::enqueue(db, &Ping { n: i }, EnqueueOpts::new()).await?;
+        outbox::enqueue(db, &Ping { n: i }, EnqueueOpts::new()).await?;
         committed.push(clock());
         next += gap(i);
         tokio::time::sleep_until(next).await;
@@ -138,10 +138,10 @@ pub(crate) async fn run(target: &Target, n: u64, loaded: bool) -> Result<(Measur
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                outbox_core::enqueue(&db, &Load { n: i }, EnqueueOpts::new()).await?;
+                outbox::enqueue(&db, &Load { n: i }, EnqueueOpts::new()).await?;
                 i += 1;
             }
-            Ok::<_, outbox_core::Error>(())
+            Ok::<_, outbox::Error>(())
         })
     });
     let begin = Instant::now();

@@ -1,4 +1,4 @@
-//! Throughput of outbox-core against the same SQL run directly: on SQLite through rusqlite on the same
+//! Throughput of outbox against the same SQL run directly: on SQLite through rusqlite on the same
 //! libsqlite3, on PostgreSQL through bare sqlx on one connection.
 //!
 //! `cargo run --release -p outbox-bench -- [--json] [--runs N] [--jobs N] [--case NAME] [--sync full|normal]
@@ -59,7 +59,6 @@ mod idle_cpu;
 mod latency;
 mod memory;
 mod million;
-mod outbox;
 mod process_memory;
 mod raw;
 mod raw_pg;
@@ -70,6 +69,7 @@ mod runner;
 mod scratch;
 mod stall;
 mod stats;
+mod subject;
 mod work;
 
 use std::collections::HashMap;
@@ -93,7 +93,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Worker concurrency, and the baseline's claim size, in `process` and `process_memory`.
 const CONCURRENCY: usize = 100;
 
-/// Throughput of outbox-core against the same SQL run directly (rusqlite, bare sqlx), the median of
+/// Throughput of outbox against the same SQL run directly (rusqlite, bare sqlx), the median of
 /// `--runs` runs each on a fresh database.
 #[derive(Debug, Parser)]
 #[command(

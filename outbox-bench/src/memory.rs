@@ -66,7 +66,7 @@ impl RssSampler {
     }
 }
 
-/// What a run in a child process reports: [`drain_watched`] and the `reconcile` case.
+/// What a run in a child process reports: [`drain_watched`](crate::subject::drain_watched) and the `reconcile` case.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct WatchedDrain {
     /// Seconds the measured work took (for a drain, the worker build included).

@@ -4,14 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, Job, KindOpts};
+use outbox::{EnqueueOpts, Job, KindOpts};
 use schemars::JsonSchema;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::SyncMode;
 use crate::scratch::{self, Location, Prepared};
-use crate::{BoxError, outbox};
+use crate::{BoxError, subject};
 
 /// Pending jobs in the big backlog.
 pub(crate) const BIG: u64 = 1_000_000;
@@ -41,10 +41,10 @@ pub(crate) async fn add_head(location: &Location, sync: SyncMode) -> Result<(), 
     let db = scratch::connect(location, sync).await?;
     let later = EnqueueOpts::new().priority(10).delay(Duration::from_secs(86_400));
     let strays: Arc<Vec<Stray>> = Arc::new((0..HEAD).map(|n| Stray { n }).collect());
-    let future = Arc::new(outbox::noops(HEAD));
-    outbox_core::transaction(&db, async |txn| {
-        outbox_core::enqueue_batch(txn, &future, later.clone()).await?;
-        outbox_core::enqueue_batch(txn, &strays, EnqueueOpts::new().priority(10)).await
+    let future = Arc::new(subject::noops(HEAD));
+    outbox::transaction(&db, async |txn| {
+        outbox::enqueue_batch(txn, &future, later.clone()).await?;
+        outbox::enqueue_batch(txn, &strays, EnqueueOpts::new().priority(10)).await
     })
     .await?;
     if db.get_database_backend() == DbBackend::Postgres {

@@ -6,7 +6,7 @@ use crate::memory::{Memory, WatchedDrain};
 use crate::runner::Runner;
 use crate::scratch::{self, Location, Target};
 use crate::stats::Measure;
-use crate::{BoxError, CONCURRENCY, outbox};
+use crate::{BoxError, CONCURRENCY, subject};
 
 /// The hidden first argument that makes this binary the child of a `process_memory` run:
 /// `--drain-child <db file or URL> <FULL|NORMAL> <jobs>`; it prints one [`WatchedDrain`] as JSON.
@@ -19,7 +19,7 @@ pub(crate) fn drain_child(argv: &[String]) -> Result<(), BoxError> {
     let sync = <SyncMode as clap::ValueEnum>::from_str(sync, true)?;
     let jobs: u64 = jobs.parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let report = rt.block_on(outbox::drain_watched(&Location::parse(location), sync, jobs, CONCURRENCY))?;
+    let report = rt.block_on(subject::drain_watched(&Location::parse(location), sync, jobs, CONCURRENCY))?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
@@ -27,7 +27,7 @@ pub(crate) fn drain_child(argv: &[String]) -> Result<(), BoxError> {
 impl Runner {
     /// Preloads a database here, then drains it in a fresh child process whose RSS holds the worker alone.
     pub(crate) fn process_memory_run(&self, target: &Target, n: u64) -> Result<(Measure, Memory), BoxError> {
-        let prepared = self.rt.block_on(outbox::backlog(target, n))?;
+        let prepared = self.rt.block_on(subject::backlog(target, n))?;
         let drained = self.drain_in_child(&prepared, target.sync(), n);
         self.rt.block_on(prepared.remove())?;
         drained

@@ -1,9 +1,9 @@
-//! The baselines: the same SQL outbox-core issues, run directly through rusqlite on one connection.
+//! The baselines: the same SQL outbox issues, run directly through rusqlite on one connection.
 //!
 //! The job INSERT, the claim UPDATE ... RETURNING and the fenced completion UPDATE are copied from
-//! `outbox-core/src/storage/enqueue.rs`, `storage/sqlite/enqueue.rs` and `storage/sqlite/store/` (every statement
+//! `outbox/src/storage/enqueue.rs`, `storage/sqlite/enqueue.rs` and `storage/sqlite/store/` (every statement
 //! is listed in `storage/sqlite/statements.sql`); keep them in step when those change.
-//! Job rows carry the same values outbox-core writes: a UUIDv7 id, the payload's JSON text, the kind's schema
+//! Job rows carry the same values outbox writes: a ULID id (`new_job_id`), the payload's JSON text, the kind's schema
 //! hash and, for unique kinds, the sha256 idempotency key of kind and payload.
 
 use std::path::Path;
@@ -20,18 +20,18 @@ use crate::stats::Measure;
 /// The domain row written next to each job in the enqueue cases.
 pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) VALUES (?, ?, ?)";
 
-/// `INSERT_COLUMNS` of outbox-core's `storage/enqueue.rs`.
+/// `INSERT_COLUMNS` of outbox's `storage/enqueue.rs`.
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
-/// A row of outbox-core's `insert_values` (`storage/enqueue.rs`).
+/// A row of outbox's `insert_values` (`storage/enqueue.rs`).
 const INSERT_ROW: &str = "(?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)";
 
-/// The single-job INSERT of outbox-core's `insert_job`: `ON CONFLICT DO NOTHING` only for a keyed kind.
+/// The single-job INSERT of outbox's `insert_job`: `ON CONFLICT DO NOTHING` only for a keyed kind.
 pub(crate) fn insert_job_sql(kind: &KindInfo) -> String {
     insert_jobs_sql(kind, 1)
 }
 
-/// The multi-row INSERT of outbox-core's `insert_jobs` for `rows` rows of `kind`.
+/// The multi-row INSERT of outbox's `insert_jobs` for `rows` rows of `kind`.
 fn insert_jobs_sql(kind: &KindInfo, rows: usize) -> String {
     let mut sql = String::from(INSERT_COLUMNS);
     for i in 0..rows {
@@ -82,13 +82,13 @@ pub(crate) struct KindInfo {
     pub(crate) name: &'static str,
     /// The payload's single integer field (`{"<field>":<n>}`).
     pub(crate) field: &'static str,
-    /// sha256 of the kind's canonical JSON Schema, as outbox-core computes it.
+    /// sha256 of the kind's canonical JSON Schema, as outbox computes it.
     pub(crate) schema_hash: String,
     /// Whether jobs carry the payload-hash idempotency key.
     pub(crate) unique: bool,
 }
 
-/// One job row with the values outbox-core's enqueue writes (default queue, priority 0, 3 attempts, due now).
+/// One job row with the values outbox's enqueue writes (default queue, priority 0, 3 attempts, due now).
 #[derive(Debug, Clone)]
 pub(crate) struct JobRow {
     pub(crate) id: String,
@@ -107,7 +107,7 @@ impl JobRow {
     /// The row of the job whose payload field is `n`.
     pub(crate) fn new(kind: &KindInfo, n: u64, now: i64) -> JobRow {
         let payload = format!("{{\"{}\":{n}}}", kind.field);
-        // outbox-core's `Kind::derive_key`: sha256 of kind, a NUL and the canonical payload.
+        // outbox's `Kind::derive_key`: sha256 of kind, a NUL and the canonical payload.
         let key = kind.unique.then(|| {
             let mut hasher = Sha256::new();
             hasher.update(kind.name.as_bytes());
@@ -116,7 +116,7 @@ impl JobRow {
             hex_lower(&hasher.finalize())
         });
         JobRow {
-            id: outbox_core::new_job_id(),
+            id: outbox::new_job_id(),
             kind: kind.name.to_owned(),
             queue: "default".to_owned(),
             payload,
@@ -147,7 +147,7 @@ impl JobRow {
     }
 }
 
-/// `bytes` in lowercase hex, written by table into one allocation as outbox-core's `kind::hex_lower` writes a
+/// `bytes` in lowercase hex, written by table into one allocation as outbox's `kind::hex_lower` writes a
 /// derived key.
 fn hex_lower(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -165,7 +165,7 @@ pub(crate) fn order_row(i: u64) -> (i64, String, i64) {
     (id + 1, format!("customer-{i}"), id % 997 * 100)
 }
 
-/// Milliseconds since the Unix epoch, the unit of outbox-core's timestamps.
+/// Milliseconds since the Unix epoch, the unit of outbox's timestamps.
 pub(crate) fn now_ms() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)

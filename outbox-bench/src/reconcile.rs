@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use outbox_core::{EnqueueOpts, Job};
+use outbox::{EnqueueOpts, Job};
 use outbox_fs::{CreateFile, ReconcileOpts, Root};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sha2::{Digest, Sha256};
@@ -57,8 +57,7 @@ pub(crate) async fn prepare(target: &Target, n: u64) -> Result<Prepared, BoxErro
             .map(|i| CreateFile { path: path_of(i), content: CONTENT.into(), overwrite: false })
             .collect();
         let jobs = std::sync::Arc::new(jobs);
-        outbox_core::transaction(db, async |txn| outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await)
-            .await?;
+        outbox::transaction(db, async |txn| outbox::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await).await?;
         next += PREPARE_BATCH;
     }
     let sha256 = hex::encode(Sha256::digest(CONTENT.as_bytes()));

@@ -7,12 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use outbox_core::{JobContext, JobError, Retention, Worker};
+use outbox::{JobContext, JobError, Retention, Worker};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
-use crate::outbox::{Noop, noops, preload};
 use crate::scratch::{Scratch, Target};
 use crate::stats::Measure;
+use crate::subject::{Noop, noops, preload};
 use crate::{BoxError, raw};
 
 /// What a pruning run measured besides the drain.
@@ -122,7 +122,7 @@ async fn seed_old(db: &DatabaseConnection, old: u64) -> Result<(), BoxError> {
 }
 
 /// `old` completed jobs of kind `old` in the archive, in a partition covering two days ago (made here as
-/// retention names and makes them, `outbox-core/src/storage/archive.rs`), in one statement.
+/// retention names and makes them, `outbox/src/storage/archive.rs`), in one statement.
 async fn seed_archived(db: &DatabaseConnection, old: u64) -> Result<(), BoxError> {
     let at = raw::now_ms() - 2 * 86_400_000;
     let (from, to) = (at - 3_600_000, at + 3_600_000);

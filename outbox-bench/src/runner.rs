@@ -10,7 +10,7 @@ use crate::row::Row;
 use crate::scratch::{Location, Target};
 use crate::stats::{Measure, median, round};
 use crate::{
-    BoxError, CONCURRENCY, dashboard, http, idle_cpu, latency, million, outbox, raw_pg, retention, stall, work,
+    BoxError, CONCURRENCY, dashboard, http, idle_cpu, latency, million, raw_pg, retention, stall, subject, work,
 };
 
 /// Runs one case on one backend at one sync setting `runs` times, outbox and baseline alternating, and
@@ -50,11 +50,11 @@ impl Runner {
 
     /// One run of a `latency_cross` floor on a fresh schema (see [`raw_pg::latency_floor`]).
     fn floor_run(&self, target: &Target, n: u64, wake: raw_pg::Wake) -> Result<latency::Latency, BoxError> {
-        let prepared = self.rt.block_on(outbox::empty(target))?;
+        let prepared = self.rt.block_on(subject::empty(target))?;
         let Location::Url(url) = &prepared.location else {
             return Err("the latency floor runs on PostgreSQL".into());
         };
-        let l = self.rt.block_on(raw_pg::latency_floor(url, &outbox::noop_kind()?, n, wake));
+        let l = self.rt.block_on(raw_pg::latency_floor(url, &subject::noop_kind()?, n, wake));
         self.rt.block_on(prepared.remove())?;
         l
     }
@@ -88,33 +88,33 @@ impl Runner {
             let measure = match case {
                 Case::Enqueue => {
                     // The ORM ceiling alternates with it run by run, so their ratio sees the same machine.
-                    let ours = self.rt.block_on(outbox::enqueue(&target, n))?;
-                    ceilings.push(self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?.jobs_per_sec());
+                    let ours = self.rt.block_on(subject::enqueue(&target, n))?;
+                    ceilings.push(self.rt.block_on(subject::enqueue_orm_ceiling(&target, n))?.jobs_per_sec());
                     ours
                 }
-                Case::EnqueueOrmCeiling => self.rt.block_on(outbox::enqueue_orm_ceiling(&target, n))?,
-                Case::EnqueueBatch => self.rt.block_on(outbox::enqueue_batch(&target, n, BATCH))?,
+                Case::EnqueueOrmCeiling => self.rt.block_on(subject::enqueue_orm_ceiling(&target, n))?,
+                Case::EnqueueBatch => self.rt.block_on(subject::enqueue_batch(&target, n, BATCH))?,
                 Case::Process => {
-                    let (measure, w) = self.rt.block_on(outbox::process(&target, n, self.concurrency_for(case)))?;
+                    let (measure, w) = self.rt.block_on(subject::process(&target, n, self.concurrency_for(case)))?;
                     works.push(w);
                     measure
                 }
                 Case::HeldSnapshot => {
                     // The free drain alternates with the held one, run by run, on the same server.
                     let (held, w) =
-                        self.rt.block_on(outbox::held_snapshot(&target, n, self.concurrency_for(case), true))?;
+                        self.rt.block_on(subject::held_snapshot(&target, n, self.concurrency_for(case), true))?;
                     works.push(w);
                     let (free, fw) =
-                        self.rt.block_on(outbox::held_snapshot(&target, n, self.concurrency_for(case), false))?;
+                        self.rt.block_on(subject::held_snapshot(&target, n, self.concurrency_for(case), false))?;
                     theirs.push(free.jobs_per_sec());
                     free_works.push(fw);
                     held
                 }
                 Case::ProcessSequenced => {
-                    self.rt.block_on(outbox::process_sequenced(&target, n, n, self.concurrency_for(case)))?
+                    self.rt.block_on(subject::process_sequenced(&target, n, n, self.concurrency_for(case)))?
                 }
                 Case::ProcessSequenced100 => {
-                    self.rt.block_on(outbox::process_sequenced(&target, n, FEW_KEYS, self.concurrency_for(case)))?
+                    self.rt.block_on(subject::process_sequenced(&target, n, FEW_KEYS, self.concurrency_for(case)))?
                 }
                 Case::ClaimSequenced => self.claim_run(&target, n, true)?,
                 Case::ProcessMemory => {
@@ -316,7 +316,7 @@ impl Runner {
         let claim_small_ms = self.claim_run(target, million::SMALL_CLAIM, false)?.secs * 1000.0;
         let (small, _) = self.process_memory_run(target, million::SMALL_DRAIN)?;
         let (_, small_memory) = self.process_memory_run(target, million::MEMORY_DRAIN)?;
-        let prepared = self.rt.block_on(outbox::backlog(target, million::BIG))?;
+        let prepared = self.rt.block_on(subject::backlog(target, million::BIG))?;
         let measured = (|| {
             let claim_big_ms = self.claim_cost(&prepared, sync, "noop")? * 1000.0;
             self.rt.block_on(million::add_head(&prepared.location, sync))?;

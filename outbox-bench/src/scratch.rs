@@ -62,9 +62,9 @@ pub(crate) async fn connect(location: &Location, sync: SyncMode) -> Result<Datab
         Location::File(path) => format!("sqlite://{}?mode=rwc", path.display()),
         Location::Url(url) => url.clone(),
     };
-    let opts = outbox_core::ConnectOpts { full_sync: sync.is_full(), ..Default::default() };
-    let db = outbox_core::connect_with(&url, opts).await?;
-    outbox_core::migrate(&db).await?;
+    let opts = outbox::ConnectOpts { full_sync: sync.is_full(), ..Default::default() };
+    let db = outbox::connect_with(&url, opts).await?;
+    outbox::migrate(&db).await?;
     Ok(db)
 }
 

@@ -8,7 +8,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use outbox_core::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Retention, Worker};
+use outbox::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Retention, Worker};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -78,14 +78,14 @@ pub(crate) async fn run(target: &Target) -> Result<(Measure, Latency), BoxError>
     let mut ms = Vec::with_capacity(ROUNDS as usize);
     let begin = Instant::now();
     for round in 0..ROUNDS {
-        outbox_core::enqueue(&scratch.db, &Block { n: round }, EnqueueOpts::new()).await?;
+        outbox::enqueue(&scratch.db, &Block { n: round }, EnqueueOpts::new()).await?;
         let n = tokio::task::block_in_place(|| blocked.recv_timeout(Duration::from_secs(30)))
             .map_err(|_| format!("stall: the handler of round {round} did not start within 30 s"))?;
         let stalled_at = Instant::now();
         debug_assert_eq!(n, round);
         tokio::time::sleep(offset(round)).await;
         let started = Instant::now();
-        outbox_core::enqueue(&app, &Order { n: round }, EnqueueOpts::new()).await?;
+        outbox::enqueue(&app, &Order { n: round }, EnqueueOpts::new()).await?;
         ms.push(started.elapsed().as_secs_f64() * 1_000.0);
         // The next round's stall begins after this one ends.
         tokio::time::sleep(STALL.saturating_sub(stalled_at.elapsed())).await;

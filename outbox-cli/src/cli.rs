@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
-use outbox_core::JobStatus;
+use outbox::JobStatus;
 
 use crate::fail::{code, quoted};
 use crate::render::Format;
@@ -15,7 +15,7 @@ use outbox_server::duration;
 
 const AFTER_HELP: &str = "\
 Logs go to stderr: warnings, and progress for `work` and `serve`. OUTBOX_LOG takes a filter (`debug`,
-`outbox_core=debug`), or RUST_LOG when OUTBOX_LOG is unset; colours only on a terminal, never with NO_COLOR set.
+`outbox=debug`), or RUST_LOG when OUTBOX_LOG is unset; colours only on a terminal, never with NO_COLOR set.
 
 Exit codes:
   0  success (reconcile: no discrepancy)
@@ -50,7 +50,7 @@ pub(crate) enum Command {
     Migrate,
     /// Enqueue a job, validated against its kind's JSON Schema.
     Enqueue(EnqueueArgs),
-    /// List jobs, newest change first.
+    /// List jobs, newest first (by enqueue order).
     List(ListArgs),
     /// Show one job with its history.
     Get {

@@ -64,14 +64,14 @@ async fn try_open(arg: &str, create: bool) -> std::result::Result<DatabaseConnec
             return Err((failure, false));
         }
     }
-    let db = outbox_core::connect(&url).await.map_err(|e| {
+    let db = outbox::connect(&url).await.map_err(|e| {
         let transient = e.is_transient();
         let failure = Failure::error(format!("cannot open database `{}`: {e}", shown(&url)))
             .hint("check --database-url (OUTBOX_DATABASE_URL)");
         (failure, transient)
     })?;
     if !create {
-        let pending = outbox_core::pending_migrations(&db).await.map_err(|e| {
+        let pending = outbox::pending_migrations(&db).await.map_err(|e| {
             let message = e.to_string();
             let transient = e.is_transient();
             let mut failure = Failure::error(format!("reading the migrations of `{}`: {message}", shown(&url)));

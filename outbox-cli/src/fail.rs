@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// Exit codes, documented in `outbox --help` and the README.
+/// Exit codes, documented in `outbox --help` and docs/reference/cli.md.
 pub(crate) mod code {
     /// Success (and a clean reconcile).
     pub(crate) const OK: u8 = 0;
@@ -71,9 +71,9 @@ fn one_line(text: &str) -> String {
 /// server's and the durations' included.
 pub(crate) use outbox_server::duration::quoted;
 
-impl From<outbox_core::Error> for Failure {
-    fn from(e: outbox_core::Error) -> Self {
-        use outbox_core::Error as E;
+impl From<outbox::Error> for Failure {
+    fn from(e: outbox::Error) -> Self {
+        use outbox::Error as E;
         let message = e.to_string();
         match &e {
             E::InvalidPayload { kind, .. } | E::PayloadTooLarge { kind, .. } | E::Serde { kind, .. } => {
@@ -146,9 +146,9 @@ mod tests {
 
     #[test]
     fn core_errors_map_to_their_exit_codes() {
-        let not_found: Failure = outbox_core::Error::NotFound { id: "x".into() }.into();
+        let not_found: Failure = outbox::Error::NotFound { id: "x".into() }.into();
         assert_eq!(not_found.code, code::NOT_FOUND);
-        let invalid: Failure = outbox_core::Error::Invalid("nope".into()).into();
+        let invalid: Failure = outbox::Error::Invalid("nope".into()).into();
         assert_eq!(invalid.code, code::INVALID);
     }
 }

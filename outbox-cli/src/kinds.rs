@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use outbox::Kind;
 use outbox_aws::SyncAws;
-use outbox_core::Kind;
 use outbox_fs::{ClaudeExtraction, CreateFile, DeleteFile};
 use outbox_server::KnownKinds;
 

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
 /// Starts logging to stderr: warnings by default, progress too for `work`. `OUTBOX_LOG` (an env-filter
-/// directive such as `info` or `outbox_core=debug`) overrides, else `RUST_LOG`; colours only on a terminal,
+/// directive such as `info` or `outbox=debug`) overrides, else `RUST_LOG`; colours only on a terminal,
 /// and never when `NO_COLOR` is set (<https://no-color.org>).
 pub(crate) fn init(work: bool) {
     let default = if work { "info" } else { "warn" };
@@ -61,7 +61,7 @@ mod tests {
     fn outbox_log_wins_over_rust_log_which_wins_over_the_default() {
         assert_eq!(chosen(None, None), ("warn".into(), false));
         assert_eq!(chosen(None, Some("debug")), ("debug".into(), false));
-        assert_eq!(chosen(Some("outbox_core=trace"), Some("debug")), ("outbox_core=trace".into(), false));
+        assert_eq!(chosen(Some("outbox=trace"), Some("debug")), ("outbox=trace".into(), false));
         assert_eq!(chosen(Some(""), Some("info")), ("info".into(), false), "an empty OUTBOX_LOG counts as unset");
         assert_eq!(chosen(Some("x=nonsense=1"), Some("info")), ("warn".into(), true), "a bad one is reported");
     }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, Worker};
+use outbox::{EnqueueOpts, Worker};
 use outbox_tests::{ChildProcess, Keyed, Probe, Signal, eventually, exec};
 use serde_json::{Value, json};
 
@@ -196,7 +196,7 @@ async fn enqueue_work_list_retry_cancel_purge_and_reconcile() {
 
     // retry --failed puts every failed job back.
     let taken2 = enqueue_id(&env, "create_file", json!({ "path": "taken.txt", "content": "mine again\n" }));
-    let db = outbox_core::connect(&env.url()).await.expect("connect");
+    let db = outbox::connect(&env.url()).await.expect("connect");
     exec(&db, "UPDATE outbox_jobs SET status = 'failed', last_error = 'x' WHERE id = ?", vec![taken2.clone().into()])
         .await;
     assert_eq!(env.ok(&["retry", "--failed", "--kind", "create_file", "--format", "json"]).json()["retried"], 1);
@@ -308,11 +308,11 @@ fn bad_input_exits_2_naming_the_field_or_value() {
 async fn stats_answers_all_six_questions() {
     let env = Env::new();
     env.ok(&["migrate"]);
-    let db = outbox_core::connect(&env.url()).await.expect("connect");
+    let db = outbox::connect(&env.url()).await.expect("connect");
     let now = chrono::Utc::now().timestamp_millis();
     let mut ids = Vec::new();
     for n in 1..=6 {
-        ids.push(outbox_core::enqueue(&db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(&db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
     }
     // 1: pending (ids[0]), claimed with a live lease (ids[1]), stuck with an expired one (ids[2]).
     let claim = "UPDATE outbox_jobs SET status = 'claimed', attempts = 1, runs = 1, locked_by = 'w-1', locked_at = ?, \
@@ -339,10 +339,9 @@ async fn stats_answers_all_six_questions() {
     )
     .await;
     // A duplicate key: the same intent enqueued again after the first one completed.
-    let first =
-        outbox_core::enqueue(&db, &Keyed { user_id: 42, note: "a".into() }, EnqueueOpts::new()).await.expect("k1");
+    let first = outbox::enqueue(&db, &Keyed { user_id: 42, note: "a".into() }, EnqueueOpts::new()).await.expect("k1");
     exec(&db, complete, vec![(now - 1_000).into(), now.into(), now.into(), first.id().into()]).await;
-    outbox_core::enqueue(&db, &Keyed { user_id: 42, note: "b".into() }, EnqueueOpts::new()).await.expect("k2");
+    outbox::enqueue(&db, &Keyed { user_id: 42, note: "b".into() }, EnqueueOpts::new()).await.expect("k2");
 
     let stats = env.ok(&["stats", "--format", "json"]).json();
     let count = |status: &str| -> u64 {
@@ -410,10 +409,10 @@ async fn kinds_recorded_by_an_application_worker_validate_cli_enqueues() {
     unknown.error_naming("unknown kind `probe`");
 
     // An application's worker starts: its kinds land in the database.
-    let db = outbox_core::connect(&env.url()).await.expect("connect");
+    let db = outbox::connect(&env.url()).await.expect("connect");
     let worker = Worker::builder(&db)
-        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
-        .register(|_: outbox_tests::Step, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: Probe, _| async { Ok::<_, outbox::JobError>(()) })
+        .register(|_: outbox_tests::Step, _| async { Ok::<_, outbox::JobError>(()) })
         .build()
         .await
         .expect("worker");
@@ -469,7 +468,7 @@ async fn kinds_recorded_by_an_application_worker_validate_cli_enqueues() {
         (job["queue"].clone(), job["priority"].clone(), job["max_attempts"].clone()),
         (json!("slow"), json!(-5), json!(9))
     );
-    let job = outbox_core::ops::get(&db, ok["id"].as_str().expect("id")).await.expect("get");
+    let job = outbox::ops::get(&db, ok["id"].as_str().expect("id")).await.expect("get");
     assert!(job.run_at > chrono::Utc::now() + chrono::Duration::minutes(9), "delayed: {}", job.run_at);
     let payload_file = env.dir.path().join("p.json");
     std::fs::write(&payload_file, r#"{"n": 4}"#).expect("payload file");

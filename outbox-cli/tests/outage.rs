@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use outbox_core::EnqueueOpts;
+use outbox::EnqueueOpts;
 use outbox_tests::{ChildProcess, Signal, Tmpfs, eventually, scalar, sqlite_url};
 
 const JOBS: usize = 60;
@@ -18,9 +18,9 @@ async fn a_worker_started_on_a_full_disk_waits_and_then_drains_every_job() {
     std::fs::create_dir(&root).expect("root");
     let db_path = disk.path().join("queue.db");
     let url = sqlite_url(&db_path);
-    let db = outbox_core::connect(&url).await.expect("create the database");
+    let db = outbox::connect(&url).await.expect("create the database");
     {
-        outbox_core::migrate(&db).await.expect("migrate");
+        outbox::migrate(&db).await.expect("migrate");
         let jobs: Vec<outbox_fs::CreateFile> = (0..JOBS)
             .map(|n| outbox_fs::CreateFile {
                 path: format!("f/{n}.txt"),
@@ -28,7 +28,7 @@ async fn a_worker_started_on_a_full_disk_waits_and_then_drains_every_job() {
                 overwrite: false,
             })
             .collect();
-        outbox_core::enqueue_batch(&db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue_batch(&db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
         // An empty write-ahead log: nothing the worker writes has room set aside. This connection stays open
         // (so the shared-memory file stays), as an application's would.
         outbox_tests::exec(&db, "PRAGMA wal_checkpoint(TRUNCATE)", vec![]).await;

@@ -1,4 +1,4 @@
-//! The README's shell worker (`examples/shell-worker.sh`), run as three processes, drains jobs that a fourth
+//! The guide's shell worker (`examples/shell-worker.sh`), run as three processes, drains jobs that a fourth
 //! enqueues: none lost, none run twice but the one whose worker was killed with SIGKILL mid-job, which is
 //! rescued after its lease and completed by another; a `complete` for the killed worker's stale attempt is
 //! refused with exit code 6 and changes nothing.
@@ -58,10 +58,14 @@ echo "{\"n\": $n}"
 "#;
 
 #[test]
-fn the_readme_shell_worker_drains_jobs_from_three_processes_and_survives_a_sigkill() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).expect("readme");
+fn the_guides_shell_worker_drains_jobs_from_three_processes_and_survives_a_sigkill() {
+    let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guides/remote-and-shell-workers.md");
+    let guide = std::fs::read_to_string(guide).expect("guide");
     let text = std::fs::read_to_string(script()).expect("script");
-    assert!(readme.contains(&text), "README.md must show examples/shell-worker.sh as it is");
+    assert!(
+        guide.contains(&text),
+        "docs/guides/remote-and-shell-workers.md must show examples/shell-worker.sh as it is"
+    );
 
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("queue.db");
@@ -123,7 +127,7 @@ fn the_readme_shell_worker_drains_jobs_from_three_processes_and_survives_a_sigki
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let url = outbox_tests::sqlite_url(&db);
-    let conn = rt.block_on(outbox_core::connect(&url)).expect("connect");
+    let conn = rt.block_on(outbox::connect(&url)).expect("connect");
     let count = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'";
     let drained = rt.block_on(eventually(Duration::from_secs(180), || async {
         let stmt = sea_orm::Statement::from_string(sea_orm::DbBackend::Sqlite, count);
@@ -180,9 +184,9 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
     // waits (its registry entry is not renewed, or it would wake itself through its own commits).
     assert_eq!(ok(outbox(&db, &["claim", "--worker", "w"])), "");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let conn = rt.block_on(outbox_core::connect(&outbox_tests::sqlite_url(&db))).expect("connect");
+    let conn = rt.block_on(outbox::connect(&outbox_tests::sqlite_url(&db))).expect("connect");
     let seen = |id: &str| {
-        let workers = rt.block_on(outbox_core::ops::workers(&conn)).expect("workers");
+        let workers = rt.block_on(outbox::ops::workers(&conn)).expect("workers");
         workers.iter().find(|w| w.id == id).map(|w| w.last_seen_at)
     };
     let idle = ChildProcess::spawn(&mut command(&db, &["claim", "--worker", "idle", "--wait", "3s"]));
@@ -254,7 +258,7 @@ fn claim_complete_fail_extend_snooze_and_enqueue_wait_from_the_command_line() {
     // as it ended, and exits 7 when it failed.
     let waiting = ChildProcess::spawn(&mut command(&db, &["claim", "--worker", "w2", "--wait", "60s"]));
     let registered = rt.block_on(eventually(Duration::from_secs(30), || async {
-        outbox_core::ops::workers(&conn).await.expect("workers").iter().any(|w| w.id == "w2")
+        outbox::ops::workers(&conn).await.expect("workers").iter().any(|w| w.id == "w2")
     }));
     assert!(registered, "the waiting claim never registered its worker");
     let enqueue_args = ["enqueue", "task", "--payload", r#"{"n": 4}"#, "--wait", "60s", "--format", "json"];
@@ -304,7 +308,7 @@ fn a_claim_piped_into_head_gives_back_at_once_what_head_did_not_read() {
     let taken: Value = serde_json::from_str(lines[0]).expect("a claimed job");
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let conn = rt.block_on(outbox_core::connect(&outbox_tests::sqlite_url(&db))).expect("connect");
+    let conn = rt.block_on(outbox::connect(&outbox_tests::sqlite_url(&db))).expect("connect");
     let count = |sql: &str| rt.block_on(outbox_tests::scalar(&conn, sql));
     let claimed = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed'";
     assert_eq!(count(claimed), 1, "only the job head read is claimed");
@@ -316,7 +320,7 @@ fn a_claim_piped_into_head_gives_back_at_once_what_head_did_not_read() {
     let waiting =
         ChildProcess::spawn(&mut command(&db, &["claim", "--worker", "ctrl-c", "--kind", "other", "--wait", "60s"]));
     let registered = rt.block_on(eventually(Duration::from_secs(30), || async {
-        outbox_core::ops::workers(&conn).await.expect("workers").iter().any(|w| w.id == "ctrl-c")
+        outbox::ops::workers(&conn).await.expect("workers").iter().any(|w| w.id == "ctrl-c")
     }));
     assert!(registered, "the waiting claim never registered its worker");
     waiting.signal(Signal::INT);

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use outbox_core::{JobError, Worker};
+use outbox::{JobError, Worker};
 use outbox_tests::{Probe, eventually, exec, sqlite_url};
 use serde_json::{Value, json};
 
@@ -57,8 +57,8 @@ async fn insert_remote(db: &impl sea_orm::ConnectionTrait, id: &str, host: &str,
 async fn workers_lists_live_workers_and_not_expired_or_stopped_ones() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("queue.db");
-    let db = outbox_core::connect(&sqlite_url(&path)).await.expect("connect");
-    outbox_core::migrate(&db).await.expect("migrate");
+    let db = outbox::connect(&sqlite_url(&path)).await.expect("connect");
+    outbox::migrate(&db).await.expect("migrate");
     assert_eq!(outbox(&path, &["workers"]).trim(), "no live workers");
     assert!(listed(&path).is_empty());
 
@@ -74,7 +74,7 @@ async fn workers_lists_live_workers_and_not_expired_or_stopped_ones() {
         .expect("worker")
         .start();
     let registered = eventually(Duration::from_secs(30), || async {
-        outbox_core::ops::workers(&db).await.expect("workers").iter().any(|w| w.id == "inproc-1")
+        outbox::ops::workers(&db).await.expect("workers").iter().any(|w| w.id == "inproc-1")
     })
     .await;
     assert!(registered, "the worker never appeared in the registry");

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::{Job, JobContext, JobError, Violation};
+use outbox::{Job, JobContext, JobError, Violation};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
 //! `create_file`: write a file atomically beneath the root, harmless to run again.
 
-use outbox_core::{Job, JobContext, JobError, Violation};
+use outbox::{Job, JobContext, JobError, Violation};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

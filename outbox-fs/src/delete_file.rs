@@ -2,7 +2,7 @@
 
 use std::io;
 
-use outbox_core::{Job, JobContext, JobError, Violation};
+use outbox::{Job, JobContext, JobError, Violation};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

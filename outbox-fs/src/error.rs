@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use outbox_core::JobError;
+use outbox::JobError;
 
 use crate::errno;
 use crate::extract::ExtractError;
@@ -74,7 +74,7 @@ pub enum Error {
     },
     /// The job store failed (the reconciler reads it).
     #[error(transparent)]
-    Outbox(#[from] outbox_core::Error),
+    Outbox(#[from] outbox::Error),
     /// A blocking filesystem task died (it panicked or the runtime shut down).
     #[error("internal error: {0}")]
     Internal(String),

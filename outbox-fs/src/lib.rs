@@ -14,7 +14,7 @@
 //! the latest completed job of every path left there, and reports every discrepancy without fixing any.
 //!
 //! ```
-//! use outbox_core::{EnqueueOpts, Worker};
+//! use outbox::{EnqueueOpts, Worker};
 //! use outbox_fs::{CreateFile, ReconcileOpts, Root};
 //!
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -22,18 +22,18 @@
 //! # let tmp = tempfile::tempdir()?;
 //! # let url = format!("sqlite://{}?mode=rwc", tmp.path().join("outbox.db").display());
 //! # std::fs::create_dir(tmp.path().join("files"))?;
-//! let db = outbox_core::connect(&url).await?;
-//! outbox_core::migrate(&db).await?;
+//! let db = outbox::connect(&url).await?;
+//! outbox::migrate(&db).await?;
 //! let root = Root::open(tmp.path().join("files"))?;
 //!
 //! let job = CreateFile { path: "notes/hello.txt".into(), content: "hello\n".into(), overwrite: false };
-//! outbox_core::enqueue(&db, &job, EnqueueOpts::new()).await?;
+//! outbox::enqueue(&db, &job, EnqueueOpts::new()).await?;
 //! outbox_fs::register_handlers(Worker::builder(&db), &root, None).build().await?.drain().await?;
 //! assert_eq!(std::fs::read_to_string(tmp.path().join("files/notes/hello.txt"))?, "hello\n");
 //!
 //! // Escaping paths never reach the queue.
 //! let escape = CreateFile { path: "../etc/passwd".into(), content: String::new(), overwrite: true };
-//! assert!(outbox_core::enqueue(&db, &escape, EnqueueOpts::new()).await.is_err());
+//! assert!(outbox::enqueue(&db, &escape, EnqueueOpts::new()).await.is_err());
 //!
 //! let report = outbox_fs::reconcile(&db, &root, ReconcileOpts::new()).await?;
 //! assert!(report.is_clean());

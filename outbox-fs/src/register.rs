@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::{JobContext, WorkerBuilder};
+use outbox::{JobContext, WorkerBuilder};
 
 use crate::claude_extraction::{self, ClaudeExtraction};
 use crate::create_file::{self, CreateFile};

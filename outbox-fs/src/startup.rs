@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use cap_std::fs::Dir;
-use outbox_core::{ReconciliationRecord, WorkerBuilder};
+use outbox::{ReconciliationRecord, WorkerBuilder};
 use serde_json::json;
 
 use crate::reconcile::{ReconcileOpts, reconcile};
@@ -18,20 +18,20 @@ const LISTED: usize = 20;
 
 /// Adds a start-up step to `builder` that, before the worker's first claim, removes the `.outbox-*.tmp`
 /// files a crash left under `root` (older than an hour), runs [`reconcile`], logs the report and records its
-/// counts (shown by `outbox stats` and [`outbox_core::ops::reconciliations`]). Nothing else is changed.
+/// counts (shown by `outbox stats` and [`outbox::ops::reconciliations`]). Nothing else is changed.
 pub fn reconcile_at_start(builder: WorkerBuilder, root: &Root) -> WorkerBuilder {
     let root = root.clone();
     builder.on_start("reconcile the filesystem", move |db, worker| async move {
         let dir = root.dir().try_clone().map_err(|e| internal(&root, "opening", e))?;
         let (removed, failed) = tokio::task::spawn_blocking(move || remove_stale_temps(&dir, SystemTime::now()))
             .await
-            .map_err(|e| outbox_core::Error::Internal(format!("removing leftover temp files: {e}")))?;
+            .map_err(|e| outbox::Error::Internal(format!("removing leftover temp files: {e}")))?;
         if removed > 0 || failed > 0 {
             tracing::info!(root = %root.path().display(), removed, failed, "leftover temp files removed");
         }
         let report = reconcile(&db, &root, ReconcileOpts::new().max_listed(LISTED))
             .await
-            .map_err(|e| outbox_core::Error::Internal(format!("reconciling {}: {e}", root.path().display())))?;
+            .map_err(|e| outbox::Error::Internal(format!("reconciling {}: {e}", root.path().display())))?;
         if report.is_clean() {
             tracing::info!(root = %root.path().display(), paths = report.paths_checked, "the filesystem matches its jobs");
         } else {
@@ -52,12 +52,12 @@ pub fn reconcile_at_start(builder: WorkerBuilder, root: &Root) -> WorkerBuilder 
             "temp_files_not_removed": failed,
         });
         let record = ReconciliationRecord::new("fs", Some(worker), counts);
-        outbox_core::ops::record_reconciliation(&db, &record).await
+        outbox::ops::record_reconciliation(&db, &record).await
     })
 }
 
-fn internal(root: &Root, what: &str, e: std::io::Error) -> outbox_core::Error {
-    outbox_core::Error::Internal(format!("{what} {}: {e}", root.path().display()))
+fn internal(root: &Root, what: &str, e: std::io::Error) -> outbox::Error {
+    outbox::Error::Internal(format!("{what} {}: {e}", root.path().display()))
 }
 
 /// Whether `name` is one of our temp files (`.outbox-<pid>-<n>.tmp`).

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::fixture;
 use common::http::{Server, reply};
 use common::{Backend, TestDb, conformance, env, job, output};
-use outbox_core::{EnqueueOpts, JobStatus};
+use outbox::{EnqueueOpts, JobStatus};
 use outbox_fs::ClaudeExtraction;
 use outbox_fs::extract::{AnthropicApi, ApiKey, ApiOpts};
 
@@ -40,12 +40,12 @@ async fn the_api_key_never_reaches_the_database_files_or_errors(t: TestDb) {
 
     let answered = ClaudeExtraction::new("Extract requirement R-1.", "answers/r1.md", "R-1");
     let refused = ClaudeExtraction::new("Extract requirement R-2.", "answers/r2.md", "R-2");
-    let a = outbox_core::enqueue(&env.db, &answered, EnqueueOpts::new()).await.expect("enqueue");
+    let a = outbox::enqueue(&env.db, &answered, EnqueueOpts::new()).await.expect("enqueue");
     // One after the other, so the scripted replies meet the jobs in order.
-    let b = outbox_core::enqueue(&env.db, &refused, EnqueueOpts::new().delay(Duration::from_millis(300)))
+    let b = outbox::enqueue(&env.db, &refused, EnqueueOpts::new().delay(Duration::from_millis(300)))
         .await
         .expect("enqueue");
-    let builder = outbox_core::Worker::builder(&env.db).concurrency(1).poll_interval(Duration::from_millis(20));
+    let builder = outbox::Worker::builder(&env.db).concurrency(1).poll_interval(Duration::from_millis(20));
     let worker = outbox_fs::register_handlers(builder, &env.root, Some(api)).build().await.expect("build").start();
     let settled = common::eventually(Duration::from_secs(20), || async {
         job(&env.db, b.id()).await.status.is_terminal() && job(&env.db, a.id()).await.status.is_terminal()

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{TestDb, conformance, env, job, output, sha256_hex};
-use outbox_core::{EnqueueOpts, Error, JobStatus};
+use outbox::{EnqueueOpts, Error, JobStatus};
 use outbox_fs::ClaudeExtraction;
 use outbox_fs::extract::{ExtractError, ExtractRequest, Extraction, Extractor, Usage};
 
@@ -53,10 +53,13 @@ impl Extractor for Counting {
     }
 }
 
-fn worker(e: &common::Env, extractor: Arc<Counting>) -> outbox_core::WorkerBuilder {
-    let builder = outbox_core::Worker::builder(&e.db).poll_interval(Duration::from_millis(20)).retry_policy(
-        outbox_core::RetryPolicy { base: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 },
-    );
+fn worker(e: &common::Env, extractor: Arc<Counting>) -> outbox::WorkerBuilder {
+    let builder =
+        outbox::Worker::builder(&e.db).poll_interval(Duration::from_millis(20)).retry_policy(outbox::RetryPolicy {
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(50),
+            jitter: 0.0,
+        });
     outbox_fs::register_handlers(builder, &e.root, Some(extractor))
 }
 
@@ -65,14 +68,14 @@ async fn enqueue_rejects_a_prompt_hash_that_is_not_the_prompts(t: TestDb) {
     let e = env(t);
     let mut job_in = ClaudeExtraction::new("List the requirements.", "answers/r1.md", "REQ-1");
     job_in.prompt_hash = sha256_hex(b"another prompt");
-    let err = outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect_err("wrong hash");
+    let err = outbox::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect_err("wrong hash");
     let Error::InvalidPayload { violations, .. } = &err else { panic!("{err}") };
     assert_eq!(violations.iter().map(|v| v.path.as_str()).collect::<Vec<_>>(), ["/promptHash"], "{err}");
     assert!(!err.to_string().contains("List the requirements"), "the prompt stays out of errors: {err}");
     job_in.prompt_hash = job_in.prompt_hash.to_uppercase();
-    assert!(outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.is_err(), "hex is lowercase");
+    assert!(outbox::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.is_err(), "hex is lowercase");
     let escaping = ClaudeExtraction::new("p", "../answers/r1.md", "REQ-1");
-    let err = outbox_core::enqueue(&e.db, &escaping, EnqueueOpts::new()).await.expect_err("escape");
+    let err = outbox::enqueue(&e.db, &escaping, EnqueueOpts::new()).await.expect_err("escape");
     assert!(err.to_string().contains("at /targetPath") && err.to_string().contains("`..`"), "{err}");
 }
 
@@ -81,7 +84,7 @@ async fn writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt(t: TestDb
     let e = env(t);
     let extractor = Counting::answering();
     let first = ClaudeExtraction::new("List the requirements.", "answers/r1.md", "REQ-1");
-    let id = outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
+    let id = outbox::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
     worker(&e, extractor.clone()).build().await.expect("build").drain().await.expect("drain");
     assert_eq!(extractor.calls(), 1);
     let j = job(&e.db, id.id()).await;
@@ -104,7 +107,7 @@ async fn writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt(t: TestDb
     assert_eq!(sidecar["model"], "claude-test-1");
 
     // The same prompt again (another job: the first finished, so the key is free): answered from disk.
-    let again = outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
+    let again = outbox::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
     assert!(again.is_new());
     worker(&e, extractor.clone()).build().await.expect("build").drain().await.expect("drain");
     assert_eq!(extractor.calls(), 1, "the answer on disk was reused");
@@ -115,7 +118,7 @@ async fn writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt(t: TestDb
 
     // A changed answer file no longer matches its sidecar: asked again.
     std::fs::write(e.root_dir.join("answers/r1.md"), "edited by hand").expect("edit");
-    outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
     worker(&e, extractor.clone()).build().await.expect("build").drain().await.expect("drain");
     assert_eq!(extractor.calls(), 2);
     assert_eq!(std::fs::read(e.root_dir.join("answers/r1.md")).expect("answer"), answer);
@@ -125,7 +128,7 @@ conformance!(retryable_errors_retry_and_permanent_errors_fail);
 async fn retryable_errors_retry_and_permanent_errors_fail(t: TestDb) {
     let e = env(t);
     let flaky = Counting::new(2, ExtractError::Retryable("rate limited (429)".into()));
-    let id = outbox_core::enqueue(&e.db, &ClaudeExtraction::new("p1", "r.md", "REQ-2"), EnqueueOpts::new())
+    let id = outbox::enqueue(&e.db, &ClaudeExtraction::new("p1", "r.md", "REQ-2"), EnqueueOpts::new())
         .await
         .expect("enqueue");
     let handle = worker(&e, flaky.clone()).build().await.expect("build").start();
@@ -139,16 +142,12 @@ async fn retryable_errors_retry_and_permanent_errors_fail(t: TestDb) {
     assert!(done);
     let j = job(&e.db, id.id()).await;
     assert_eq!((j.status, j.attempts, flaky.calls()), (JobStatus::Completed, 3, 3), "{:?}", j.last_error);
-    let events: Vec<String> = outbox_core::ops::history(&e.db, id.id())
-        .await
-        .expect("history")
-        .into_iter()
-        .map(|e| e.event.to_string())
-        .collect();
+    let events: Vec<String> =
+        outbox::ops::history(&e.db, id.id()).await.expect("history").into_iter().map(|e| e.event.to_string()).collect();
     assert_eq!(events, ["enqueued", "claimed", "retried", "claimed", "retried", "claimed", "completed"]);
 
     let refused = Counting::new(usize::MAX, ExtractError::Permanent("invalid x-api-key".into()));
-    let id = outbox_core::enqueue(&e.db, &ClaudeExtraction::new("p2", "s.md", "REQ-3"), EnqueueOpts::new())
+    let id = outbox::enqueue(&e.db, &ClaudeExtraction::new("p2", "s.md", "REQ-3"), EnqueueOpts::new())
         .await
         .expect("enqueue");
     worker(&e, refused.clone()).build().await.expect("build").drain().await.expect("drain");
@@ -162,7 +161,7 @@ async fn retryable_errors_retry_and_permanent_errors_fail(t: TestDb) {
 conformance!(without_an_extractor_extraction_jobs_wait_for_a_worker_that_has_one);
 async fn without_an_extractor_extraction_jobs_wait_for_a_worker_that_has_one(t: TestDb) {
     let e = env(t);
-    let id = outbox_core::enqueue(&e.db, &ClaudeExtraction::new("p", "t.md", "REQ-4"), EnqueueOpts::new())
+    let id = outbox::enqueue(&e.db, &ClaudeExtraction::new("p", "t.md", "REQ-4"), EnqueueOpts::new())
         .await
         .expect("enqueue");
     common::worker(&e).build().await.expect("build").drain().await.expect("drain");

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{TestDb, assert_same_tree, conformance, env, insert_raw, job, snapshot, worker};
-use outbox_core::{EnqueueOpts, Error, JobStatus};
+use outbox::{EnqueueOpts, Error, JobStatus};
 use outbox_fs::{CreateFile, DeleteFile};
 use serde_json::json;
 
@@ -27,16 +27,16 @@ async fn escaping_paths_are_refused_at_enqueue_naming_the_rule(t: TestDb) {
     ];
     for (path, rule) in cases {
         let create = CreateFile { path: path.into(), content: "x".into(), overwrite: true };
-        let err = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect_err(path);
+        let err = outbox::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect_err(path);
         let Error::InvalidPayload { violations, .. } = &err else { panic!("{path:?}: {err}") };
         assert_eq!(violations.len(), 1, "{err}");
         assert_eq!(violations[0].path, "/path", "{err}");
         assert!(violations[0].message.contains(rule), "{path:?}: {err}");
         let delete = DeleteFile { path: path.into(), require_exists: false };
-        let err = outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect_err(path);
+        let err = outbox::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect_err(path);
         assert!(err.to_string().contains("at /path") && err.to_string().contains(rule), "{err}");
     }
-    let count = outbox_core::ops::counts(&e.db).await.expect("counts");
+    let count = outbox::ops::counts(&e.db).await.expect("counts");
     assert!(count.is_empty(), "nothing was enqueued: {count:?}");
 }
 
@@ -73,34 +73,30 @@ async fn a_symlink_out_of_the_root_fails_permanently_and_touches_nothing_outside
     std::os::unix::fs::symlink(&e.outside, e.root_dir.join("evil")).expect("symlink");
     let outside_before = snapshot(&e.outside);
     let jobs = [
-        outbox_core::enqueue(
+        outbox::enqueue(
             &e.db,
             &CreateFile { path: "evil/x".into(), content: "pwned".into(), overwrite: true },
             EnqueueOpts::new(),
         )
         .await
         .expect("enqueue"),
-        outbox_core::enqueue(
+        outbox::enqueue(
             &e.db,
             &CreateFile { path: "evil/new".into(), content: "pwned".into(), overwrite: false },
             EnqueueOpts::new(),
         )
         .await
         .expect("enqueue"),
-        outbox_core::enqueue(
+        outbox::enqueue(
             &e.db,
             &CreateFile { path: "evil/deeper/new".into(), content: "p".into(), overwrite: false },
             EnqueueOpts::new(),
         )
         .await
         .expect("enqueue"),
-        outbox_core::enqueue(
-            &e.db,
-            &DeleteFile { path: "evil/canary_0".into(), require_exists: true },
-            EnqueueOpts::new(),
-        )
-        .await
-        .expect("enqueue"),
+        outbox::enqueue(&e.db, &DeleteFile { path: "evil/canary_0".into(), require_exists: true }, EnqueueOpts::new())
+            .await
+            .expect("enqueue"),
     ];
     worker(&e).build().await.expect("build").drain().await.expect("drain");
     for (enqueued, path) in jobs.iter().zip(["evil/x", "evil/new", "evil/deeper/new", "evil/canary_0"]) {
@@ -159,7 +155,7 @@ async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outsi
             EnqueueOpts::new().max_attempts(20).idempotency_key(format!("swap-{i}")).sequence(format!("swap-{i}"));
         let enqueued = match i % 3 {
             0 => {
-                outbox_core::enqueue(
+                outbox::enqueue(
                     &e.db,
                     &CreateFile { path: format!("d/new_{i}"), content: format!("{i}"), overwrite: false },
                     opts,
@@ -167,7 +163,7 @@ async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outsi
                 .await
             }
             1 => {
-                outbox_core::enqueue(
+                outbox::enqueue(
                     &e.db,
                     &CreateFile { path: format!("d/canary_{k}"), content: format!("{i}"), overwrite: true },
                     opts,
@@ -175,8 +171,7 @@ async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outsi
                 .await
             }
             _ => {
-                outbox_core::enqueue(&e.db, &DeleteFile { path: format!("d/victim_{k}"), require_exists: false }, opts)
-                    .await
+                outbox::enqueue(&e.db, &DeleteFile { path: format!("d/victim_{k}"), require_exists: false }, opts).await
             }
         };
         ids.push((enqueued.expect("enqueue").id().to_owned(), i));
@@ -196,7 +191,7 @@ async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outsi
     let settled = common::eventually(Duration::from_secs(120), || {
         let db = db.clone();
         async move {
-            let counts = outbox_core::ops::counts(&db).await.expect("counts");
+            let counts = outbox::ops::counts(&db).await.expect("counts");
             counts.iter().filter(|c| c.status.is_terminal()).map(|c| c.count).sum::<u64>() == 1000
         }
     })

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use outbox_core::{EnqueueOpts, JobEventKind, JobStatus, RetryPolicy, Worker};
+use outbox::{EnqueueOpts, JobEventKind, JobStatus, RetryPolicy, Worker};
 use outbox_fs::{CreateFile, Root};
 
 const ENOSPC: &str = "No space left on device (ENOSPC)";
@@ -30,7 +30,7 @@ async fn a_full_disk_delays_create_file_until_space_returns() {
     let job = CreateFile { path: "report.txt".into(), content: content.clone(), overwrite: false };
     // Attempts to spare: however many retries the full disk costs before the space returns, none is the last.
     let opts = EnqueueOpts::new().max_attempts(1_000);
-    let id = outbox_core::enqueue(&t.db, &job, opts).await.expect("enqueue").id().to_owned();
+    let id = outbox::enqueue(&t.db, &job, opts).await.expect("enqueue").id().to_owned();
     let started = Instant::now();
     let retry = RetryPolicy { base: Duration::from_millis(100), max: Duration::from_millis(100), jitter: 0.0 };
     let builder = Worker::builder(&t.db).poll_interval(Duration::from_millis(50)).retry_policy(retry);
@@ -70,7 +70,7 @@ async fn a_full_disk_delays_create_file_until_space_returns() {
     names.sort();
     assert_eq!(names, ["report.txt"], "no temporary file is left behind");
 
-    let history = outbox_core::ops::history(&t.db, &id).await.expect("history");
+    let history = outbox::ops::history(&t.db, &id).await.expect("history");
     let count = |kind: JobEventKind| history.iter().filter(|e| e.event == kind).count();
     let retried: Vec<_> = history.iter().filter(|e| e.event == JobEventKind::Retried).collect();
     assert!(retried.len() >= 2, "{history:?}");

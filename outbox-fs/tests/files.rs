@@ -6,7 +6,7 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 
 use common::{TestDb, conformance, env, exec, job, output, sha256_hex, worker};
-use outbox_core::{EnqueueOpts, JobStatus};
+use outbox::{EnqueueOpts, JobStatus};
 use outbox_fs::{CreateFile, DeleteFile};
 
 async fn run(e: &common::Env) {
@@ -17,7 +17,7 @@ conformance!(create_file_writes_atomically_creating_parents_and_records_the_hash
 async fn create_file_writes_atomically_creating_parents_and_records_the_hash(t: TestDb) {
     let e = env(t);
     let job_in = CreateFile { path: "a/b/c.txt".into(), content: "hello\n".into(), overwrite: false };
-    let id = outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue");
+    let id = outbox::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue");
     run(&e).await;
     let j = job(&e.db, id.id()).await;
     assert_eq!(j.status, JobStatus::Completed, "{:?}", j.last_error);
@@ -43,7 +43,7 @@ async fn create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_
     std::fs::write(e.root_dir.join("docs/readme.md"), "# same\n").expect("write");
     let before = std::fs::metadata(e.root_dir.join("docs/readme.md")).expect("meta");
     let job_in = CreateFile { path: "docs/readme.md".into(), content: "# same\n".into(), overwrite: false };
-    let id = outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue");
+    let id = outbox::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue");
     run(&e).await;
     let j = job(&e.db, id.id()).await;
     assert_eq!((j.status, j.attempts), (JobStatus::Completed, 1), "{:?}", j.last_error);
@@ -63,7 +63,7 @@ async fn create_file_without_overwrite_fails_permanently_on_other_content_and_le
     let e = env(t);
     std::fs::write(e.root_dir.join("config.toml"), "mine = true\n").expect("write");
     let job_in = CreateFile { path: "config.toml".into(), content: "theirs = true\n".into(), overwrite: false };
-    let id = outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue");
+    let id = outbox::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue");
     run(&e).await;
     let j = job(&e.db, id.id()).await;
     assert_eq!((j.status, j.attempts), (JobStatus::Failed, 1));
@@ -85,7 +85,7 @@ async fn create_file_with_overwrite_replaces_files_and_symlinks_but_not_director
     let mut ids = Vec::new();
     for path in ["config.toml", "link", "dir"] {
         let job_in = CreateFile { path: path.into(), content: "theirs = true\n".into(), overwrite: true };
-        ids.push(outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue"));
+        ids.push(outbox::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue"));
     }
     run(&e).await;
     for (id, path) in ids.iter().take(2).zip(["config.toml", "link"]) {
@@ -105,7 +105,7 @@ async fn create_file_with_overwrite_replaces_files_and_symlinks_but_not_director
 
 async fn delete(e: &common::Env, path: &str, require_exists: bool) -> String {
     let job_in = DeleteFile { path: path.into(), require_exists };
-    outbox_core::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue").id().to_owned()
+    outbox::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue").id().to_owned()
 }
 
 conformance!(delete_file_removes_files_and_symlinks_but_never_directories_or_link_targets);

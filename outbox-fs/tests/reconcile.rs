@@ -6,18 +6,18 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::{TestDb, assert_same_tree, conformance, env, insert_raw, sha256_hex, snapshot, worker};
-use outbox_core::EnqueueOpts;
+use outbox::EnqueueOpts;
 use outbox_fs::{CreateFile, DeleteFile, Discrepancy, DiscrepancyKind, Progress, ReconcileOpts};
 use serde_json::json;
 
 async fn create(e: &common::Env, path: &str, content: &str) {
     let job = CreateFile { path: path.into(), content: content.into(), overwrite: true };
-    outbox_core::enqueue(&e.db, &job, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&e.db, &job, EnqueueOpts::new()).await.expect("enqueue");
 }
 
 async fn delete(e: &common::Env, path: &str) {
     let job = DeleteFile { path: path.into(), require_exists: false };
-    outbox_core::enqueue(&e.db, &job, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&e.db, &job, EnqueueOpts::new()).await.expect("enqueue");
 }
 
 async fn drain(e: &common::Env) {
@@ -85,7 +85,7 @@ async fn reports_every_kind_of_drift_once_and_changes_nothing(t: TestDb) {
 
     let tree_before = snapshot(&e.root_dir);
     let outside_before = snapshot(&e.outside);
-    let jobs_before = outbox_core::ops::counts(&e.db).await.expect("counts");
+    let jobs_before = outbox::ops::counts(&e.db).await.expect("counts");
     let progress = Arc::new(Mutex::new(Vec::<Progress>::new()));
     let seen = Arc::clone(&progress);
     let opts = ReconcileOpts::new().page_size(3).on_progress(move |p| seen.lock().expect("lock").push(p));
@@ -93,7 +93,7 @@ async fn reports_every_kind_of_drift_once_and_changes_nothing(t: TestDb) {
 
     assert_same_tree(&tree_before, &snapshot(&e.root_dir), "the tree");
     assert_same_tree(&outside_before, &snapshot(&e.outside), "outside the root");
-    assert_eq!(outbox_core::ops::counts(&e.db).await.expect("counts"), jobs_before, "the jobs are unchanged");
+    assert_eq!(outbox::ops::counts(&e.db).await.expect("counts"), jobs_before, "the jobs are unchanged");
 
     // 8 creates, 1 rewrite and 3 deletes via the worker, 2 raw rows; 11 distinct paths.
     assert_eq!((report.jobs_scanned, report.paths_checked), (14, 11), "{report:#?}");
@@ -217,7 +217,7 @@ async fn each_discrepancy_is_logged_as_a_warning_with_fields(t: TestDb) {
 
 conformance!(a_path_scan_reads_one_snapshot_without_blocking_writers);
 async fn a_path_scan_reads_one_snapshot_without_blocking_writers(t: TestDb) {
-    use outbox_core::scan::{self, PathField};
+    use outbox::scan::{self, PathField};
     let e = env(t);
     let fields = [PathField { kind: "create_file", json_path: "$.path" }];
     for (id, path, at) in [("a1", "a", 1), ("a2", "a", 2), ("b1", "b", 1)] {
@@ -264,7 +264,7 @@ async fn retention_leaves_the_reconcilers_result_unchanged(t: TestDb) {
     let before = outbox_fs::reconcile(&e.db, &e.root, ReconcileOpts::new()).await.expect("reconcile");
     assert_eq!(before.jobs_scanned, 13);
     let handle = worker(&e)
-        .retention(outbox_core::Retention::new().interval(std::time::Duration::from_millis(20)).batch_size(2))
+        .retention(outbox::Retention::new().interval(std::time::Duration::from_millis(20)).batch_size(2))
         .build()
         .await
         .expect("build")

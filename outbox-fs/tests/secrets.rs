@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::http::{Reply, Server, reply};
-use outbox_core::{EnqueueOpts, JobStatus, Worker};
+use outbox::{EnqueueOpts, JobStatus, Worker};
 use outbox_fs::ClaudeExtraction;
 use outbox_fs::extract::{
     AnthropicApi, ApiOpts, ClaudeCli, CliOpts, ExtractError, ExtractRequest, Extraction, Extractor,
@@ -209,7 +209,7 @@ async fn run_failing(e: &common::Env, case: &str, extractor: Box<dyn Extractor>,
 
 async fn run(e: &common::Env, case: &str, extractor: Box<dyn Extractor>, errors: &Arc<Mutex<Vec<String>>>) -> String {
     let job = ClaudeExtraction::new(format!("Extract {case}."), format!("answers/{case}.md"), case);
-    let id = outbox_core::enqueue(&e.db, &job, EnqueueOpts::new().max_attempts(1)).await.expect("enqueue");
+    let id = outbox::enqueue(&e.db, &job, EnqueueOpts::new().max_attempts(1)).await.expect("enqueue");
     let recording = Arc::new(Recording { inner: extractor, errors: Arc::clone(errors) });
     let builder = Worker::builder(&e.db).poll_interval(Duration::from_millis(20));
     outbox_fs::register_handlers(builder, &e.root, Some(recording))

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{TestDb, conformance, env, worker};
-use outbox_core::{EnqueueOpts, JobStatus, ops};
+use outbox::{EnqueueOpts, JobStatus, ops};
 use outbox_fs::{CreateFile, DeleteFile, ReconcileOpts};
 
 const PATHS: usize = 200;
@@ -16,17 +16,17 @@ async fn two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees(t
     // Each intent commits on its own, as an application would write them.
     for i in 0..PATHS {
         let first = CreateFile { path: format!("rewritten/{i}.txt"), content: big.clone(), overwrite: true };
-        outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue A");
+        outbox::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue A");
         let second = CreateFile { path: format!("rewritten/{i}.txt"), content: "B".into(), overwrite: true };
-        outbox_core::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue B");
+        outbox::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue B");
         let create = CreateFile { path: format!("deleted/{i}.txt"), content: big.clone(), overwrite: true };
-        outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create");
+        outbox::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create");
         let delete = DeleteFile { path: format!("deleted/{i}.txt"), require_exists: false };
-        outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue delete");
+        outbox::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue delete");
     }
     // The second job of every path waits behind the first: only the first ones are claimable.
     let waiting =
-        ops::list(&e.db, &outbox_core::JobFilter { sequence: Some("fs:rewritten/0.txt".into()), ..Default::default() })
+        ops::list(&e.db, &outbox::JobFilter { sequence: Some("fs:rewritten/0.txt".into()), ..Default::default() })
             .await
             .expect("list the sequence");
     assert_eq!(waiting.len(), 2);
@@ -60,19 +60,18 @@ async fn a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_en
     let e = env(t);
     let create = CreateFile { path: "x.txt".into(), content: "wanted".into(), overwrite: true };
     let delete = DeleteFile { path: "x.txt".into(), require_exists: false };
-    let first = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create");
-    outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue delete");
+    let first = outbox::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create");
+    outbox::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue delete");
     // Same key as the first create, which is still pending; but a delete of the path came after it.
-    let third = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create again");
-    assert!(matches!(third, outbox_core::Enqueued::New(_)), "the last create collapsed onto the first: {third:?}");
+    let third = outbox::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create again");
+    assert!(matches!(third, outbox::Enqueued::New(_)), "the last create collapsed onto the first: {third:?}");
     assert_ne!(third.id(), first.id());
     // Nothing of the path came after the third: a fourth collapses onto it.
-    let fourth = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create a fourth time");
-    assert_eq!(fourth, outbox_core::Enqueued::Existing(third.id().to_owned()));
-    let mut jobs =
-        ops::list(&e.db, &outbox_core::JobFilter { sequence: Some("fs:x.txt".into()), ..Default::default() })
-            .await
-            .expect("list the sequence");
+    let fourth = outbox::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("enqueue create a fourth time");
+    assert_eq!(fourth, outbox::Enqueued::Existing(third.id().to_owned()));
+    let mut jobs = ops::list(&e.db, &outbox::JobFilter { sequence: Some("fs:x.txt".into()), ..Default::default() })
+        .await
+        .expect("list the sequence");
     jobs.sort_by_key(|j| j.sequence_no);
     let order: Vec<(&str, Option<i64>)> = jobs.iter().map(|j| (j.kind.as_str(), j.sequence_no)).collect();
     assert_eq!(jobs.len(), 3, "{order:?}");
@@ -81,12 +80,11 @@ async fn a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_en
 
     // In a batch, a duplicate with nothing of its path between it and its twin collapses as it always did.
     let again = |path: &str| CreateFile { path: path.into(), content: "batch".into(), overwrite: true };
-    let batch =
-        outbox_core::enqueue_batch(&e.db, &[again("y.txt"), again("z.txt"), again("y.txt")], EnqueueOpts::new())
-            .await
-            .expect("enqueue a batch");
+    let batch = outbox::enqueue_batch(&e.db, &[again("y.txt"), again("z.txt"), again("y.txt")], EnqueueOpts::new())
+        .await
+        .expect("enqueue a batch");
     assert!(batch[0].is_new() && batch[1].is_new(), "{batch:?}");
-    assert_eq!(batch[2], outbox_core::Enqueued::Existing(batch[0].id().to_owned()));
+    assert_eq!(batch[2], outbox::Enqueued::Existing(batch[0].id().to_owned()));
 
     worker(&e).concurrency(4).build().await.expect("build").drain().await.expect("drain");
     let content = std::fs::read_to_string(e.root_dir.join("x.txt")).expect("the file is present after the drain");
@@ -101,12 +99,12 @@ async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it
     // The first write fails for good: the file exists with other content and overwrite is off.
     std::fs::write(e.root_dir.join("a.txt"), "someone else's").expect("seed");
     let fails = CreateFile { path: "a.txt".into(), content: "mine".into(), overwrite: false };
-    let head = outbox_core::enqueue(&e.db, &fails, EnqueueOpts::new()).await.expect("enqueue");
+    let head = outbox::enqueue(&e.db, &fails, EnqueueOpts::new()).await.expect("enqueue");
     let delete = DeleteFile { path: "a.txt".into(), require_exists: false };
-    let behind = outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue");
+    let behind = outbox::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("enqueue");
     // Another path is not held by it.
     let other = CreateFile { path: "b.txt".into(), content: "b".into(), overwrite: false };
-    let other = outbox_core::enqueue(&e.db, &other, EnqueueOpts::new()).await.expect("enqueue");
+    let other = outbox::enqueue(&e.db, &other, EnqueueOpts::new()).await.expect("enqueue");
     worker(&e).build().await.expect("build").drain().await.expect("drain");
 
     assert_eq!(ops::get(&e.db, head.id()).await.expect("get").status, JobStatus::Failed);
@@ -142,9 +140,9 @@ async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it
     let from = ops::feed_head(&e.db).await.expect("feed head");
     std::fs::write(e.root_dir.join("c.txt"), "someone else's").expect("seed");
     let fails = CreateFile { path: "c.txt".into(), content: "mine".into(), overwrite: false };
-    let head = outbox_core::enqueue(&e.db, &fails, EnqueueOpts::new()).await.expect("enqueue");
+    let head = outbox::enqueue(&e.db, &fails, EnqueueOpts::new()).await.expect("enqueue");
     let after = CreateFile { path: "c.txt".into(), content: "after".into(), overwrite: true };
-    let behind = outbox_core::enqueue(&e.db, &after, EnqueueOpts::new()).await.expect("enqueue");
+    let behind = outbox::enqueue(&e.db, &after, EnqueueOpts::new()).await.expect("enqueue");
     worker(&e).build().await.expect("build").drain().await.expect("drain");
     assert_eq!(ops::get(&e.db, behind.id()).await.expect("get").status, JobStatus::Pending);
     std::fs::remove_file(e.root_dir.join("c.txt")).expect("operator fixes the cause");
@@ -167,9 +165,9 @@ conformance!(a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets
 async fn a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets_it_go(t: TestDb) {
     let e = env(t);
     let first = CreateFile { path: "d.txt".into(), content: "1".into(), overwrite: true };
-    let first = outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
+    let first = outbox::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
     let second = CreateFile { path: "d.txt".into(), content: "2".into(), overwrite: true };
-    let second = outbox_core::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue");
+    let second = outbox::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue");
     ops::cancel(&e.db, first.id()).await.expect("cancel");
     assert!(ops::get(&e.db, first.id()).await.expect("get").holds_sequence);
     worker(&e).build().await.expect("build").drain().await.expect("drain");
@@ -187,9 +185,9 @@ conformance!(the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not
 async fn the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not_completion_time(t: TestDb) {
     let e = env(t);
     let first = CreateFile { path: "late.txt".into(), content: "first".into(), overwrite: true };
-    let first = outbox_core::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
+    let first = outbox::enqueue(&e.db, &first, EnqueueOpts::new()).await.expect("enqueue");
     let second = CreateFile { path: "late.txt".into(), content: "second".into(), overwrite: true };
-    outbox_core::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&e.db, &second, EnqueueOpts::new()).await.expect("enqueue");
     worker(&e).build().await.expect("build").drain().await.expect("drain");
     assert_eq!(std::fs::read_to_string(e.root_dir.join("late.txt")).expect("late"), "second");
     // The earlier job's completion recorded as the later one (a clock step, a slow writer): sequence order
@@ -207,12 +205,12 @@ async fn the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not_com
 
 /// The feed positions (after `from`) of `head`'s completion and `behind`'s claim, once both show.
 async fn wait_for_feed(
-    db: &outbox_core::sea_orm::DatabaseConnection,
+    db: &outbox::sea_orm::DatabaseConnection,
     from: &str,
     head: &str,
     behind: &str,
 ) -> (usize, usize) {
-    use outbox_core::JobEventKind::{Claimed, Completed};
+    use outbox::JobEventKind::{Claimed, Completed};
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let feed = ops::feed(db, from, 1_000).await.expect("feed");

@@ -5,13 +5,13 @@
 mod common;
 
 use common::{TestDb, conformance, env, job, output, sha256_hex, worker};
-use outbox_core::{EnqueueOpts, Error, JobStatus, Kind, Violation};
+use outbox::{EnqueueOpts, Error, JobStatus, Kind, Violation};
 use outbox_fs::{ClaudeExtraction, CreateFile, DeleteFile};
 use serde_json::{Value, json};
 
 /// The violations of a refused raw enqueue.
 async fn refused(db: &sea_orm::DatabaseConnection, kind: &Kind, payload: Value) -> Vec<Violation> {
-    match outbox_core::enqueue_raw(db, kind, payload.clone(), EnqueueOpts::new()).await {
+    match outbox::enqueue_raw(db, kind, payload.clone(), EnqueueOpts::new()).await {
         Err(Error::InvalidPayload { violations, .. }) => violations,
         other => panic!("{payload}: expected an invalid payload, got {other:?}"),
     }
@@ -45,9 +45,9 @@ async fn unknown_fields_are_refused_at_enqueue_naming_them(t: TestDb) {
     // The same payloads without the stray field are fine: it is the field that is refused.
     let create = Kind::of::<CreateFile>().expect("kind");
     let fine = json!({"path": "a.txt", "content": "x", "overwrite": true});
-    outbox_core::enqueue_raw(&e.db, &create, fine, EnqueueOpts::new()).await.expect("a known field");
+    outbox::enqueue_raw(&e.db, &create, fine, EnqueueOpts::new()).await.expect("a known field");
     let claude = Kind::of::<ClaudeExtraction>().expect("kind");
-    outbox_core::enqueue_raw(&e.db, &claude, extraction, EnqueueOpts::new()).await.expect("a known field");
+    outbox::enqueue_raw(&e.db, &claude, extraction, EnqueueOpts::new()).await.expect("a known field");
     assert_eq!(jobs(&e.db).await, 2, "nothing refused was enqueued");
 }
 
@@ -82,26 +82,26 @@ async fn paths_over_the_filesystem_limits_are_refused_at_enqueue_naming_the_limi
     let limits = [(&name_256, "255 bytes"), (&path_4097, "4096 bytes")];
     for (p, limit) in limits {
         let create = CreateFile { path: p.clone(), content: "x".into(), overwrite: false };
-        let err = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect_err("too long");
+        let err = outbox::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect_err("too long");
         let Error::InvalidPayload { violations, .. } = &err else { panic!("{err}") };
         assert!(names(violations, "/path", &["is refused", limit]), "{violations:?}");
         let delete = DeleteFile { path: p.clone(), require_exists: false };
-        let err = outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect_err("too long");
+        let err = outbox::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect_err("too long");
         let Error::InvalidPayload { violations, .. } = &err else { panic!("{err}") };
         assert!(names(violations, "/path", &["is refused", limit]), "{violations:?}");
         let extraction = ClaudeExtraction::new("Extract R-1.", p.as_str(), "R-1");
-        let err = outbox_core::enqueue(&e.db, &extraction, EnqueueOpts::new()).await.expect_err("too long");
+        let err = outbox::enqueue(&e.db, &extraction, EnqueueOpts::new()).await.expect_err("too long");
         let Error::InvalidPayload { violations, .. } = &err else { panic!("{err}") };
         assert!(names(violations, "/targetPath", &["is refused", limit]), "{violations:?}");
     }
     // The refusal shows the ends of a long path and its length, not 4 KB of it.
     let create = CreateFile { path: "x".repeat(5000), content: "x".into(), overwrite: false };
-    let err = outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect_err("5,000 bytes");
+    let err = outbox::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect_err("5,000 bytes");
     assert!(err.to_string().contains("(5000 bytes)") && err.to_string().len() < 400, "{err}");
     // An answer's sidecar must fit too: its name, and its whole path.
     for target in [format!("dir/{}", name(250)), path(4090)] {
         let extraction = ClaudeExtraction::new("Extract R-1.", target, "R-1");
-        let err = outbox_core::enqueue(&e.db, &extraction, EnqueueOpts::new()).await.expect_err("no room");
+        let err = outbox::enqueue(&e.db, &extraction, EnqueueOpts::new()).await.expect_err("no room");
         assert!(err.to_string().contains("no room for the `.extraction.json` sidecar"), "{err}");
     }
     assert_eq!(jobs(&e.db).await, 0, "nothing refused was enqueued");
@@ -122,10 +122,10 @@ async fn paths_at_the_filesystem_limits_are_accepted_written_and_deleted(t: Test
     let mut ids = Vec::new();
     for p in &paths {
         let create = CreateFile { path: p.clone(), content: format!("{} bytes\n", p.len()), overwrite: false };
-        ids.push(outbox_core::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("at the limit").id().to_owned());
+        ids.push(outbox::enqueue(&e.db, &create, EnqueueOpts::new()).await.expect("at the limit").id().to_owned());
     }
     let extraction = ClaudeExtraction::new("Extract R-1.", path(4096 - ".extraction.json".len()), "R-1");
-    outbox_core::enqueue(&e.db, &extraction, EnqueueOpts::new()).await.expect("room for the sidecar");
+    outbox::enqueue(&e.db, &extraction, EnqueueOpts::new()).await.expect("room for the sidecar");
     worker(&e).build().await.expect("build").drain().await.expect("drain");
     for (id, p) in ids.iter().zip(&paths) {
         let j = job(&e.db, id).await;
@@ -138,7 +138,7 @@ async fn paths_at_the_filesystem_limits_are_accepted_written_and_deleted(t: Test
     ids.clear();
     for p in &paths {
         let delete = DeleteFile { path: p.clone(), require_exists: true };
-        ids.push(outbox_core::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("at the limit").id().to_owned());
+        ids.push(outbox::enqueue(&e.db, &delete, EnqueueOpts::new()).await.expect("at the limit").id().to_owned());
     }
     worker(&e).build().await.expect("build").drain().await.expect("drain");
     for (id, p) in ids.iter().zip(&paths) {

@@ -68,9 +68,9 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
     }
     match &attrs.on_sequence_failure {
         Some(setting) if setting.value => {
-            opts.push(quote!(on_sequence_failure: ::outbox_core::SequenceFailure::Continue));
+            opts.push(quote!(on_sequence_failure: ::outbox::SequenceFailure::Continue));
         }
-        Some(_) => opts.push(quote!(on_sequence_failure: ::outbox_core::SequenceFailure::Hold)),
+        Some(_) => opts.push(quote!(on_sequence_failure: ::outbox::SequenceFailure::Hold)),
         None => all_set = false,
     }
     match &attrs.concurrency {
@@ -95,17 +95,17 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
     }
 
     let opts = if opts.is_empty() {
-        quote!(::outbox_core::KindOpts::DEFAULT)
+        quote!(::outbox::KindOpts::DEFAULT)
     } else if all_set {
-        quote!(::outbox_core::KindOpts { #(#opts,)* })
+        quote!(::outbox::KindOpts { #(#opts,)* })
     } else {
-        quote!(::outbox_core::KindOpts { #(#opts,)* ..::outbox_core::KindOpts::DEFAULT })
+        quote!(::outbox::KindOpts { #(#opts,)* ..::outbox::KindOpts::DEFAULT })
     };
 
     let validate = attrs.validate.as_ref().map(|setting| {
         let path = &setting.value;
         quote! {
-            fn validate(&self) -> ::core::result::Result<(), ::std::vec::Vec<::outbox_core::Violation>> {
+            fn validate(&self) -> ::core::result::Result<(), ::std::vec::Vec<::outbox::Violation>> {
                 #path(self)
             }
         }
@@ -114,9 +114,9 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
     quote! {
         const _: () = {
             #[automatically_derived]
-            impl ::outbox_core::Job for #ty #where_clause {
+            impl ::outbox::Job for #ty #where_clause {
                 const KIND: &'static str = #kind;
-                const OPTS: ::outbox_core::KindOpts = #opts;
+                const OPTS: ::outbox::KindOpts = #opts;
                 #validate
             }
         };
@@ -147,15 +147,15 @@ mod tests {
         let expected = quote! {
             const _: () = {
                 #[automatically_derived]
-                impl ::outbox_core::Job for SendWelcome {
+                impl ::outbox::Job for SendWelcome {
                     const KIND: &'static str = "send_welcome";
-                    const OPTS: ::outbox_core::KindOpts = ::outbox_core::KindOpts {
+                    const OPTS: ::outbox::KindOpts = ::outbox::KindOpts {
                         queue: "mail",
                         priority: -5i32,
                         max_attempts: 10i32,
                         unique: true,
                         sequence: ::core::option::Option::Some("user:{userId}"),
-                        on_sequence_failure: ::outbox_core::SequenceFailure::Continue,
+                        on_sequence_failure: ::outbox::SequenceFailure::Continue,
                         concurrency: ::core::option::Option::Some(3u32),
                         timeout: ::core::option::Option::Some(::core::time::Duration::from_millis(120000u64)),
                         key_fields: &["userId", "org"],
@@ -177,11 +177,11 @@ mod tests {
         let expected = quote! {
             const _: () = {
                 #[automatically_derived]
-                impl ::outbox_core::Job for S {
+                impl ::outbox::Job for S {
                     const KIND: &'static str = "k";
-                    const OPTS: ::outbox_core::KindOpts = ::outbox_core::KindOpts {
+                    const OPTS: ::outbox::KindOpts = ::outbox::KindOpts {
                         queue: "q",
-                        ..::outbox_core::KindOpts::DEFAULT
+                        ..::outbox::KindOpts::DEFAULT
                     };
                 }
             };
@@ -195,9 +195,9 @@ mod tests {
         let expected = quote! {
             const _: () = {
                 #[automatically_derived]
-                impl ::outbox_core::Job for S {
+                impl ::outbox::Job for S {
                     const KIND: &'static str = "k";
-                    const OPTS: ::outbox_core::KindOpts = ::outbox_core::KindOpts::DEFAULT;
+                    const OPTS: ::outbox::KindOpts = ::outbox::KindOpts::DEFAULT;
                 }
             };
         };
@@ -216,7 +216,7 @@ mod tests {
         let fallback = quote! {
             const _: () = {
                 #[automatically_derived]
-                impl ::outbox_core::Job for S {
+                impl ::outbox::Job for S {
                     const KIND: &'static str = "";
                 }
             };

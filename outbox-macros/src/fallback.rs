@@ -20,7 +20,7 @@ pub(crate) fn expand(input: &Input, error: syn::Error) -> TokenStream {
 
         const _: () = {
             #[automatically_derived]
-            impl ::outbox_core::Job for #ty #where_clause {
+            impl ::outbox::Job for #ty #where_clause {
                 const KIND: &'static str = "";
             }
         };

@@ -1,10 +1,10 @@
-//! `#[derive(Job)]` for outbox job kinds; use it through its re-export `outbox_core::Job`.
+//! `#[derive(Job)]` for outbox job kinds; use it through its re-export `outbox::Job`.
 //!
-//! The derive implements `outbox_core::Job` for a payload struct. The type's `#[job(...)]` attribute names
+//! The derive implements `outbox::Job` for a payload struct. The type's `#[job(...)]` attribute names
 //! the kind and sets its defaults; `#[job(key)]` on fields picks the fields that form the idempotency key.
 //!
 //! ```
-//! use outbox_core::Job;
+//! use outbox::Job;
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
 //!
@@ -61,7 +61,7 @@ mod valid;
 use proc_macro::TokenStream;
 use syn::{DeriveInput, parse_macro_input};
 
-/// Implements `outbox_core::Job` for a payload struct; see the [crate documentation](crate) for the
+/// Implements `outbox::Job` for a payload struct; see the [crate documentation](crate) for the
 /// attribute syntax.
 #[proc_macro_derive(Job, attributes(job))]
 pub fn derive_job(input: TokenStream) -> TokenStream {

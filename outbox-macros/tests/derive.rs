@@ -1,7 +1,7 @@
 //! `#[derive(Job)]` on valid payload types: the generated `KIND` and `OPTS`, checked against what serde and
 //! schemars actually produce.
 
-use outbox_core::{Job, KindOpts};
+use outbox::{Job, KindOpts};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -109,7 +109,7 @@ fn all_options() {
             unique: true,
             key_fields: &["tenantId", "invoice", "type"],
             sequence: Some("tenant:{tenantId}/{{{invoice}}}"),
-            on_sequence_failure: outbox_core::SequenceFailure::Continue,
+            on_sequence_failure: outbox::SequenceFailure::Continue,
             concurrency: Some(4),
             timeout: Some(std::time::Duration::from_secs(90)),
         }
@@ -136,7 +136,7 @@ fn defaults() {
             unique: true,
             key_fields: &[],
             sequence: None,
-            on_sequence_failure: outbox_core::SequenceFailure::Hold,
+            on_sequence_failure: outbox::SequenceFailure::Hold,
             concurrency: None,
             timeout: None,
         }

@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use outbox_core::Violation;
+use outbox::Violation;
 use serde::Serialize;
 
 use crate::error::Error;
@@ -87,9 +87,9 @@ impl ApiError {
     }
 }
 
-impl From<outbox_core::Error> for ApiError {
-    fn from(e: outbox_core::Error) -> Self {
-        use outbox_core::Error as E;
+impl From<outbox::Error> for ApiError {
+    fn from(e: outbox::Error) -> Self {
+        use outbox::Error as E;
         let message = e.to_string();
         match e {
             E::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{FeedEvent, ops};
+use outbox::{FeedEvent, ops};
 use sea_orm::DatabaseConnection;
 
 /// Events read per query.

@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use outbox_core::Kind;
-use outbox_core::KindRecord;
-use outbox_core::ops;
+use outbox::Kind;
+use outbox::KindRecord;
+use outbox::ops;
 use sea_orm::ConnectionTrait;
 
 use crate::error::{Error, Result};

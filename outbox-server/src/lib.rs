@@ -6,8 +6,8 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use outbox_server::{Role, ServerOpts, Token};
 //!
-//! let db = outbox_core::connect("sqlite::memory:").await?;
-//! outbox_core::migrate(&db).await?;
+//! let db = outbox::connect("sqlite::memory:").await?;
+//! outbox::migrate(&db).await?;
 //! let opts = ServerOpts::new()
 //!     .token(Token::new(Role::Read, "a-long-random-secret-for-dashboards")?)
 //!     .token(Token::new(Role::Operate, "another-long-random-secret")?);
@@ -26,7 +26,7 @@
 //! | `GET /` | none | the dashboard page (its script and style under `/assets/`); it reads everything else with a token |
 //! | `GET /api/openapi.json` | none | this API as an OpenAPI 3.1 document, generated from the routes' own types |
 //! | `GET /api/session` | none | `{"tokens", "role", "token"}`: the role the request's token grants (`null` without one) |
-//! | `GET /api/stats?window=1h` | read | the six answers of [`outbox_core::ops::stats`] |
+//! | `GET /api/stats?window=1h` | read | the six answers of [`outbox::ops::stats`] |
 //! | `GET /api/activity?window=1h&bucket=1m` | read | `{"window_secs", "bucket_secs", "points": [{at, completed, failed}]}` |
 //! | `GET /api/failures?limit=` | read | `{"groups": [{kind, error, count, latest_at, latest_id}]}`, largest first |
 //! | `GET /api/queues` | read | `{"queues": [...]}` |
@@ -64,7 +64,7 @@
 //!
 //! `GET /api/workers` lists the registry's live entries, each `{"id", "host", "pid", "queues", "kinds",
 //! "concurrency", "running", "remote", "started_at", "last_seen_at", "expires_at"}` (see
-//! [`outbox_core::WorkerRecord`]); an entry whose worker stopped heartbeating drops out when it expires.
+//! [`outbox::WorkerRecord`]); an entry whose worker stopped heartbeating drops out when it expires.
 //!
 //! `GET /api/events` streams the event feed: each event's `id` is its position in the feed, its `event` the
 //! transition (`enqueued`, `claimed`, `completed`, `retried`, `failed`, `snoozed`, `released`, `rescued`,

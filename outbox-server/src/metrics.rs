@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{FeedEvent, JobEventKind, ops};
+use outbox::{FeedEvent, JobEventKind, ops};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -45,7 +45,7 @@ struct KindLabel {
 }
 
 fn duration_histogram() -> Histogram {
-    // 1 ms to about 9 hours.
+    // 1 ms to about 4.7 hours (2^24 ms).
     Histogram::new(exponential_buckets(0.001, 2.0, 25))
 }
 
@@ -135,7 +135,7 @@ impl FleetCounters {
 }
 
 /// The scrape: the feed's counters plus gauges read now.
-pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) -> outbox_core::Result<String> {
+pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) -> outbox::Result<String> {
     let mut registry = Registry::with_prefix("outbox");
     registry.register("jobs_enqueued", "Jobs enqueued since this server started", counters.enqueued.clone());
     registry.register("jobs_completed", "Jobs completed since this server started", counters.completed.clone());
@@ -192,6 +192,6 @@ pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) ->
 
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)
-        .map_err(|e| outbox_core::Error::Internal(format!("encoding metrics: {e}")))?;
+        .map_err(|e| outbox::Error::Internal(format!("encoding metrics: {e}")))?;
     Ok(text)
 }

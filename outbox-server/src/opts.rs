@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::HeaderValue;
-use outbox_core::Kind;
+use outbox::Kind;
 
 use crate::error::{Error, Result};
 
@@ -145,7 +145,7 @@ impl Default for ServerOpts {
             cors_origins: Vec::new(),
             request_timeout: Duration::from_secs(30),
             body_limit: None,
-            max_payload_bytes: outbox_core::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_payload_bytes: outbox::DEFAULT_MAX_PAYLOAD_BYTES,
             events_poll: Duration::from_millis(100),
         }
     }
@@ -215,7 +215,7 @@ impl ServerOpts {
     }
 
     /// The largest serialized payload `POST /api/jobs` enqueues (413 `payload_too_large` past it); by default
-    /// [`outbox_core::DEFAULT_MAX_PAYLOAD_BYTES`], 256 KiB.
+    /// [`outbox::DEFAULT_MAX_PAYLOAD_BYTES`], 256 KiB.
     pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
         self.max_payload_bytes = bytes;
         self

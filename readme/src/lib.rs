@@ -1,5 +1,5 @@
 //! Every Rust block of the workspace's README.md and of the pages under docs/, compiled and run as doctests
-//! of a crate whose only dependencies are `outbox-core`, `serde` and `tokio` (the guides on files, AWS and the
+//! of a crate whose only dependencies are `outbox`, `serde` and `tokio` (the guides on files, AWS and the
 //! HTTP API use the dev-dependencies too), so the documentation cannot drift from the API.
 //! `tests/pages.rs` fails when a page under docs/ is missing here.
 

@@ -1,10 +1,10 @@
-//! A new user's first program, in a crate that depends on `outbox-core`, `serde` and `tokio` only: it defines
+//! A new user's first program, in a crate that depends on `outbox`, `serde` and `tokio` only: it defines
 //! a job kind, enqueues it in a transaction with a domain row, and runs a worker that executes it.
 
 use std::time::Duration;
 
-use outbox_core::prelude::*;
-use outbox_core::serde_json::json;
+use outbox::prelude::*;
+use outbox::serde_json::json;
 use serde::{Deserialize, Serialize};
 
 #[derive(Job, Debug, Serialize, Deserialize, JsonSchema)]
@@ -16,17 +16,17 @@ struct SendWelcome {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn define_enqueue_in_a_transaction_and_work() -> Result<(), outbox_core::Error> {
-    let dir = tempfile::tempdir().map_err(|e| outbox_core::Error::Invalid(format!("creating a temp dir: {e}")))?;
+async fn define_enqueue_in_a_transaction_and_work() -> Result<(), outbox::Error> {
+    let dir = tempfile::tempdir().map_err(|e| outbox::Error::Invalid(format!("creating a temp dir: {e}")))?;
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("app.db").display());
-    let db = outbox_core::connect(&url).await?;
-    outbox_core::migrate(&db).await?;
+    let db = outbox::connect(&url).await?;
+    outbox::migrate(&db).await?;
     db.execute_unprepared("CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT NOT NULL)").await?;
 
     let email = "ann@example.com".to_owned();
-    let job = outbox_core::transaction(&db, async |txn| {
+    let job = outbox::transaction(&db, async |txn| {
         txn.execute_unprepared(&format!("INSERT INTO users (id, email) VALUES (7, '{email}')")).await?;
-        outbox_core::enqueue(txn, &SendWelcome { user_id: 7, email }, EnqueueOpts::new()).await
+        outbox::enqueue(txn, &SendWelcome { user_id: 7, email }, EnqueueOpts::new()).await
     })
     .await?;
 
@@ -37,9 +37,9 @@ async fn define_enqueue_in_a_transaction_and_work() -> Result<(), outbox_core::E
         .build()
         .await?
         .start();
-    let done = outbox_core::ops::wait(&db, job.id(), Duration::from_secs(30)).await?;
+    let done = outbox::ops::wait(&db, job.id(), Duration::from_secs(30)).await?;
     worker.shutdown().await?;
-    assert_eq!(done.status, outbox_core::JobStatus::Completed);
+    assert_eq!(done.status, outbox::JobStatus::Completed);
     assert_eq!(done.output, Some(json!({ "sent_to": "ann@example.com", "attempt": 1 })));
     Ok(())
 }

@@ -63,7 +63,7 @@ impl Visit for Fields {
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ClaimLog {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if !event.metadata().target().starts_with("outbox_core::worker") {
+        if !event.metadata().target().starts_with("outbox::worker") {
             return;
         }
         let mut fields = Fields::default();

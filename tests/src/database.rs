@@ -79,7 +79,7 @@ impl TestDb {
 /// made on another runtime (a pool's PostgreSQL connections belong to the runtime that opened them).
 pub async fn connect_to(backend: Backend, url: &str) -> DatabaseConnection {
     match backend {
-        Backend::Sqlite => outbox_core::connect(url).await.expect("connect"),
+        Backend::Sqlite => outbox::connect(url).await.expect("connect"),
         Backend::Postgres => connect_pg(url).await,
     }
 }
@@ -90,7 +90,7 @@ pub async fn fresh_db() -> TestDb {
     let path = dir.path().join("outbox.db");
     std::fs::write(&path, migrated_sqlite().await).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     let url = sqlite_url(&path);
-    let db = outbox_core::connect(&url).await.expect("connect");
+    let db = outbox::connect(&url).await.expect("connect");
     TestDb { db, backend: Backend::Sqlite, url, path, schema: None, dir }
 }
 
@@ -101,8 +101,8 @@ async fn migrated_sqlite() -> &'static [u8] {
         .get_or_init(|| async {
             let dir = tempfile::tempdir().expect("temp dir");
             let path = dir.path().join("template.db");
-            let db = outbox_core::connect(&sqlite_url(&path)).await.expect("connect");
-            outbox_core::migrate(&db).await.expect("migrate");
+            let db = outbox::connect(&sqlite_url(&path)).await.expect("connect");
+            outbox::migrate(&db).await.expect("migrate");
             // Everything into the database file itself: the copies are made of that file alone.
             db.execute_unprepared("PRAGMA wal_checkpoint(TRUNCATE)").await.expect("checkpoint");
             db.close().await.expect("close the template");
@@ -142,7 +142,7 @@ async fn fresh_schema(server: &str) -> TestDb {
         connect_pg_sized(&with_options(server, &format!("-c search_path={name} -c synchronous_commit=off")), 1).await;
     setup.execute_unprepared(&format!("CREATE SCHEMA {name}")).await.expect("create the test's schema");
     let schema = TestSchema { name, server: server.to_owned() };
-    outbox_core::migrate(&setup).await.expect("migrate");
+    outbox::migrate(&setup).await.expect("migrate");
     let _ = setup.close().await;
     let db = connect_pg(&url).await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -197,8 +197,8 @@ async fn connect_pg(url: &str) -> DatabaseConnection {
 }
 
 async fn connect_pg_sized(url: &str, max_connections: u32) -> DatabaseConnection {
-    let opts = outbox_core::ConnectOpts { max_connections, ..Default::default() };
-    outbox_core::connect_with(url, opts).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+    let opts = outbox::ConnectOpts { max_connections, ..Default::default() };
+    outbox::connect_with(url, opts).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
 /// 64 random bits in hex, for names that must not collide across test processes.

@@ -13,7 +13,7 @@ mod tmpfs;
 
 use std::time::Duration;
 
-use outbox_core::Job;
+use outbox::Job;
 use schemars::JsonSchema;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde::{Deserialize, Serialize};
@@ -127,8 +127,8 @@ where
 }
 
 /// Waits until job `id` reaches `status`; returns whether it did within `timeout`.
-pub async fn wait_status(db: &DatabaseConnection, id: &str, status: outbox_core::JobStatus, timeout: Duration) -> bool {
-    eventually(timeout, || async move { outbox_core::ops::get(db, id).await.expect("get job").status == status }).await
+pub async fn wait_status(db: &DatabaseConnection, id: &str, status: outbox::JobStatus, timeout: Duration) -> bool {
+    eventually(timeout, || async move { outbox::ops::get(db, id).await.expect("get job").status == status }).await
 }
 
 /// Waits until `counter` reaches `n`; returns whether it did within `timeout`.
@@ -147,9 +147,9 @@ pub struct Span {
 }
 
 impl Span {
-    fn check(&self) -> Result<(), Vec<outbox_core::Violation>> {
+    fn check(&self) -> Result<(), Vec<outbox::Violation>> {
         if self.hi < self.lo {
-            return Err(vec![outbox_core::Violation {
+            return Err(vec![outbox::Violation {
                 path: "/hi".into(),
                 message: format!("{} is below lo ({})", self.hi, self.lo),
             }]);

@@ -1,6 +1,6 @@
 //! Transactional enqueue, deduplication and validation, on every backend.
 
-use outbox_core::{EnqueueOpts, Enqueued, Error, Kind, KindOpts, ops};
+use outbox::{EnqueueOpts, Enqueued, Error, Kind, KindOpts, ops};
 use outbox_tests::{Keyed, Probe, Span, Step, TestDb, conformance, exec, scalar, try_exec};
 use sea_orm::TransactionTrait;
 use serde_json::json;
@@ -10,11 +10,11 @@ async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
     exec(&t.db, "CREATE TABLE orders (customer TEXT NOT NULL)", vec![]).await;
 
     // The helper rolls back when the closure fails: neither the domain row nor the job exists.
-    let failed: Result<(), Error> = outbox_core::transaction(&t.db, async |txn| {
+    let failed: Result<(), Error> = outbox::transaction(&t.db, async |txn| {
         try_exec(txn, "INSERT INTO orders (customer) VALUES ('ann')", vec![])
             .await
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await?;
+        outbox::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await?;
         Err(Error::Invalid("domain check failed".into()))
     })
     .await;
@@ -24,16 +24,16 @@ async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
 
     // A hand-managed transaction dropped without commit also leaves nothing.
     let txn = t.db.begin().await.expect("begin");
-    outbox_core::enqueue(&txn, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&txn, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     txn.rollback().await.expect("rollback");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
 
     // Commit: both rows exist.
-    let done = outbox_core::transaction(&t.db, async |txn| {
+    let done = outbox::transaction(&t.db, async |txn| {
         try_exec(txn, "INSERT INTO orders (customer) VALUES ('bob')", vec![])
             .await
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        outbox_core::enqueue(txn, &Probe { n: 3 }, EnqueueOpts::new()).await
+        outbox::enqueue(txn, &Probe { n: 3 }, EnqueueOpts::new()).await
     })
     .await
     .expect("commit");
@@ -43,7 +43,7 @@ async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
     let job = ops::get(&t.db, done.id()).await.expect("get");
     assert_eq!(job.kind, "probe");
     assert_eq!(job.payload, serde_json::json!({"n": 3}));
-    assert_eq!(job.status, outbox_core::JobStatus::Pending);
+    assert_eq!(job.status, outbox::JobStatus::Pending);
     assert_eq!(job.schema_hash, Kind::of::<Probe>().expect("kind").schema_hash());
 }
 
@@ -55,8 +55,8 @@ async fn concurrent_duplicate_enqueues_leave_one_row(t: TestDb) {
     for i in 0..16 {
         let db = if i % 2 == 0 { t.db.clone() } else { other.clone() };
         tasks.push(tokio::spawn(async move {
-            outbox_core::transaction(&db, async |txn| {
-                outbox_core::enqueue(txn, &Keyed { user_id: 42, note: format!("try {i}") }, EnqueueOpts::new()).await
+            outbox::transaction(&db, async |txn| {
+                outbox::enqueue(txn, &Keyed { user_id: 42, note: format!("try {i}") }, EnqueueOpts::new()).await
             })
             .await
         }));
@@ -76,18 +76,18 @@ async fn concurrent_duplicate_enqueues_leave_one_row(t: TestDb) {
 
 conformance!(keys_are_unique_among_active_jobs_only);
 async fn keys_are_unique_among_active_jobs_only(t: TestDb) {
-    let first = outbox_core::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
-    let again = outbox_core::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
+    let first = outbox::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
+    let again = outbox::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
     assert_eq!(again, Enqueued::Existing(first.id().to_owned()));
     // Another payload is another intent.
-    assert!(outbox_core::enqueue(&t.db, &Probe { n: 6 }, EnqueueOpts::new()).await.expect("enqueue").is_new());
+    assert!(outbox::enqueue(&t.db, &Probe { n: 6 }, EnqueueOpts::new()).await.expect("enqueue").is_new());
     // An explicit key overrides the payload hash.
-    let a = outbox_core::enqueue(&t.db, &Probe { n: 7 }, EnqueueOpts::new().idempotency_key("k")).await.expect("a");
-    let b = outbox_core::enqueue(&t.db, &Probe { n: 8 }, EnqueueOpts::new().idempotency_key("k")).await.expect("b");
+    let a = outbox::enqueue(&t.db, &Probe { n: 7 }, EnqueueOpts::new().idempotency_key("k")).await.expect("a");
+    let b = outbox::enqueue(&t.db, &Probe { n: 8 }, EnqueueOpts::new().idempotency_key("k")).await.expect("b");
     assert_eq!(a.id(), b.id());
     // Once the job is finished the key is free again.
     exec(&t.db, "UPDATE outbox_jobs SET status = 'completed' WHERE id = ?", vec![first.id().into()]).await;
-    let later = outbox_core::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
+    let later = outbox::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
     assert!(later.is_new());
     assert_ne!(later.id(), first.id());
     let dups = ops::duplicates(&t.db, 10).await.expect("duplicates");
@@ -97,60 +97,59 @@ async fn keys_are_unique_among_active_jobs_only(t: TestDb) {
     // Cancelling lets the key go; the cancelled job cannot be retried while the new holder is active, and takes
     // the key back once it has finished: a duplicate then collapses onto it.
     let key = || EnqueueOpts::new().idempotency_key("c");
-    let cancelled = outbox_core::enqueue(&t.db, &Probe { n: 9 }, key()).await.expect("enqueue");
+    let cancelled = outbox::enqueue(&t.db, &Probe { n: 9 }, key()).await.expect("enqueue");
     ops::cancel(&t.db, cancelled.id()).await.expect("cancel");
-    let holder = outbox_core::enqueue(&t.db, &Probe { n: 10 }, key()).await.expect("enqueue");
+    let holder = outbox::enqueue(&t.db, &Probe { n: 10 }, key()).await.expect("enqueue");
     assert!(holder.is_new());
     assert!(ops::retry(&t.db, cancelled.id()).await.is_err(), "retried while another active job holds its key");
     exec(&t.db, "UPDATE outbox_jobs SET status = 'failed' WHERE id = ?", vec![holder.id().into()]).await;
     ops::retry(&t.db, cancelled.id()).await.expect("retry once the key is free");
-    let dup = outbox_core::enqueue(&t.db, &Probe { n: 11 }, key()).await.expect("enqueue");
+    let dup = outbox::enqueue(&t.db, &Probe { n: 11 }, key()).await.expect("enqueue");
     assert_eq!(dup, Enqueued::Existing(cancelled.id().to_owned()));
     // A job deleted while active (as a kind that keeps nothing deletes it at completion) lets it go too.
     exec(&t.db, "DELETE FROM outbox_jobs WHERE id = ?", vec![cancelled.id().into()]).await;
-    assert!(outbox_core::enqueue(&t.db, &Probe { n: 12 }, key()).await.expect("enqueue").is_new());
+    assert!(outbox::enqueue(&t.db, &Probe { n: 12 }, key()).await.expect("enqueue").is_new());
 }
 
 conformance!(invalid_payloads_are_rejected_with_their_path_and_write_nothing);
 async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing(t: TestDb) {
     // Typed: the schema requires n >= 1.
-    let err = outbox_core::enqueue(&t.db, &Probe { n: 0 }, EnqueueOpts::new()).await.expect_err("n = 0");
+    let err = outbox::enqueue(&t.db, &Probe { n: 0 }, EnqueueOpts::new()).await.expect_err("n = 0");
     let text = err.to_string();
     assert!(matches!(err, Error::InvalidPayload { .. }), "{text}");
     assert!(text.contains("kind `probe`") && text.contains("at /n:"), "{text}");
 
     // Raw: every violation is named.
     let kind = Kind::of::<Keyed>().expect("kind");
-    let err = outbox_core::enqueue_raw(&t.db, &kind, json!({"userId": "x", "note": 3}), EnqueueOpts::new())
+    let err = outbox::enqueue_raw(&t.db, &kind, json!({"userId": "x", "note": 3}), EnqueueOpts::new())
         .await
         .expect_err("two violations");
     let text = err.to_string();
     assert!(text.contains("at /userId:") && text.contains("at /note:"), "{text}");
-    let err = outbox_core::enqueue_raw(&t.db, &kind, json!({"note": "x"}), EnqueueOpts::new())
-        .await
-        .expect_err("missing field");
+    let err =
+        outbox::enqueue_raw(&t.db, &kind, json!({"note": "x"}), EnqueueOpts::new()).await.expect_err("missing field");
     assert!(err.to_string().contains("at /userId: \"userId\" is a required property"), "{err}");
 
     // Over the size cap.
     let schema = json!({"type": "object", "properties": {"blob": {"type": "string"}}});
     let blob_kind = Kind::from_schema("blob", schema, KindOpts::DEFAULT).expect("kind");
-    let big = "x".repeat(outbox_core::DEFAULT_MAX_PAYLOAD_BYTES + 1);
-    let err = outbox_core::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), EnqueueOpts::new())
+    let big = "x".repeat(outbox::DEFAULT_MAX_PAYLOAD_BYTES + 1);
+    let err = outbox::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), EnqueueOpts::new())
         .await
         .expect_err("too large");
     assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err}");
     assert!(err.to_string().contains("kind `blob`") && err.to_string().contains("262144"), "{err}");
     // A producer of bigger documents raises its own cap; the next enqueue without it still has the default.
-    let bigger = EnqueueOpts::new().max_payload_bytes(outbox_core::DEFAULT_MAX_PAYLOAD_BYTES * 2);
-    outbox_core::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), bigger).await.expect("raised cap");
-    let err = outbox_core::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), EnqueueOpts::new())
+    let bigger = EnqueueOpts::new().max_payload_bytes(outbox::DEFAULT_MAX_PAYLOAD_BYTES * 2);
+    outbox::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), bigger).await.expect("raised cap");
+    let err = outbox::enqueue_raw(&t.db, &blob_kind, json!({ "blob": big }), EnqueueOpts::new())
         .await
         .expect_err("the default cap is per enqueue, not raised for the process");
     assert!(matches!(err, Error::PayloadTooLarge { limit: 262_144, .. }), "{err}");
     exec(&t.db, "DELETE FROM outbox_jobs", vec![]).await;
 
     // Bad options.
-    let err = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().max_attempts(0)).await.expect_err("0");
+    let err = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().max_attempts(0)).await.expect_err("0");
     assert!(err.to_string().contains("max_attempts"), "{err}");
 
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
@@ -158,15 +157,13 @@ async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing(t: Test
 
 conformance!(batch_enqueue_writes_in_order_and_collapses_duplicates);
 async fn batch_enqueue_writes_in_order_and_collapses_duplicates(t: TestDb) {
-    let existing = outbox_core::enqueue(&t.db, &Keyed { user_id: 3, note: "old".into() }, EnqueueOpts::new())
-        .await
-        .expect("enqueue");
+    let existing =
+        outbox::enqueue(&t.db, &Keyed { user_id: 3, note: "old".into() }, EnqueueOpts::new()).await.expect("enqueue");
     let jobs: Vec<Keyed> = (0..2_500).map(|i| Keyed { user_id: i % 2_400, note: format!("n{i}") }).collect();
-    let results = outbox_core::transaction(&t.db, async |txn| {
-        outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new().priority(3)).await
-    })
-    .await
-    .expect("batch");
+    let results =
+        outbox::transaction(&t.db, async |txn| outbox::enqueue_batch(txn, &jobs, EnqueueOpts::new().priority(3)).await)
+            .await
+            .expect("batch");
     assert_eq!(results.len(), 2_500);
     assert_eq!(results[3], Enqueued::Existing(existing.id().to_owned()));
     // Inputs 2400.. repeat the keys of inputs 0..100 within the batch.
@@ -178,7 +175,7 @@ async fn batch_enqueue_writes_in_order_and_collapses_duplicates(t: TestDb) {
 
     // An invalid member rejects the whole batch before anything is written.
     let kind = Kind::of::<Probe>().expect("kind");
-    let err = outbox_core::enqueue_batch_raw(&t.db, &kind, vec![json!({"n": 1}), json!({"n": -1})], EnqueueOpts::new())
+    let err = outbox::enqueue_batch_raw(&t.db, &kind, vec![json!({"n": 1}), json!({"n": -1})], EnqueueOpts::new())
         .await
         .expect_err("invalid member");
     assert!(err.to_string().contains("at /n:"), "{err}");
@@ -194,7 +191,7 @@ async fn a_batch_writes_each_job_as_given_and_a_sequence_in_list_order(t: TestDb
     let jobs: Vec<Keyed> =
         notes.iter().enumerate().map(|(i, n)| Keyed { user_id: i as i64 + 10, note: (*n).to_owned() }).collect();
     let opts = EnqueueOpts::new().priority(-7).max_attempts(9).queue("q2").delay(std::time::Duration::from_secs(3600));
-    let results = outbox_core::enqueue_batch(&t.db, &jobs, opts).await.expect("batch");
+    let results = outbox::enqueue_batch(&t.db, &jobs, opts).await.expect("batch");
     for (job, result) in jobs.iter().zip(&results) {
         assert!(result.is_new());
         let rec = ops::get(&t.db, result.id()).await.expect("get");
@@ -210,7 +207,7 @@ async fn a_batch_writes_each_job_as_given_and_a_sequence_in_list_order(t: TestDb
     // Three sequences interleaved in one batch: each takes its places in the order the list gives, and only
     // its first job is free to run.
     let steps: Vec<Step> = (0..30).map(|i| Step { key: i % 3, seq: i / 3, sleep_ms: 0 }).collect();
-    let results = outbox_core::enqueue_batch(&t.db, &steps, EnqueueOpts::new()).await.expect("steps");
+    let results = outbox::enqueue_batch(&t.db, &steps, EnqueueOpts::new()).await.expect("steps");
     for key in 0..3 {
         let mut placed: Vec<(i64, u32, bool)> = Vec::new();
         for (step, result) in steps.iter().zip(&results).filter(|(s, _)| s.key == key) {
@@ -228,13 +225,12 @@ async fn a_batch_writes_each_job_as_given_and_a_sequence_in_list_order(t: TestDb
 
 conformance!(a_kind_s_own_rules_run_after_its_schema);
 async fn a_kind_s_own_rules_run_after_its_schema(t: TestDb) {
-    let err = outbox_core::enqueue(&t.db, &Span { lo: 5, hi: 1 }, EnqueueOpts::new()).await.expect_err("hi < lo");
+    let err = outbox::enqueue(&t.db, &Span { lo: 5, hi: 1 }, EnqueueOpts::new()).await.expect_err("hi < lo");
     assert_eq!(err.to_string(), "invalid payload for kind `span`: at /hi: 1 is below lo (5)");
     let kind = Kind::of::<Span>().expect("kind");
-    let err = outbox_core::enqueue_raw(&t.db, &kind, json!({"lo": 2, "hi": 1}), EnqueueOpts::new())
-        .await
-        .expect_err("raw too");
+    let err =
+        outbox::enqueue_raw(&t.db, &kind, json!({"lo": 2, "hi": 1}), EnqueueOpts::new()).await.expect_err("raw too");
     assert!(err.to_string().contains("at /hi: 1 is below lo (2)"), "{err}");
-    assert!(outbox_core::enqueue(&t.db, &Span { lo: 1, hi: 1 }, EnqueueOpts::new()).await.expect("valid").is_new());
+    assert!(outbox::enqueue(&t.db, &Span { lo: 1, hi: 1 }, EnqueueOpts::new()).await.expect("valid").is_new());
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
 }

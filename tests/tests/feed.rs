@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use outbox_core::remote::{self, ClaimRequest};
-use outbox_core::{EnqueueOpts, Error, JobEventKind, JobStatus, Worker, ops};
+use outbox::remote::{self, ClaimRequest};
+use outbox::{EnqueueOpts, Error, JobEventKind, JobStatus, Worker, ops};
 use outbox_tests::{Probe, TestDb, conformance, eventually, exec, wait_scalar};
 
 fn claim_req(worker: &str, limit: usize) -> ClaimRequest {
@@ -23,23 +23,23 @@ async fn the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_i
     let start = ops::feed_head(&t.db).await.expect("head");
     let mut ids = Vec::new();
     for n in 1..=2 {
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
     }
     // Three in one statement: on PostgreSQL one row lists them, read and resumed inside like a worker's row.
     let batch: Vec<Probe> = (3..=5).map(|n| Probe { n }).collect();
-    let batched = outbox_core::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("enqueue a batch");
+    let batched = outbox::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("enqueue a batch");
     ids.extend(batched.iter().map(|e| e.id().to_owned()));
     let listing = "SELECT COUNT(*) FROM outbox_job_events WHERE event = 'enqueued' AND job_id = ''";
     let listings = if t.backend == outbox_tests::Backend::Postgres { 1 } else { 0 };
     assert_eq!(outbox_tests::scalar(&t.db, listing).await, listings, "rows listing enqueued jobs");
     let worker = Worker::builder(&t.db)
         .poll_interval(Duration::from_millis(20))
-        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: Probe, _| async { Ok::<_, outbox::JobError>(()) })
         .build()
         .await
         .expect("build");
     worker.drain().await.expect("drain");
-    ops::cancel(&t.db, outbox_core::enqueue(&t.db, &Probe { n: 9 }, EnqueueOpts::new()).await.expect("enqueue").id())
+    ops::cancel(&t.db, outbox::enqueue(&t.db, &Probe { n: 9 }, EnqueueOpts::new()).await.expect("enqueue").id())
         .await
         .expect("cancel");
 
@@ -85,7 +85,7 @@ async fn a_worker_is_listed_while_it_runs_and_gone_after_it_stops(t: TestDb) {
         .concurrency(3)
         .queues(["default"])
         .presence_interval(Duration::from_millis(100))
-        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: Probe, _| async { Ok::<_, outbox::JobError>(()) })
         .build()
         .await
         .expect("build");
@@ -124,7 +124,7 @@ async fn a_worker_is_listed_while_it_runs_and_gone_after_it_stops(t: TestDb) {
 conformance!(remote_claims_are_fenced_like_in_process_ones);
 async fn remote_claims_are_fenced_like_in_process_ones(t: TestDb) {
     for n in 1..=3 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     let jobs = remote::claim(&t.db, &claim_req("far-1", 2)).await.expect("claim");
     assert_eq!(jobs.len(), 2);
@@ -165,13 +165,13 @@ async fn every_transition_is_recorded_once_whoever_writes_it(t: TestDb) {
     let mut ids = Vec::new();
     for n in 1..=20 {
         let opts = EnqueueOpts::new().max_attempts(2);
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, opts).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(&t.db, &Probe { n }, opts).await.expect("enqueue").id().to_owned());
     }
     // The rest in one statement: their histories read the enqueue from the job row (on PostgreSQL one feed
     // row lists them all).
     let batch: Vec<Probe> = (21..=40).map(|n| Probe { n }).collect();
     let opts = EnqueueOpts::new().max_attempts(2);
-    let batched = outbox_core::enqueue_batch(&t.db, &batch, opts).await.expect("enqueue a batch");
+    let batched = outbox::enqueue_batch(&t.db, &batch, opts).await.expect("enqueue a batch");
     ids.extend(batched.iter().map(|e| e.id().to_owned()));
     // A claim and a completion written by hand, as another tool would: recorded by the trigger.
     let (now, by_hand) = (chrono::Utc::now().timestamp_millis(), ids[0].clone());
@@ -202,16 +202,16 @@ async fn every_transition_is_recorded_once_whoever_writes_it(t: TestDb) {
     let worker = Worker::builder(&t.db)
         .concurrency(16)
         .poll_interval(Duration::from_millis(10))
-        .retry_policy(outbox_core::RetryPolicy {
+        .retry_policy(outbox::RetryPolicy {
             base: Duration::from_millis(1),
             max: Duration::from_millis(1),
             jitter: 0.0,
         })
         .register(|p: Probe, ctx| async move {
             if p.n.is_multiple_of(5) {
-                Err(outbox_core::JobError::permanent("fifth"))
+                Err(outbox::JobError::permanent("fifth"))
             } else if !p.n.is_multiple_of(2) && ctx.attempt() == 1 {
-                Err(outbox_core::JobError::retry("odd, first time"))
+                Err(outbox::JobError::retry("odd, first time"))
             } else {
                 Ok(())
             }
@@ -253,11 +253,11 @@ async fn every_transition_is_recorded_once_whoever_writes_it(t: TestDb) {
 conformance!(purging_finished_jobs_leaves_no_feed_row_behind);
 async fn purging_finished_jobs_leaves_no_feed_row_behind(t: TestDb) {
     let jobs: Vec<Probe> = (1..=50).map(|n| Probe { n }).collect();
-    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
     let worker = Worker::builder(&t.db)
         .concurrency(16)
         .poll_interval(Duration::from_millis(10))
-        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: Probe, _| async { Ok::<_, outbox::JobError>(()) })
         .build()
         .await
         .expect("build");
@@ -307,7 +307,7 @@ async fn a_workers_feed_row_names_a_shared_kind_and_queue_once_and_gives_each_jo
     let mut queue_of = std::collections::HashMap::new();
     for n in 1..=6 {
         let queue = ["a", "a", "a", "b", "c", "b"][n as usize - 1];
-        let job = outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().queue(queue)).await.expect("enqueue");
+        let job = outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().queue(queue)).await.expect("enqueue");
         queue_of.insert(job.id().to_owned(), queue);
     }
     // Enqueued before the worker starts, each queue's jobs are claimed together.
@@ -341,7 +341,6 @@ async fn drain_queues(db: &sea_orm::DatabaseConnection, queue: Option<&str>) {
     if let Some(queue) = queue {
         builder = builder.queues([queue]);
     }
-    let worker =
-        builder.register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) }).build().await.expect("build");
+    let worker = builder.register(|_: Probe, _| async { Ok::<_, outbox::JobError>(()) }).build().await.expect("build");
     worker.drain().await.expect("drain");
 }

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use outbox_core::prelude::*;
-use outbox_core::{Enqueued, Error, Kind, MAX_KEY_BYTES, Violation};
+use outbox::prelude::*;
+use outbox::{Enqueued, Error, Kind, MAX_KEY_BYTES, Violation};
 use outbox_tests::{TestDb, conformance};
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
@@ -353,9 +353,9 @@ fn payloads(case: &Intents) -> Result<(std::sync::Arc<Kind>, [Value; 3], bool), 
 async fn check_keys(db: &DatabaseConnection, case: &Intents) -> Result<(), TestCaseError> {
     let fail = |e: Error| TestCaseError::fail(e.to_string());
     let (kind, [first, again, other], same) = payloads(case).map_err(fail)?;
-    let txn = outbox_core::begin(db).await.map_err(fail)?;
+    let txn = outbox::begin(db).await.map_err(fail)?;
     let checked = async {
-        let out = match outbox_core::enqueue_batch_raw(
+        let out = match outbox::enqueue_batch_raw(
             &txn,
             &kind,
             vec![first.clone(), again.clone(), other.clone()],
@@ -382,12 +382,12 @@ async fn check_keys(db: &DatabaseConnection, case: &Intents) -> Result<(), TestC
         } else if !same {
             prop_assert!(out[2].is_new() && out[2].id() != id, "different key values collapsed: {:?}", out);
         }
-        let single = outbox_core::enqueue_raw(&txn, &kind, again.clone(), EnqueueOpts::new()).await.map_err(fail)?;
+        let single = outbox::enqueue_raw(&txn, &kind, again.clone(), EnqueueOpts::new()).await.map_err(fail)?;
         prop_assert_eq!(single, Enqueued::Existing(id.clone()), "a single enqueue of the same intent got its own job");
-        let key = outbox_core::ops::get(&txn, &id).await.map_err(fail)?.idempotency_key.unwrap_or_default();
+        let key = outbox::ops::get(&txn, &id).await.map_err(fail)?.idempotency_key.unwrap_or_default();
         prop_assert!(!key.is_empty() && key.len() <= MAX_KEY_BYTES, "a stored key of {} bytes", key.len());
         if !same {
-            let other_key = outbox_core::ops::get(&txn, out[2].id()).await.map_err(fail)?.idempotency_key;
+            let other_key = outbox::ops::get(&txn, out[2].id()).await.map_err(fail)?.idempotency_key;
             prop_assert_ne!(Some(key), other_key);
         }
         Ok(())
@@ -432,7 +432,7 @@ async fn zero_and_negative_zero_collapse(t: TestDb) {
     let db = &t.db;
     assert_eq!(json!(0.0), json!(-0.0), "equal JSON values");
     let kind = Kind::of::<Tagged>().expect("kind");
-    let first = outbox_core::enqueue_raw(db, &kind, json!({ "key": 0.0, "data": 1 }), EnqueueOpts::new()).await;
-    let again = outbox_core::enqueue_raw(db, &kind, json!({ "key": -0.0, "data": 1 }), EnqueueOpts::new()).await;
+    let first = outbox::enqueue_raw(db, &kind, json!({ "key": 0.0, "data": 1 }), EnqueueOpts::new()).await;
+    let again = outbox::enqueue_raw(db, &kind, json!({ "key": -0.0, "data": 1 }), EnqueueOpts::new()).await;
     assert_eq!(again.expect("enqueue"), Enqueued::Existing(first.expect("enqueue").id().to_owned()));
 }

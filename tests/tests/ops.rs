@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, Error, JobStatus, ops};
+use outbox::{EnqueueOpts, Error, JobStatus, ops};
 use outbox_tests::{Backend, Keyed, Probe, TestDb, conformance, exec, scalar};
 
 conformance!(retry_cancel_and_purge_follow_the_lifecycle);
 async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
-    let a = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    let b = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let a = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let b = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
 
     // Cancel applies to pending jobs only.
     ops::cancel(&t.db, a.id()).await.expect("cancel");
@@ -35,7 +35,7 @@ async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
 
     // A failed job whose intent is already carried by an active job is not retried twice.
     exec(&t.db, "UPDATE outbox_jobs SET status = 'failed' WHERE id = ?", vec![b.id().into()]).await;
-    let twin = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let twin = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     assert!(twin.is_new());
     let err = ops::retry(&t.db, b.id()).await.expect_err("twin active");
     assert!(err.to_string().contains("same kind and idempotency key"), "{err}");
@@ -43,7 +43,7 @@ async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
     assert_eq!(ops::retry_failed(&t.db, Some("probe")).await.expect("bulk"), 0);
     // The refusal is a read, not a failed statement: inside a transaction it leaves the transaction usable.
     exec(&t.db, "UPDATE outbox_jobs SET status = 'cancelled' WHERE id = ?", vec![b.id().into()]).await;
-    outbox_core::transaction(&t.db, async |txn| {
+    outbox::transaction(&t.db, async |txn| {
         let err = ops::retry(txn, b.id()).await.expect_err("twin active");
         assert!(err.to_string().contains("its status is `cancelled`"), "{err}");
         ops::get(txn, twin.id()).await.map(|_| ())
@@ -82,16 +82,15 @@ conformance!(retry_failed_keeps_the_latest_of_each_key);
 async fn retry_failed_keeps_the_latest_of_each_key(t: TestDb) {
     let mut ids = Vec::new();
     for (i, at) in [(1, 3_000), (2, 9_000), (3, 5_000)] {
-        let job = outbox_core::enqueue(&t.db, &Keyed { user_id: 7, note: format!("try {i}") }, EnqueueOpts::new())
+        let job = outbox::enqueue(&t.db, &Keyed { user_id: 7, note: format!("try {i}") }, EnqueueOpts::new())
             .await
             .expect("enqueue");
         let sql = format!("UPDATE outbox_jobs SET status = 'failed', updated_at = {} WHERE id = ?", t.backend.time(at));
         exec(&t.db, &sql, vec![job.id().into()]).await;
         ids.push(job.id().to_owned());
     }
-    let lone = outbox_core::enqueue(&t.db, &Keyed { user_id: 8, note: "alone".into() }, EnqueueOpts::new())
-        .await
-        .expect("enqueue");
+    let lone =
+        outbox::enqueue(&t.db, &Keyed { user_id: 8, note: "alone".into() }, EnqueueOpts::new()).await.expect("enqueue");
     exec(&t.db, "UPDATE outbox_jobs SET status = 'failed' WHERE id = ?", vec![lone.id().into()]).await;
     assert_eq!(ops::retry_failed(&t.db, Some("keyed")).await.expect("bulk"), 2);
     let status = |id: String| {
@@ -128,10 +127,9 @@ async fn stats_answer_the_six_questions(t: TestDb) {
         exec(&t.db, &format!("UPDATE outbox_jobs SET {set} WHERE id = ?"), vec![id.clone().into()]).await;
     }
     // A key enqueued again after its first job completed.
-    let first =
-        outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: "a".into() }, EnqueueOpts::new()).await.expect("e");
+    let first = outbox::enqueue(&t.db, &Keyed { user_id: 1, note: "a".into() }, EnqueueOpts::new()).await.expect("e");
     exec(&t.db, "UPDATE outbox_jobs SET status = 'completed' WHERE id = ?", vec![first.id().into()]).await;
-    outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: "b".into() }, EnqueueOpts::new()).await.expect("e");
+    outbox::enqueue(&t.db, &Keyed { user_id: 1, note: "b".into() }, EnqueueOpts::new()).await.expect("e");
 
     let stats = ops::stats(&t.db, Duration::from_secs(3600)).await.expect("stats");
     let count = |kind: &str, status| {
@@ -150,9 +148,8 @@ async fn stats_answer_the_six_questions(t: TestDb) {
     assert_eq!(stats.duplicates[0].key, r#"{"userId":1}"#);
     assert!(stats.recent.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Completed && c.count == 1));
     assert!(stats.recent.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Failed && c.count == 1));
-    let listed = ops::list(&t.db, &outbox_core::JobFilter { kind: Some("keyed".into()), ..Default::default() })
-        .await
-        .expect("list");
+    let listed =
+        ops::list(&t.db, &outbox::JobFilter { kind: Some("keyed".into()), ..Default::default() }).await.expect("list");
     assert_eq!(listed.len(), 2);
     assert!(serde_json::to_string(&stats).expect("stats serialize").contains("smtp said no"));
 }
@@ -160,7 +157,7 @@ async fn stats_answer_the_six_questions(t: TestDb) {
 async fn futures_ids(db: &sea_orm::DatabaseConnection, n: u64) -> Vec<String> {
     let mut ids = Vec::new();
     for i in 1..=n {
-        ids.push(outbox_core::enqueue(db, &Probe { n: i }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(db, &Probe { n: i }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
     }
     ids
 }
@@ -168,9 +165,9 @@ async fn futures_ids(db: &sea_orm::DatabaseConnection, n: u64) -> Vec<String> {
 conformance!(workers_record_their_kinds_for_tools_without_the_types);
 async fn workers_record_their_kinds_for_tools_without_the_types(t: TestDb) {
     assert!(ops::kinds(&t.db).await.expect("kinds").is_empty());
-    let worker = outbox_core::Worker::builder(&t.db)
-        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
-        .register(|_: Keyed, _| async { Ok::<_, outbox_core::JobError>(()) })
+    let worker = outbox::Worker::builder(&t.db)
+        .register(|_: Probe, _| async { Ok::<_, outbox::JobError>(()) })
+        .register(|_: Keyed, _| async { Ok::<_, outbox::JobError>(()) })
         .build()
         .await
         .expect("worker");
@@ -183,20 +180,19 @@ async fn workers_record_their_kinds_for_tools_without_the_types(t: TestDb) {
         (keyed.queue.as_str(), keyed.unique, keyed.key_fields.clone()),
         ("mail", true, vec!["userId".to_owned()])
     );
-    let typed = outbox_core::Kind::of::<Keyed>().expect("kind");
+    let typed = outbox::Kind::of::<Keyed>().expect("kind");
     assert_eq!(keyed.schema_hash, typed.schema_hash());
 
     // The recorded kind validates and keys payloads like the typed one.
-    let rebuilt = outbox_core::Kind::from_record(&keyed).expect("rebuild");
+    let rebuilt = outbox::Kind::from_record(&keyed).expect("rebuild");
     assert_eq!(rebuilt.schema_hash(), typed.schema_hash());
     let bad = rebuilt.violations(&serde_json::json!({ "userId": "seven", "note": "x" }));
     assert_eq!(bad.len(), 1);
     assert_eq!(bad[0].path, "/userId");
     let payload = serde_json::json!({ "userId": 7, "note": "x" });
-    let a = outbox_core::enqueue_raw(&t.db, &rebuilt, payload.clone(), EnqueueOpts::new()).await.expect("raw");
-    let b = outbox_core::enqueue(&t.db, &Keyed { user_id: 7, note: "other".into() }, EnqueueOpts::new())
-        .await
-        .expect("typed");
+    let a = outbox::enqueue_raw(&t.db, &rebuilt, payload.clone(), EnqueueOpts::new()).await.expect("raw");
+    let b =
+        outbox::enqueue(&t.db, &Keyed { user_id: 7, note: "other".into() }, EnqueueOpts::new()).await.expect("typed");
     assert_eq!(a.id(), b.id(), "the same key from both paths");
     assert_eq!(ops::get(&t.db, a.id()).await.expect("get").queue, "mail");
     assert!(ops::kind(&t.db, "nope").await.expect("kind").is_none());
@@ -205,12 +201,10 @@ async fn workers_record_their_kinds_for_tools_without_the_types(t: TestDb) {
 conformance!(queues_count_available_scheduled_claimed_and_stuck_jobs);
 async fn queues_count_available_scheduled_claimed_and_stuck_jobs(t: TestDb) {
     for n in 1..=3 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
-    outbox_core::enqueue(&t.db, &Probe { n: 4 }, EnqueueOpts::new().delay(Duration::from_secs(600)))
-        .await
-        .expect("later");
-    outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: String::new() }, EnqueueOpts::new()).await.expect("mail");
+    outbox::enqueue(&t.db, &Probe { n: 4 }, EnqueueOpts::new().delay(Duration::from_secs(600))).await.expect("later");
+    outbox::enqueue(&t.db, &Keyed { user_id: 1, note: String::new() }, EnqueueOpts::new()).await.expect("mail");
     let sql = format!(
         "UPDATE outbox_jobs SET status = 'claimed', locked_by = 'w', attempts = 1, runs = 1, lease_expires_at = {} \
          WHERE payload = '{{\"n\":3}}'",
@@ -232,7 +226,7 @@ conformance!(a_database_an_earlier_build_created_is_refused_and_left_untouched);
 async fn a_database_an_earlier_build_created_is_refused_and_left_untouched(t: TestDb) {
     // The tables an earlier build's nine migrations left are the ones the squashed schema creates; only the
     // migration table tells them apart.
-    let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    let id = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
     exec(&t.db, "DELETE FROM outbox_migrations", vec![]).await;
     for (n, name) in ["m20261122_000001_create_outbox_jobs", "m20261127_000009_schedules_locks_reconciliations"]
         .into_iter()
@@ -241,15 +235,15 @@ async fn a_database_an_earlier_build_created_is_refused_and_left_untouched(t: Te
         let sql = format!("INSERT INTO outbox_migrations (version, applied_at) VALUES ('{name}', {n})");
         exec(&t.db, &sql, vec![]).await;
     }
-    let said = |e: outbox_core::Error| {
+    let said = |e: outbox::Error| {
         let text = e.to_string();
-        assert!(matches!(e, outbox_core::Error::Unsupported(_)), "{text}");
+        assert!(matches!(e, outbox::Error::Unsupported(_)), "{text}");
         assert!(text.contains("earlier build of outbox") && text.contains("outbox migrate"), "{text}");
     };
-    said(outbox_core::migrate(&t.db).await.expect_err("migrate refuses it"));
-    said(outbox_core::pending_migrations(&t.db).await.expect_err("pending_migrations refuses it"));
-    let worker = outbox_core::Worker::builder(&t.db)
-        .register(|_: Probe, _: outbox_core::JobContext| async { Ok::<_, outbox_core::JobError>(()) });
+    said(outbox::migrate(&t.db).await.expect_err("migrate refuses it"));
+    said(outbox::pending_migrations(&t.db).await.expect_err("pending_migrations refuses it"));
+    let worker = outbox::Worker::builder(&t.db)
+        .register(|_: Probe, _: outbox::JobContext| async { Ok::<_, outbox::JobError>(()) });
     match worker.build().await {
         Ok(_) => panic!("the worker must refuse to start on it"),
         Err(e) => said(e),
@@ -264,11 +258,11 @@ conformance!(migrations_undo_and_redo_cleanly);
 async fn migrations_undo_and_redo_cleanly(t: TestDb) {
     use sea_orm_migration::MigratorTrait;
 
-    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    outbox_core::Migrator::down(&t.db, None).await.expect("undo every migration");
+    outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::Migrator::down(&t.db, None).await.expect("undo every migration");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_migrations").await, 0);
-    let every = outbox_core::Migrator::migrations().len();
-    assert_eq!(outbox_core::Migrator::get_pending_migrations(&t.db).await.expect("pending").len(), every);
+    let every = outbox::Migrator::migrations().len();
+    assert_eq!(outbox::Migrator::get_pending_migrations(&t.db).await.expect("pending").len(), every);
     if t.backend == Backend::Postgres {
         // Triggers go with their table; their functions must not be left behind in the schema.
         let left = scalar(
@@ -279,7 +273,7 @@ async fn migrations_undo_and_redo_cleanly(t: TestDb) {
         .await;
         assert_eq!(left, 0, "functions left after undoing the migrations");
     }
-    outbox_core::migrate(&t.db).await.expect("migrate again");
-    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue again");
+    outbox::migrate(&t.db).await.expect("migrate again");
+    outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue again");
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
 }

@@ -126,7 +126,7 @@ async fn wait_ticks(t: &TestDb, fleet: &Fleet, after: i64, n: usize) {
 /// more than `n` periods after `last`.
 async fn wait_missed(t: &TestDb, last: i64, n: i64) {
     let next = || async {
-        let schedules = outbox_core::ops::schedules(&t.db).await.expect("schedules");
+        let schedules = outbox::ops::schedules(&t.db).await.expect("schedules");
         schedules.first().and_then(|s| s.next_tick).map(|tick| tick.timestamp_millis())
     };
     let passed = outbox_tests::eventually(Duration::from_secs(60), || async {
@@ -174,11 +174,11 @@ async fn four_processes_enqueue_one_job_per_tick_and_honour_the_missed_tick_poli
     assert_one_per_tick(&third, "after a restart that catches up");
     let caught = catch_ups(&logs);
     assert_eq!(caught.len(), 1, "one catch-up job across the four processes: {caught:?}");
-    let job = outbox_core::ops::get(&t.db, &caught[0]).await.expect("the catch-up job");
+    let job = outbox::ops::get(&t.db, &caught[0]).await.expect("the catch-up job");
     let tick = job.payload["tick_ms"].as_i64().expect("tick");
     assert_eq!(tick, third[0], "the catch-up job is the first after the gap: {third:?}");
     assert!(tick - last >= 5_000, "the catch-up job is for a missed tick: {last} then {tick}");
-    let schedules = outbox_core::ops::schedules(&t.db).await.expect("schedules");
+    let schedules = outbox::ops::schedules(&t.db).await.expect("schedules");
     assert_eq!(schedules.len(), 1);
     assert_eq!(schedules[0].missed, "catch_up");
     assert_eq!(schedules[0].last_tick.map(|t| t.timestamp_millis()), third.last().copied());

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fleet::{Runs, Spawn};
-use outbox_core::EnqueueOpts;
+use outbox::EnqueueOpts;
 use outbox_tests::{Backend, ChildProcess, Race, TestDb, scalar};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
@@ -57,7 +57,7 @@ async fn workers_whose_connections_are_killed_every_500_ms_still_run_every_job_o
 
 async fn chaos(t: TestDb) {
     let server = std::env::var("OUTBOX_TEST_PG_URL").expect("the server's URL");
-    let admin = outbox_core::connect(&server).await.expect("connect to the server");
+    let admin = outbox::connect(&server).await.expect("connect to the server");
     // Names the processes' own pools; the worker names its connections itself.
     let url = format!("{}&application_name=outbox-fleet", t.url);
     // Handlers that sleep a little keep the run going through many rounds of kills.
@@ -95,8 +95,8 @@ async fn chaos(t: TestDb) {
 async fn workers_drain_through_a_server_restart_without_help_on_postgres() {
     let test = "workers_drain_through_a_server_restart_without_help_on_postgres";
     let Some(cluster) = outbox_tests::PgCluster::start(test) else { return };
-    let db = outbox_core::connect(&cluster.url).await.expect("connect to the test's own server");
-    outbox_core::migrate(&db).await.expect("migrate");
+    let db = outbox::connect(&cluster.url).await.expect("connect to the test's own server");
+    outbox::migrate(&db).await.expect("migrate");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("unused.db");
     let t = TestDb { db, backend: Backend::Postgres, url: cluster.url.clone(), path, schema: None, dir };
@@ -115,7 +115,7 @@ async fn workers_drain_through_a_server_restart_without_help_on_postgres() {
     fleet.wait().await;
     let elapsed = started.elapsed();
     // The test's own pool lost its connections with the restart.
-    let db = outbox_core::connect(&cluster.url).await.expect("reconnect");
+    let db = outbox::connect(&cluster.url).await.expect("reconnect");
     let t = TestDb { db, ..t };
     let warnings = fleet.warnings();
     let runs = check_every_job_ran_once(&t, &fleet.logs, JOBS).await;
@@ -150,7 +150,7 @@ async fn check_claims_while(db: DatabaseConnection, stop: Arc<AtomicBool>) -> us
 async fn enqueue(t: &TestDb, count: u64, sleep_ms: impl Fn(u64) -> u64) {
     let jobs: Vec<Race> = (0..count).map(|n| Race { n, sleep_ms: sleep_ms(n) }).collect();
     for chunk in jobs.chunks(1_000) {
-        outbox_core::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, JobStatus, Kind, Worker};
+use outbox::{EnqueueOpts, JobStatus, Kind, Worker};
 use outbox_tests::{Backend, Probe, fresh, scalar};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
 
@@ -96,7 +96,7 @@ async fn outcomes_waiting_to_be_written_keep_their_slots() {
         return;
     };
     for n in 1..=2 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     let runs = Arc::new(AtomicUsize::new(0));
     let release = Arc::new(tokio::sync::Semaphore::new(0));
@@ -130,7 +130,7 @@ async fn outcomes_waiting_to_be_written_keep_their_slots() {
         .expect("lock the claimed rows");
     assert_eq!(locked.len(), 2);
     for n in 3..=6 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     release.add_permits(6);
 
@@ -166,10 +166,10 @@ async fn a_workers_feed_rows_stay_inline_and_uncompressed() {
         return;
     };
     let jobs: Vec<Probe> = (1..=60).map(|n| Probe { n }).collect();
-    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
     let worker = Worker::builder(&t.db)
         .concurrency(60)
-        .register(|_: Probe, _| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: Probe, _| async { Ok::<_, outbox::JobError>(()) })
         .build()
         .await
         .expect("build");
@@ -220,8 +220,7 @@ async fn the_key_index_reads_what_only_a_keyed_job_s_end_changes() {
         .expect("text");
     assert!(def.contains("(kind, active_key)") && !def.contains("status"), "{def}");
 
-    let keyed =
-        outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().idempotency_key("k")).await.expect("keyed");
+    let keyed = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new().idempotency_key("k")).await.expect("keyed");
     let plain = insert_by_hand(&t.db, 2).await;
     let active_keys = |status: &str| {
         format!(
@@ -236,8 +235,7 @@ async fn the_key_index_reads_what_only_a_keyed_job_s_end_changes() {
     t.db.execute_unprepared("UPDATE outbox_jobs SET status = 'completed'").await.expect("complete");
     let held = "SELECT COUNT(*) FROM outbox_jobs WHERE active_key IS NOT NULL";
     assert_eq!(scalar(&t.db, held).await, 0, "finished jobs hold no key");
-    let again =
-        outbox_core::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new().idempotency_key("k")).await.expect("again");
+    let again = outbox::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new().idempotency_key("k")).await.expect("again");
     assert!(again.is_new() && again.id() != keyed.id() && again.id() != plain, "{again:?}");
 }
 
@@ -253,7 +251,7 @@ async fn a_claim_s_row_goes_with_the_outcome_of_its_last_job() {
                        AND indexdef LIKE '%lease%'";
     assert_eq!(scalar(&t.db, lease_index).await, 0, "no index of the jobs reads their lease");
     for n in 1..=300 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     let seen = Arc::new(AtomicUsize::new(0));
     let (s, db) = (Arc::clone(&seen), t.db.clone());
@@ -370,13 +368,13 @@ async fn a_worker_of_every_queue_claims_from_a_queue_it_had_not_listed() {
         .await
         .expect("build worker");
     let handle = worker.start();
-    let first = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let first = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     assert!(
         outbox_tests::wait_status(&t.db, first.id(), JobStatus::Completed, Duration::from_secs(30)).await,
         "a job of the kind's own queue ran"
     );
     for (n, queue) in [(2, "adhoc"), (3, "zzz"), (4, "aaa")] {
-        let job = outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().queue(queue)).await.expect("enqueue");
+        let job = outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().queue(queue)).await.expect("enqueue");
         assert!(
             outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(30)).await,
             "the job of queue {queue} ran"

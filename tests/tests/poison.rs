@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, JobContext, JobError, JobStatus, Worker, ops};
+use outbox::{EnqueueOpts, JobContext, JobError, JobStatus, Worker, ops};
 use outbox_tests::{Backend, Probe, TestDb, conformance, exec, scalar, sqlite_url, try_exec};
 use sea_orm::DatabaseConnection;
 
@@ -34,7 +34,7 @@ async fn drain(db: &DatabaseConnection) {
 
 async fn enqueue_good(db: &DatabaseConnection) {
     let jobs: Vec<Probe> = (1..=GOOD).map(|n| Probe { n }).collect();
-    outbox_core::enqueue_batch(db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
 }
 
 /// Text that is not UTF-8 is the one unreadable payload the strict table cannot refuse (SQLite checks the type
@@ -42,8 +42,8 @@ async fn enqueue_good(db: &DatabaseConnection) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_rows_fail_alone_while_every_good_job_completes() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let db = outbox_core::connect(&sqlite_url(&dir.path().join("outbox.db"))).await.expect("connect");
-    outbox_core::migrate(&db).await.expect("migrate");
+    let db = outbox::connect(&sqlite_url(&dir.path().join("outbox.db"))).await.expect("connect");
+    outbox::migrate(&db).await.expect("migrate");
     enqueue_good(&db).await;
     let not_utf8 = "CAST(x'7b226e223a22ff227d' AS TEXT)";
     exec(&db, &insert(Backend::Sqlite, "bad-utf8", not_utf8), vec![]).await;
@@ -64,7 +64,7 @@ async fn unreadable_rows_fail_alone_while_every_good_job_completes() {
         assert!(error.contains("its `payload` column holds text that is not UTF-8"), "{n}: {error}");
         assert_eq!(job.attempts, 1, "{n} failed at once, not retried");
     }
-    let failed = ops::list(&db, &outbox_core::JobFilter { status: Some(JobStatus::Failed), ..Default::default() })
+    let failed = ops::list(&db, &outbox::JobFilter { status: Some(JobStatus::Failed), ..Default::default() })
         .await
         .expect("the failed jobs are listed");
     assert_eq!(failed.len(), 1 + MORE);
@@ -85,7 +85,7 @@ async fn the_database_refuses_payloads_that_are_not_json_text(t: TestDb) {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0, "nothing written");
 
     // Nor can an update put one there, or text where a number belongs.
-    let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    let id = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
     let blob_update = format!("UPDATE outbox_jobs SET payload = {blob} WHERE id = '{id}'");
     let err = try_exec(&t.db, &blob_update, vec![]).await.expect_err("a BLOB payload by update is refused");
     assert!(err.to_string().contains("payload"), "{err}");

@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fleet::{Runs, Spawn};
-use outbox_core::{EnqueueOpts, JobContext, JobError, JobStatus, Worker, ops};
+use outbox::{EnqueueOpts, JobContext, JobError, JobStatus, Worker, ops};
 use outbox_tests::{Race, TestDb, conformance, fresh_db, scalar};
 
 conformance!(a_job_of_a_killed_worker_is_rescued_and_completed_by_another);
 async fn a_job_of_a_killed_worker_is_rescued_and_completed_by_another(t: TestDb) {
-    let job = outbox_core::enqueue(&t.db, &Race { n: 1, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Race { n: 1, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
     let log = t.dir.path().join("hang.log");
     let spawn = Spawn { url: &t.url, log: &log, mode: "hang", lease_ms: 1_000, concurrency: 8, stderr: None };
     let mut child = spawn.start();
@@ -71,7 +71,7 @@ async fn four_worker_processes_drain_five_thousand_jobs_exactly_once() {
     let t = fresh_db().await;
     let jobs: Vec<Race> = (0..JOBS).map(|n| Race { n, sleep_ms: n % 3 }).collect();
     for chunk in jobs.chunks(1_000) {
-        outbox_core::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
     }
     let logs: Vec<PathBuf> = (0..WORKERS).map(|i| t.dir.path().join(format!("runs-{i}.log"))).collect();
     let mut children: Vec<_> = logs

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, JobError, JobStatus, Worker, ops};
+use outbox::{EnqueueOpts, JobError, JobStatus, Worker, ops};
 use outbox_server::{Role, ServerOpts, Token};
 use outbox_tests::{GroupGuard, Probe, Race, Served, TestDb, conformance, scalar, unavailable};
 
@@ -21,9 +21,9 @@ async fn a_python_worker_drains_jobs_over_http_beside_an_in_process_worker(t: Te
     let opts = ServerOpts::new().token(Token::new(Role::Work, WORK_TOKEN).expect("token"));
     let served = Served::start(&t.db, opts).await;
     let remote: Vec<Race> = (1..=JOBS).map(|n| Race { n, sleep_ms: 0 }).collect();
-    outbox_core::enqueue_batch(&t.db, &remote, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &remote, EnqueueOpts::new()).await.expect("enqueue");
     let local: Vec<Probe> = (1..=JOBS).map(|n| Probe { n }).collect();
-    outbox_core::enqueue_batch(&t.db, &local, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &local, EnqueueOpts::new()).await.expect("enqueue");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("python-runs.log");
@@ -86,7 +86,7 @@ async fn claim_of_a_client_gone(t: TestDb) {
     use sea_orm::{ConnectionTrait, TransactionTrait};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let served = Served::start(&t.db, ServerOpts::new()).await;
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let blocker = t.connect().await;
     let lock = blocker.begin().await.expect("begin");
     lock.execute_unprepared("LOCK TABLE outbox_job_events IN SHARE MODE").await.expect("lock the feed");
@@ -115,11 +115,7 @@ async fn claim_of_a_client_gone(t: TestDb) {
     lock.rollback().await.expect("let the claim go on");
 
     let claimed = || async {
-        ops::history(&t.db, job.id())
-            .await
-            .expect("history")
-            .iter()
-            .any(|e| e.event == outbox_core::JobEventKind::Claimed)
+        ops::history(&t.db, job.id()).await.expect("history").iter().any(|e| e.event == outbox::JobEventKind::Claimed)
     };
     assert!(outbox_tests::eventually(Duration::from_secs(30), claimed).await, "the claim's statement never ran");
     let back = || async {

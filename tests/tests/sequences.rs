@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use fleet::Spawn;
-use outbox_core::EnqueueOpts;
+use outbox::EnqueueOpts;
 use outbox_tests::{Backend, ChildProcess, Limited, Step, TestDb, conformance, monotonic_ns, scalar};
 
 const KEYS: u32 = 500;
@@ -74,7 +74,7 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
         .flat_map(|seq| (0..KEYS).map(move |key| Step { key, seq, sleep_ms: u64::from((key * 7 + seq * 13) % 21) }))
         .collect();
     for chunk in jobs.chunks(1_000) {
-        outbox_core::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
     }
     let log = t.dir.path().join("steps.log");
     let mut children = fleet(&t, &log, processes, 1_000);
@@ -150,9 +150,9 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
     }
     let twice: Vec<&str> = ended.iter().filter(|(_, n)| **n > 1).map(|(id, _)| *id).collect();
     for id in &twice {
-        let history = outbox_core::ops::history(&t.db, id).await.expect("history");
+        let history = outbox::ops::history(&t.db, id).await.expect("history");
         assert!(
-            history.iter().any(|e| e.event == outbox_core::JobEventKind::Rescued),
+            history.iter().any(|e| e.event == outbox::JobEventKind::Rescued),
             "job {id} ended twice without a rescue between: {history:?}"
         );
     }
@@ -168,7 +168,7 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
 conformance!(a_fleet_wide_limit_of_two_holds_across_eight_processes);
 async fn a_fleet_wide_limit_of_two_holds_across_eight_processes(t: TestDb) {
     let jobs: Vec<Limited> = (0..200).map(|n| Limited { n, sleep_ms: 20 }).collect();
-    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
     let log = t.dir.path().join("limited.log");
     let mut children = fleet(&t, &log, 8, 30_000);
     for status in fleet::wait_all(&mut children, Duration::from_secs(180)).await {
@@ -198,8 +198,8 @@ async fn a_fleet_wide_limit_of_two_holds_across_eight_processes(t: TestDb) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_on_the_builder_names_what_is_wrong_with_it() {
     let t = outbox_tests::fresh_db().await;
-    let noop = |_: Limited, _: outbox_core::JobContext| async { Ok::<_, outbox_core::JobError>(()) };
-    let err = outbox_core::Worker::builder(&t.db)
+    let noop = |_: Limited, _: outbox::JobContext| async { Ok::<_, outbox::JobError>(()) };
+    let err = outbox::Worker::builder(&t.db)
         .register(noop)
         .concurrency_limit("claude_extraction", 2)
         .build()
@@ -207,30 +207,26 @@ async fn a_limit_on_the_builder_names_what_is_wrong_with_it() {
         .expect_err("no handler for the kind");
     let text = err.to_string();
     assert!(text.contains("`claude_extraction`") && text.contains("limited"), "{text}");
-    let err = outbox_core::Worker::builder(&t.db)
-        .register(noop)
-        .concurrency_limit("limited", 0)
-        .build()
-        .await
-        .expect_err("0");
+    let err =
+        outbox::Worker::builder(&t.db).register(noop).concurrency_limit("limited", 0).build().await.expect_err("0");
     assert!(err.to_string().contains("is 0"), "{err}");
     // A builder limit replaces the kind's own: one at a time here.
     let jobs: Vec<Limited> = (0..20).map(|n| Limited { n, sleep_ms: 5 }).collect();
-    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
     let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (r, m) = (running.clone(), most.clone());
-    outbox_core::Worker::builder(&t.db)
+    outbox::Worker::builder(&t.db)
         .concurrency(8)
         .concurrency_limit("limited", 1)
-        .register(move |job: Limited, _: outbox_core::JobContext| {
+        .register(move |job: Limited, _: outbox::JobContext| {
             let (r, m) = (r.clone(), m.clone());
             async move {
                 let now = r.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 m.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(job.sleep_ms)).await;
                 r.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                Ok::<_, outbox_core::JobError>(())
+                Ok::<_, outbox::JobError>(())
             }
         })
         .build()
@@ -250,20 +246,20 @@ async fn a_job_retried_after_its_sequence_went_on_waits_for_the_running_one(t: T
 
     use outbox_tests::Onward;
 
-    let first = outbox_core::enqueue(&t.db, &Onward { key: 1, n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    let second = outbox_core::enqueue(&t.db, &Onward { key: 1, n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let first = outbox::enqueue(&t.db, &Onward { key: 1, n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let second = outbox::enqueue(&t.db, &Onward { key: 1, n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let (running, most, attempts) =
         (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let handler = {
         let (gate, running, most, attempts) = (gate.clone(), running.clone(), most.clone(), attempts.clone());
-        move |job: Onward, _: outbox_core::JobContext| {
+        move |job: Onward, _: outbox::JobContext| {
             let (gate, running, most, attempts) = (gate.clone(), running.clone(), most.clone(), attempts.clone());
             async move {
                 most.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                 let first_run_of_first = job.n == 1 && attempts.fetch_add(1, Ordering::SeqCst) == 0;
                 let result = if first_run_of_first {
-                    Err(outbox_core::JobError::permanent("the first run of job 1 fails"))
+                    Err(outbox::JobError::permanent("the first run of job 1 fails"))
                 } else {
                     // Job 2 holds until the test opens the gate.
                     if job.n == 2 {
@@ -276,51 +272,45 @@ async fn a_job_retried_after_its_sequence_went_on_waits_for_the_running_one(t: T
             }
         }
     };
-    let worker = outbox_core::Worker::builder(&t.db)
+    let worker = outbox::Worker::builder(&t.db)
         .poll_interval(Duration::from_millis(20))
         .register(handler)
-        .register(|_: outbox_tests::Probe, _: outbox_core::JobContext| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: outbox_tests::Probe, _: outbox::JobContext| async { Ok::<_, outbox::JobError>(()) })
         .build()
         .await
         .expect("build")
         .start();
     // Job 1 fails; under the continue policy job 2 starts and holds.
-    assert!(
-        outbox_tests::wait_status(&t.db, first.id(), outbox_core::JobStatus::Failed, Duration::from_secs(10)).await
-    );
-    assert!(
-        outbox_tests::wait_status(&t.db, second.id(), outbox_core::JobStatus::Claimed, Duration::from_secs(10)).await
-    );
-    outbox_core::ops::retry(&t.db, first.id()).await.expect("retry");
-    let retried = outbox_core::ops::get(&t.db, first.id()).await.expect("get");
+    assert!(outbox_tests::wait_status(&t.db, first.id(), outbox::JobStatus::Failed, Duration::from_secs(10)).await);
+    assert!(outbox_tests::wait_status(&t.db, second.id(), outbox::JobStatus::Claimed, Duration::from_secs(10)).await);
+    outbox::ops::retry(&t.db, first.id()).await.expect("retry");
+    let retried = outbox::ops::get(&t.db, first.id()).await.expect("get");
     assert_eq!(retried.waiting_for.as_deref(), Some(second.id()), "the retried job waits for the running one");
     // A job enqueued after the retry is taken by a claim that would have taken the retried job too, had it
     // been free to run: once that job is done, the retried one was passed over.
-    let later = outbox_core::enqueue(&t.db, &outbox_tests::Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let later = outbox::enqueue(&t.db, &outbox_tests::Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     assert!(
-        outbox_tests::wait_status(&t.db, later.id(), outbox_core::JobStatus::Completed, Duration::from_secs(10)).await,
+        outbox_tests::wait_status(&t.db, later.id(), outbox::JobStatus::Completed, Duration::from_secs(10)).await,
         "the worker did not claim a job enqueued after the retry"
     );
-    let passed_over = outbox_core::ops::get(&t.db, first.id()).await.expect("get");
-    assert_eq!(passed_over.status, outbox_core::JobStatus::Pending, "{passed_over:?}");
+    let passed_over = outbox::ops::get(&t.db, first.id()).await.expect("get");
+    assert_eq!(passed_over.status, outbox::JobStatus::Pending, "{passed_over:?}");
     assert_eq!(passed_over.waiting_for.as_deref(), Some(second.id()), "{passed_over:?}");
     gate.add_permits(1);
-    assert!(
-        outbox_tests::wait_status(&t.db, first.id(), outbox_core::JobStatus::Completed, Duration::from_secs(10)).await
-    );
+    assert!(outbox_tests::wait_status(&t.db, first.id(), outbox::JobStatus::Completed, Duration::from_secs(10)).await);
     worker.shutdown().await.expect("shutdown");
-    assert_eq!(outbox_core::ops::get(&t.db, second.id()).await.expect("get").status, outbox_core::JobStatus::Completed);
+    assert_eq!(outbox::ops::get(&t.db, second.id()).await.expect("get").status, outbox::JobStatus::Completed);
     assert_eq!(most.load(Ordering::SeqCst), 1, "two jobs of one sequence ran at once");
 }
 
 conformance!(jobs_of_one_sequence_retried_together_rejoin_in_order);
 async fn jobs_of_one_sequence_retried_together_rejoin_in_order(t: TestDb) {
-    use outbox_core::{JobStatus, ops};
+    use outbox::{JobStatus, ops};
     use outbox_tests::Onward;
 
     let mut ids = Vec::new();
     for n in 1..=3 {
-        let job = outbox_core::enqueue(&t.db, &Onward { key: 7, n }, EnqueueOpts::new()).await.expect("enqueue");
+        let job = outbox::enqueue(&t.db, &Onward { key: 7, n }, EnqueueOpts::new()).await.expect("enqueue");
         ids.push(job.id().to_owned());
     }
     // As a worker leaves them under the continue policy: the first two failed for good, the third completed.
@@ -357,8 +347,7 @@ async fn exec_status(t: &TestDb, id: &str, status: &str) {
 conformance!(a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep);
 async fn a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep(t: TestDb) {
     // What a lost race (or a hand-written row) leaves behind: a waiting job whose sequence has nothing ahead.
-    let job =
-        outbox_core::enqueue(&t.db, &Step { key: 9, seq: 0, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Step { key: 9, seq: 0, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
     let waiting = if t.backend == Backend::Postgres { "true" } else { "1" };
     outbox_tests::exec(
         &t.db,
@@ -366,16 +355,15 @@ async fn a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep(t: TestDb)
         vec![job.id().into()],
     )
     .await;
-    let worker = outbox_core::Worker::builder(&t.db)
+    let worker = outbox::Worker::builder(&t.db)
         .poll_interval(Duration::from_millis(20))
         .rescue_interval(Duration::from_millis(100))
-        .register(|_: Step, _: outbox_core::JobContext| async { Ok::<_, outbox_core::JobError>(()) })
+        .register(|_: Step, _: outbox::JobContext| async { Ok::<_, outbox::JobError>(()) })
         .build()
         .await
         .expect("build")
         .start();
-    let done =
-        outbox_tests::wait_status(&t.db, job.id(), outbox_core::JobStatus::Completed, Duration::from_secs(10)).await;
+    let done = outbox_tests::wait_status(&t.db, job.id(), outbox::JobStatus::Completed, Duration::from_secs(10)).await;
     worker.shutdown().await.expect("shutdown");
     assert!(done, "the sweep let the job go");
 }

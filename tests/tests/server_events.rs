@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, JobError, Worker, ops};
+use outbox::{EnqueueOpts, JobError, Worker, ops};
 use outbox_server::ServerOpts;
 use outbox_tests::{GroupGuard, Probe, Race, Served, SseEvent, SseReader, TestDb, conformance};
 
@@ -21,7 +21,7 @@ fn opts() -> ServerOpts {
 
 async fn enqueue_probes(t: &TestDb, from: u64, n: u64) {
     let jobs: Vec<Probe> = (from..from + n).map(|n| Probe { n }).collect();
-    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
 }
 
 async fn drain(t: &TestDb) {
@@ -152,7 +152,7 @@ async fn events_written_by_a_worker_in_another_process_arrive(t: TestDb) {
     let served = Served::start(&t.db, opts()).await;
     let mut reader = SseReader::open(&served.url("/api/events?kind=race&event=completed"), &[]).await;
     let jobs: Vec<Race> = (1..=200).map(|n| Race { n, sleep_ms: 0 }).collect();
-    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("runs.log");
     let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox-test-worker"))

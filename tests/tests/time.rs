@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use outbox_core::{
+use outbox::{
     EnqueueOpts, JobContext, JobError, JobEventKind, JobStatus, Retention, RetryPolicy, Worker, WorkerBuilder, ops,
 };
 use outbox_tests::{Probe, Step, TestDb, conformance, exec, scalar};
@@ -15,8 +15,8 @@ const DAY_MS: i64 = 86_400_000;
 conformance!(a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_others_run);
 async fn a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_others_run(t: TestDb) {
     // n = 1 stops when asked; n = 2 ignores the request and is dropped; the rest finish at once.
-    let polite = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    let deaf = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let polite = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let deaf = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let asked = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&asked);
     let handle = Worker::builder(&t.db)
@@ -49,7 +49,7 @@ async fn a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_other
     // Jobs enqueued while both slow ones hang still run.
     let mut quick = Vec::new();
     for n in 3..=12 {
-        quick.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue"));
+        quick.push(outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue"));
     }
     for job in &quick {
         assert!(outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(10)).await);
@@ -82,10 +82,10 @@ async fn a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_other
 conformance!(retention_prunes_old_finished_jobs_but_keeps_sequences_evidence);
 async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: TestDb) {
     for n in 1..=40 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     for seq in 1..=3 {
-        outbox_core::enqueue(&t.db, &Step { key: 7, seq, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Step { key: 7, seq, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
     }
     Worker::builder(&t.db)
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
@@ -168,9 +168,8 @@ async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: Test
     assert_eq!(scalar(&t.db, completed).await, 10);
     let failed = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe' AND status = 'failed'";
     assert_eq!(scalar(&t.db, failed).await, 1);
-    let steps = ops::list(&t.db, &outbox_core::JobFilter { kind: Some("step".into()), ..Default::default() })
-        .await
-        .expect("list");
+    let steps =
+        ops::list(&t.db, &outbox::JobFilter { kind: Some("step".into()), ..Default::default() }).await.expect("list");
     assert_eq!(steps.len(), 1, "the sequence keeps its latest completed job");
     assert_eq!(steps[0].payload["seq"], 3);
     let orphans = "SELECT COUNT(*) FROM outbox_job_events e WHERE e.job_id <> '' \
@@ -210,8 +209,7 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
     };
     worker().build().await.expect("build").drain().await.expect("drain");
     // One more, alone: a batch of one takes the single-row path on SQLite.
-    let alone =
-        outbox_core::enqueue(&t.db, &Probe { n: 31 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    let alone = outbox::enqueue(&t.db, &Probe { n: 31 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
     worker().build().await.expect("build").drain().await.expect("drain");
 
     let left = |kind: &str| format!("SELECT COUNT(*) FROM outbox_jobs WHERE kind = '{kind}'");
@@ -219,16 +217,16 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
     assert_eq!(ops::get(&t.db, &ids[6]).await.expect("the failed probe").status, JobStatus::Failed);
     let sequenced = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed' AND sequence_key IS NOT NULL";
     assert_eq!(scalar(&t.db, sequenced).await, 3, "jobs with a sequence key are kept as evidence");
-    assert!(matches!(ops::get(&t.db, &ids[0]).await, Err(outbox_core::Error::NotFound { .. })));
+    assert!(matches!(ops::get(&t.db, &ids[0]).await, Err(outbox::Error::NotFound { .. })));
     for id in [&ids[0], &ids[25], &alone] {
         let waited = ops::wait(&t.db, id, Duration::from_secs(5)).await.expect_err("nothing to return");
-        assert!(matches!(waited, outbox_core::Error::CompletedUnkept { .. }), "{waited}");
+        assert!(matches!(waited, outbox::Error::CompletedUnkept { .. }), "{waited}");
     }
     let never = ops::wait(&t.db, "no-such-job", Duration::from_secs(1)).await.expect_err("no such job");
-    assert!(matches!(never, outbox_core::Error::NotFound { .. }), "{never}");
+    assert!(matches!(never, outbox::Error::NotFound { .. }), "{never}");
 
     // A reader of the feed from before the enqueues misses none of the deleted jobs' events.
-    let count = |events: &[outbox_core::FeedEvent], kind: JobEventKind| {
+    let count = |events: &[outbox::FeedEvent], kind: JobEventKind| {
         events.iter().filter(|e| e.kind == "probe" && e.event == kind).count()
     };
     let probes_completed = || async {
@@ -298,8 +296,7 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
     let archiving = || Retention::off().kind_in_partitions("probe");
     worker(archiving()).build().await.expect("build").drain().await.expect("drain");
     // One more, alone: a batch of one takes the single-row path on SQLite.
-    let alone =
-        outbox_core::enqueue(&t.db, &Probe { n: 31 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    let alone = outbox::enqueue(&t.db, &Probe { n: 31 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
     worker(archiving()).build().await.expect("build").drain().await.expect("drain");
     ids.push(alone);
 
@@ -314,12 +311,11 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
     let waited = ops::wait(&t.db, &ids[25], Duration::from_secs(5)).await.expect("wait for an archived job");
     assert_eq!(waited.output, Some(serde_json::json!(26)));
     assert_eq!(ops::get(&t.db, &ids[6]).await.expect("the failed probe").status, JobStatus::Failed);
-    let all = ops::list(&t.db, &outbox_core::JobFilter { kind: Some("probe".into()), ..Default::default() })
-        .await
-        .expect("list");
+    let all =
+        ops::list(&t.db, &outbox::JobFilter { kind: Some("probe".into()), ..Default::default() }).await.expect("list");
     assert_eq!(all.len(), 34, "listings read both tables");
     assert!(all.windows(2).all(|w| w[0].id > w[1].id), "newest first across both tables");
-    let two = outbox_core::JobFilter { kind: Some("probe".into()), limit: 2, ..Default::default() };
+    let two = outbox::JobFilter { kind: Some("probe".into()), limit: 2, ..Default::default() };
     let newest = ops::list(&t.db, &two).await.expect("list two");
     assert_eq!(newest.iter().map(|j| j.id.clone()).collect::<Vec<_>>(), vec![all[0].id.clone(), all[1].id.clone()]);
     let completed = ops::counts(&t.db)
@@ -334,7 +330,7 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
     let history = format!("SELECT COUNT(*) FROM outbox_job_events WHERE job_id = '{}'", ids[1]);
     assert!(scalar(&t.db, &history).await > 0, "an archived job keeps its history");
     ops::delete(&t.db, &ids[1]).await.expect("delete an archived job");
-    assert!(matches!(ops::get(&t.db, &ids[1]).await, Err(outbox_core::Error::NotFound { .. })));
+    assert!(matches!(ops::get(&t.db, &ids[1]).await, Err(outbox::Error::NotFound { .. })));
     assert_eq!(scalar(&t.db, &history).await, 0, "its history goes with it");
     assert_eq!(scalar(&t.db, archived).await, 29);
 
@@ -362,7 +358,7 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
     assert_eq!(scalar(&t.db, archived).await, 29, "a day's age keeps them all");
     // Completions after it land in a partition.
     let later: Vec<Probe> = (51..=55).map(|n| Probe { n }).collect();
-    outbox_core::enqueue_batch(&t.db, &later, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &later, EnqueueOpts::new()).await.expect("enqueue");
     worker(archiving()).build().await.expect("build").drain().await.expect("drain");
     assert_eq!(scalar(&t.db, archived).await, 34);
     // The readers of what finished lately read the partitions that can hold it, the ones set aside included.
@@ -408,7 +404,7 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
         outbox_tests::eventually(Duration::from_secs(20), || async { scalar(&t.db, archived).await == 0 }).await;
     pruner.shutdown().await.expect("shutdown");
     assert!(emptied, "archived jobs left: {}", scalar(&t.db, archived).await);
-    assert!(matches!(ops::get(&t.db, &ids[0]).await, Err(outbox_core::Error::NotFound { .. })));
+    assert!(matches!(ops::get(&t.db, &ids[0]).await, Err(outbox::Error::NotFound { .. })));
     assert_eq!(
         scalar(&t.db, in_jobs).await,
         2,
@@ -423,13 +419,13 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
 async fn enqueue_probes(t: &TestDb) -> Vec<String> {
     let mut ids = Vec::new();
     for n in 1..=20 {
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
     }
     let batch: Vec<Probe> = (21..=30).map(|n| Probe { n }).collect();
-    let batched = outbox_core::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("enqueue a batch");
+    let batched = outbox::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("enqueue a batch");
     ids.extend(batched.iter().map(|e| e.id().to_owned()));
     for n in 41..=43 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().sequence("kept")).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().sequence("kept")).await.expect("enqueue");
     }
     ids
 }
@@ -444,10 +440,10 @@ fn n_expr(t: &TestDb) -> &'static str {
 
 conformance!(a_schedule_whose_builder_panics_leaves_the_others_running);
 async fn a_schedule_whose_builder_panics_leaves_the_others_running(t: TestDb) {
-    let broken = outbox_core::Schedule::every("broken", Duration::from_millis(100), |_| -> Probe {
+    let broken = outbox::Schedule::every("broken", Duration::from_millis(100), |_| -> Probe {
         panic!("no payload for this tick")
     });
-    let working = outbox_core::Schedule::every("working", Duration::from_millis(100), |tick| Probe {
+    let working = outbox::Schedule::every("working", Duration::from_millis(100), |tick| Probe {
         n: u64::try_from(tick.timestamp_millis()).unwrap_or(1),
     });
     let handle = Worker::builder(&t.db)
@@ -472,7 +468,7 @@ async fn a_schedule_whose_builder_panics_leaves_the_others_running(t: TestDb) {
 #[tokio::test]
 async fn a_shutdown_during_a_start_up_step_stops_it_before_any_claim() {
     let t = outbox_tests::fresh_db().await;
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let began = Arc::new(AtomicUsize::new(0));
     let step_began = Arc::clone(&began);
     let handle = Worker::builder(&t.db)
@@ -503,7 +499,7 @@ struct Stall {
     release_rx: Arc<Mutex<mpsc::Receiver<()>>>,
     /// Stops the worker; its thread ends once the worker has shut down.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<outbox_core::Result<()>>>,
+    thread: Option<std::thread::JoinHandle<outbox::Result<()>>>,
 }
 
 /// What a handler holds its thread with.
@@ -572,7 +568,7 @@ impl Stall {
     }
 
     /// Lets every handler go, stops the worker and waits for its thread: its outcomes are all written or refused.
-    fn stop(&mut self) -> outbox_core::Result<()> {
+    fn stop(&mut self) -> outbox::Result<()> {
         drop(self.release.take());
         drop(self.stop.take());
         let Some(thread) = self.thread.take() else { return Ok(()) };
@@ -623,10 +619,10 @@ async fn a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued(t: Test
     let app = t.connect().await;
     let mut took = Vec::new();
     for round in 1..=20 {
-        outbox_core::enqueue(&t.db, &Probe { n: round }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n: round }, EnqueueOpts::new()).await.expect("enqueue");
         stall.held(round).await;
         let started = Instant::now();
-        outbox_core::enqueue(&app, &Probe { n: 1_000 + round }, EnqueueOpts::new()).await.unwrap_or_else(|e| {
+        outbox::enqueue(&app, &Probe { n: 1_000 + round }, EnqueueOpts::new()).await.unwrap_or_else(|e| {
             panic!("stall {round}: the application's enqueue failed while the worker stalled: {e}")
         });
         took.push(started.elapsed());
@@ -635,7 +631,7 @@ async fn a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued(t: Test
     took.sort();
     eprintln!("enqueue during a stall: median {:?}, max {:?} (20 stalls)", took[10], took[19]);
 
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 99 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 99 }, EnqueueOpts::new()).await.expect("enqueue");
     stall.held(99).await;
     outbox_tests::assert_every_claim_rescuable(&t.db, true, "while the worker stalls").await;
     let rescuer = Worker::builder(&t.db)
@@ -675,7 +671,7 @@ conformance!(a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_o
 async fn a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_outside(t: TestDb) {
     let mut stall = Stall::new();
     let holder = stall.holder();
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     stall.run(&t, move |db| {
         Worker::builder(db)
             .id("blocked")
@@ -722,9 +718,9 @@ conformance!(a_sequenced_handler_blocking_past_its_timeout_keeps_its_claim_until
 /// (the next step could start beside it): its claim is kept, its lease left to expire, and a second worker
 /// rescues it; the next step starts only after that.
 async fn a_sequenced_handler_blocking_past_its_timeout_keeps_its_claim_until_rescued(t: TestDb) {
-    let first = outbox_core::enqueue(&t.db, &Step { key: 1, seq: 0, sleep_ms: 0 }, EnqueueOpts::new()).await;
+    let first = outbox::enqueue(&t.db, &Step { key: 1, seq: 0, sleep_ms: 0 }, EnqueueOpts::new()).await;
     let first = first.expect("enqueue");
-    let second = outbox_core::enqueue(&t.db, &Step { key: 1, seq: 1, sleep_ms: 0 }, EnqueueOpts::new()).await;
+    let second = outbox::enqueue(&t.db, &Step { key: 1, seq: 1, sleep_ms: 0 }, EnqueueOpts::new()).await;
     let second = second.expect("enqueue");
     let mut stall = Stall::new();
     let holder = stall.holder();
@@ -778,7 +774,7 @@ async fn a_shutdown_does_not_wait_for_a_blocked_handler_whose_claim_was_given_ba
     for (n, given_back_first) in [(1, true), (2, false)] {
         let stall = Stall::new();
         let holder = stall.holder();
-        let job = outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        let job = outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
         let hour = Duration::from_secs(3_600);
         let handle = Worker::builder(&t.db)
             .id(format!("blocked-{n}"))

@@ -1,18 +1,18 @@
-//! Write transactions the way the README opens them: safe under concurrency on every backend, with the
+//! Write transactions the way the guides open them: safe under concurrency on every backend, with the
 //! caller's own error type, and never left aborted by a refused enqueue.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use outbox_core::prelude::*;
-use outbox_core::{Error, JobStatus, ops};
+use outbox::prelude::*;
+use outbox::{Error, JobStatus, ops};
 use outbox_tests::{Backend, Probe, TestDb, conformance, exec, scalar, try_exec};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 conformance!(concurrent_read_then_write_transactions_all_commit);
-/// 50 tasks each read, then write a domain row and enqueue, in `outbox_core::transaction`, while a worker
+/// 50 tasks each read, then write a domain row and enqueue, in `outbox::transaction`, while a worker
 /// runs: every one commits.
 async fn concurrent_read_then_write_transactions_all_commit(t: TestDb) {
     exec(&t.db, "CREATE TABLE orders (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)", vec![]).await;
@@ -35,11 +35,11 @@ async fn concurrent_read_then_write_transactions_all_commit(t: TestDb) {
     for n in 1..=50_u64 {
         let db = t.db.clone();
         tasks.push(tokio::spawn(async move {
-            outbox_core::transaction(&db, async |txn| {
+            outbox::transaction(&db, async |txn| {
                 let before = scalar(txn, "SELECT COUNT(*) FROM orders").await;
                 try_exec(txn, "INSERT INTO orders (id, n) VALUES (?, ?)", vec![(n as i64).into(), before.into()])
                     .await?;
-                outbox_core::enqueue(txn, &Probe { n }, EnqueueOpts::new()).await
+                outbox::enqueue(txn, &Probe { n }, EnqueueOpts::new()).await
             })
             .await
         }));
@@ -66,7 +66,7 @@ struct Tally {
 }
 
 conformance!(handlers_read_then_write_in_their_own_transactions);
-/// 40 handlers each do read-then-write in their own `outbox_core::transaction` while 8 run at once and the
+/// 40 handlers each do read-then-write in their own `outbox::transaction` while 8 run at once and the
 /// worker writes outcomes: no job fails.
 async fn handlers_read_then_write_in_their_own_transactions(t: TestDb) {
     exec(&t.db, "CREATE TABLE tallies (n INTEGER PRIMARY KEY, seen INTEGER NOT NULL)", vec![]).await;
@@ -76,7 +76,7 @@ async fn handlers_read_then_write_in_their_own_transactions(t: TestDb) {
         .register(move |job: Tally, _ctx: JobContext| {
             let db = db.clone();
             async move {
-                outbox_core::transaction(&db, async |txn| {
+                outbox::transaction(&db, async |txn| {
                     let seen = scalar(txn, "SELECT COUNT(*) FROM tallies").await;
                     try_exec(txn, "INSERT INTO tallies (n, seen) VALUES (?, ?)", vec![job.n.into(), seen.into()])
                         .await?;
@@ -91,7 +91,7 @@ async fn handlers_read_then_write_in_their_own_transactions(t: TestDb) {
         .expect("build")
         .start();
     let jobs: Vec<Tally> = (1..=40).map(|n| Tally { n }).collect();
-    outbox_core::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
     let done = outbox_tests::wait_scalar(
         &t.db,
         "SELECT COUNT(*) FROM outbox_jobs WHERE status IN ('completed', 'failed')",
@@ -110,19 +110,19 @@ conformance!(a_deferred_transaction_that_cannot_write_names_the_fix);
 /// A plain `db.begin()` that reads, sees another writer commit, then enqueues: SQLite refuses the upgrade at
 /// once, and the error names the fix. PostgreSQL takes the same code.
 async fn a_deferred_transaction_that_cannot_write_names_the_fix(t: TestDb) {
-    use outbox_core::sea_orm::TransactionTrait;
+    use outbox::sea_orm::TransactionTrait;
 
     exec(&t.db, "CREATE TABLE orders (id INTEGER PRIMARY KEY)", vec![]).await;
     let txn = t.db.begin().await.expect("begin");
     assert_eq!(scalar(&txn, "SELECT COUNT(*) FROM orders").await, 0);
     exec(&t.db, "INSERT INTO orders (id) VALUES (1)", vec![]).await;
-    let result = outbox_core::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await;
+    let result = outbox::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await;
     match t.backend {
         Backend::Sqlite => {
             let err = result.expect_err("SQLite cannot upgrade the snapshot");
             let text = err.to_string();
             assert!(text.contains("(code: 517)") && text.contains("began with a read"), "{text}");
-            assert!(text.contains("`outbox_core::transaction`") && text.contains("`outbox_core::begin`"), "{text}");
+            assert!(text.contains("`outbox::transaction`") && text.contains("`outbox::begin`"), "{text}");
             txn.rollback().await.expect("rollback");
         }
         Backend::Postgres => {
@@ -136,36 +136,36 @@ async fn a_deferred_transaction_that_cannot_write_names_the_fix(t: TestDb) {
 outbox_tests::sqlite_only!(a_locked_database_names_its_real_cause);
 /// SQLite's two "database is locked" errors name their own cause. A plain `db.begin()` that has read, while
 /// another connection holds the write lock, is failed at once (code 5, not 517): waiting cannot help, and the
-/// error names `outbox_core::transaction` / `begin`, not the busy timeout. An enqueue that waited its whole
+/// error names `outbox::transaction` / `begin`, not the busy timeout. An enqueue that waited its whole
 /// busy timeout behind a long write transaction is told to look for it or raise the timeout.
 async fn a_locked_database_names_its_real_cause(t: TestDb) {
-    use outbox_core::sea_orm::TransactionTrait;
+    use outbox::sea_orm::TransactionTrait;
 
     exec(&t.db, "CREATE TABLE orders (id INTEGER PRIMARY KEY)", vec![]).await;
     let other = t.connect().await;
-    let holder = outbox_core::begin(&other).await.expect("take the write lock");
+    let holder = outbox::begin(&other).await.expect("take the write lock");
     exec(&holder, "INSERT INTO orders (id) VALUES (1)", vec![]).await;
 
     let txn = t.db.begin().await.expect("begin");
     assert_eq!(scalar(&txn, "SELECT COUNT(*) FROM orders").await, 0);
-    let err = outbox_core::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await.expect_err("locked");
+    let err = outbox::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await.expect_err("locked");
     let text = err.to_string();
     assert!(text.contains("(code: 5)"), "{text}");
-    assert!(text.contains("began with a read") && text.contains("`outbox_core::transaction`"), "{text}");
-    assert!(text.contains("`outbox_core::begin`") && !text.contains("busy_timeout"), "{text}");
+    assert!(text.contains("began with a read") && text.contains("`outbox::transaction`"), "{text}");
+    assert!(text.contains("`outbox::begin`") && !text.contains("busy_timeout"), "{text}");
     txn.rollback().await.expect("rollback");
 
-    let opts = outbox_core::ConnectOpts { busy_timeout: Duration::from_millis(200), ..Default::default() };
-    let impatient = outbox_core::connect_with(&t.url, opts).await.expect("connect");
-    let err = outbox_core::enqueue(&impatient, &Probe { n: 2 }, EnqueueOpts::new()).await.expect_err("locked");
+    let opts = outbox::ConnectOpts { busy_timeout: Duration::from_millis(200), ..Default::default() };
+    let impatient = outbox::connect_with(&t.url, opts).await.expect("connect");
+    let err = outbox::enqueue(&impatient, &Probe { n: 2 }, EnqueueOpts::new()).await.expect_err("locked");
     let text = err.to_string();
     assert!(text.contains("past the busy timeout of 200ms") && text.contains("`ConnectOpts::busy_timeout`"), "{text}");
     assert!(!text.contains("began with a read"), "{text}");
     holder.commit().await.expect("commit");
 }
 
-fn chrono_min() -> outbox_core::chrono::DateTime<outbox_core::chrono::Utc> {
-    outbox_core::chrono::DateTime::<outbox_core::chrono::Utc>::MIN_UTC
+fn chrono_min() -> outbox::chrono::DateTime<outbox::chrono::Utc> {
+    outbox::chrono::DateTime::<outbox::chrono::Utc>::MIN_UTC
 }
 
 /// A payload line of text, for the NUL test.
@@ -181,9 +181,9 @@ conformance!(nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored);
 async fn nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored(t: TestDb) {
     exec(&t.db, "CREATE TABLE notes (id INTEGER PRIMARY KEY)", vec![]).await;
     let backend = t.backend;
-    outbox_core::transaction(&t.db, async |txn| {
+    outbox::transaction(&t.db, async |txn| {
         try_exec(txn, "INSERT INTO notes (id) VALUES (1)", vec![]).await?;
-        let refused = outbox_core::enqueue(txn, &Line { text: "a\0b".into() }, EnqueueOpts::new()).await;
+        let refused = outbox::enqueue(txn, &Line { text: "a\0b".into() }, EnqueueOpts::new()).await;
         match backend {
             Backend::Postgres => match refused {
                 Err(Error::InvalidPayload { violations, .. }) => {
@@ -196,8 +196,8 @@ async fn nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored(t: Tes
             Backend::Sqlite => assert!(refused.expect("SQLite stores NUL").is_new()),
         }
         // A NUL in an object key is named too, where the backend refuses it.
-        let raw = outbox_core::Kind::from_schema("free", json!({"type": "object"}), outbox_core::KindOpts::DEFAULT)?;
-        let keyed = outbox_core::enqueue_raw(txn, &raw, json!({"ok": {"k\u{0}ey": 1}}), EnqueueOpts::new()).await;
+        let raw = outbox::Kind::from_schema("free", json!({"type": "object"}), outbox::KindOpts::DEFAULT)?;
+        let keyed = outbox::enqueue_raw(txn, &raw, json!({"ok": {"k\u{0}ey": 1}}), EnqueueOpts::new()).await;
         if backend == Backend::Postgres {
             let text = keyed.expect_err("NUL key").to_string();
             assert!(text.contains("at /ok/k\u{0}ey"), "{text}");
@@ -212,11 +212,11 @@ async fn nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored(t: Tes
             EnqueueOpts::new().idempotency_key("k".repeat(513)),
             EnqueueOpts::new().queue("q".repeat(256)),
         ] {
-            let refused = outbox_core::enqueue(txn, &line, opts.clone()).await;
+            let refused = outbox::enqueue(txn, &line, opts.clone()).await;
             assert!(matches!(refused, Err(Error::InvalidOpts { .. })), "{opts:?}: {refused:?}");
         }
         try_exec(txn, "INSERT INTO notes (id) VALUES (2)", vec![]).await?;
-        outbox_core::enqueue(txn, &Line { text: "fine".into() }, EnqueueOpts::new()).await?;
+        outbox::enqueue(txn, &Line { text: "fine".into() }, EnqueueOpts::new()).await?;
         Ok::<_, Error>(())
     })
     .await
@@ -230,8 +230,7 @@ conformance!(payloads_nested_too_deep_are_refused_at_enqueue);
 /// Nesting deeper than the worker can read back is refused at enqueue with the path where it goes too deep;
 /// the deepest accepted payload runs.
 async fn payloads_nested_too_deep_are_refused_at_enqueue(t: TestDb) {
-    let kind = outbox_core::Kind::from_schema("free", json!({"type": "object"}), outbox_core::KindOpts::DEFAULT)
-        .expect("kind");
+    let kind = outbox::Kind::from_schema("free", json!({"type": "object"}), outbox::KindOpts::DEFAULT).expect("kind");
     let nest = |levels: usize| {
         let mut v = json!(1);
         for _ in 1..levels {
@@ -242,8 +241,8 @@ async fn payloads_nested_too_deep_are_refused_at_enqueue(t: TestDb) {
     let deepest = nest(127);
     let text = serde_json::to_string(&deepest).expect("text");
     serde_json::from_str::<serde_json::Value>(&text).expect("the worker can read the deepest accepted payload");
-    let ok = outbox_core::enqueue_raw(&t.db, &kind, deepest, EnqueueOpts::new()).await.expect("accepted");
-    let err = outbox_core::enqueue_raw(&t.db, &kind, nest(128), EnqueueOpts::new()).await.expect_err("too deep");
+    let ok = outbox::enqueue_raw(&t.db, &kind, deepest, EnqueueOpts::new()).await.expect("accepted");
+    let err = outbox::enqueue_raw(&t.db, &kind, nest(128), EnqueueOpts::new()).await.expect_err("too deep");
     let text = err.to_string();
     assert!(text.contains("nests deeper than 127"), "{text}");
     assert!(text.contains("at /a/0/0/"), "{text}");
@@ -253,7 +252,7 @@ async fn payloads_nested_too_deep_are_refused_at_enqueue(t: TestDb) {
     for _ in 0..3_000 {
         hostile = json!([hostile]);
     }
-    let err = outbox_core::enqueue_raw(&t.db, &kind, json!({ "h": hostile }), EnqueueOpts::new()).await;
+    let err = outbox::enqueue_raw(&t.db, &kind, json!({ "h": hostile }), EnqueueOpts::new()).await;
     assert!(matches!(err, Err(Error::InvalidPayload { .. })), "{err:?}");
     assert_eq!(ops::get(&t.db, ok.id()).await.expect("get").status, JobStatus::Pending);
 }
@@ -261,7 +260,7 @@ async fn payloads_nested_too_deep_are_refused_at_enqueue(t: TestDb) {
 conformance!(wait_returns_the_finished_job_or_times_out);
 /// `ops::wait` returns a job's record once it is finished, and says how long it waited otherwise.
 async fn wait_returns_the_finished_job_or_times_out(t: TestDb) {
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let err = ops::wait(&t.db, job.id(), Duration::from_millis(100)).await.expect_err("nothing runs it");
     assert!(matches!(err, Error::WaitTimeout { status: JobStatus::Pending, .. }), "{err}");
     assert!(err.to_string().contains("still pending after waiting"), "{err}");
@@ -298,12 +297,11 @@ conformance!(long_derived_keys_are_stored_as_their_hash_and_still_dedupe);
 /// its sha256 and the same intent still collapses onto one job.
 async fn long_derived_keys_are_stored_as_their_hash_and_still_dedupe(t: TestDb) {
     let doc = Doc { path: "p/".repeat(2_500) };
-    let first = outbox_core::enqueue(&t.db, &doc, EnqueueOpts::new()).await.expect("enqueue");
-    let again = outbox_core::enqueue(&t.db, &doc, EnqueueOpts::new()).await.expect("enqueue again");
+    let first = outbox::enqueue(&t.db, &doc, EnqueueOpts::new()).await.expect("enqueue");
+    let again = outbox::enqueue(&t.db, &doc, EnqueueOpts::new()).await.expect("enqueue again");
     assert!(first.is_new() && !again.is_new() && first.id() == again.id());
     let key = ops::get(&t.db, first.id()).await.expect("get").idempotency_key.expect("key");
     assert!(key.starts_with("sha256:") && key.len() == 71, "{key}");
-    let other =
-        outbox_core::enqueue(&t.db, &Doc { path: "q/".repeat(2_500) }, EnqueueOpts::new()).await.expect("other");
+    let other = outbox::enqueue(&t.db, &Doc { path: "q/".repeat(2_500) }, EnqueueOpts::new()).await.expect("other");
     assert!(other.is_new());
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, JobError, Retention, Worker};
+use outbox::{EnqueueOpts, JobError, Retention, Worker};
 use outbox_tests::{ClaimLog, Probe, sqlite_url};
 
 /// On a current-thread runtime, so that the claim log hears the worker's claims.
@@ -16,10 +16,10 @@ async fn a_commit_by_another_program_wakes_an_idle_worker_at_once() {
     let _recording = log.record();
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("queue.db");
-    let db = outbox_core::connect(&sqlite_url(&path)).await.expect("connect");
-    outbox_core::migrate(&db).await.expect("migrate");
+    let db = outbox::connect(&sqlite_url(&path)).await.expect("connect");
+    outbox::migrate(&db).await.expect("migrate");
     // Not due for an hour: the worker's first claim leaves it alone.
-    let job = outbox_core::enqueue(&db, &Probe { n: 1 }, EnqueueOpts::new().delay(Duration::from_secs(3_600)))
+    let job = outbox::enqueue(&db, &Probe { n: 1 }, EnqueueOpts::new().delay(Duration::from_secs(3_600)))
         .await
         .expect("enqueue");
     let (ran_tx, mut ran) = tokio::sync::mpsc::unbounded_channel();
@@ -45,7 +45,7 @@ async fn a_commit_by_another_program_wakes_an_idle_worker_at_once() {
         .start();
     // Its first claim has run once it is in the registry; only a wake-up makes it claim again.
     let registered = outbox_tests::eventually(Duration::from_secs(30), || async {
-        !outbox_core::ops::workers(&db).await.expect("workers").is_empty() && !log.claims().is_empty()
+        !outbox::ops::workers(&db).await.expect("workers").is_empty() && !log.claims().is_empty()
     })
     .await;
     assert!(registered, "the worker never registered");

@@ -5,12 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outbox_core::{EnqueueOpts, JobContext, JobError, JobStatus, Kind, KindOpts, RetryPolicy, Worker, ops};
+use outbox::{EnqueueOpts, JobContext, JobError, JobStatus, Kind, KindOpts, RetryPolicy, Worker, ops};
 use outbox_tests::{Backend, Probe, Span, TestDb, conformance, exec, scalar, try_exec};
 use serde_json::json;
 use tokio::sync::Notify;
 
-fn quick(db: &sea_orm::DatabaseConnection) -> outbox_core::WorkerBuilder {
+fn quick(db: &sea_orm::DatabaseConnection) -> outbox::WorkerBuilder {
     Worker::builder(db).poll_interval(Duration::from_millis(20)).retry_policy(RetryPolicy {
         base: Duration::from_millis(50),
         max: Duration::from_secs(1),
@@ -21,7 +21,7 @@ fn quick(db: &sea_orm::DatabaseConnection) -> outbox_core::WorkerBuilder {
 conformance!(completes_jobs_and_records_output);
 async fn completes_jobs_and_records_output(t: TestDb) {
     for n in 1..=20 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     let worker = quick(&t.db)
         .concurrency(4)
@@ -32,7 +32,7 @@ async fn completes_jobs_and_records_output(t: TestDb) {
         .await
         .expect("build");
     worker.drain().await.expect("drain");
-    let done = ops::list(&t.db, &outbox_core::JobFilter { status: Some(JobStatus::Completed), ..Default::default() })
+    let done = ops::list(&t.db, &outbox::JobFilter { status: Some(JobStatus::Completed), ..Default::default() })
         .await
         .expect("list");
     assert_eq!(done.len(), 20);
@@ -69,7 +69,7 @@ async fn a_completion_the_database_refuses_fails_that_job_alone_and_at_once(t: T
     }
     let mut ids = Vec::new();
     for n in 1..=20 {
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
     }
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&runs);
@@ -103,7 +103,7 @@ async fn a_completion_the_database_refuses_fails_that_job_alone_and_at_once(t: T
 
 conformance!(retries_back_off_then_fail_after_max_attempts);
 async fn retries_back_off_then_fail_after_max_attempts(t: TestDb) {
-    let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let id = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let calls = Arc::new(Mutex::new(Vec::<(i32, Instant)>::new()));
     let seen = Arc::clone(&calls);
     let handle = quick(&t.db)
@@ -150,8 +150,8 @@ async fn retries_back_off_then_fail_after_max_attempts(t: TestDb) {
 
 conformance!(snooze_uses_no_attempt_and_permanent_errors_do_not_retry);
 async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry(t: TestDb) {
-    let snoozer = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    let doomed = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let snoozer = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let doomed = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let calls = Arc::new(Mutex::new(Vec::<(u64, i32)>::new()));
     let seen = Arc::clone(&calls);
     let handle = quick(&t.db)
@@ -198,8 +198,8 @@ async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry(t: TestDb) {
 
 conformance!(a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on);
 async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on(t: TestDb) {
-    let boom = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    let fine = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new().delay(Duration::from_millis(200)))
+    let boom = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let fine = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new().delay(Duration::from_millis(200)))
         .await
         .expect("enqueue");
     let handle = quick(&t.db)
@@ -231,9 +231,9 @@ async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on(t: Te
 
 conformance!(a_corrupted_payload_fails_permanently_on_its_first_claim);
 async fn a_corrupted_payload_fails_permanently_on_its_first_claim(t: TestDb) {
-    let bad_value = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    let not_json = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
-    let drifted = outbox_core::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new()).await.expect("enqueue");
+    let bad_value = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let not_json = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let drifted = outbox::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new()).await.expect("enqueue");
     exec(&t.db, "UPDATE outbox_jobs SET payload = '{\"n\": \"oops\"}' WHERE id = ?", vec![bad_value.id().into()]).await;
     // SQLite keeps payloads as text, so a hand edit can leave one that is not JSON at all, and the worker must
     // fail it. PostgreSQL's jsonb column refuses such text by itself, which keeps the same promise earlier.
@@ -260,7 +260,7 @@ async fn a_corrupted_payload_fails_permanently_on_its_first_claim(t: TestDb) {
     )
     .await;
     // A payload that breaks the kind's own rules fails the same way.
-    let span = outbox_core::enqueue(&t.db, &Span { lo: 1, hi: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let span = outbox::enqueue(&t.db, &Span { lo: 1, hi: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     exec(&t.db, "UPDATE outbox_jobs SET payload = '{\"lo\": 3, \"hi\": 2}' WHERE id = ?", vec![span.id().into()]).await;
     let calls = Arc::new(AtomicUsize::new(0));
     let (probes, spans) = (Arc::clone(&calls), Arc::clone(&calls));
@@ -295,8 +295,8 @@ conformance!(unknown_kinds_stay_pending_and_visible);
 async fn unknown_kinds_stay_pending_and_visible(t: TestDb) {
     let schema = json!({"type": "object"});
     let other = Kind::from_schema("not_handled_here", schema, KindOpts::DEFAULT).expect("kind");
-    let id = outbox_core::enqueue_raw(&t.db, &other, json!({"a": 1}), EnqueueOpts::new()).await.expect("enqueue");
-    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let id = outbox::enqueue_raw(&t.db, &other, json!({"a": 1}), EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     quick(&t.db)
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
         .build()
@@ -315,8 +315,8 @@ async fn unknown_kinds_stay_pending_and_visible(t: TestDb) {
 conformance!(a_stale_worker_cannot_complete_or_fail_a_rescued_job);
 /// A worker whose claim expired and was rescued cannot complete or fail the job afterwards.
 async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job(t: TestDb) {
-    let ok_job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    let err_job = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let ok_job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let err_job = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let started = Arc::new(AtomicUsize::new(0));
     let release = Arc::new(Notify::new());
     let (s, r) = (Arc::clone(&started), Arc::clone(&release));
@@ -364,7 +364,7 @@ async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job(t: TestDb) {
 conformance!(graceful_shutdown_leaves_no_job_claimed);
 async fn graceful_shutdown_leaves_no_job_claimed(t: TestDb) {
     for n in 1..=6 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     let started = Arc::new(AtomicUsize::new(0));
     let s = Arc::clone(&started);
@@ -418,7 +418,7 @@ async fn answers_after_cancellation_follow_the_documented_contract(t: TestDb) {
     // n: 1 = Ok, 2 = retry, 3 = permanent, 4 = snooze, 5 = panic.
     let mut ids = Vec::new();
     for n in 1..=5 {
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue"));
+        ids.push(outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue"));
     }
     let started = Arc::new(AtomicUsize::new(0));
     let s = Arc::clone(&started);
@@ -460,7 +460,7 @@ async fn answers_after_cancellation_follow_the_documented_contract(t: TestDb) {
         assert!(released.run_at <= chrono::Utc::now(), "{what}: due again at once");
         let events: Vec<_> =
             ops::history(&t.db, &released.id).await.expect("history").into_iter().map(|e| e.event).collect();
-        assert_eq!(events.last(), Some(&outbox_core::JobEventKind::Released), "{what}");
+        assert_eq!(events.last(), Some(&outbox::JobEventKind::Released), "{what}");
     }
     let snoozed = job(3).await;
     assert_eq!((snoozed.status, snoozed.attempts), (JobStatus::Pending, 0), "{snoozed:?}");
@@ -471,7 +471,7 @@ conformance!(a_snooze_past_the_last_storable_time_is_clamped);
 /// `JobError::snooze(Duration::MAX)` parks the job at the latest time every backend stores (9999-12-31)
 /// instead of overflowing or failing its write.
 async fn a_snooze_past_the_last_storable_time_is_clamped(t: TestDb) {
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     quick(&t.db)
         .register(|_: Probe, _: JobContext| async { Err::<(), _>(JobError::snooze(Duration::MAX)) })
         .build()
@@ -488,8 +488,8 @@ async fn a_snooze_past_the_last_storable_time_is_clamped(t: TestDb) {
 /// SQLite only: an in-memory database lives in one connection, which worker processes cannot share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_needs_a_file_database() {
-    let db = outbox_core::connect("sqlite::memory:").await.expect("connect");
-    outbox_core::migrate(&db).await.expect("migrate");
+    let db = outbox::connect("sqlite::memory:").await.expect("connect");
+    outbox::migrate(&db).await.expect("migrate");
     let err = Worker::builder(&db)
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
         .build()
@@ -502,7 +502,7 @@ conformance!(leases_are_renewed_while_a_handler_runs);
 /// A handler running past several lease periods keeps its claim: the worker renews it. (The lease leaves a
 /// renewal more than a second of slack, so a loaded machine does not make the test flaky.)
 async fn leases_are_renewed_while_a_handler_runs(t: TestDb) {
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let slow = quick(&t.db)
         .lease(Duration::from_secs(2))
         .rescue_interval(Duration::from_millis(50))
@@ -540,7 +540,7 @@ async fn the_worker_survives_database_errors_and_recovers(t: TestDb) {
     let writer = logs.clone();
     let _capture = tracing::subscriber::set_default(
         tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("outbox_core=warn"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new("outbox=warn"))
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish(),
@@ -558,7 +558,7 @@ async fn the_worker_survives_database_errors_and_recovers(t: TestDb) {
     assert!(failed, "the worker did not fail to claim three times while the table was away:\n{}", logs.text());
     assert!(!handle.is_finished(), "the worker died on a database error:\n{}", logs.text());
     exec(&t.db, "ALTER TABLE outbox_jobs_away RENAME TO outbox_jobs", vec![]).await;
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let done = outbox_tests::wait_status(&t.db, job.id(), JobStatus::Completed, Duration::from_secs(15)).await;
     handle.shutdown().await.expect("shutdown");
     assert!(done, "the worker did not recover");
@@ -567,12 +567,12 @@ async fn the_worker_survives_database_errors_and_recovers(t: TestDb) {
 conformance!(a_handler_can_extend_its_lease);
 /// A handler can hold its claim longer than the lease; the heartbeat never shortens that.
 async fn a_handler_can_extend_its_lease(t: TestDb) {
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let started = Arc::new(AtomicUsize::new(0));
     let release = Arc::new(Notify::new());
     let (s, r) = (Arc::clone(&started), Arc::clone(&release));
     // Held alongside, with the lease the heartbeat gives it: each renewal shows in its row.
-    let witness = outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
+    let witness = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
     let handle = quick(&t.db)
         .lease(Duration::from_millis(150))
         .register(move |job: Probe, ctx: JobContext| {
@@ -681,11 +681,9 @@ async fn wakes_an_idle_worker(t: TestDb) {
         before.iter().all(|c| c.claimed == 0 && c.reason != "wake"),
         "nothing to claim, and no wake-up of this process, before the enqueue: {before:?}"
     );
-    let job = outbox_core::transaction(&t.db, async |txn| {
-        outbox_core::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await
-    })
-    .await
-    .expect("enqueue");
+    let job = outbox::transaction(&t.db, async |txn| outbox::enqueue(txn, &Probe { n: 1 }, EnqueueOpts::new()).await)
+        .await
+        .expect("enqueue");
     let running = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
     assert!(matches!(running, Ok(Some(()))), "the idle worker never took the job; its claims: {:?}", log.claims());
     let woken = || async { log.claims()[before.len()..].iter().any(|c| c.reason == "wake") };
@@ -730,7 +728,7 @@ async fn a_wake_up_racing_a_finishing_job_is_not_lost(t: TestDb) {
         .start();
     let mut lost = None;
     for n in 1..=JOBS {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
         match tokio::time::timeout(Duration::from_secs(5), started.recv()).await {
             Ok(Some(m)) => assert_eq!(m, n, "jobs start in enqueue order"),
             Ok(None) => panic!("the worker stopped"),

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use outbox::{EnqueueOpts, JobRecord, JobStatus, RetryPolicy, Worker, WorkerBuilder};
 use outbox_aws::{Aws, AwsOpts, SyncAws};
-use outbox_core::{EnqueueOpts, JobRecord, JobStatus, RetryPolicy, Worker, WorkerBuilder};
 use outbox_tests::TestDb;
 use sea_orm::DatabaseConnection;
 
@@ -48,14 +48,14 @@ pub async fn drain(db: &DatabaseConnection, aws: &Aws) {
 
 /// Enqueues `job` and returns its id.
 pub async fn enqueue(db: &DatabaseConnection, job: &SyncAws) -> String {
-    outbox_core::enqueue(db, job, EnqueueOpts::new()).await.expect("enqueue").id().to_owned()
+    outbox::enqueue(db, job, EnqueueOpts::new()).await.expect("enqueue").id().to_owned()
 }
 
 /// Enqueues `job`, drains, and returns the finished row.
 pub async fn sync(db: &DatabaseConnection, aws: &Aws, job: &SyncAws) -> JobRecord {
     let id = enqueue(db, job).await;
     drain(db, aws).await;
-    outbox_core::ops::get(db, &id).await.expect("get job")
+    outbox::ops::get(db, &id).await.expect("get job")
 }
 
 /// The finished row of a job that must have completed, with its output.

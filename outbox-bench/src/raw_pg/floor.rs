@@ -14,7 +14,7 @@ use crate::raw::{JobRow, KindInfo, now_ms};
 /// How a `latency_cross` floor's worker learns of a commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// In the enqueuing process, told after each commit returns (outbox-core's in-process wake-up).
+    /// In the enqueuing process, told after each commit returns (outbox's in-process wake-up).
     InProcess,
     /// In another process, through `LISTEN` on a connection of its own; it claims on a second connection, as
     /// the worker does.

@@ -1,4 +1,4 @@
-//! The PostgreSQL baselines: the statements outbox-core's PostgreSQL storage issues, run through bare sqlx on
+//! The PostgreSQL baselines: the statements outbox's PostgreSQL storage issues, run through bare sqlx on
 //! one connection, each prepared once (sqlx caches statements per connection).
 //!
 //! The claim and the completion are planned once per connection (`plan_cache_mode = force_generic_plan`), as
@@ -7,10 +7,10 @@
 //! (`force_custom_plan`). A baseline is the best the same statements can do.
 //!
 //! The job INSERTs (a row's, and a batch's from `json_to_recordset`) are copied from
-//! `outbox-core/src/storage/enqueue.rs`, the claim and the batched fenced completion from the PostgreSQL worker
+//! `outbox/src/storage/enqueue.rs`, the claim and the batched fenced completion from the PostgreSQL worker
 //! store; keep them in step when those change. Rows carry the values
 //! [`JobRow`] gives the SQLite baselines, times as integer milliseconds converted at the statement's edge, as
-//! outbox-core binds them.
+//! outbox binds them.
 
 mod floor;
 mod sql;

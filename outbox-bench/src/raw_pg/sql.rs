@@ -1,4 +1,4 @@
-//! The statements the PostgreSQL baselines run, copied from outbox-core: the job INSERTs, and the worker's
+//! The statements the PostgreSQL baselines run, copied from outbox: the job INSERTs, and the worker's
 //! claim, promotion and batched fenced completion, with the values the worker binds them with.
 
 use std::sync::Arc;
@@ -12,16 +12,16 @@ use crate::raw::{JobRow, KindInfo};
 /// The domain row written next to each job in the enqueue cases.
 pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (id, customer, total) VALUES ($1, $2, $3)";
 
-/// `INSERT_COLUMNS` of outbox-core's `storage/mod.rs`.
+/// `INSERT_COLUMNS` of outbox's `storage/mod.rs`.
 const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at) VALUES ";
 
-/// `Dialect::ts` of outbox-core (`storage/dialect.rs`): a `timestamptz` from integer milliseconds.
+/// `Dialect::ts` of outbox (`storage/dialect.rs`): a `timestamptz` from integer milliseconds.
 fn ts(param: &str) -> String {
     format!("(TIMESTAMPTZ 'epoch' + ({param})::int8 * INTERVAL '1 millisecond')")
 }
 
-/// A row of outbox-core's `insert_values` (`storage/enqueue.rs`): eleven values from `$first`.
+/// A row of outbox's `insert_values` (`storage/enqueue.rs`): eleven values from `$first`.
 fn push_row(sql: &mut String, first: usize) {
     let p = |i: usize| format!("${}", first + i);
     sql.push_str(&format!(
@@ -40,12 +40,12 @@ fn push_row(sql: &mut String, first: usize) {
     ));
 }
 
-/// The single-job INSERT of outbox-core's `insert_job`: `ON CONFLICT DO NOTHING` only for a keyed kind.
+/// The single-job INSERT of outbox's `insert_job`: `ON CONFLICT DO NOTHING` only for a keyed kind.
 pub(crate) fn insert_job_sql(kind: &KindInfo) -> String {
     insert_jobs_sql(kind, 1)
 }
 
-/// The multi-row INSERT of outbox-core's `insert_jobs` for `rows` rows of `kind`.
+/// The multi-row INSERT of outbox's `insert_jobs` for `rows` rows of `kind`.
 fn insert_jobs_sql(kind: &KindInfo, rows: usize) -> String {
     let mut sql = String::from(INSERT_COLUMNS);
     for i in 0..rows {
@@ -60,7 +60,7 @@ fn insert_jobs_sql(kind: &KindInfo, rows: usize) -> String {
     sql
 }
 
-/// The batch INSERT of outbox-core's `insert_recordset`: the rows as one JSON array, in order.
+/// The batch INSERT of outbox's `insert_recordset`: the rows as one JSON array, in order.
 pub(crate) fn insert_recordset_sql(kind: &KindInfo) -> String {
     let mut sql = format!(
         "{}SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, {}, r.y, r.h, {}, {} \

@@ -2,8 +2,8 @@
 //! each one. Every call after the claim is fenced by the worker and the claim's run, like an in-process worker's
 //! writes; and `enqueue --wait`, which waits for the job's outcome.
 
-use outbox_core::remote::{self, ClaimRequest};
-use outbox_core::{JobRecord, JobStatus, Kind, ops};
+use outbox::remote::{self, ClaimRequest};
+use outbox::{JobRecord, JobStatus, Kind, ops};
 use sea_orm::DatabaseConnection;
 use serde_json::json;
 
@@ -175,7 +175,7 @@ pub(super) async fn wait_for(
     format: Format,
 ) -> Result<u8> {
     let job = match ops::wait(db, id, wait).await {
-        Err(outbox_core::Error::CompletedUnkept { .. }) => {
+        Err(outbox::Error::CompletedUnkept { .. }) => {
             match format {
                 Format::Json => render::json(&json!({ "id": id, "status": JobStatus::Completed, "kept": false }))?,
                 Format::Table => println!("{id} completed (its kind keeps nothing: no output is kept)"),

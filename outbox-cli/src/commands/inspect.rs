@@ -1,7 +1,7 @@
 //! The overview commands: stats (the six questions), queues, workers, schema.
 
-use outbox_core::JobStatus;
-use outbox_core::ops::{self};
+use outbox::JobStatus;
+use outbox::ops::{self};
 use outbox_server::KindSource;
 use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};

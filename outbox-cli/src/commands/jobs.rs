@@ -1,8 +1,8 @@
 //! Commands on jobs: enqueue, list, get, retry, cancel, purge.
 
-use outbox_core::JobFilter;
-use outbox_core::ops;
-use outbox_core::{EnqueueOpts, JobRecord, JobStatus};
+use outbox::JobFilter;
+use outbox::ops;
+use outbox::{EnqueueOpts, JobRecord, JobStatus};
 use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};
 
@@ -34,7 +34,7 @@ pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: 
     if let Some(k) = args.sequence {
         opts = opts.sequence(k);
     }
-    let enqueued = outbox_core::enqueue_raw(db, &known.kind, payload, opts).await?;
+    let enqueued = outbox::enqueue_raw(db, &known.kind, payload, opts).await?;
     if let Some(wait) = args.wait {
         return super::claims::wait_for(db, enqueued.id(), wait, format).await;
     }

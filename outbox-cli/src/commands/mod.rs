@@ -68,8 +68,8 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
 }
 
 async fn migrate(db: &DatabaseConnection, url: &str, format: Format) -> Result<u8> {
-    let applied = outbox_core::pending_migrations(db).await?;
-    outbox_core::migrate(db).await?;
+    let applied = outbox::pending_migrations(db).await?;
+    outbox::migrate(db).await?;
     match format {
         Format::Json => render::json(&json!({ "database": db::shown(&db::url(url)), "applied": applied }))?,
         Format::Table if applied.is_empty() => println!("{}: already up to date", db::shown(&db::url(url))),

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::{JobStatus, Retention, Schedule, Worker};
+use outbox::{JobStatus, Retention, Schedule, Worker};
 use sea_orm::DatabaseConnection;
 use serde_json::Value;
 
@@ -128,12 +128,10 @@ fn schedules(path: &std::path::Path) -> Result<Vec<Schedule>> {
             .cloned()
             .ok_or_else(|| fail(format!("`{}` is not a kind `outbox work` runs", entry.kind)))?;
         // The payload of a sample tick must be valid now, not at the first tick.
-        kind.validate(&with_tick(&entry.payload, &outbox_core::chrono::Utc::now().to_rfc3339()))
+        kind.validate(&with_tick(&entry.payload, &outbox::chrono::Utc::now().to_rfc3339()))
             .map_err(|e| fail(e.to_string()))?;
         let payload = entry.payload.clone();
-        let build = move |tick: outbox_core::chrono::DateTime<outbox_core::chrono::Utc>| {
-            with_tick(&payload, &tick.to_rfc3339())
-        };
+        let build = move |tick: outbox::chrono::DateTime<outbox::chrono::Utc>| with_tick(&payload, &tick.to_rfc3339());
         let mut schedule = match entry.schedule.trim().strip_prefix("every ") {
             Some(every) => {
                 let interval = outbox_server::duration::parse(every).map_err(fail)?;

@@ -4,8 +4,8 @@
 mod check;
 mod report;
 
-use outbox_core::Job;
-use outbox_core::scan::{self, PathField, PathJob};
+use outbox::Job;
+use outbox::scan::{self, PathField, PathJob};
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
 

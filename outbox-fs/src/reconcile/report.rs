@@ -1,6 +1,6 @@
 //! What a reconcile run found: counts, and each discrepancy with the job that makes it one.
 
-use outbox_core::scan::PathJob;
+use outbox::scan::PathJob;
 use serde::Serialize;
 
 /// What is wrong at a path.

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use outbox_core::{JobRecord, RetryPolicy, Worker, WorkerBuilder};
+use outbox::{JobRecord, RetryPolicy, Worker, WorkerBuilder};
 use outbox_fs::Root;
 use sea_orm::DatabaseConnection;
 use sha2::{Digest, Sha256};
@@ -54,7 +54,7 @@ pub fn worker(env: &Env) -> WorkerBuilder {
 }
 
 pub async fn job(db: &DatabaseConnection, id: &str) -> JobRecord {
-    outbox_core::ops::get(db, id).await.expect("get job")
+    outbox::ops::get(db, id).await.expect("get job")
 }
 
 /// The job's output as JSON.
@@ -106,9 +106,9 @@ pub async fn insert_raw(
     at: i64,
 ) {
     let schema_hash = match kind {
-        "create_file" => outbox_core::Kind::of::<outbox_fs::CreateFile>().expect("kind").schema_hash().to_owned(),
-        "delete_file" => outbox_core::Kind::of::<outbox_fs::DeleteFile>().expect("kind").schema_hash().to_owned(),
-        _ => outbox_core::Kind::of::<outbox_fs::ClaudeExtraction>().expect("kind").schema_hash().to_owned(),
+        "create_file" => outbox::Kind::of::<outbox_fs::CreateFile>().expect("kind").schema_hash().to_owned(),
+        "delete_file" => outbox::Kind::of::<outbox_fs::DeleteFile>().expect("kind").schema_hash().to_owned(),
+        _ => outbox::Kind::of::<outbox_fs::ClaudeExtraction>().expect("kind").schema_hash().to_owned(),
     };
     let backend = Backend::of(db);
     let (at, json) = (backend.time(at), backend.json_param());

@@ -42,7 +42,7 @@ pub(crate) struct ContainerAttrs {
     /// `#[job(unique = false)]`: whether enqueues collapse onto an active job with the same key.
     pub(crate) unique: Option<Setting<bool>>,
     /// `#[job(validate = Self::check)]` or `#[job(validate = "check")]`: a `fn(&Self) -> Result<(),
-    /// Vec<outbox_core::Violation>>` with the rules the schema cannot express.
+    /// Vec<outbox::Violation>>` with the rules the schema cannot express.
     pub(crate) validate: Option<Setting<syn::ExprPath>>,
     /// `#[job(sequence = "fs:{path:path}")]`: the template of the kind's sequence keys.
     pub(crate) sequence: Option<Setting<String>>,

@@ -1,4 +1,4 @@
-use outbox_core::Job;
+use outbox::Job;
 
 #[derive(Job)]
 #[job(kind = "bits")]

@@ -1,4 +1,4 @@
-use outbox_core::Job;
+use outbox::Job;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

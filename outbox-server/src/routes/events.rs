@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use outbox_core::{FeedEvent, JobEventKind, ops};
+use outbox::{FeedEvent, JobEventKind, ops};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -58,7 +58,7 @@ impl Filter {
 #[utoipa::path(get, path = "/api/events", tag = "events", params(EventParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     security(("token" = [])),
-    responses((status = 200, description = "A stream of events whose data are FeedEvent objects", body = outbox_core::FeedEvent, content_type = "text/event-stream"),
+    responses((status = 200, description = "A stream of events whose data are FeedEvent objects", body = outbox::FeedEvent, content_type = "text/event-stream"),
         (status = 400, description = "A filter or resume position is invalid", body = ErrorBody)))]
 pub(super) async fn events(
     State(state): State<AppState>,
@@ -89,7 +89,7 @@ pub(super) async fn events(
         Some(id) => {
             // A position this database cannot have written is refused now, not after the stream began.
             ops::feed(&db, &id, 1).await.map_err(|e| match e {
-                outbox_core::Error::Invalid(m) => {
+                outbox::Error::Invalid(m) => {
                     ApiError::invalid(format!("header `Last-Event-ID` or parameter `after`: {m}"))
                 }
                 e => e.into(),

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use outbox_core::{ScheduleRecord, WorkerRecord, ops};
+use outbox::{ScheduleRecord, WorkerRecord, ops};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -41,7 +41,7 @@ pub(crate) struct Migrations {
     responses((status = 200, description = "Healthy", body = Health), (status = 503, description = "Unhealthy", body = Health)))]
 pub(super) async fn health(State(state): State<AppState>) -> Response {
     let db = &state.db;
-    let pending = match outbox_core::pending_migrations(db).await {
+    let pending = match outbox::pending_migrations(db).await {
         Ok(pending) => pending,
         Err(e) => {
             tracing::warn!(error = %e, "health check: the database cannot be read");
@@ -82,7 +82,7 @@ pub(crate) struct Workers {
 }
 
 /// The live workers, in-process and remote, oldest first.
-#[utoipa::path(get, path = "/api/workers", tag = "overview", security(("token" = [])), responses((status = 200, body = Workers)))]
+#[utoipa::path(get, path = "/api/workers", tag = "overview", security(("token" = [])), responses((status = 200, description = "Success", body = Workers)))]
 pub(super) async fn workers(State(state): State<AppState>) -> Reply {
     Ok(axum::Json(Workers { workers: ops::workers(&state.db).await? }).into_response())
 }
@@ -94,7 +94,7 @@ pub(crate) struct Schedules {
 }
 
 /// The periodic schedules with their last and next ticks.
-#[utoipa::path(get, path = "/api/schedules", tag = "overview", security(("token" = [])), responses((status = 200, body = Schedules)))]
+#[utoipa::path(get, path = "/api/schedules", tag = "overview", security(("token" = [])), responses((status = 200, description = "Success", body = Schedules)))]
 pub(super) async fn schedules(State(state): State<AppState>) -> Reply {
     Ok(axum::Json(Schedules { schedules: ops::schedules(&state.db).await? }).into_response())
 }
@@ -128,7 +128,7 @@ impl Session {
 
 /// Whether the server needs tokens and which role the request's token grants; never an error, so a page can
 /// ask before it has a token.
-#[utoipa::path(get, path = "/api/session", tag = "health", responses((status = 200, body = Session)))]
+#[utoipa::path(get, path = "/api/session", tag = "health", responses((status = 200, description = "Success", body = Session)))]
 pub(super) async fn session(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
     axum::Json(state.auth.session(&headers)).into_response()
 }

@@ -4,9 +4,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
-use outbox_core::JobFilter;
-use outbox_core::ops;
-use outbox_core::{EnqueueOpts, JobEvent, JobRecord, JobStatus};
+use outbox::JobFilter;
+use outbox::ops;
+use outbox::{EnqueueOpts, JobEvent, JobRecord, JobStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -52,7 +52,7 @@ pub(crate) struct JobPage {
 
 /// List jobs, newest first, a page at a time.
 #[utoipa::path(get, path = "/api/jobs", tag = "jobs", params(ListParams), security(("token" = [])),
-    responses((status = 200, body = JobPage), (status = 400, description = "A parameter is invalid: the message names it", body = ErrorBody)))]
+    responses((status = 200, description = "Success", body = JobPage), (status = 400, description = "A parameter is invalid: the message names it", body = ErrorBody)))]
 pub(super) async fn list(State(state): State<AppState>, Query(params): Query<ListParams>) -> Reply {
     let status =
         given(params.status).map(|s| s.parse::<JobStatus>().map_err(|e| param_error("status", &e))).transpose()?;
@@ -83,7 +83,7 @@ pub(crate) struct JobDetail {
 
 /// One job with its history.
 #[utoipa::path(get, path = "/api/jobs/{id}", tag = "jobs", params(JobPath), security(("token" = [])),
-    responses((status = 200, body = JobDetail), (status = 404, description = "No job has this id", body = ErrorBody)))]
+    responses((status = 200, description = "Success", body = JobDetail), (status = 404, description = "No job has this id", body = ErrorBody)))]
 pub(super) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     let job = ops::get(&state.db, &id).await?;
     let history = ops::history(&state.db, &id).await?;
@@ -151,7 +151,7 @@ pub(super) async fn enqueue(State(state): State<AppState>, Json(new): Json<NewJo
         (None, None) => {}
     }
     let known = state.kinds.resolve(&state.db, &new.kind).await?;
-    let enqueued = outbox_core::enqueue_raw(&state.db, &known.kind, new.payload, opts).await?;
+    let enqueued = outbox::enqueue_raw(&state.db, &known.kind, new.payload, opts).await?;
     let status = if enqueued.is_new() { StatusCode::CREATED } else { StatusCode::OK };
     let body = EnqueuedJob { id: enqueued.id().to_owned(), created: enqueued.is_new() };
     Ok((status, axum::Json(body)).into_response())
@@ -171,7 +171,7 @@ async fn job_reply(state: &AppState, id: &str) -> Reply {
 
 /// Put a failed or cancelled job back to pending, its attempts reset.
 #[utoipa::path(post, path = "/api/jobs/{id}/retry", tag = "jobs", params(JobPath), security(("token" = [])),
-    responses((status = 200, body = JobBody), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "Success", body = JobBody), (status = 404, description = "Not found", body = ErrorBody),
         (status = 409, description = "The job is not failed or cancelled", body = ErrorBody)))]
 pub(super) async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     ops::retry(&state.db, &id).await?;
@@ -180,7 +180,7 @@ pub(super) async fn retry(State(state): State<AppState>, Path(id): Path<String>)
 
 /// Cancel a job that has not started.
 #[utoipa::path(post, path = "/api/jobs/{id}/cancel", tag = "jobs", params(JobPath), security(("token" = [])),
-    responses((status = 200, body = JobBody), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "Success", body = JobBody), (status = 404, description = "Not found", body = ErrorBody),
         (status = 409, description = "The job is claimed or finished", body = ErrorBody)))]
 pub(super) async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     ops::cancel(&state.db, &id).await?;
@@ -195,7 +195,7 @@ pub(crate) struct Deleted {
 
 /// Delete a job that is not claimed.
 #[utoipa::path(delete, path = "/api/jobs/{id}", tag = "jobs", params(JobPath), security(("token" = [])),
-    responses((status = 200, body = Deleted), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "Success", body = Deleted), (status = 404, description = "Not found", body = ErrorBody),
         (status = 409, description = "The job is claimed", body = ErrorBody)))]
 pub(super) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     ops::delete(&state.db, &id).await?;
@@ -221,7 +221,7 @@ pub(crate) struct RetriedCount {
 
 /// Retry every failed job, or those of one kind, or of one kind and last error.
 #[utoipa::path(post, path = "/api/jobs/retry-failed", tag = "jobs", request_body = RetryFailed, security(("token" = [])),
-    responses((status = 200, body = RetriedCount), (status = 400, body = ErrorBody)))]
+    responses((status = 200, description = "Success", body = RetriedCount), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody)))]
 pub(super) async fn retry_failed(State(state): State<AppState>, Json(body): Json<RetryFailed>) -> Reply {
     let n = ops::retry_failed_with(&state.db, body.kind.as_deref(), body.error.as_deref()).await?;
     Ok(axum::Json(RetriedCount { retried: n }).into_response())

@@ -5,8 +5,8 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
-use outbox_core::SequenceFailure;
-use outbox_core::ops::{self, ActivityPoint, FailureGroup, QueueCounts, Stats};
+use outbox::SequenceFailure;
+use outbox::ops::{self, ActivityPoint, FailureGroup, QueueCounts, Stats};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -28,7 +28,7 @@ pub(super) struct StatsParams {
 /// Counts by kind and status, recent failures, stuck claims, durations, duplicates, blocked sequences and
 /// the latest reconciliation reports.
 #[utoipa::path(get, path = "/api/stats", tag = "overview", params(StatsParams), security(("token" = [])),
-    responses((status = 200, body = Stats), (status = 400, body = ErrorBody)))]
+    responses((status = 200, description = "Success", body = Stats), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody)))]
 pub(super) async fn stats(State(state): State<AppState>, Query(params): Query<StatsParams>) -> Reply {
     let window = duration_param(params.window, "window", Duration::from_secs(3_600))?;
     Ok(axum::Json(ops::stats(&state.db, window).await?).into_response())
@@ -58,7 +58,7 @@ pub(crate) struct Activity {
 
 /// Completed and failed jobs per `bucket` over the last `window` (at most 1440 points).
 #[utoipa::path(get, path = "/api/activity", tag = "overview", params(ActivityParams), security(("token" = [])),
-    responses((status = 200, body = Activity), (status = 400, body = ErrorBody)))]
+    responses((status = 200, description = "Success", body = Activity), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody)))]
 pub(super) async fn activity(State(state): State<AppState>, Query(params): Query<ActivityParams>) -> Reply {
     let window = duration_param(params.window, "window", Duration::from_secs(3_600))?;
     let bucket = duration_param(params.bucket, "bucket", Duration::from_secs(60))?;
@@ -91,7 +91,7 @@ pub(crate) struct FailureGroups {
 
 /// Failed jobs grouped by kind and last error.
 #[utoipa::path(get, path = "/api/failures", tag = "overview", params(FailuresParams), security(("token" = [])),
-    responses((status = 200, body = FailureGroups), (status = 400, body = ErrorBody)))]
+    responses((status = 200, description = "Success", body = FailureGroups), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody)))]
 pub(super) async fn failures(State(state): State<AppState>, Query(params): Query<FailuresParams>) -> Reply {
     let limit = limit_param(params.limit, 100, 1_000)?;
     Ok(axum::Json(FailureGroups { groups: ops::failure_groups(&state.db, limit).await? }).into_response())
@@ -104,7 +104,7 @@ pub(crate) struct Queues {
 }
 
 /// Every queue with its jobs by state.
-#[utoipa::path(get, path = "/api/queues", tag = "overview", security(("token" = [])), responses((status = 200, body = Queues)))]
+#[utoipa::path(get, path = "/api/queues", tag = "overview", security(("token" = [])), responses((status = 200, description = "Success", body = Queues)))]
 pub(super) async fn queues(State(state): State<AppState>) -> Reply {
     Ok(axum::Json(Queues { queues: ops::queues(&state.db).await? }).into_response())
 }
@@ -116,7 +116,7 @@ pub(crate) struct Kinds {
 }
 
 /// Every kind the server knows: built in, or recorded by a worker.
-#[utoipa::path(get, path = "/api/kinds", tag = "overview", security(("token" = [])), responses((status = 200, body = Kinds)))]
+#[utoipa::path(get, path = "/api/kinds", tag = "overview", security(("token" = [])), responses((status = 200, description = "Success", body = Kinds)))]
 pub(super) async fn kinds(State(state): State<AppState>) -> Reply {
     let all = state.kinds.all(&state.db).await?;
     let kinds = all.iter().map(|(name, known)| describe(name, known, false)).collect();
@@ -126,7 +126,7 @@ pub(super) async fn kinds(State(state): State<AppState>) -> Reply {
 /// One kind with its payload's JSON Schema.
 #[utoipa::path(get, path = "/api/kinds/{kind}", tag = "overview", security(("token" = [])),
     params(("kind" = String, Path, description = "The kind's name")),
-    responses((status = 200, body = KindDoc), (status = 404, description = "No kind of this name is known", body = ErrorBody)))]
+    responses((status = 200, description = "Success", body = KindDoc), (status = 404, description = "No kind of this name is known", body = ErrorBody)))]
 pub(super) async fn kind(State(state): State<AppState>, Path(name): Path<String>) -> Reply {
     let known = state.kinds.resolve(&state.db, &name).await?;
     Ok(axum::Json(describe(&name, &known, true)).into_response())
@@ -137,7 +137,7 @@ pub(super) async fn kind(State(state): State<AppState>, Path(name): Path<String>
 pub(crate) struct KindDoc {
     name: String,
     source: KindSource,
-    /// sha256 (hex) of the canonical schema, as stored on each job.
+    /// The first 16 hex digits of the sha256 of the canonical schema, as stored on each job.
     schema_hash: String,
     options: KindOptions,
     /// `null` when no worker recorded the kind.

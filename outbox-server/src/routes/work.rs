@@ -7,8 +7,8 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
-use outbox_core::JobStatus;
-use outbox_core::remote::{self, ClaimRequest, RemoteJob};
+use outbox::JobStatus;
+use outbox::remote::{self, ClaimRequest, RemoteJob};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -58,7 +58,7 @@ pub(crate) struct Claimed {
 
 /// Claim up to `limit` due jobs of the given kinds, each leased to the worker; with `wait`, wait for one.
 #[utoipa::path(post, path = "/api/work/claim", tag = "work", request_body = ClaimBody, security(("token" = [])),
-    responses((status = 200, description = "The claimed jobs, possibly none", body = Claimed), (status = 400, body = ErrorBody)))]
+    responses((status = 200, description = "The claimed jobs, possibly none", body = Claimed), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody)))]
 ///
 /// The claim runs in a task of its own, which outlives the request: a client that goes away (or a request that
 /// times out) stops a waiting claim between looks, and the jobs of a claim that was running then are given
@@ -136,7 +136,7 @@ pub(crate) struct Outcome {
 
 /// Renew a claim's lease.
 #[utoipa::path(post, path = "/api/work/jobs/{id}/heartbeat", tag = "work", params(JobPath), request_body = HeartbeatBody,
-    security(("token" = [])), responses((status = 200, body = Lease), (status = 400, body = ErrorBody),
+    security(("token" = [])), responses((status = 200, description = "Success", body = Lease), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody),
         (status = 409, description = "`stale_claim`: the claim expired and was rescued, or already ended", body = ErrorBody)))]
 pub(super) async fn heartbeat(
     State(state): State<AppState>,
@@ -163,7 +163,7 @@ pub(super) struct CompleteBody {
 
 /// Complete a claimed job.
 #[utoipa::path(post, path = "/api/work/jobs/{id}/complete", tag = "work", params(JobPath), request_body = CompleteBody,
-    security(("token" = [])), responses((status = 200, body = Outcome), (status = 400, body = ErrorBody),
+    security(("token" = [])), responses((status = 200, description = "Success", body = Outcome), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody),
         (status = 409, description = "`stale_claim`: nothing was changed", body = ErrorBody)))]
 pub(super) async fn complete(
     State(state): State<AppState>,
@@ -193,7 +193,7 @@ pub(super) struct FailBody {
 
 /// Fail a claimed job's attempt: retried after a backoff while attempts are left, failed for good otherwise.
 #[utoipa::path(post, path = "/api/work/jobs/{id}/fail", tag = "work", params(JobPath), request_body = FailBody,
-    security(("token" = [])), responses((status = 200, body = Outcome), (status = 400, body = ErrorBody),
+    security(("token" = [])), responses((status = 200, description = "Success", body = Outcome), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody),
         (status = 409, description = "`stale_claim`: nothing was changed", body = ErrorBody)))]
 pub(super) async fn fail(State(state): State<AppState>, Path(id): Path<String>, Json(body): Json<FailBody>) -> Reply {
     if body.error.trim().is_empty() {
@@ -224,7 +224,7 @@ pub(super) struct SnoozeBody {
 
 /// Run a claimed job again later, giving its attempt back.
 #[utoipa::path(post, path = "/api/work/jobs/{id}/snooze", tag = "work", params(JobPath), request_body = SnoozeBody,
-    security(("token" = [])), responses((status = 200, body = Outcome), (status = 400, body = ErrorBody),
+    security(("token" = [])), responses((status = 200, description = "Success", body = Outcome), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody),
         (status = 409, description = "`stale_claim`: nothing was changed", body = ErrorBody)))]
 pub(super) async fn snooze(
     State(state): State<AppState>,

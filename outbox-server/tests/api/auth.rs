@@ -1,6 +1,6 @@
 //! Who may call what: tokens and roles, the open loopback server, CORS, unknown routes and methods.
 
-use outbox_core::EnqueueOpts;
+use outbox::EnqueueOpts;
 use outbox_server::{Role, ServerOpts};
 use outbox_tests::{Probe, TestDb, conformance};
 use reqwest::Method;
@@ -56,7 +56,7 @@ fn body_of(method: &Method, path: &str) -> Option<serde_json::Value> {
 conformance!(tokens_grant_their_roles_on_every_route);
 async fn tokens_grant_their_roles_on_every_route(t: TestDb) {
     let server = Server::start(&t).await;
-    let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    let id = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
     let tokens = [(Role::Read, READ), (Role::Operate, OPERATE), (Role::Work, WORK)];
     for (method, path, needs) in routes(&id) {
         let call = |token: Option<&'static str>| {

@@ -1,7 +1,7 @@
 //! The dashboard in a real headless Chromium against a real server and database: what it shows equals the
 //! database, it changes live, its actions act, a read token sees no action, and no page logs an error.
 
-use outbox_core::{EnqueueOpts, JobError, JobStatus, Kind, Worker, ops};
+use outbox::{EnqueueOpts, JobError, JobStatus, Kind, Worker, ops};
 use outbox_tests::{Backend, Keyed, Probe, TestDb, sqlite_only};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -40,7 +40,7 @@ impl Dash {
         self.browser.text_of("#view h1", |h| h.contains(heading)).await;
     }
 
-    /// A screenshot named after the test's backend (the README shows SQLite's).
+    /// A screenshot named after the test's backend (docs/guides/operating.md shows SQLite's).
     async fn screenshot(&self, name: &str) {
         let backend = match self.backend {
             Backend::Sqlite => "sqlite",
@@ -75,7 +75,7 @@ impl Dash {
 async fn some_of_everything(t: &TestDb) -> Vec<String> {
     let mut ids = Vec::new();
     for n in 1..=4 {
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned());
     }
     let worker = Worker::builder(&t.db)
         .register(|p: Probe, _| async move {
@@ -91,7 +91,7 @@ async fn some_of_everything(t: &TestDb) -> Vec<String> {
     worker.drain().await.expect("drain");
     for n in 5..=8 {
         let opts = if n == 7 { EnqueueOpts::new().queue("slow") } else { EnqueueOpts::new() };
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, opts).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(&t.db, &Probe { n }, opts).await.expect("enqueue").id().to_owned());
     }
     ops::cancel(&t.db, &ids[7]).await.expect("cancel");
     ids
@@ -125,7 +125,7 @@ async fn the_overview_counts_what_the_database_holds(t: TestDb) {
 
     // A job enqueued elsewhere shows in the counts without a reload.
     dash.mark().await;
-    outbox_core::enqueue(&t.db, &Probe { n: 100 }, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&t.db, &Probe { n: 100 }, EnqueueOpts::new()).await.expect("enqueue");
     dash.browser.text_of("[data-count=pending]", |n| n == "4").await;
     dash.still_marked().await;
     dash.no_console_errors("the overview").await;
@@ -134,8 +134,8 @@ async fn the_overview_counts_what_the_database_holds(t: TestDb) {
 sqlite_only!(the_jobs_page_is_live_and_its_filters_narrow_it);
 async fn the_jobs_page_is_live_and_its_filters_narrow_it(t: TestDb) {
     let ids = some_of_everything(&t).await;
-    outbox_core::enqueue(&t.db, &Keyed { user_id: 1, note: "a".into() }, EnqueueOpts::new()).await.expect("enqueue");
-    outbox_core::enqueue(&t.db, &Keyed { user_id: 2, note: "b".into() }, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&t.db, &Keyed { user_id: 1, note: "a".into() }, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&t.db, &Keyed { user_id: 2, note: "b".into() }, EnqueueOpts::new()).await.expect("enqueue");
     let Some(dash) = Dash::open(&t, "the_jobs_page_is_live_and_its_filters_narrow_it", OPERATE).await else { return };
     dash.visit("#/jobs", "Jobs").await;
     dash.browser.until("10 rows", "return document.querySelectorAll('tr[data-job-id]').length === 10;").await;

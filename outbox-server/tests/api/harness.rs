@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::Kind;
+use outbox::Kind;
 use outbox_server::{Role, ServerOpts, Token};
 use outbox_tests::{Probe, TestDb};
 use reqwest::Method;

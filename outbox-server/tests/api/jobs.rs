@@ -1,6 +1,6 @@
 //! The job routes: enqueue, read back, list and page, act on jobs.
 
-use outbox_core::{EnqueueOpts, ops};
+use outbox::{EnqueueOpts, ops};
 use outbox_tests::{Probe, TestDb, conformance, exec};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -92,7 +92,7 @@ async fn lists_filter_and_page_by_id(t: TestDb) {
     let mut ids = Vec::new();
     for n in 1..=5 {
         let opts = EnqueueOpts::new().queue(if n % 2 == 0 { "even" } else { "odd" });
-        ids.push(outbox_core::enqueue(&t.db, &Probe { n }, opts).await.expect("enqueue").id().to_owned());
+        ids.push(outbox::enqueue(&t.db, &Probe { n }, opts).await.expect("enqueue").id().to_owned());
     }
     let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
     let listed = |answer: &crate::harness::Answer| -> Vec<String> {
@@ -113,7 +113,7 @@ async fn lists_filter_and_page_by_id(t: TestDb) {
         let page = server.get(&path).await;
         seen.extend(listed(&page));
         inserted += 1;
-        outbox_core::enqueue(&t.db, &Probe { n: inserted }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n: inserted }, EnqueueOpts::new()).await.expect("enqueue");
         match page.body["next"].as_str() {
             Some(next) => path = format!("/api/jobs?limit=2&before={next}"),
             None => break,
@@ -124,9 +124,8 @@ async fn lists_filter_and_page_by_id(t: TestDb) {
 
     let odd = server.get("/api/jobs?queue=odd&kind=probe&status=pending&since=1h&limit=1000").await;
     assert_eq!(listed(&odd), [ids[4].clone(), ids[2].clone(), ids[0].clone()]);
-    let keyed = outbox_core::enqueue(&t.db, &Probe { n: 9 }, EnqueueOpts::new().idempotency_key("the key"))
-        .await
-        .expect("enqueue");
+    let keyed =
+        outbox::enqueue(&t.db, &Probe { n: 9 }, EnqueueOpts::new().idempotency_key("the key")).await.expect("enqueue");
     assert_eq!(listed(&server.get("/api/jobs?key=the%20key").await), [keyed.id().to_owned()]);
     assert!(listed(&server.get("/api/jobs?status=failed").await).is_empty());
     assert!(listed(&server.get("/api/jobs?since=2999-01-01T00:00:00Z").await).is_empty());
@@ -137,7 +136,7 @@ async fn lists_filter_and_page_by_id(t: TestDb) {
 conformance!(actions_follow_the_lifecycle);
 async fn actions_follow_the_lifecycle(t: TestDb) {
     let server = Server::start(&t).await;
-    let id = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
+    let id = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();
     let act = |action: &str| format!("/api/jobs/{id}/{action}");
 
     // A pending job cannot be retried or deleted.
@@ -169,7 +168,7 @@ async fn actions_follow_the_lifecycle(t: TestDb) {
     // Retry every failed job, or those of one kind; the body is optional.
     let mut failed = Vec::new();
     for n in 2..=4 {
-        let job = outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        let job = outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
         exec(&t.db, "UPDATE outbox_jobs SET status = 'failed' WHERE id = ?", vec![job.id().into()]).await;
         failed.push(job);
     }

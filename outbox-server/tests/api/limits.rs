@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::ConnectOpts;
+use outbox::ConnectOpts;
 use outbox_tests::{TestDb, conformance};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,7 +18,7 @@ async fn oversized_bodies_and_payloads_are_refused(t: TestDb) {
 
     // Within the body limit but over the payload limit of the queue.
     let server = Server::with(&t, harness::opts().body_limit(4 << 20)).await;
-    let limit = outbox_core::DEFAULT_MAX_PAYLOAD_BYTES;
+    let limit = outbox::DEFAULT_MAX_PAYLOAD_BYTES;
     let answer = server.enqueue(json!({"kind": "probe", "payload": {"n": 1, "pad": "x".repeat(limit)}})).await;
     assert!(answer.error(413, "payload_too_large").contains(&format!("over the limit of {limit} bytes")));
 
@@ -69,7 +69,7 @@ async fn slow_clients_time_out(t: TestDb) {
 async fn a_locked_database_answers_unavailable() {
     let t = outbox_tests::fresh_db().await;
     let opts = ConnectOpts { busy_timeout: Duration::from_millis(100), ..ConnectOpts::default() };
-    let db = outbox_core::connect_with(&t.url, opts).await.expect("connect");
+    let db = outbox::connect_with(&t.url, opts).await.expect("connect");
     let server = Server::mounted(outbox_server::router(db, harness::opts()), "").await;
     let lock = rusqlite::Connection::open(&t.path).expect("open");
     lock.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{EnqueueOpts, JobError, Worker};
+use outbox::{EnqueueOpts, JobError, Worker};
 use outbox_tests::{Probe, TestDb, conformance, eventually, exec};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -31,7 +31,7 @@ conformance!(workers_and_metrics_show_the_fleet);
 async fn workers_and_metrics_show_the_fleet(t: TestDb) {
     let server = Server::start(&t).await;
     for n in 1..=5 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     let handle = Worker::builder(&t.db)
         .id("metrics-worker")
@@ -79,14 +79,14 @@ conformance!(schedules_and_reconciliations_are_served);
 async fn schedules_and_reconciliations_are_served(t: TestDb) {
     let server = Server::start(&t).await;
     assert_eq!(server.get("/api/schedules").await.ok(200), &json!({"schedules": []}));
-    let schedule = outbox_core::Schedule::every("probe-every-200ms", Duration::from_millis(200), |tick| Probe {
+    let schedule = outbox::Schedule::every("probe-every-200ms", Duration::from_millis(200), |tick| Probe {
         n: u64::try_from(tick.timestamp_millis()).unwrap_or(1),
     });
     let handle = Worker::builder(&t.db)
         .schedule(schedule)
         .on_start("record a reconciliation", |db, worker| async move {
-            let record = outbox_core::ReconciliationRecord::new("fs", Some(worker), json!({"missing": 2}));
-            outbox_core::ops::record_reconciliation(&db, &record).await
+            let record = outbox::ReconciliationRecord::new("fs", Some(worker), json!({"missing": 2}));
+            outbox::ops::record_reconciliation(&db, &record).await
         })
         .register(|_: Probe, _| async { Ok::<_, JobError>(()) })
         .build()
@@ -124,12 +124,12 @@ async fn a_claim_that_waits_returns_the_job_enqueued_while_it_waits(t: TestDb) {
     // The claim records its worker before it looks for jobs: once it shows, the queue was empty when it
     // looked, and only waiting can hand it the job enqueued next.
     let registered = eventually(Duration::from_secs(20), || async {
-        outbox_core::ops::workers(&t.db).await.expect("workers").iter().any(|w| w.id == "waiting-1")
+        outbox::ops::workers(&t.db).await.expect("workers").iter().any(|w| w.id == "waiting-1")
     })
     .await;
     assert!(registered, "the waiting claim never registered its worker");
     assert!(!claim.is_finished(), "the claim returned before anything was enqueued");
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 7 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 7 }, EnqueueOpts::new()).await.expect("enqueue");
     let answer = claim.await.expect("claim task");
     let jobs = answer.ok(200)["jobs"].as_array().expect("jobs").clone();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
@@ -146,7 +146,7 @@ conformance!(a_remote_worker_claims_heartbeats_and_finishes_over_http);
 async fn a_remote_worker_claims_heartbeats_and_finishes_over_http(t: TestDb) {
     let server = Server::start(&t).await;
     for n in 1..=3 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     let claim =
         work(&server, "/api/work/claim", json!({"worker": "w1", "kinds": ["probe"], "limit": 3, "lease": "30s"})).await;

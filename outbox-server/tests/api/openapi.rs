@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use outbox_core::EnqueueOpts;
+use outbox::EnqueueOpts;
 use outbox_tests::{Probe, TestDb, sqlite_only};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
@@ -41,7 +41,7 @@ async fn unrouted(response: reqwest::Response) -> Option<String> {
 sqlite_only!(every_documented_operation_is_served);
 async fn every_documented_operation_is_served(t: TestDb) {
     let server = Server::start(&t).await;
-    let job = outbox_core::enqueue(&t.db, &outbox_tests::Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &outbox_tests::Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let doc = document(&server).await;
     assert_eq!(doc["openapi"], "3.1.0", "{doc}");
     let paths = doc["paths"].as_object().expect("paths");
@@ -68,7 +68,7 @@ async fn every_documented_operation_is_served(t: TestDb) {
 sqlite_only!(a_method_the_document_does_not_list_is_not_served);
 async fn a_method_the_document_does_not_list_is_not_served(t: TestDb) {
     let server = Server::start(&t).await;
-    let job = outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let doc = document(&server).await;
     for (path, item) in doc["paths"].as_object().expect("paths") {
         // The token the path's group needs, so the refusal is the router's, not the token check's.

@@ -1,6 +1,6 @@
 //! Stats, queues and kinds.
 
-use outbox_core::{EnqueueOpts, JobError, Worker};
+use outbox::{EnqueueOpts, JobError, Worker};
 use outbox_tests::{Keyed, Probe, TestDb, conformance};
 use reqwest::Method;
 use serde_json::Value;
@@ -10,8 +10,8 @@ use crate::harness::Server;
 conformance!(stats_and_queues_answer);
 async fn stats_and_queues_answer(t: TestDb) {
     let server = Server::start(&t).await;
-    outbox_core::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
-    outbox_core::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new().queue("slow")).await.expect("enqueue");
+    outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new().queue("slow")).await.expect("enqueue");
 
     let stats = server.get("/api/stats").await;
     assert_eq!(stats.ok(200)["window_secs"], 3_600);
@@ -69,7 +69,7 @@ conformance!(activity_and_failure_groups_count_finished_jobs);
 async fn activity_and_failure_groups_count_finished_jobs(t: TestDb) {
     let server = Server::start(&t).await;
     for n in 1..=7 {
-        outbox_core::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
     }
     // 1 and 2 complete; 3, 4 and 5 fail with one error, 6 and 7 with another.
     let worker = Worker::builder(&t.db)

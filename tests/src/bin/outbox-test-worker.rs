@@ -23,7 +23,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{JobContext, JobError, Schedule, Worker};
+use outbox::{JobContext, JobError, Schedule, Worker};
 use outbox_tests::{Limited, Race, Step, Ticked, monotonic_ns, sqlite_url};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
@@ -47,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let lease = Duration::from_millis(lease_ms.parse()?);
     let url = if database.contains("://") { database.clone() } else { sqlite_url(database.as_ref()) };
-    let db = outbox_core::connect(&url).await?;
+    let db = outbox::connect(&url).await?;
     let log = Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(run_log)?));
     let hang = mode == "hang";
     let pid = std::process::id();
@@ -110,7 +110,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&part, format!("{} {started}", worker.id()))?;
     std::fs::rename(&part, format!("{run_log}.ready"))?;
     if mode == "schedule" {
-        worker.run_until(outbox_core::shutdown_signal()).await?;
+        worker.run_until(outbox::shutdown_signal()).await?;
     } else if mode == "serve" {
         worker.run_until(until_no_job_is_left(&db)).await?;
     } else {

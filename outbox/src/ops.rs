@@ -297,8 +297,8 @@ pub async fn purge<C: ConnectionTrait>(conn: &C, statuses: &[JobStatus], older_t
 /// a locked file) past the timeout.
 ///
 /// ```
-/// # async fn demo(db: &sea_orm::DatabaseConnection, id: &str) -> Result<(), outbox_core::Error> {
-/// let job = outbox_core::ops::wait(db, id, std::time::Duration::from_secs(30)).await?;
+/// # async fn demo(db: &sea_orm::DatabaseConnection, id: &str) -> Result<(), outbox::Error> {
+/// let job = outbox::ops::wait(db, id, std::time::Duration::from_secs(30)).await?;
 /// println!("{} ended {}", job.id, job.status);
 /// # Ok(()) }
 /// ```

@@ -12,7 +12,7 @@
 //! Conditions on the boolean `waiting` read the same on both (`NOT waiting`, `COUNT(*) FILTER (WHERE ...)`).
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-compile_error!("outbox-core needs one backend at least: enable the `sqlite` or `postgres` feature");
+compile_error!("outbox needs one backend at least: enable the `sqlite` or `postgres` feature");
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 

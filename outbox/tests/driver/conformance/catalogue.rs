@@ -251,7 +251,7 @@ async fn every_statement_is_in_the_engine_s_catalogue(db: &DatabaseConnection) -
             let line = written.lines().zip(c.text.lines()).position(|(a, b)| a != b).unwrap_or(0) + 1;
             panic!(
                 "{} differs from the statements this build sends, from line {line} on; read the difference with \
-                 `OUTBOX_BLESS=1 cargo test -p outbox-core catalogue` and `git diff`",
+                 `OUTBOX_BLESS=1 cargo test -p outbox catalogue` and `git diff`",
                 path.display()
             );
         }

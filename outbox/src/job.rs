@@ -11,7 +11,7 @@ use serde::{Serialize, de::DeserializeOwned};
 /// Implement it with `#[derive(Job)]`:
 ///
 /// ```
-/// use outbox_core::Job;
+/// use outbox::Job;
 /// use schemars::JsonSchema;
 /// use serde::{Deserialize, Serialize};
 ///
@@ -22,7 +22,7 @@ use serde::{Serialize, de::DeserializeOwned};
 ///     user_id: i64,
 ///     template: String,
 /// }
-/// # assert_eq!(<SendWelcome as outbox_core::Job>::KIND, "send_welcome");
+/// # assert_eq!(<SendWelcome as outbox::Job>::KIND, "send_welcome");
 /// ```
 ///
 /// The `kind` string is stored with every job and used to dispatch it to a handler, so it must stay the same
@@ -30,7 +30,7 @@ use serde::{Serialize, de::DeserializeOwned};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an outbox job kind",
     label = "not a job kind",
-    note = "add `#[derive(outbox_core::Job)]` and `#[job(kind = \"...\")]` to `{Self}`"
+    note = "add `#[derive(outbox::Job)]` and `#[job(kind = \"...\")]` to `{Self}`"
 )]
 pub trait Job: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static {
     /// The stable name of this kind, stored in each job row.

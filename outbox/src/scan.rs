@@ -100,8 +100,8 @@ impl PathScan {
 /// the result is paged out of a scratch table, so neither side holds all jobs in memory.
 ///
 /// ```
-/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), outbox_core::Error> {
-/// use outbox_core::scan::{self, PathField};
+/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), outbox::Error> {
+/// use outbox::scan::{self, PathField};
 /// let fields = [PathField { kind: "create_file", json_path: "$.path" }];
 /// let mut scan = scan::latest_completed_by_path(db, &fields).await?;
 /// loop {

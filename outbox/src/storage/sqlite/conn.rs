@@ -55,7 +55,7 @@ async fn busy_timeout<C: ConnectionTrait + ?Sized>(conn: &C) -> Option<Duration>
 /// How a write failed: see [`write_failed`]. `timeout` is the connection's busy timeout where known.
 fn write_error(context: String, err: DbErr, waited: Duration, timeout: Option<Duration>) -> Error {
     const USE_BEGIN: &str = "SQLite cannot turn a transaction that has read into a writer then, and waiting cannot \
-        help; open write transactions with `outbox_core::transaction` or `outbox_core::begin`, which take the \
+        help; open write transactions with `outbox::transaction` or `outbox::begin`, which take the \
         write lock first";
     // Well before the busy timeout: SQLite did not wait. Unknown timeout: a tenth of a second is no wait.
     let spent = match timeout {

@@ -119,7 +119,7 @@ impl WorkerBuilder {
 
     /// Jobs run at once (default 10). Claims are sized to the free slots, so this is also how many jobs one claim
     /// statement can carry; outcomes are written up to 1,000 per statement. For many short jobs a concurrency in
-    /// the hundreds means fewer statements per job (figures in the README, "Wide workers").
+    /// the hundreds means fewer statements per job (figures in docs/internals/postgres-write-path.md, "Wide workers").
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n.max(1);
         self
@@ -245,7 +245,7 @@ impl WorkerBuilder {
     }
 
     /// Checks the configuration, records the registered kinds, and opens the worker's own connections (see
-    /// the README's backend sections for what each backend opens).
+    /// docs/guides/postgres.md and docs/guides/sqlite.md for what each backend opens).
     pub async fn build(mut self) -> Result<Worker> {
         if let Some(e) = self.errors.drain(..).next() {
             return Err(e);

@@ -405,12 +405,12 @@ pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
 /// as [`Error`] itself does).
 ///
 /// ```
-/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), outbox_core::Error> {
-/// use outbox_core::sea_orm::ConnectionTrait;
+/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), outbox::Error> {
+/// use outbox::sea_orm::ConnectionTrait;
 /// let note = String::from("hello");
-/// let rows = outbox_core::transaction(db, async |txn| {
+/// let rows = outbox::transaction(db, async |txn| {
 ///     let done = txn.execute_unprepared(&format!("SELECT '{note}'")).await?;
-///     Ok::<_, outbox_core::Error>(done.rows_affected())
+///     Ok::<_, outbox::Error>(done.rows_affected())
 /// })
 /// .await?;
 /// # let _ = rows; Ok(()) }

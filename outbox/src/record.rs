@@ -262,7 +262,7 @@ pub struct KindRecord {
     pub name: String,
     /// The payload's JSON Schema.
     pub schema: serde_json::Value,
-    /// sha256 (hex) of the canonical schema, as stored on each job.
+    /// The first 16 hex digits of the sha256 of the canonical schema, as stored on each job.
     pub schema_hash: String,
     /// Default queue.
     pub queue: String,

@@ -1,9 +1,9 @@
-//! The measured side: enqueue and processing through outbox-core, each run on a fresh database.
+//! The measured side: enqueue and processing through outbox, each run on a fresh database.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use outbox_core::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Worker};
+use outbox::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Worker};
 use schemars::JsonSchema;
 use sea_orm::sqlx::{self, Connection};
 use sea_orm::{
@@ -54,7 +54,7 @@ impl Job for Step {
 }
 
 fn kind_info<J: Job>(field: &'static str) -> Result<KindInfo, BoxError> {
-    let kind = outbox_core::Kind::of::<J>()?;
+    let kind = outbox::Kind::of::<J>()?;
     Ok(KindInfo { name: J::KIND, field, schema_hash: kind.schema_hash().to_owned(), unique: J::OPTS.unique })
 }
 
@@ -68,7 +68,7 @@ pub(crate) fn noop_kind() -> Result<KindInfo, BoxError> {
     kind_info::<Noop>("n")
 }
 
-/// An empty, migrated database (same schema as outbox-core's migration creates) for a baseline.
+/// An empty, migrated database (same schema as outbox's migration creates) for a baseline.
 pub(crate) async fn empty(target: &Target) -> Result<Prepared, BoxError> {
     Scratch::new(target).await?.into_prepared().await
 }
@@ -120,7 +120,7 @@ pub(crate) async fn process_sequenced(
 /// (15 ms instead of 1 ms per claim of 100 with 20,000 pending), which is not the steady state measured here.
 pub(crate) async fn preload<J: Job>(db: &DatabaseConnection, jobs: Vec<J>) -> Result<(), BoxError> {
     let jobs = Arc::new(jobs);
-    outbox_core::transaction(db, async |txn| outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await).await?;
+    outbox::transaction(db, async |txn| outbox::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await).await?;
     if db.get_database_backend() == DbBackend::Postgres {
         db.execute_unprepared("ANALYZE outbox_jobs").await?;
     }
@@ -136,17 +136,17 @@ fn order_statement(backend: DbBackend, i: u64) -> Statement {
     Statement::from_sql_and_values(backend, sql, [id.into(), customer.into(), total.into()])
 }
 
-/// Case `enqueue`: per job `outbox_core::transaction` holding the order INSERT and `outbox_core::enqueue`.
+/// Case `enqueue`: per job `outbox::transaction` holding the order INSERT and `outbox::enqueue`.
 pub(crate) async fn enqueue(target: &Target, n: u64) -> Result<Measure, BoxError> {
     let scratch = Scratch::new(target).await?;
     let backend = scratch.db.get_database_backend();
-    outbox_core::Kind::of::<OrderPlaced>()?; // compile the schema before timing
+    outbox::Kind::of::<OrderPlaced>()?; // compile the schema before timing
     let start = Instant::now();
     for i in 0..n {
-        let enqueued = outbox_core::transaction(&scratch.db, async |txn| {
+        let enqueued = outbox::transaction(&scratch.db, async |txn| {
             txn.execute_raw(order_statement(backend, i)).await?;
             let job = OrderPlaced { order_id: i };
-            Ok::<_, BoxError>(outbox_core::enqueue(txn, &job, EnqueueOpts::new()).await?)
+            Ok::<_, BoxError>(outbox::enqueue(txn, &job, EnqueueOpts::new()).await?)
         })
         .await?;
         if !enqueued.is_new() {
@@ -161,7 +161,7 @@ pub(crate) async fn enqueue(target: &Target, n: u64) -> Result<Measure, BoxError
 }
 
 /// Case `enqueue_orm_ceiling`: the baseline's two INSERTs as raw statements in a sea-orm transaction
-/// (`BEGIN IMMEDIATE` on SQLite), without outbox-core.
+/// (`BEGIN IMMEDIATE` on SQLite), without outbox.
 pub(crate) async fn enqueue_orm_ceiling(target: &Target, n: u64) -> Result<Measure, BoxError> {
     let scratch = Scratch::new(target).await?;
     let backend = scratch.db.get_database_backend();
@@ -213,21 +213,20 @@ fn job_statement(backend: DbBackend, sql: &str, row: JobRow) -> Statement {
     )
 }
 
-/// Case `enqueue_batch`: per `per_txn` jobs one `outbox_core::transaction` holding one `enqueue_batch`.
+/// Case `enqueue_batch`: per `per_txn` jobs one `outbox::transaction` holding one `enqueue_batch`.
 pub(crate) async fn enqueue_batch(target: &Target, n: u64, per_txn: u64) -> Result<Measure, BoxError> {
     let scratch = Scratch::new(target).await?;
-    outbox_core::Kind::of::<OrderPlaced>()?;
+    outbox::Kind::of::<OrderPlaced>()?;
     let start = Instant::now();
     let mut next = 0;
     while next < n {
         let size = per_txn.min(n - next);
         let jobs: Arc<Vec<OrderPlaced>> =
             Arc::new((next..next + size).map(|order_id| OrderPlaced { order_id }).collect());
-        let enqueued = outbox_core::transaction(&scratch.db, async |txn| {
-            outbox_core::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await
-        })
-        .await?;
-        if !enqueued.iter().all(outbox_core::Enqueued::is_new) {
+        let enqueued =
+            outbox::transaction(&scratch.db, async |txn| outbox::enqueue_batch(txn, &jobs, EnqueueOpts::new()).await)
+                .await?;
+        if !enqueued.iter().all(outbox::Enqueued::is_new) {
             return Err("outbox enqueue_batch: a job collapsed onto an existing one".into());
         }
         next += size;
@@ -320,11 +319,11 @@ pub(crate) async fn drain_watched(
 mod tests {
     use super::*;
 
-    /// The baselines' rows must hold what outbox-core writes, apart from id and timestamps.
+    /// The baselines' rows must hold what outbox writes, apart from id and timestamps.
     async fn baseline_rows_match_outbox_rows(target: Target) {
         let scratch = Scratch::new(&target).await.expect("test step");
-        outbox_core::enqueue(&scratch.db, &OrderPlaced { order_id: 42 }, EnqueueOpts::new()).await.expect("test step");
-        outbox_core::enqueue(&scratch.db, &Noop { n: 7 }, EnqueueOpts::new()).await.expect("test step");
+        outbox::enqueue(&scratch.db, &OrderPlaced { order_id: 42 }, EnqueueOpts::new()).await.expect("test step");
+        outbox::enqueue(&scratch.db, &Noop { n: 7 }, EnqueueOpts::new()).await.expect("test step");
         let sql = "SELECT kind, queue, CAST(payload AS text), priority, max_attempts, idempotency_key, schema_hash \
                    FROM outbox_jobs ORDER BY kind";
         let rows = scratch

@@ -144,7 +144,7 @@ type Build = Arc<dyn Fn(DateTime<Utc>) -> Result<Value> + Send + Sync>;
 /// each tick still enqueues one job.
 ///
 /// ```
-/// use outbox_core::{Job, Schedule};
+/// use outbox::{Job, Schedule};
 /// use schemars::JsonSchema;
 /// use serde::{Deserialize, Serialize};
 ///

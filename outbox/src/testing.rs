@@ -11,8 +11,8 @@
 //!   `sqlite` feature, on by default).
 //!
 //! ```
-//! use outbox_core::prelude::*;
-//! use outbox_core::testing::{self, Ran};
+//! use outbox::prelude::*;
+//! use outbox::testing::{self, Ran};
 //!
 //! #[derive(Job, serde::Serialize, serde::Deserialize, JsonSchema)]
 //! #[job(kind = "welcome")]
@@ -22,13 +22,13 @@
 //!     Ok(serde_json::json!({ "sent_to": job.user_id }))
 //! }
 //!
-//! # #[tokio::main] async fn main() -> Result<(), outbox_core::Error> {
+//! # #[tokio::main] async fn main() -> Result<(), outbox::Error> {
 //! let temp = testing::TempSqlite::new().await?;
 //! let db = &temp.db;
 //! let worker = Worker::builder(db).register(welcome).build().await?;
 //!
-//! let txn = outbox_core::begin(db).await?;
-//! outbox_core::enqueue(&txn, &Welcome { user_id: 7 }, EnqueueOpts::new()).await?;
+//! let txn = outbox::begin(db).await?;
+//! outbox::enqueue(&txn, &Welcome { user_id: 7 }, EnqueueOpts::new()).await?;
 //! let job = testing::assert_enqueued::<Welcome, _>(&txn, |w| w.user_id == 7).await;
 //! let ran = testing::run_job(&worker, &txn, job.id()).await?;
 //! assert_eq!(ran, Ran::Completed { output: Some(serde_json::json!({ "sent_to": 7 })) });

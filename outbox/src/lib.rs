@@ -47,19 +47,19 @@ pub use retention::Retention;
 pub use wake::Watch;
 pub use worker::{IntoOutput, JobContext, JobError, RetryPolicy, Worker, WorkerBuilder, WorkerHandle, shutdown_signal};
 
-/// The crates a job kind and its caller need, at the versions outbox uses: one `outbox-core` dependency (plus
+/// The crates a job kind and its caller need, at the versions outbox uses: one `outbox` dependency (plus
 /// `serde` for its derives) is enough, and a version mismatch cannot show up as trait errors far from the cause.
 pub use chrono;
 pub use schemars;
 pub use sea_orm;
 pub use serde_json;
 
-/// What most code that defines, enqueues and works jobs uses: `use outbox_core::prelude::*;`.
+/// What most code that defines, enqueues and works jobs uses: `use outbox::prelude::*;`.
 ///
 /// It also brings `schemars` into scope, so `#[derive(JsonSchema)]` works without a `schemars` dependency.
 ///
 /// ```
-/// use outbox_core::prelude::*;
+/// use outbox::prelude::*;
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Job, Serialize, Deserialize, JsonSchema)]
