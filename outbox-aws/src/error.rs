@@ -62,7 +62,7 @@ pub enum Error {
     Config(String),
     /// An error of the queue itself (database, payload).
     #[error(transparent)]
-    Core(#[from] outbox::Error),
+    Outbox(#[from] outbox::Error),
     /// A bug: a state that should be impossible.
     #[error("internal error: {0}")]
     Internal(String),
@@ -74,7 +74,7 @@ impl Error {
         match self {
             Error::Aws { retryable, .. } => *retryable,
             Error::NotYet { .. } => true,
-            Error::Core(e) => matches!(e, outbox::Error::Database { .. }),
+            Error::Outbox(e) => matches!(e, outbox::Error::Database { .. }),
             _ => false,
         }
     }

@@ -14,8 +14,9 @@ use crate::render::Format;
 use outbox_server::duration;
 
 const AFTER_HELP: &str = "\
-Logs go to stderr: warnings, and progress for `work` and `serve`. OUTBOX_LOG takes a filter (`debug`,
-`outbox=debug`), or RUST_LOG when OUTBOX_LOG is unset; colours only on a terminal, never with NO_COLOR set.
+Logs go to stderr: warnings, and progress for `work` and `serve`. OUTBOX_LOG takes a filter (`debug`;
+`outbox=debug` for every outbox crate, which all start so; `outbox::worker=debug` for the worker alone), or
+RUST_LOG when OUTBOX_LOG is unset; colours only on a terminal, never with NO_COLOR set.
 
 Exit codes:
   0  success (reconcile: no discrepancy)

@@ -99,7 +99,7 @@ impl From<outbox::Error> for Failure {
 impl From<outbox_server::Error> for Failure {
     fn from(e: outbox_server::Error) -> Self {
         match e {
-            outbox_server::Error::Core(e) => e.into(),
+            outbox_server::Error::Outbox(e) => e.into(),
             outbox_server::Error::UnknownKind { .. } => Failure::invalid(e.to_string())
                 .hint("kinds of your application are recorded when one of its workers starts against this database"),
             outbox_server::Error::InvalidToken { .. }
@@ -125,7 +125,7 @@ impl From<outbox_fs::Error> for Failure {
 impl From<outbox_aws::Error> for Failure {
     fn from(e: outbox_aws::Error) -> Self {
         match e {
-            outbox_aws::Error::Core(e) => e.into(),
+            outbox_aws::Error::Outbox(e) => e.into(),
             outbox_aws::Error::Config(_) => Failure::invalid(e.to_string())
                 .hint("configure AWS through the standard environment (AWS_REGION, AWS_PROFILE, ...) or drop --aws"),
             other => Failure::error(other.to_string()),

@@ -120,7 +120,7 @@ impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         match e {
             Error::UnknownKind { .. } => ApiError::new(StatusCode::NOT_FOUND, "unknown_kind", e.to_string()),
-            Error::Core(e) => e.into(),
+            Error::Outbox(e) => e.into(),
             e => ApiError::internal(&e),
         }
     }

@@ -8,13 +8,13 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::api_error::ApiError;
 use crate::opts::{Role, ServerOpts};
@@ -44,8 +44,8 @@ impl Auth {
     pub(crate) fn require<S: Clone + Send + Sync + 'static>(
         self: &Arc<Self>,
         role: Role,
-        routes: Router<S>,
-    ) -> Router<S> {
+        routes: OpenApiRouter<S>,
+    ) -> OpenApiRouter<S> {
         let auth = Arc::clone(self);
         routes.route_layer(middleware::from_fn(move |req: Request, next: Next| {
             let auth = Arc::clone(&auth);

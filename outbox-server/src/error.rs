@@ -53,7 +53,7 @@ pub enum Error {
     },
     /// The queue failed (the database, a recorded kind that does not compile).
     #[error(transparent)]
-    Core(#[from] outbox::Error),
+    Outbox(#[from] outbox::Error),
 }
 
 fn known_list(known: &[String]) -> String {

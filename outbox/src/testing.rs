@@ -3,10 +3,10 @@
 //! - [`enqueued`], [`assert_enqueued`] and [`refute_enqueued`] look at what a connection or a transaction
 //!   enqueued: inside a transaction they see its own uncommitted jobs, so a test can assert before it
 //!   commits or rolls back, and again after on the pool.
-//! - [`run_job`] runs one enqueued job through the handler a [`Worker`] registered for its kind, in the
-//!   test's task, and returns what the worker would have recorded ([`Ran`]), without changing the job's row.
-//!   [`perform`] does the same for a payload that was never enqueued.
-//! - [`drain`] runs a worker until nothing it can claim is due and returns each job it touched as it ended.
+//! - [`run_job`] runs one enqueued job through the handler a [`Worker`] registered for its kind, on the test's
+//!   runtime, and returns what the worker would have recorded ([`Ran`]), without changing the job's row.
+//!   [`perform`] and [`perform_attempt`] do the same for a payload that was never enqueued.
+//! - [`drain`] runs a worker until nothing it can claim is due and returns each job it claimed, as it ended.
 //! - [`TempSqlite`] is a migrated SQLite database in a file of its own, removed when dropped (it needs the
 //!   `sqlite` feature, on by default).
 //!
@@ -37,7 +37,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -50,6 +49,7 @@ use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::ops;
 use crate::record::{JobFilter, JobRecord, JobStatus};
+use crate::storage::Outcome;
 use crate::worker::{JobContext, JobError, Worker};
 
 /// A pending job of kind `J` and its payload, decoded.
@@ -87,14 +87,15 @@ pub async fn enqueued<J: Job, C: ConnectionTrait>(conn: &C) -> Result<Vec<Enqueu
         .collect()
 }
 
-/// The oldest pending job of kind `J` whose payload `matches`, as `conn` sees it.
+/// The oldest pending job of kind `J` whose payload `matches`, as `conn` sees it. Jobs whose payload does not
+/// decode as `J` (enqueued under an older schema, say) match nothing; the panic message lists them apart.
 ///
 /// # Panics
 /// When no pending job of the kind matches (the message lists the payloads there are), or when the jobs
 /// cannot be read.
 pub async fn assert_enqueued<J: Job, C: ConnectionTrait>(conn: &C, matches: impl Fn(&J) -> bool) -> EnqueuedJob<J> {
-    let jobs = read_or_panic::<J, C>(conn).await;
-    let shown = payloads(&jobs);
+    let (jobs, undecodable) = read_or_panic::<J, C>(conn).await;
+    let shown = payloads(&jobs, &undecodable);
     match jobs.into_iter().find(|job| matches(&job.payload)) {
         Some(job) => job,
         None => panic!("expected a pending job of kind `{}` matching the predicate; pending: {shown}", J::KIND),
@@ -106,7 +107,7 @@ pub async fn assert_enqueued<J: Job, C: ConnectionTrait>(conn: &C, matches: impl
 /// # Panics
 /// When one is (the message names it), or when the jobs cannot be read.
 pub async fn refute_enqueued<J: Job, C: ConnectionTrait>(conn: &C, matches: impl Fn(&J) -> bool) {
-    let jobs = read_or_panic::<J, C>(conn).await;
+    let (jobs, _) = read_or_panic::<J, C>(conn).await;
     if let Some(job) = jobs.iter().find(|job| matches(&job.payload)) {
         panic!(
             "expected no pending job of kind `{}` matching the predicate; found job {} with payload {}",
@@ -143,11 +144,12 @@ pub enum Ran {
         /// The job's output.
         output: Option<Value>,
     },
-    /// The attempt failed with attempts left: the job would run again after `after` (the kind's retry policy).
+    /// The attempt failed with attempts left: the job would run again after about `after`.
     Retried {
         /// The attempt's error.
         error: String,
-        /// The backoff before the next attempt.
+        /// The kind's retry policy's backoff for this attempt before its jitter, so that a test can compare it:
+        /// a worker waits this long give or take the policy's jitter.
         after: Duration,
     },
     /// The job would fail for good: a permanent error, its last attempt failed, or its payload is invalid.
@@ -185,10 +187,14 @@ impl fmt::Display for Ran {
 }
 
 /// Runs the pending job `id`, as `conn` sees it (a transaction's own uncommitted job included), through the
-/// handler `worker` registered for its kind, in this task: its payload decoded and validated against the
-/// kind's schema as a worker does, its handler given a [`JobContext`] for the next attempt, its timeout and a
-/// panic answered as a worker answers them. Returns what the worker would record; the job's row is left as
-/// it was (run [`drain`] to execute jobs for real).
+/// handler `worker` registered for its kind, on this runtime: its payload decoded and validated against the
+/// kind's schema as a worker does, its handler given a [`JobContext`] for the next attempt, its timeout (with
+/// the worker's cancel grace) and a panic answered as a worker answers them. Returns what the worker would
+/// record; the job's row is left as it was (run [`drain`] to execute jobs for real).
+///
+/// It runs the job whatever its `run_at`, its queue or its sequence say. The handler works on the worker's own
+/// connections, not on `conn`: a handler that writes to the database while `conn` is an open SQLite
+/// transaction waits for that transaction.
 pub async fn run_job<C: ConnectionTrait>(worker: &Worker, conn: &C, id: &str) -> Result<Ran> {
     let job = ops::get(conn, id).await?;
     if job.status != JobStatus::Pending {
@@ -211,15 +217,27 @@ pub async fn run_job<C: ConnectionTrait>(worker: &Worker, conn: &C, id: &str) ->
 /// Runs `payload` through the handler `worker` registered for kind `J`, as [`run_job`] runs an enqueued job
 /// on its first attempt, without enqueueing it. The job id its handler sees is a fresh one.
 pub async fn perform<J: Job>(worker: &Worker, payload: &J) -> Result<Ran> {
+    perform_attempt(worker, payload, 1, J::OPTS.max_attempts).await
+}
+
+/// [`perform`] as attempt `attempt` of `max_attempts`: what the handler does on a later attempt, and what a
+/// failure on the last one records.
+pub async fn perform_attempt<J: Job>(worker: &Worker, payload: &J, attempt: i32, max_attempts: i32) -> Result<Ran> {
+    if attempt < 1 || max_attempts < attempt {
+        return Err(Error::Invalid(format!(
+            "attempt {attempt} of {max_attempts}: an attempt runs from 1 to max_attempts (kind `{}`)",
+            J::KIND
+        )));
+    }
     let registered = registered(worker, J::KIND)?;
     let text = serde_json::to_string(payload).map_err(|source| Error::Serde { kind: J::KIND.into(), source })?;
     let attempt = Attempt {
         id: crate::new_job_id(),
         kind: J::KIND.into(),
         queue: J::OPTS.queue.into(),
-        attempt: 1,
-        max_attempts: J::OPTS.max_attempts,
-        run: 1,
+        attempt,
+        max_attempts,
+        run: attempt,
     };
     let hash = registered.kind.schema_hash().to_owned();
     run(worker, attempt, text, hash).await
@@ -260,21 +278,34 @@ async fn run(worker: &Worker, attempt: Attempt, payload: String, schema_hash: St
         cancel: cancel.clone(),
         store: worker.store.clone(),
     };
-    let task = tokio::spawn((registered.handler)(payload, schema_hash, ctx));
+    let mut task = tokio::spawn((registered.handler)(payload, schema_hash, ctx));
+    let mut timed_out = None;
     let result = match registered.timeout {
         None => task.await,
-        Some(limit) => match tokio::time::timeout(limit, task).await {
+        Some(limit) => match tokio::time::timeout(limit, &mut task).await {
             Ok(joined) => joined,
             Err(_) => {
+                // As a worker does: ask the handler to stop, and drop it after the cancel grace.
                 cancel.cancel();
-                let error = format!("timed out after {}", crate::time::short_duration(limit));
-                return Ok(failure(registered, &attempt, error));
+                let grace = worker.config.cancel_grace;
+                match tokio::time::timeout(grace, &mut task).await {
+                    Ok(joined) => {
+                        timed_out = Some(format!("timed out after {}", crate::time::short_duration(limit)));
+                        joined
+                    }
+                    Err(_) => {
+                        task.abort();
+                        let error = crate::worker::timeout_message(limit, grace);
+                        return Ok(failure(registered, &attempt, error));
+                    }
+                }
             }
         },
     };
     Ok(match result {
         Ok(Ok(output)) => Ran::Completed { output },
         Ok(Err(JobError::Snooze(after))) => Ran::Snoozed { after },
+        Ok(Err(_)) if let Some(error) = timed_out => failure(registered, &attempt, error),
         Ok(Err(JobError::Permanent(error))) => Ran::Failed { error },
         Ok(Err(JobError::Retry(error))) => failure(registered, &attempt, error),
         Err(e) => {
@@ -287,12 +318,13 @@ async fn run(worker: &Worker, attempt: Attempt, payload: String, schema_hash: St
     })
 }
 
-/// A failed attempt: retried while attempts are left, failed for good on the last.
+/// A failed attempt, worded as a worker records it: retried while attempts are left, failed for good on the last.
 fn failure(registered: &crate::worker::Registered, attempt: &Attempt, error: String) -> Ran {
-    if attempt.attempt >= attempt.max_attempts {
-        Ran::Failed { error }
-    } else {
-        Ran::Retried { error, after: registered.retry.backoff(attempt.attempt) }
+    let after = registered.retry.nominal(attempt.attempt);
+    match crate::worker::failed_attempt(attempt.attempt, attempt.max_attempts, error, after) {
+        Outcome::Failed { error } => Ran::Failed { error },
+        Outcome::Retry { error, .. } => Ran::Retried { error, after },
+        other => Ran::Failed { error: format!("unexpected outcome of a failed attempt: {other:?}") },
     }
 }
 
@@ -304,10 +336,10 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a non-string panic payload".into())
 }
 
-/// The jobs a [`drain`] touched, each as it was when the drain ended, in the order they were first seen.
+/// The jobs a [`drain`] claimed, each as it was when the drain ended, oldest first.
 #[derive(Debug, Clone)]
 pub struct Drained {
-    /// Every job with a lifecycle event during the drain.
+    /// Every job the drain's worker claimed.
     pub jobs: Vec<JobRecord>,
 }
 
@@ -322,7 +354,7 @@ impl Drained {
         self.with(JobStatus::Failed)
     }
 
-    /// The jobs left pending: retried or snoozed to a time not yet due.
+    /// The jobs it claimed that were left pending: retried or snoozed to a time not yet due.
     pub fn pending(&self) -> Vec<&JobRecord> {
         self.with(JobStatus::Pending)
     }
@@ -332,37 +364,33 @@ impl Drained {
     }
 }
 
-/// Runs `worker` in this task until no job it can claim is due and none is in flight ([`Worker::drain`]),
-/// then reads every job it touched from the event feed.
+/// Runs `worker` on this runtime until no job it can claim is due and none is in flight ([`Worker::drain`]),
+/// then reads every job it claimed: the jobs changed since it started whose last claim is its own (worker ids
+/// are unique), so jobs of other workers sharing the database are not counted.
 pub async fn drain(worker: Worker) -> Result<Drained> {
     let db = worker.db.clone();
-    let mut after = ops::feed_head(&db).await?;
+    let id = worker.id().to_owned();
+    // A second back, for a database clock a little behind this process's.
+    let since = chrono::Utc::now() - chrono::Duration::seconds(1);
     worker.drain().await?;
-    let mut seen = HashSet::new();
-    let mut ids = Vec::new();
+    let mut filter = JobFilter { since: Some(since), limit: 500, ..JobFilter::default() };
+    let mut jobs = Vec::new();
     loop {
-        let events = ops::feed(&db, &after, 500).await?;
-        let Some(last) = events.last() else { break };
-        after = last.id.clone();
-        for event in events {
-            if seen.insert(event.job_id.clone()) {
-                ids.push(event.job_id);
-            }
+        let page = ops::list(&db, &filter).await?;
+        let full = page.len() as u64 == filter.limit;
+        filter.before = page.last().map(|j| j.id.clone());
+        jobs.extend(page.into_iter().filter(|j| j.locked_by.as_deref() == Some(id.as_str())));
+        if !full {
+            break;
         }
     }
-    let mut jobs = Vec::with_capacity(ids.len());
-    for id in ids {
-        match ops::get(&db, &id).await {
-            Ok(job) => jobs.push(job),
-            Err(Error::NotFound { .. }) => {} // deleted meanwhile by an operator
-            Err(e) => return Err(e),
-        }
-    }
+    jobs.reverse();
     Ok(Drained { jobs })
 }
 
-/// A migrated SQLite database in a file of its own under the system's temp directory, removed (with its WAL
-/// and shared-memory files) when dropped.
+/// A migrated SQLite database in a directory of its own under the system's temp directory, removed with the
+/// directory when dropped. It needs the `sqlite` feature (on by default): without it, [`TempSqlite::new`]
+/// fails with the error of [`crate::connect`], which names the features.
 #[derive(Debug)]
 pub struct TempSqlite {
     /// A pool on it.
@@ -373,7 +401,10 @@ pub struct TempSqlite {
 impl TempSqlite {
     /// Creates and migrates the database.
     pub async fn new() -> Result<Self> {
-        let path = std::env::temp_dir().join(format!("outbox-test-{}.db", crate::new_job_id().to_lowercase()));
+        let dir = std::env::temp_dir().join(format!("outbox-test-{}", crate::new_job_id().to_lowercase()));
+        std::fs::create_dir(&dir)
+            .map_err(|e| Error::Invalid(format!("creating the test database's directory {}: {e}", dir.display())))?;
+        let path = dir.join("outbox.db");
         let url = format!("sqlite://{}?mode=rwc", path.display());
         let temp = TempSqlite { db: crate::connect(&url).await?, path };
         crate::migrate(&temp.db).await?;
@@ -388,10 +419,9 @@ impl TempSqlite {
 
 impl Drop for TempSqlite {
     fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut name = self.path.clone().into_os_string();
-            name.push(suffix);
-            let _ = std::fs::remove_file(name);
+        // The database, its WAL and shared-memory files, and any journal: the directory holds nothing else.
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -417,16 +447,30 @@ async fn pending<C: ConnectionTrait>(conn: &C, kind: Option<&str>) -> Result<Vec
     Ok(jobs)
 }
 
-async fn read_or_panic<J: Job, C: ConnectionTrait>(conn: &C) -> Vec<EnqueuedJob<J>> {
-    match enqueued::<J, C>(conn).await {
-        Ok(jobs) => jobs,
+/// The pending jobs of kind `J` whose payloads decode, and the records of those that do not.
+async fn read_or_panic<J: Job, C: ConnectionTrait>(conn: &C) -> (Vec<EnqueuedJob<J>>, Vec<JobRecord>) {
+    let records = match pending(conn, Some(J::KIND)).await {
+        Ok(records) => records,
         Err(e) => panic!("reading the pending jobs of kind `{}`: {e}", J::KIND),
+    };
+    let (mut jobs, mut undecodable) = (Vec::new(), Vec::new());
+    for record in records {
+        match serde_json::from_value::<J>(record.payload.clone()) {
+            Ok(payload) => jobs.push(EnqueuedJob { record, payload }),
+            Err(_) => undecodable.push(record),
+        }
     }
+    (jobs, undecodable)
 }
 
-fn payloads<J>(jobs: &[EnqueuedJob<J>]) -> String {
+fn payloads<J>(jobs: &[EnqueuedJob<J>], undecodable: &[JobRecord]) -> String {
     let shown: Vec<String> = jobs.iter().map(|j| format!("{} {}", j.record.id, j.record.payload)).collect();
-    if shown.is_empty() { "none".to_owned() } else { format!("[{}]", shown.join(", ")) }
+    let mut text = if shown.is_empty() { "none".to_owned() } else { format!("[{}]", shown.join(", ")) };
+    if !undecodable.is_empty() {
+        let ids: Vec<&str> = undecodable.iter().map(|r| r.id.as_str()).collect();
+        text.push_str(&format!("; not decodable as the kind's type: {}", ids.join(", ")));
+    }
+    text
 }
 
 /// Whether `value` has every field of `subset` with an equal value (objects compared recursively).

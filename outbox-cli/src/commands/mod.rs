@@ -25,13 +25,15 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
     // What is printed from the command's own definition needs no database.
     match command {
         Command::Openapi => {
-            println!("{}", outbox_server::openapi_json());
-            return Ok(code::OK);
+            let text = outbox_server::openapi_json()
+                .map_err(|e| crate::fail::Failure::error(format!("serializing the openapi document: {e}")))?;
+            return print(format!("{text}\n").as_bytes());
         }
         Command::Completions { shell } => {
             let mut definition = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut definition, "outbox", &mut std::io::stdout());
-            return Ok(code::OK);
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut definition, "outbox", &mut script);
+            return print(&script);
         }
         _ => {}
     }
@@ -76,4 +78,16 @@ async fn migrate(db: &DatabaseConnection, url: &str, format: Format) -> Result<u
         Format::Table => println!("{}: applied {}", db::shown(&db::url(url)), applied.join(", ")),
     }
     Ok(code::OK)
+}
+
+/// Writes what a command prints from its own definition; a reader that stopped early (`| head`) is not a
+/// failure.
+fn print(bytes: &[u8]) -> Result<u8> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(code::OK),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(code::OK),
+        Err(e) => Err(crate::fail::Failure::error(format!("writing to stdout: {e}"))),
+    }
 }

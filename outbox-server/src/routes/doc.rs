@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 use utoipa::openapi::OpenApi as Document;
+use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
 /// What a failed request answers, with any status.
@@ -50,7 +52,7 @@ pub(crate) struct JobPath {
             without tokens answers loopback requests only, with every role."
     ),
     modifiers(&Token),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, outbox::FeedEvent)),
     tags(
         (name = "jobs", description = "List, read, enqueue, retry, cancel and delete jobs"),
         (name = "overview", description = "Statistics, queues, kinds, workers and schedules"),
@@ -74,11 +76,35 @@ impl Modify for Token {
     }
 }
 
-/// The whole document: the frame with every group's paths.
-pub(crate) fn document(groups: impl IntoIterator<Item = Document>) -> Document {
-    let mut doc = Frame::openapi();
-    for group in groups {
-        doc.merge(group);
+/// The document's frame, which the routes fill in.
+pub(crate) fn frame() -> Document {
+    Frame::openapi()
+}
+
+/// The answers every route of a kind may give besides its own: 401 and 403 on a route that needs a token, 413
+/// and 415 on one that takes a body, 408 and 500 on all.
+pub(crate) fn add_shared_responses(doc: &mut Document) {
+    for item in doc.paths.paths.values_mut() {
+        let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+        for operation in operations.into_iter().flatten() {
+            let guarded = operation.security.as_ref().is_some_and(|s| !s.is_empty());
+            if guarded {
+                add(operation, "401", "`unauthorized`: no token, or one the server does not know");
+                add(operation, "403", "`forbidden`: the token's role does not allow this route");
+            }
+            if operation.request_body.is_some() {
+                add(operation, "413", "`payload_too_large`: the body is over the server's limit");
+                add(operation, "415", "`unsupported_media_type`: the body is not `application/json`");
+            }
+            add(operation, "408", "`timeout`: the request was not answered within the server's request timeout");
+            add(operation, "500", "`internal`: the server log has the cause");
+        }
     }
-    doc
+}
+
+/// `status` answered with the error body, unless the operation describes it already.
+fn add(operation: &mut Operation, status: &str, description: &str) {
+    let body = ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
+    let response = ResponseBuilder::new().description(description).content("application/json", body).build();
+    operation.responses.responses.entry(status.to_owned()).or_insert(RefOr::T(response));
 }

@@ -58,7 +58,7 @@ impl Filter {
 #[utoipa::path(get, path = "/api/events", tag = "events", params(EventParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     security(("token" = [])),
-    responses((status = 200, description = "A stream of events whose data are FeedEvent objects", body = outbox::FeedEvent, content_type = "text/event-stream"),
+    responses((status = 200, description = "Server-Sent Events: `id` the feed position, `event` the transition, `data` one JSON `FeedEvent`", body = String, content_type = "text/event-stream"),
         (status = 400, description = "A filter or resume position is invalid", body = ErrorBody)))]
 pub(super) async fn events(
     State(state): State<AppState>,

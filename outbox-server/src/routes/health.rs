@@ -19,10 +19,12 @@ pub(crate) struct Health {
     /// Absent when the database is unreachable.
     #[serde(skip_serializing_if = "Option::is_none")]
     migrations: Option<Migrations>,
-    /// Live workers; `null` when they cannot be read (absent when the database is unreachable).
+    /// Live workers; `null` when they cannot be read or migrations are pending (absent when the database is
+    /// unreachable).
     #[serde(skip_serializing_if = "Option::is_none")]
     workers: Option<Option<usize>>,
-    /// How long the oldest job that could run now has waited; `null` when none waits.
+    /// How long the oldest job that could run now has waited; `null` when none waits, when the queues cannot be
+    /// read or migrations are pending.
     #[serde(skip_serializing_if = "Option::is_none")]
     oldest_pending_age_secs: Option<Option<f64>>,
 }
@@ -133,20 +135,22 @@ pub(super) async fn session(State(state): State<AppState>, headers: axum::http::
     axum::Json(state.auth.session(&headers)).into_response()
 }
 
-/// The OpenAPI document, serialized once when the router is built.
+/// The OpenAPI document, serialized once when the router is built, or why it could not be.
 #[derive(Clone)]
-pub(crate) struct Document(std::sync::Arc<str>);
+pub(crate) struct Document(std::sync::Arc<Result<String, String>>);
 
 impl Document {
     pub(crate) fn new(doc: &utoipa::openapi::OpenApi) -> Self {
-        // Serializing a document of plain strings and maps cannot fail; an empty one would say so at once.
-        Document(doc.to_json().unwrap_or_default().into())
+        Document(std::sync::Arc::new(doc.to_json().map_err(|e| e.to_string())))
     }
 }
 
 /// This API described as an OpenAPI 3.1 document, for clients in other languages.
 #[utoipa::path(get, path = "/api/openapi.json", tag = "health",
     responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")))]
-pub(super) async fn openapi(axum::Extension(doc): axum::Extension<Document>) -> Response {
-    ([(axum::http::header::CONTENT_TYPE, "application/json")], doc.0.to_string()).into_response()
+pub(super) async fn openapi(axum::Extension(doc): axum::Extension<Document>) -> Reply {
+    match doc.0.as_ref() {
+        Ok(text) => Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], text.clone()).into_response()),
+        Err(e) => Err(crate::api_error::ApiError::internal(&format_args!("serializing the openapi document: {e}"))),
+    }
 }

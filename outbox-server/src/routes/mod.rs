@@ -67,12 +67,8 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
         request_timeout: opts.request_timeout,
         auth: Arc::clone(&auth),
     };
-    let Groups { open, read, operate, work, document } = groups();
-    let mut api = Router::new()
-        .merge(auth.require(Role::Read, read))
-        .merge(auth.require(Role::Operate, operate))
-        .merge(auth.require(Role::Work, work))
-        .merge(open)
+    let (routes, document) = api(&auth);
+    let mut api = routes
         .merge(crate::pages::routes())
         .fallback(unknown_route)
         .with_state(state)
@@ -88,23 +84,15 @@ pub fn router(db: DatabaseConnection, opts: ServerOpts) -> Router {
         .layer(CatchPanicLayer::custom(panicked))
 }
 
-/// The routes by the role their tokens need, and the document describing them all.
-struct Groups {
-    open: Router<AppState>,
-    read: Router<AppState>,
-    operate: Router<AppState>,
-    work: Router<AppState>,
-    document: utoipa::openapi::OpenApi,
-}
-
-fn groups() -> Groups {
-    // Each route is declared once, by its handler's `#[utoipa::path]`: `routes!` serves it and describes it.
-    let (open, open_doc) = OpenApiRouter::new()
+/// Every API route, each guarded by the role its group needs, and the document describing them: one router
+/// split once, so that a route is served only as the document describes it. Each route is declared once, by its
+/// handler's `#[utoipa::path]`: `routes!` serves it and describes it.
+fn api(auth: &Arc<Auth>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let open = OpenApiRouter::new()
         .routes(routes!(health::health))
         .routes(routes!(health::session))
-        .routes(routes!(health::openapi))
-        .split_for_parts();
-    let (read, read_doc) = OpenApiRouter::new()
+        .routes(routes!(health::openapi));
+    let read = OpenApiRouter::new()
         .routes(routes!(overview::stats))
         .routes(routes!(overview::activity))
         .routes(routes!(overview::failures))
@@ -116,29 +104,32 @@ fn groups() -> Groups {
         .routes(routes!(health::workers))
         .routes(routes!(health::schedules))
         .routes(routes!(events::events))
-        .routes(routes!(health::metrics))
-        .split_for_parts();
-    let (operate, operate_doc) = OpenApiRouter::new()
+        .routes(routes!(health::metrics));
+    let operate = OpenApiRouter::new()
         .routes(routes!(jobs::enqueue))
         .routes(routes!(jobs::retry_failed))
         .routes(routes!(jobs::retry))
         .routes(routes!(jobs::cancel))
-        .routes(routes!(jobs::delete))
-        .split_for_parts();
-    let (work, work_doc) = OpenApiRouter::new()
+        .routes(routes!(jobs::delete));
+    let work = OpenApiRouter::new()
         .routes(routes!(work::claim))
         .routes(routes!(work::heartbeat))
         .routes(routes!(work::complete))
         .routes(routes!(work::fail))
-        .routes(routes!(work::snooze))
+        .routes(routes!(work::snooze));
+    let (routes, mut document) = OpenApiRouter::with_openapi(doc::frame())
+        .merge(open)
+        .merge(auth.require(Role::Read, read))
+        .merge(auth.require(Role::Operate, operate))
+        .merge(auth.require(Role::Work, work))
         .split_for_parts();
-    let document = doc::document([open_doc, read_doc, operate_doc, work_doc]);
-    Groups { open, read, operate, work, document }
+    doc::add_shared_responses(&mut document);
+    (routes, document)
 }
 
 /// The API's OpenAPI 3.1 document, as `GET /api/openapi.json` serves it (pretty-printed here).
-pub fn openapi_json() -> String {
-    groups().document.to_pretty_json().unwrap_or_default()
+pub fn openapi_json() -> Result<String, serde_json::Error> {
+    api(&Auth::new(&ServerOpts::new())).1.to_pretty_json()
 }
 
 /// Browsers on the configured origins may call every route with a token.

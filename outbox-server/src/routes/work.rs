@@ -59,10 +59,9 @@ pub(crate) struct Claimed {
 /// Claim up to `limit` due jobs of the given kinds, each leased to the worker; with `wait`, wait for one.
 #[utoipa::path(post, path = "/api/work/claim", tag = "work", request_body = ClaimBody, security(("token" = [])),
     responses((status = 200, description = "The claimed jobs, possibly none", body = Claimed), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody)))]
-///
-/// The claim runs in a task of its own, which outlives the request: a client that goes away (or a request that
-/// times out) stops a waiting claim between looks, and the jobs of a claim that was running then are given
-/// back at once, their attempts unused, instead of staying claimed by no one until their leases run out.
+// The claim runs in a task of its own, which outlives the request: a client that goes away (or a request that
+// times out) stops a waiting claim between looks, and the jobs of a claim that was running then are given
+// back at once, their attempts unused, instead of staying claimed by no one until their leases run out.
 pub(super) async fn claim(State(state): State<AppState>, Json(body): Json<ClaimBody>) -> Reply {
     let req = ClaimRequest {
         worker: body.worker,

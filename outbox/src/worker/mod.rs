@@ -23,6 +23,9 @@ pub use builder::WorkerBuilder;
 pub use handler::{IntoOutput, JobContext, JobError};
 pub use retry::RetryPolicy;
 pub use run::shutdown_signal;
+/// How a worker words a failed attempt and a handler dropped at its timeout, for `testing` to say the same.
+#[cfg(feature = "testing")]
+pub(crate) use watchdog::{failure as failed_attempt, timeout_message};
 
 use crate::error::{Error, Result};
 use crate::kind::Kind;

@@ -28,11 +28,16 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The delay before retrying after failed attempt number `attempt` (from 1).
     pub fn backoff(&self, attempt: i32) -> Duration {
-        let exp = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
-        let raw = self.base.saturating_mul(1u32 << exp).min(self.max);
+        let raw = self.nominal(attempt);
         let jitter = self.jitter.clamp(0.0, 1.0);
         let factor = 1.0 + jitter * (fastrand::f64() * 2.0 - 1.0);
         raw.mul_f64(factor).min(self.max)
+    }
+
+    /// The delay before retrying after failed attempt number `attempt`, before the jitter spreads it.
+    pub(crate) fn nominal(&self, attempt: i32) -> Duration {
+        let exp = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+        self.base.saturating_mul(1u32 << exp).min(self.max)
     }
 }
 
