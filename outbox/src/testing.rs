@@ -308,13 +308,7 @@ async fn run(worker: &Worker, attempt: Attempt, payload: String, schema_hash: St
         Ok(Err(_)) if let Some(error) = timed_out => failure(registered, &attempt, error),
         Ok(Err(JobError::Permanent(error))) => Ran::Failed { error },
         Ok(Err(JobError::Retry(error))) => failure(registered, &attempt, error),
-        Err(e) => {
-            let error = match e.try_into_panic() {
-                Ok(panic) => format!("handler panicked: {}", panic_text(panic.as_ref())),
-                Err(e) => format!("handler task ended: {e}"),
-            };
-            failure(registered, &attempt, error)
-        }
+        Err(e) => failure(registered, &attempt, format!("handler panicked: {}", crate::worker::panic_message(e))),
     })
 }
 
@@ -326,14 +320,6 @@ fn failure(registered: &crate::worker::Registered, attempt: &Attempt, error: Str
         Outcome::Retry { error, .. } => Ran::Retried { error, after },
         other => Ran::Failed { error: format!("unexpected outcome of a failed attempt: {other:?}") },
     }
-}
-
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".into())
 }
 
 /// The jobs a [`drain`] claimed, each as it was when the drain ended, oldest first.
@@ -373,18 +359,8 @@ pub async fn drain(worker: Worker) -> Result<Drained> {
     // A second back, for a database clock a little behind this process's.
     let since = chrono::Utc::now() - chrono::Duration::seconds(1);
     worker.drain().await?;
-    let mut filter = JobFilter { since: Some(since), limit: 500, ..JobFilter::default() };
-    let mut jobs = Vec::new();
-    loop {
-        let page = ops::list(&db, &filter).await?;
-        let full = page.len() as u64 == filter.limit;
-        filter.before = page.last().map(|j| j.id.clone());
-        jobs.extend(page.into_iter().filter(|j| j.locked_by.as_deref() == Some(id.as_str())));
-        if !full {
-            break;
-        }
-    }
-    jobs.reverse();
+    let changed = every_page(&db, JobFilter { since: Some(since), ..JobFilter::default() }).await?;
+    let jobs = changed.into_iter().filter(|j| j.locked_by.as_deref() == Some(id.as_str())).collect();
     Ok(Drained { jobs })
 }
 
@@ -427,12 +403,16 @@ impl Drop for TempSqlite {
 }
 
 async fn pending<C: ConnectionTrait>(conn: &C, kind: Option<&str>) -> Result<Vec<JobRecord>> {
-    let mut filter = JobFilter {
-        status: Some(JobStatus::Pending),
-        kind: kind.map(str::to_owned),
-        limit: 500,
-        ..JobFilter::default()
-    };
+    every_page(
+        conn,
+        JobFilter { status: Some(JobStatus::Pending), kind: kind.map(str::to_owned), ..JobFilter::default() },
+    )
+    .await
+}
+
+/// Every job `filter` matches, oldest first, read a page at a time.
+async fn every_page<C: ConnectionTrait>(conn: &C, mut filter: JobFilter) -> Result<Vec<JobRecord>> {
+    filter.limit = 500;
     let mut jobs = Vec::new();
     loop {
         let page = ops::list(conn, &filter).await?;

@@ -25,7 +25,10 @@ pub use retry::RetryPolicy;
 pub use run::shutdown_signal;
 /// How a worker words a failed attempt and a handler dropped at its timeout, for `testing` to say the same.
 #[cfg(feature = "testing")]
-pub(crate) use watchdog::{failure as failed_attempt, timeout_message};
+pub(crate) use {
+    task::panic_message,
+    watchdog::{failure as failed_attempt, timeout_message},
+};
 
 use crate::error::{Error, Result};
 use crate::kind::Kind;

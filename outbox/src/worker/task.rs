@@ -124,7 +124,7 @@ fn failure(job: &ClaimedJob, error: String, registered: Option<&Registered>) -> 
     watchdog::failure(job.attempt, job.max_attempts, error, backoff)
 }
 
-fn panic_message(e: JoinError) -> String {
+pub(crate) fn panic_message(e: JoinError) -> String {
     match e.try_into_panic() {
         Ok(payload) => payload
             .downcast_ref::<&str>()
