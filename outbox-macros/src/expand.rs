@@ -94,10 +94,11 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         opts.push(quote!(key_fields: &[#(#key_fields),*]));
     }
 
+    // The flow options (`rate`, `rate_key`, `fair`, `cost`) are not attributes yet: they always come from the
+    // defaults.
+    let _ = all_set;
     let opts = if opts.is_empty() {
         quote!(::outbox::KindOpts::DEFAULT)
-    } else if all_set {
-        quote!(::outbox::KindOpts { #(#opts,)* })
     } else {
         quote!(::outbox::KindOpts { #(#opts,)* ..::outbox::KindOpts::DEFAULT })
     };
@@ -159,6 +160,7 @@ mod tests {
                         concurrency: ::core::option::Option::Some(3u32),
                         timeout: ::core::option::Option::Some(::core::time::Duration::from_millis(120000u64)),
                         key_fields: &["userId", "org"],
+                        ..::outbox::KindOpts::DEFAULT
                     };
                 }
             };

@@ -112,6 +112,7 @@ fn all_options() {
             on_sequence_failure: outbox::SequenceFailure::Continue,
             concurrency: Some(4),
             timeout: Some(std::time::Duration::from_secs(90)),
+            ..KindOpts::DEFAULT
         }
     );
     let charge = Charge { tenant_id: 1, amount_cents: 250, invoice_id: "inv-9".into(), r#type: "card".into() };
@@ -139,6 +140,10 @@ fn defaults() {
             on_sequence_failure: outbox::SequenceFailure::Hold,
             concurrency: None,
             timeout: None,
+            rate: None,
+            rate_key: None,
+            fair: None,
+            cost: None,
         }
     );
     assert_eq!(serde_json::to_value(Ping { at: 5 }).expect("serializes"), json!({"at": 5}));

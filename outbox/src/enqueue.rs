@@ -38,6 +38,9 @@ pub struct EnqueueOpts {
     /// The largest serialized payload this enqueue accepts (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 256 KiB).
     /// Set where the jobs are produced (a service that accepts bigger documents), not for the whole process.
     pub max_payload_bytes: Option<usize>,
+    /// What the job counts against its kind's rate limit (default: the kind's cost, or 1): an LLM call's token
+    /// estimate, say, under a rate of tokens a minute.
+    pub cost: Option<u32>,
 }
 
 impl EnqueueOpts {
@@ -75,6 +78,12 @@ impl EnqueueOpts {
         self.idempotency_key = Some(key.into());
         self
     }
+    /// Sets what the job counts against its kind's rate limit, whatever its kind says.
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = Some(cost);
+        self
+    }
+
     /// Puts the job in the sequence `key` (`agent:42`), whatever its kind's template says.
     pub fn sequence(mut self, key: impl Into<String>) -> Self {
         self.sequence = Some(key.into());
@@ -209,6 +218,10 @@ fn prepare(backend: Dialect, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         }
         None => kind.sequence_key(payload)?,
     };
+    let (flow_key, cost) = kind.flow_of(payload)?;
+    if let Some(key) = &flow_key {
+        check_key("flow key", key, &bad)?;
+    }
     let run_at = match (opts.run_at, opts.delay) {
         (Some(at), _) => at.timestamp_millis(),
         (None, Some(d)) => now.saturating_add(duration_ms(d)),
@@ -233,6 +246,8 @@ fn prepare(backend: Dialect, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         created_at: now,
         sequence_key,
         hold: kind.on_sequence_failure() == SequenceFailure::Hold,
+        flow_key,
+        cost: opts.cost.or(cost),
     })
 }
 

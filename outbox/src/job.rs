@@ -73,6 +73,19 @@ pub struct KindOpts {
     /// through its context, dropped after the worker's cancel grace, and the attempt counts as a retryable
     /// failure. `None`: the worker's own timeout, if it has one.
     pub timeout: Option<std::time::Duration>,
+    /// A fleet-wide rate limit on the kind's claims (`#[job(rate = "50/1m")]`), counted in cost units: the kind's
+    /// as a whole, or each key's apart when [`KindOpts::rate_key`] is set. `None`: no rate limit.
+    pub rate: Option<crate::flow::Rate>,
+    /// The template of the key each job is rate limited under (`"{tenant}"`), like a sequence template: each key
+    /// gets the whole [`KindOpts::rate`]. Keys can also be paused and held one by one.
+    pub rate_key: Option<&'static str>,
+    /// The template of the key claims share out by (`"{tenant}"`): while several keys have jobs ready, claims
+    /// alternate between them in proportion to their weights ([`crate::flow::set_weight`]). When both this and
+    /// [`KindOpts::rate_key`] are set they must be the same template: a job has one flow key.
+    pub fair: Option<&'static str>,
+    /// What one job counts against the kind's rate: a whole number (`"10"`) or a payload field holding one
+    /// (`"{estimatedTokens}"`). `None`: 1. An enqueue can set its own ([`crate::EnqueueOpts::cost`]).
+    pub cost: Option<&'static str>,
 }
 
 /// What the jobs behind a job that failed for good (or was cancelled) in its sequence do.
@@ -110,6 +123,10 @@ impl KindOpts {
         on_sequence_failure: SequenceFailure::Hold,
         concurrency: None,
         timeout: None,
+        rate: None,
+        rate_key: None,
+        fair: None,
+        cost: None,
     };
 }
 

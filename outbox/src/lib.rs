@@ -5,6 +5,7 @@ mod backoff;
 mod connect;
 mod enqueue;
 mod error;
+pub mod flow;
 mod id;
 mod job;
 mod kind;

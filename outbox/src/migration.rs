@@ -42,8 +42,8 @@ pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<()> {
 /// as by [`migrate`].
 pub async fn pending_migrations(db: &sea_orm::DatabaseConnection) -> Result<Vec<String>> {
     match schema::dated(db).await? {
-        // Its schema is current; `migrate` records it as `001_schema`.
-        schema::Dated::Complete => return Ok(vec![schema::MIGRATIONS[0].to_owned()]),
+        // Its schema is `001_schema`'s; `migrate` records it so, then applies the rest.
+        schema::Dated::Complete => return Ok(schema::MIGRATIONS.iter().map(|m| (*m).to_owned()).collect()),
         // `migrate` deletes the stale records; nothing to apply.
         schema::Dated::Stale => return Ok(Vec::new()),
         schema::Dated::None => {}

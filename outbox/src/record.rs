@@ -280,6 +280,14 @@ pub struct KindRecord {
     pub on_sequence_failure: crate::job::SequenceFailure,
     /// The most jobs of the kind that may run at once across every worker.
     pub concurrency: Option<u32>,
+    /// Its fleet-wide rate limit (`50/1m burst 5`).
+    pub rate: Option<String>,
+    /// The template of its rate limit's key, when the rate applies per key.
+    pub rate_key: Option<String>,
+    /// The template of its fair-share key.
+    pub fair: Option<String>,
+    /// What one job costs against the rate: a whole number or a `{field}` of the payload.
+    pub cost: Option<String>,
     /// The worker that last recorded it.
     pub recorded_by: Option<String>,
     /// When a worker first recorded it.

@@ -118,7 +118,9 @@ async fn claim_as(db: &DatabaseConnection, req: &ClaimRequest, register: bool) -
         .filter(|r| kinds.contains(&r.name))
         .filter_map(|r| Some((r.name.clone(), Kind::from_record(&r).ok()?)))
         .collect();
-    let limits = recorded.values().filter_map(|k| Some((k.name().to_owned(), k.concurrency()?))).collect();
+    let mut flows: Vec<crate::flow::FlowKind> =
+        recorded.values().filter_map(|k| crate::flow::FlowKind::of(k, None, None)).collect();
+    flows.sort_by(|a, b| a.kind.cmp(&b.kind));
     let now = now_ms();
     let presence = WorkerRow {
         id: req.worker.clone(),
@@ -135,7 +137,7 @@ async fn claim_as(db: &DatabaseConnection, req: &ClaimRequest, register: bool) -
     if register {
         storage::workers::upsert(db, &presence).await?;
     }
-    let opts = WorkerStoreOpts { worker_id: req.worker.clone(), kinds, limits, queues: req.queues.clone() };
+    let opts = WorkerStoreOpts { worker_id: req.worker.clone(), kinds, flows, queues: req.queues.clone() };
     let lease_until = ms_after(now, req.lease);
     let claimed = storage::remote::claim(db, opts, req.limit, now, lease_until).await?;
     let mut jobs = Vec::with_capacity(claimed.len());

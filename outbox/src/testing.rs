@@ -162,6 +162,12 @@ pub enum Ran {
         /// How long from now.
         after: Duration,
     },
+    /// The handler said it was rate limited upstream for `after`: the attempt is given back and a worker would
+    /// hold the kind (or its key) fleet-wide until then.
+    RateLimited {
+        /// How long from now.
+        after: Duration,
+    },
 }
 
 impl Ran {
@@ -182,6 +188,7 @@ impl fmt::Display for Ran {
             Ran::Retried { error, after } => write!(f, "retried in {after:?}: {error}"),
             Ran::Failed { error } => write!(f, "failed: {error}"),
             Ran::Snoozed { after } => write!(f, "snoozed for {after:?}"),
+            Ran::RateLimited { after } => write!(f, "rate limited for {after:?}"),
         }
     }
 }
@@ -305,6 +312,7 @@ async fn run(worker: &Worker, attempt: Attempt, payload: String, schema_hash: St
     Ok(match result {
         Ok(Ok(output)) => Ran::Completed { output },
         Ok(Err(JobError::Snooze(after))) => Ran::Snoozed { after },
+        Ok(Err(JobError::RateLimited(after))) => Ran::RateLimited { after },
         Ok(Err(_)) if let Some(error) = timed_out => failure(registered, &attempt, error),
         Ok(Err(JobError::Permanent(error))) => Ran::Failed { error },
         Ok(Err(JobError::Retry(error))) => failure(registered, &attempt, error),

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use serde_json::Value;
 
+use super::flow::{FlowSpec, KindFlow};
 use super::key::schema_hash_of;
 use super::sequence::Template;
 use super::{Kind, MAX_NAME_BYTES};
@@ -23,6 +24,7 @@ struct Spec {
     sequence: Option<String>,
     on_sequence_failure: SequenceFailure,
     concurrency: Option<u32>,
+    flow: FlowSpec,
 }
 
 /// [`Job::validate`] of `J` on a JSON payload.
@@ -81,6 +83,12 @@ impl Kind {
                 sequence: opts.sequence.map(str::to_owned),
                 on_sequence_failure: opts.on_sequence_failure,
                 concurrency: opts.concurrency,
+                flow: FlowSpec {
+                    rate: opts.rate.map(|r| r.to_string()),
+                    rate_key: opts.rate_key.map(str::to_owned),
+                    fair: opts.fair.map(str::to_owned),
+                    cost: opts.cost.map(str::to_owned),
+                },
             },
         )
     }
@@ -105,6 +113,7 @@ impl Kind {
             sequence: None,
             on_sequence_failure: crate::job::SequenceFailure::default(),
             concurrency,
+            flow: FlowSpec::default(),
         };
         Kind::build(name, schema, spec)
     }
@@ -124,13 +133,28 @@ impl Kind {
                 sequence: record.sequence.clone(),
                 on_sequence_failure: record.on_sequence_failure,
                 concurrency: record.concurrency,
+                flow: FlowSpec {
+                    rate: record.rate.clone(),
+                    rate_key: record.rate_key.clone(),
+                    fair: record.fair.clone(),
+                    cost: record.cost.clone(),
+                },
             },
         )
     }
 
     fn build(name: &str, schema: Value, spec: Spec) -> Result<Kind> {
-        let Spec { queue, priority, max_attempts, unique, key_fields, sequence, on_sequence_failure, concurrency } =
-            spec;
+        let Spec {
+            queue,
+            priority,
+            max_attempts,
+            unique,
+            key_fields,
+            sequence,
+            on_sequence_failure,
+            concurrency,
+            flow,
+        } = spec;
         let invalid = |reason: String| Error::InvalidKind { kind: name.to_owned(), reason };
         if name.is_empty() {
             return Err(invalid("the kind name is empty".into()));
@@ -172,6 +196,7 @@ impl Kind {
                 template.as_str()
             )));
         }
+        let flow = KindFlow::build(flow, &is_property).map_err(invalid)?;
         let schema_hash = schema_hash_of(&schema);
         Ok(Kind {
             name: name.to_owned(),
@@ -183,6 +208,7 @@ impl Kind {
             sequence,
             on_sequence_failure,
             concurrency,
+            flow,
             schema,
             schema_hash,
             validator,

@@ -6,6 +6,7 @@ use crate::error::{Error, Result, pointer_token};
 use crate::job::{SequenceFailure, Violation};
 
 mod build;
+mod flow;
 mod key;
 pub(crate) mod registry;
 pub(crate) mod sequence;
@@ -38,6 +39,7 @@ pub struct Kind {
     sequence: Option<Template>,
     on_sequence_failure: SequenceFailure,
     concurrency: Option<u32>,
+    flow: flow::KindFlow,
     schema: Value,
     schema_hash: String,
     validator: jsonschema::Validator,
@@ -57,6 +59,9 @@ impl std::fmt::Debug for Kind {
             .field("sequence", &self.sequence.as_ref().map(Template::as_str))
             .field("on_sequence_failure", &self.on_sequence_failure)
             .field("concurrency", &self.concurrency)
+            .field("rate", &self.flow.rate)
+            .field("flow_key", &self.flow.key.as_ref().map(Template::as_str))
+            .field("fair", &self.flow.fair)
             .field("schema_hash", &self.schema_hash)
             .finish_non_exhaustive()
     }
@@ -78,6 +83,26 @@ impl Kind {
         self.concurrency
     }
 
+    /// The kind's fleet-wide rate limit.
+    pub fn rate(&self) -> Option<crate::flow::Rate> {
+        self.flow.rate
+    }
+
+    /// The template of the key of the kind's per-key rate and fair share, as written (`{tenant}`).
+    pub fn flow_key_template(&self) -> Option<&str> {
+        self.flow.key.as_ref().map(Template::as_str)
+    }
+
+    /// Whether the kind's rate applies to each key apart.
+    pub fn rate_per_key(&self) -> bool {
+        self.flow.rate_per_key
+    }
+
+    /// Whether claims share out between the kind's keys by weight.
+    pub fn fair(&self) -> bool {
+        self.flow.fair
+    }
+
     /// The sequence key of `payload` under the kind's template; `Ok(None)` when the kind has none.
     pub(crate) fn sequence_key(&self, payload: &Value) -> Result<Option<String>> {
         let Some(template) = &self.sequence else { return Ok(None) };
@@ -85,6 +110,18 @@ impl Kind {
             .render(payload)
             .map(Some)
             .map_err(|violation| Error::InvalidPayload { kind: self.name.clone(), violations: vec![violation] })
+    }
+
+    /// The flow key and cost of `payload` under the kind's templates (`None`: no key; the default cost of 1).
+    pub(crate) fn flow_of(&self, payload: &Value) -> Result<(Option<String>, Option<u32>)> {
+        let invalid = |v: Violation| Error::InvalidPayload { kind: self.name.clone(), violations: vec![v] };
+        Ok((self.flow.key(payload).map_err(invalid)?, self.flow.cost(payload).map_err(invalid)?))
+    }
+
+    /// The kind's flow options as written: rate, rate key template, fairness template, cost.
+    pub(crate) fn flow_written(&self) -> [Option<String>; 4] {
+        let w = &self.flow.written;
+        [w.rate.clone(), w.rate_key.clone(), w.fair.clone(), w.cost.clone()]
     }
 
     /// Whether duplicate intents collapse onto one active job.

@@ -30,6 +30,7 @@ fn row(kind: &Kind) -> Result<KindRow> {
         sequence: kind.sequence().map(str::to_owned),
         on_sequence_failure: kind.on_sequence_failure().as_str(),
         concurrency: kind.concurrency().map(i64::from),
+        flow: kind.flow_written(),
     })
 }
 

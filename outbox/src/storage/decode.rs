@@ -180,6 +180,10 @@ pub(super) fn kinds(rows: &[QueryResult]) -> Result<Vec<KindRecord>> {
                 _ => SequenceFailure::Hold,
             },
             concurrency: row.try_get_by_index::<Option<i64>>(13)?.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            rate: row.try_get_by_index(14)?,
+            rate_key: row.try_get_by_index(15)?,
+            fair: row.try_get_by_index(16)?,
+            cost: row.try_get_by_index(17)?,
             name,
         })
     })
@@ -257,5 +261,38 @@ pub(crate) fn reconciliations(rows: &[QueryResult]) -> Result<Vec<Reconciliation
             worker: row.try_get_by_index(2)?,
             report: json_at(row, 3)?.unwrap_or_default(),
         })
+    })
+}
+
+pub(super) fn pauses(rows: &[QueryResult]) -> Result<Vec<super::flow::PauseRow>> {
+    each(rows, "reading the pauses", |row| {
+        Ok((
+            row.try_get_by_index(0)?,
+            row.try_get_by_index(1)?,
+            row.try_get_by_index(2)?,
+            row.try_get_by_index(3)?,
+            row.try_get_by_index(4)?,
+            row.try_get_by_index(5)?,
+        ))
+    })
+}
+
+pub(super) fn rates(rows: &[QueryResult]) -> Result<Vec<super::flow::RateRow>> {
+    each(rows, "reading the rates", |row| {
+        Ok((
+            row.try_get_by_index(0)?,
+            row.try_get_by_index(1)?,
+            row.try_get_by_index(2)?,
+            row.try_get_by_index(3)?,
+            row.try_get_by_index(4)?,
+            row.try_get_by_index(5)?,
+            row.try_get_by_index(6)?,
+        ))
+    })
+}
+
+pub(super) fn shares(rows: &[QueryResult]) -> Result<Vec<(String, i64, i64, i64)>> {
+    each(rows, "reading a fair share", |row| {
+        Ok((row.try_get_by_index(0)?, row.try_get_by_index(1)?, row.try_get_by_index(2)?, row.try_get_by_index(3)?))
     })
 }

@@ -188,6 +188,10 @@ pub(crate) struct NewJob {
     pub(crate) sequence_key: Option<String>,
     /// Whether the job holds its sequence when it fails for good or is cancelled.
     pub(crate) hold: bool,
+    /// Its key for its kind's per-key rate, pauses and fair share.
+    pub(crate) flow_key: Option<String>,
+    /// What it counts against its kind's rate (`None`: 1).
+    pub(crate) cost: Option<u32>,
 }
 
 /// Which finished jobs retention deletes: those last updated before their status's cutoff (integer

@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 
 /// The columns enqueue writes on every engine; SQLite adds the sequence's (`sqlite/enqueue.rs`).
 pub(crate) const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
-     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled";
-/// Rows per batch statement: SQLite's binds at most 14 values a row (or 13 shared), at most 28,000 values, under
+     max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, \
+     cost, scheduled";
+/// Rows per batch statement: SQLite's binds at most 16 values a row (or 15 shared), at most 32,000 values, under
 /// its parameter limit (32,766); PostgreSQL's batch binds one value (`insert_recordset`) and keeps the same size.
 const ROWS_PER_INSERT: usize = 2_000;
 /// Payload bytes per batch statement at most (a statement holds one job at least): a server takes a statement's
@@ -52,6 +53,7 @@ fn insert_statement(d: Dialect, jobs: &[&NewJob]) -> sea_orm::Statement {
 pub(crate) enum Cell<'a> {
     Text(&'a str),
     MaybeText(Option<&'a str>),
+    MaybeI64(Option<i64>),
     I16(i16),
     I32(i32),
     I64(i64),
@@ -62,6 +64,7 @@ impl Cell<'_> {
         match self {
             Cell::Text(s) => Value::from(s),
             Cell::MaybeText(s) => Value::from(s.map(str::to_owned)),
+            Cell::MaybeI64(n) => Value::from(n),
             Cell::I16(n) => Value::from(n),
             Cell::I32(n) => Value::from(n),
             Cell::I64(n) => Value::from(n),
@@ -79,7 +82,7 @@ enum Wrap {
 
 /// The bound columns of [`INSERT_COLUMNS`] in order (`status` and `attempts` are literals after `payload` and
 /// `priority`, `scheduled` one at the end) and how each placeholder is written.
-pub(crate) const BOUND: usize = 13;
+pub(crate) const BOUND: usize = 15;
 const WRAPS: [Wrap; BOUND] = [
     Wrap::Plain,
     Wrap::Plain,
@@ -92,6 +95,8 @@ const WRAPS: [Wrap; BOUND] = [
     Wrap::Plain,
     Wrap::Ts,
     Wrap::Ts,
+    Wrap::Plain,
+    Wrap::Plain,
     Wrap::Plain,
     Wrap::Plain,
 ];
@@ -122,6 +127,8 @@ pub(crate) fn cells(job: &NewJob) -> [Cell<'_>; BOUND] {
         Cell::I64(job.created_at),
         Cell::MaybeText(job.sequence_key.as_deref()),
         Cell::I16(i16::from(job.hold)),
+        Cell::MaybeText(job.flow_key.as_deref()),
+        Cell::MaybeI64(job.cost.map(i64::from)),
     ]
 }
 
@@ -306,6 +313,8 @@ mod tests {
             created_at: 0,
             sequence_key: None,
             hold: false,
+            flow_key: None,
+            cost: None,
         }
     }
 

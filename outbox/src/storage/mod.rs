@@ -19,6 +19,7 @@ mod dialect;
 mod engine;
 pub(crate) mod enqueue;
 pub(crate) mod events;
+pub(crate) mod flow;
 pub(crate) mod jobs;
 pub(crate) mod kinds;
 pub(crate) mod locks;

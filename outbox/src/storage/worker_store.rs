@@ -14,16 +14,16 @@ pub(crate) struct WorkerStoreOpts {
     pub(crate) worker_id: String,
     /// Kinds this worker has handlers for, sorted.
     pub(crate) kinds: Vec<String>,
-    /// Of those, the kinds with a fleet-wide limit on running jobs, and the limit.
-    pub(crate) limits: Vec<(String, u32)>,
+    /// Of those, the kinds whose claims are controlled fleet-wide (a limit on running jobs, a rate, fair share).
+    pub(crate) flows: Vec<crate::flow::FlowKind>,
     /// Queues it serves; `None` for all.
     pub(crate) queues: Option<Vec<String>>,
 }
 
 impl WorkerStoreOpts {
-    /// The kinds without a fleet-wide limit.
+    /// The kinds whose claims nothing controls.
     pub(crate) fn unlimited_kinds(&self) -> Vec<String> {
-        self.kinds.iter().filter(|k| !self.limits.iter().any(|(l, _)| l == *k)).cloned().collect()
+        self.kinds.iter().filter(|k| !self.flows.iter().any(|f| f.kind == **k)).cloned().collect()
     }
 }
 
@@ -65,6 +65,12 @@ pub(crate) trait WorkerStore: Send + Sync {
     /// Takes back claims whose lease expired (anyone's), and lets go sequences that moved on.
     fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>>;
 
+    /// When a job a claim left behind for a rate or a hold may be taken, at the earliest (ms): the worker claims
+    /// again then. Set by each claim.
+    fn flow_wake_at(&self) -> Option<i64> {
+        None
+    }
+
     /// Resolves once every finish queued before it has been written (or given up on).
     fn flush(&self) -> StoreFuture<'_, ()>;
 
@@ -81,6 +87,21 @@ pub(crate) trait WorkerStore: Send + Sync {
     /// connection closes with its last handle, nothing to do.
     fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async {})
+    }
+}
+
+/// When a store's last claim said to claim again (ms since the epoch; 0 for never), shared between the store's
+/// handle and whatever runs its claims.
+#[derive(Debug, Default)]
+pub(crate) struct FlowWake(AtomicI64);
+
+impl FlowWake {
+    pub(crate) fn set(&self, at: Option<i64>) {
+        self.0.store(at.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> Option<i64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|at| *at != 0)
     }
 }
 

@@ -31,6 +31,8 @@ pub struct WorkerBuilder {
     id: Option<String>,
     /// Fleet-wide limits set on the builder, overriding the kinds' own.
     limits: HashMap<String, u32>,
+    /// Fleet-wide rates set on the builder, overriding the kinds' own.
+    rates: HashMap<String, crate::flow::Rate>,
     /// Timeouts set on the builder, overriding the kinds' own.
     timeouts: HashMap<String, Duration>,
     schedules: Vec<Schedule>,
@@ -71,6 +73,7 @@ impl Worker {
             },
             id: None,
             limits: HashMap::new(),
+            rates: HashMap::new(),
             timeouts: HashMap::new(),
             schedules: Vec::new(),
             retention: Retention::default(),
@@ -193,6 +196,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// At most `rate` of `kind` (in cost units) is claimed across every worker and process sharing the database,
+    /// in place of what the kind declares (`#[job(rate = "50/1m")]`): for kinds defined elsewhere, such as the
+    /// built-in `claude_extraction`. The database enforces it at claim time; every worker serving the kind should
+    /// say the same. Code outside jobs shares the budget through [`crate::flow::take`] under the kind's name.
+    pub fn rate(mut self, kind: impl Into<String>, rate: crate::flow::Rate) -> Self {
+        self.rates.insert(kind.into(), rate);
+        self
+    }
+
     /// How long a handler may run when its kind declares no timeout (default: no limit). Past it the handler
     /// is asked to stop through [`JobContext::cancelled`], dropped after the cancel grace if it has not, and
     /// the attempt counts as a retryable failure "timed out after …"; the job's claim is given back at once.
@@ -256,6 +268,7 @@ impl WorkerBuilder {
         let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
         kinds.sort();
         all_handled("a concurrency limit", self.limits.keys(), &self.handlers, &kinds)?;
+        all_handled("a rate", self.rates.keys(), &self.handlers, &kinds)?;
         all_handled("a timeout", self.timeouts.keys(), &self.handlers, &kinds)?;
         all_handled("retention keeping nothing", self.retention.kinds_keeping_nothing(), &self.handlers, &kinds)?;
         let sequenced = |kind: &&String| self.handlers.get(*kind).is_some_and(|r| r.kind.sequence().is_some());
@@ -272,14 +285,15 @@ impl WorkerBuilder {
                  completed job of each sequence is the reconcilers' evidence, so they are kept by age instead"
             )));
         }
-        let limits: Vec<(String, u32)> = kinds
+        let flows: Vec<crate::flow::FlowKind> = kinds
             .iter()
             .filter_map(|k| {
-                let declared = self.handlers.get(k)?.kind.concurrency();
-                Some((k.clone(), self.limits.get(k).copied().or(declared)?))
+                let kind = &self.handlers.get(k)?.kind;
+                crate::flow::FlowKind::of(kind, self.limits.get(k).copied(), self.rates.get(k).copied())
             })
             .collect();
-        let limited = limits.iter().map(|(kind, _)| kind.clone()).collect();
+        let limited = flows.iter().filter(|f| f.concurrency.is_some()).map(|f| f.kind.clone()).collect();
+        let rate_per_key = flows.iter().filter(|f| f.rate_per_key).map(|f| f.kind.clone()).collect();
         for (kind, registered) in &mut self.handlers {
             registered.timeout = self.timeouts.get(kind).copied().or(registered.timeout).or(self.config.timeout);
         }
@@ -297,8 +311,14 @@ impl WorkerBuilder {
         let (db, config) = (&self.db, &self.config);
         until_ok("checking its schema", &id, config, || storage::schema::refuse_legacy(db)).await?;
         until_ok("recording its kinds", &id, config, || crate::kind::registry::record(db, &registered, &id)).await?;
+        for flow in &flows {
+            if let Some(rate) = flow.rate {
+                let name = flow.kind.as_str();
+                until_ok("recording its rates", &id, config, || crate::flow::define_rate(db, name, rate)).await?;
+            }
+        }
         let queues = self.queues.clone();
-        let opts = WorkerStoreOpts { worker_id: id.clone(), kinds, limits, queues: self.queues };
+        let opts = WorkerStoreOpts { worker_id: id.clone(), kinds, flows, queues: self.queues };
         let background = Background::start(db, &id)?;
         let bg = background.handle();
         let store =
@@ -315,6 +335,7 @@ impl WorkerBuilder {
             config: self.config,
             id,
             limited,
+            rate_per_key,
             schedules: Arc::new(schedules),
             retention: self.retention,
             on_start: self.on_start,

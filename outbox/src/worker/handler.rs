@@ -26,6 +26,10 @@ pub enum JobError {
     Permanent(String),
     /// Not now: run again after this long, without using an attempt.
     Snooze(Duration),
+    /// The service the job calls said to wait this long (an HTTP 429 or 529 with `retry-after`, a throttling
+    /// error): the attempt is given back and the job's kind (or its key, for a rate per key) is held for every
+    /// worker in the fleet until then.
+    RateLimited(Duration),
 }
 
 impl JobError {
@@ -41,6 +45,11 @@ impl JobError {
     pub fn snooze(after: Duration) -> Self {
         JobError::Snooze(after)
     }
+    /// Rate limited upstream for `retry_after`: the attempt is given back, and no worker in the fleet claims
+    /// another job of the kind (or of its key, when its rate is per key) until then. See [`crate::flow`].
+    pub fn rate_limited(retry_after: Duration) -> Self {
+        JobError::RateLimited(retry_after)
+    }
 }
 
 impl fmt::Display for JobError {
@@ -49,6 +58,7 @@ impl fmt::Display for JobError {
             JobError::Retry(e) => write!(f, "{e}"),
             JobError::Permanent(e) => write!(f, "permanent: {e}"),
             JobError::Snooze(d) => write!(f, "snoozed for {d:?}"),
+            JobError::RateLimited(d) => write!(f, "rate limited for {d:?}"),
         }
     }
 }

@@ -77,6 +77,8 @@ pub struct Worker {
     pub(crate) id: String,
     /// Kinds with a fleet-wide limit: one ending frees a slot the next claim may take at once.
     pub(crate) limited: std::collections::HashSet<String>,
+    /// Kinds whose rate applies per key: a handler rate limited upstream holds its job's key, not the kind.
+    pub(crate) rate_per_key: std::collections::HashSet<String>,
     pub(crate) schedules: Arc<Vec<periodic::Ready>>,
     pub(crate) retention: Retention,
     pub(crate) on_start: Vec<(String, StartHook)>,

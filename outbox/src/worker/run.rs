@@ -121,6 +121,8 @@ impl Loop {
         let mut claim_now = Some("start");
         let mut next_poll = Instant::now() + config.poll_interval;
         let mut db_backoff = config.poll_interval;
+        // When a job a claim left behind for a rate or a hold may be taken: the loop claims again then.
+        let mut flow_at: Option<Instant> = None;
         let mut wakes_seen = wake::wakes();
         let mut heard_seen = wake::heard();
         loop {
@@ -147,7 +149,7 @@ impl Loop {
             // Draining ends on an empty claim with nothing in flight, so an idle drain asks once more. A job
             // that ended in a sequence or under a limit may have freed the next one: its outcome goes out
             // before the claim.
-            if drain && self.tasks.is_empty() {
+            if drain && self.tasks.is_empty() && flow_at.is_none() {
                 claim_now = claim_now.or(Some("drain"));
             }
             if std::mem::take(&mut self.freed) {
@@ -184,9 +186,20 @@ impl Loop {
                 match self.worker.store.claim(free, now, ms_after(now, config.lease)).await {
                     Ok(jobs) => {
                         tracing::debug!(worker = %self.worker.id, reason, wanted = free, claimed = jobs.len(), "claimed");
+                        let held = crate::flow::hold_ends_after(now_ms());
+                        let at = match (self.worker.store.flow_wake_at(), held) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                        flow_at = at.map(|at| {
+                            let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
+                            Instant::now() + std::time::Duration::from_millis(wait)
+                        });
                         db_backoff = config.poll_interval;
                         claim_now = (jobs.len() == free).then_some("full batch");
-                        if drain && jobs.is_empty() && self.tasks.is_empty() {
+                        // Jobs held back by a rate or a hold that ends are still to drain: the loop sleeps until
+                        // they may be taken.
+                        if drain && jobs.is_empty() && self.tasks.is_empty() && flow_at.is_none() {
                             // An outcome not yet written may let the next job of its sequence go: write
                             // them, then look once more. One written while the claim ran counts too: the
                             // claim may have read from before it.
@@ -212,7 +225,10 @@ impl Loop {
                     }
                 }
             }
-            let wake_at = next_poll.min(self.next_heartbeat).min(self.next_rescue);
+            let mut wake_at = next_poll.min(self.next_heartbeat).min(self.next_rescue);
+            if let Some(at) = flow_at {
+                wake_at = wake_at.min(at);
+            }
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(()),
@@ -220,6 +236,10 @@ impl Loop {
                 // Every wake-up is counted before it notifies: the counts, read on the next pass, say whose it was.
                 _ = &mut notified => {}
                 _ = sleep_until(wake_at) => {
+                    if flow_at.is_some_and(|at| Instant::now() >= at) {
+                        flow_at = None;
+                        claim_now = claim_now.or(Some("flow"));
+                    }
                     if Instant::now() >= next_poll {
                         claim_now = claim_now.or(Some("poll"));
                         next_poll = Instant::now() + db_backoff.max(config.poll_interval);
@@ -248,6 +268,8 @@ impl Loop {
             store: self.worker.store.clone(),
         };
         let fut = (registered.handler)(job.payload.clone(), job.schema_hash.clone(), ctx);
+        let per_key = self.worker.rate_per_key.contains(&job.kind);
+        let fut = super::task::held_when_rate_limited(fut, self.worker.db.clone(), &job, per_key);
         let (handle, ticket) = match registered.timeout {
             None => (self.tasks.spawn(async move { (fut.await, None) }), None),
             Some(limit) => {

@@ -42,6 +42,9 @@ pub(super) fn outcome(
     match result {
         Ok(Ok(output)) => Outcome::Completed { output: output.map(|v| v.to_string()) },
         Ok(Err(JobError::Snooze(after))) => Outcome::Snoozed { run_at: ms_after(now_ms(), after) },
+        // The hold keeps the job (and the rest of its kind or key) from running until it ends; the job keeps its
+        // place, its attempt given back.
+        Ok(Err(JobError::RateLimited(_))) => Outcome::Released,
         Ok(Err(_)) if let Some(t) = timed_out.filter(|_| !cancelling) => {
             tracing::warn!(job_id = %job.id, kind = %job.kind, attempt = job.attempt, timeout = ?t.limit,
                 dropped = t.dropped, "handler timed out");
@@ -54,6 +57,38 @@ pub(super) fn outcome(
         Err(_) if asked_to_stop => Outcome::Released,
         Err(e) => failure(job, format!("handler panicked: {}", panic_message(e)), retry),
     }
+}
+
+/// `fut`, which holds its job's kind (or key, `per_key`) fleet-wide before it returns
+/// [`JobError::RateLimited`]: the hold is written before the job's outcome frees its slot, so no worker claims
+/// the next job of the kind before the hold is in force.
+pub(super) fn held_when_rate_limited(
+    fut: super::handler::HandlerFuture,
+    db: sea_orm::DatabaseConnection,
+    job: &ClaimedJob,
+    per_key: bool,
+) -> super::handler::HandlerFuture {
+    let (id, kind) = (job.id.clone(), job.kind.clone());
+    Box::pin(async move {
+        let result = fut.await;
+        if let Err(JobError::RateLimited(after)) = &result {
+            let now = now_ms();
+            let until = ms_after(now, *after);
+            let reason = format!("job `{id}` was rate limited upstream");
+            match crate::storage::flow::hold_for_job(&db, &id, per_key, until, &reason, now).await {
+                Ok(()) => {
+                    crate::flow::note_hold(until);
+                    tracing::info!(job_id = %id, kind = %kind, until, per_key, "rate limited upstream; held fleet-wide");
+                }
+                Err(e) => {
+                    // Without the hold the job itself waits, as a snooze.
+                    tracing::warn!(job_id = %id, kind = %kind, error = %e, "rate limited upstream; holding failed");
+                    return Err(JobError::Snooze(*after));
+                }
+            }
+        }
+        result
+    })
 }
 
 /// Runs `fut` from `started` for at most `limit`; then asks it to stop through `cancel` and drops it after

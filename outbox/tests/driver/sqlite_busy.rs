@@ -10,7 +10,7 @@ fn config(path: PathBuf, busy_timeout: Duration) -> StoreConfig {
         worker_id: "test".into(),
         kinds_json: "[]".into(),
         one_kind: false,
-        limited: Vec::new(),
+        flows: Vec::new(),
         queues_json: None,
     }
 }
@@ -64,7 +64,14 @@ fn a_cycle_that_only_claims_does_not_wait_for_the_disk() {
         let config = StoreConfig { synchronous: setting.into(), ..config(path.clone(), Duration::from_secs(1)) };
         let conn = open_connection(&config).expect("open");
         let (_tx, rx) = mpsc::unbounded_channel();
-        let mut actor = Actor { conn, config, rx, _watch: super::super::watch_file(&path), relaxed: false };
+        let mut actor = Actor {
+            conn,
+            config,
+            rx,
+            _watch: super::super::watch_file(&path),
+            relaxed: false,
+            wake: Default::default(),
+        };
         assert_eq!(level(&actor), strict, "{setting} as opened");
         actor.durability_for(true);
         assert_eq!(level(&actor), strict.min(1), "{setting} for a cycle that only claims");

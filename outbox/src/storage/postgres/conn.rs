@@ -78,7 +78,7 @@ pub(super) fn unstorable(payload: &serde_json::Value, text: &str) -> Vec<Violati
 pub(super) async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts) -> Result<PgStoreConfig> {
     Ok(PgStoreConfig {
         kinds: opts.unlimited_kinds(),
-        limited: opts.limits,
+        limited: opts.flows,
         worker_id: opts.worker_id,
         queues: opts.queues,
         schema: current_schema(db).await?,

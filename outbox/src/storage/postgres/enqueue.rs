@@ -41,7 +41,7 @@ fn insert_recordset(jobs: &[&NewJob]) -> (String, Vec<Value>) {
         let _ = write!(
             rows,
             "{{\"i\":{},\"k\":{},\"q\":{},\"p\":{},\"r\":{},\"m\":{},\"t\":{},\"y\":{},\"h\":{},\"c\":{},\
-             \"s\":{},\"o\":{},\"d\":{}}}",
+             \"s\":{},\"o\":{},\"f\":{},\"w\":{},\"d\":{}}}",
             text(&j.id),
             text(&j.kind),
             text(&j.queue),
@@ -54,15 +54,18 @@ fn insert_recordset(jobs: &[&NewJob]) -> (String, Vec<Value>) {
             j.created_at,
             opt(&j.sequence_key),
             i16::from(j.hold),
+            opt(&j.flow_key),
+            j.cost.map_or_else(|| "null".to_owned(), |c| c.to_string()),
             j.scheduled,
         );
     }
     rows.push(']');
     let ts = |p: &str| Dialect::Postgres.ts(p);
     let sql = format!(
-        "{INSERT_COLUMNS}) SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, {}, r.y, r.h, {}, {}, r.s, r.o, r.d \
-         FROM ROWS FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, \
-         y text, h text, c int8, s text, o int2, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, d, n) \
+        "{INSERT_COLUMNS}) SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, {}, r.y, r.h, {}, {}, r.s, r.o, r.f, r.w, \
+         r.d FROM ROWS FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, \
+         y text, h text, c int8, s text, o int2, f text, w int4, d bool)) \
+         WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, f, w, d, n) \
          ORDER BY r.n",
         ts("r.t"),
         ts("r.c"),

@@ -8,10 +8,11 @@ use crate::storage::engine::Migration;
 pub(super) const HAS_MIGRATIONS_TABLE: &str =
     "SELECT COUNT(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'outbox_migrations'";
 
-/// The migrations. Undoing the first drops every outbox table, with the jobs in them.
-pub(super) const MIGRATIONS: &[Migration] = &[Migration {
-    up: include_str!("migrations/001_schema.sql"),
-    down: "DROP VIEW IF EXISTS outbox_jobs_archive; \
+/// The migrations. Undoing the second drops the flow tables and columns; undoing the first drops every outbox table, with the jobs in them.
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        up: include_str!("migrations/001_schema.sql"),
+        down: "DROP VIEW IF EXISTS outbox_jobs_archive; \
            DROP TABLE IF EXISTS outbox_jobs_done, outbox_finished, outbox_claims, outbox_reconciliations, \
            outbox_locks, outbox_schedules, outbox_workers, outbox_kinds, outbox_jobs, outbox_job_events; \
            DROP SEQUENCE IF EXISTS outbox_jobs_sequence_no; \
@@ -19,7 +20,16 @@ pub(super) const MIGRATIONS: &[Migration] = &[Migration {
            outbox_jobs_sequence_next(), outbox_jobs_sequence_rejoined(), outbox_jobs_enqueued(), \
            outbox_jobs_purged(), outbox_jobs_transition(), outbox_jobs_claimed_elsewhere(), \
            outbox_jobs_finished_elsewhere();",
-}];
+    },
+    Migration {
+        up: include_str!("migrations/002_flow.sql"),
+        down: "DROP TABLE IF EXISTS outbox_fair, outbox_rates, outbox_pauses; \
+           ALTER TABLE outbox_kinds DROP COLUMN IF EXISTS rate, DROP COLUMN IF EXISTS rate_key, \
+           DROP COLUMN IF EXISTS fair, DROP COLUMN IF EXISTS cost; \
+           DROP INDEX IF EXISTS outbox_jobs_ready_flow; \
+           ALTER TABLE outbox_jobs DROP COLUMN IF EXISTS flow_key, DROP COLUMN IF EXISTS cost;",
+    },
+];
 
 /// What taking over a database the dated migrations made changes beyond their records: the function their sixth
 /// step kept for its undo, which no trigger calls.

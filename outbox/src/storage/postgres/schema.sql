@@ -65,7 +65,11 @@ CREATE TABLE outbox_jobs (
         GENERATED ALWAYS AS (CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN updated_at END) STORED,
     -- Whether a job of a sequence holds back the later ones (true, or NULL).
     blocks boolean GENERATED ALWAYS AS (CASE WHEN sequence_key IS NOT NULL AND (status IN ('pending', 'claimed')
-        OR (status IN ('failed', 'cancelled') AND sequence_hold = 1)) THEN true END) STORED
+        OR (status IN ('failed', 'cancelled') AND sequence_hold = 1)) THEN true END) STORED,
+    -- The job's key for its kind's per-key rate, pauses and fair share, and its cost under a rate (NULL: 1).
+    -- Neither changes after enqueue, so claims and completions still update rows in place.
+    flow_key text COLLATE "C",
+    cost integer CONSTRAINT outbox_jobs_cost_check CHECK (cost >= 0)
 ) WITH (fillfactor = 40);
 CREATE SEQUENCE outbox_jobs_sequence_no;
 
@@ -74,6 +78,9 @@ CREATE SEQUENCE outbox_jobs_sequence_no;
 -- kinds a worker does not serve are never read by its claims.
 CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id) WHERE open;
 CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (due_at) WHERE due_at IS NOT NULL;
+-- The ready jobs of a keyed kind, key by key: a claim walks the keys that have some and reads each one's head.
+CREATE INDEX outbox_jobs_ready_flow ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
+    WHERE open AND flow_key IS NOT NULL;
 CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, active_key) WHERE active_key IS NOT NULL;
 CREATE INDEX outbox_jobs_sequence ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL;
 CREATE INDEX outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) WHERE blocks;
@@ -385,7 +392,12 @@ CREATE TABLE outbox_kinds (
     updated_at timestamptz NOT NULL,
     sequence text,
     on_sequence_failure text NOT NULL DEFAULT 'hold',
-    concurrency bigint
+    concurrency bigint,
+    -- Flow control: the rate (`50/1m burst 5`), the templates of the per-key rate's and fair share's key, the cost.
+    rate text,
+    rate_key text,
+    fair text,
+    cost text
 );
 
 -- The worker registry: one row per live worker, in this process or remote.
@@ -428,4 +440,39 @@ CREATE TABLE outbox_reconciliations (
     at timestamptz NOT NULL,
     worker text,
     report jsonb NOT NULL
+);
+
+-- Pauses and holds: work of a queue, a kind, or one key of a kind that no claim takes. A pause lasts until resumed
+-- (`ends_at` NULL); a hold (a handler's "rate limited until") ends by itself. An empty key is the whole kind.
+CREATE TABLE outbox_pauses (
+    scope text COLLATE "C" NOT NULL CONSTRAINT outbox_pauses_scope_check CHECK (scope IN ('queue', 'kind')),
+    name text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL DEFAULT '',
+    ends_at timestamptz,
+    reason text,
+    paused_at timestamptz NOT NULL,
+    PRIMARY KEY (scope, name, key)
+);
+
+-- Rate limits by name (a kind's name, or any name code shares a budget under): the rate, and a token bucket per key
+-- (an empty key: the name's own). `level` units at `at` (ms); it refills at amount / window_ms up to burst.
+CREATE TABLE outbox_rates (
+    name text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL DEFAULT '',
+    amount bigint NOT NULL CONSTRAINT outbox_rates_amount_check CHECK (amount > 0),
+    window_ms bigint NOT NULL CONSTRAINT outbox_rates_window_ms_check CHECK (window_ms > 0),
+    burst bigint NOT NULL CONSTRAINT outbox_rates_burst_check CHECK (burst > 0),
+    level double precision NOT NULL,
+    at bigint NOT NULL,
+    PRIMARY KEY (name, key)
+);
+
+-- Fair share by kind: each key's weight and pass (the virtual time of its next claim); the empty key holds the
+-- kind's clock, the pass of the last job taken.
+CREATE TABLE outbox_fair (
+    name text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    weight integer NOT NULL DEFAULT 1 CONSTRAINT outbox_fair_weight_check CHECK (weight > 0),
+    pass double precision NOT NULL DEFAULT 0,
+    PRIMARY KEY (name, key)
 );

@@ -3,41 +3,41 @@
 -- rows where it repeats one per job. The worker's own statements are at the end.
 
 -- enqueue: one job
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
-VALUES ($1, $2, $3, $4::jsonb, 'pending', $5, 0, $6, (TIMESTAMPTZ 'epoch' + ($7)::int8 * INTERVAL '1 millisecond'), $8, $9, (TIMESTAMPTZ 'epoch' + ($10)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + ($11)::int8 * INTERVAL '1 millisecond'), $12, $13, FALSE);
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled)
+VALUES ($1, $2, $3, $4::jsonb, 'pending', $5, 0, $6, (TIMESTAMPTZ 'epoch' + ($7)::int8 * INTERVAL '1 millisecond'), $8, $9, (TIMESTAMPTZ 'epoch' + ($10)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + ($11)::int8 * INTERVAL '1 millisecond'), $12, $13, $14, $15, FALSE);
 
 -- enqueue: one job with an idempotency key
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
-VALUES ($1, $2, $3, $4::jsonb, 'pending', $5, 0, $6, (TIMESTAMPTZ 'epoch' + ($7)::int8 * INTERVAL '1 millisecond'), $8, $9, (TIMESTAMPTZ 'epoch' + ($10)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + ($11)::int8 * INTERVAL '1 millisecond'), $12, $13, FALSE)
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled)
+VALUES ($1, $2, $3, $4::jsonb, 'pending', $5, 0, $6, (TIMESTAMPTZ 'epoch' + ($7)::int8 * INTERVAL '1 millisecond'), $8, $9, (TIMESTAMPTZ 'epoch' + ($10)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + ($11)::int8 * INTERVAL '1 millisecond'), $12, $13, $14, $15, FALSE)
 ON CONFLICT DO NOTHING;
 
 -- enqueue: a batch
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
-SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, (TIMESTAMPTZ 'epoch' + (r.t)::int8 * INTERVAL '1 millisecond'), r.y, r.h, (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), r.s, r.o, r.d
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled)
+SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, (TIMESTAMPTZ 'epoch' + (r.t)::int8 * INTERVAL '1 millisecond'), r.y, r.h, (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), r.s, r.o, r.f, r.w, r.d
 FROM ROWS
-FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, y text, h text, c int8, s text, o int2, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, d, n)
+FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, y text, h text, c int8, s text, o int2, f text, w int4, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, f, w, d, n)
 ORDER BY r.n;
 
 -- enqueue: a batch with idempotency keys
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
-SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, (TIMESTAMPTZ 'epoch' + (r.t)::int8 * INTERVAL '1 millisecond'), r.y, r.h, (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), r.s, r.o, r.d
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled)
+SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, (TIMESTAMPTZ 'epoch' + (r.t)::int8 * INTERVAL '1 millisecond'), r.y, r.h, (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), r.s, r.o, r.f, r.w, r.d
 FROM ROWS
-FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, y text, h text, c int8, s text, o int2, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, d, n)
+FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, y text, h text, c int8, s text, o int2, f text, w int4, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, f, w, d, n)
 ORDER BY r.n
 ON CONFLICT DO NOTHING;
 
 -- enqueue: a batch of sequenced jobs
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
-SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, (TIMESTAMPTZ 'epoch' + (r.t)::int8 * INTERVAL '1 millisecond'), r.y, r.h, (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), r.s, r.o, r.d
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled)
+SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, (TIMESTAMPTZ 'epoch' + (r.t)::int8 * INTERVAL '1 millisecond'), r.y, r.h, (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), r.s, r.o, r.f, r.w, r.d
 FROM ROWS
-FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, y text, h text, c int8, s text, o int2, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, d, n)
+FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, y text, h text, c int8, s text, o int2, f text, w int4, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, f, w, d, n)
 ORDER BY r.n;
 
 -- enqueue: a batch a duplicate key cut short (the rows read back)
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled)
-SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, (TIMESTAMPTZ 'epoch' + (r.t)::int8 * INTERVAL '1 millisecond'), r.y, r.h, (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), r.s, r.o, r.d
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled)
+SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, (TIMESTAMPTZ 'epoch' + (r.t)::int8 * INTERVAL '1 millisecond'), r.y, r.h, (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + (r.c)::int8 * INTERVAL '1 millisecond'), r.s, r.o, r.f, r.w, r.d
 FROM ROWS
-FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, y text, h text, c int8, s text, o int2, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, d, n)
+FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, y text, h text, c int8, s text, o int2, f text, w int4, d bool)) WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, f, w, d, n)
 ORDER BY r.n
 ON CONFLICT DO NOTHING;
 SELECT id
@@ -241,18 +241,18 @@ ORDER BY txid, id
 LIMIT $3;
 
 -- kinds: record
-INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency)
-VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8::jsonb, $9, (TIMESTAMPTZ 'epoch' + ($10)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + ($10)::int8 * INTERVAL '1 millisecond'), $11, $12, $13)
+INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8::jsonb, $9, (TIMESTAMPTZ 'epoch' + ($10)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + ($10)::int8 * INTERVAL '1 millisecond'), $11, $12, $13, $14, $15, $16, $17)
 ON CONFLICT (name) DO UPDATE
-SET schema = excluded.schema, schema_hash = excluded.schema_hash, queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, is_unique = excluded.is_unique, key_fields = excluded.key_fields, recorded_by = excluded.recorded_by, updated_at = excluded.updated_at, sequence = excluded.sequence, on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency;
+SET schema = excluded.schema, schema_hash = excluded.schema_hash, queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, is_unique = excluded.is_unique, key_fields = excluded.key_fields, recorded_by = excluded.recorded_by, updated_at = excluded.updated_at, sequence = excluded.sequence, on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency, rate = excluded.rate, rate_key = excluded.rate_key, fair = excluded.fair, cost = excluded.cost;
 
 -- kinds: list
-SELECT name, schema::text, schema_hash, queue, priority, max_attempts, is_unique, key_fields::text, recorded_by, (EXTRACT(EPOCH FROM first_seen_at) * 1000)::int8, (EXTRACT(EPOCH FROM updated_at) * 1000)::int8, sequence, on_sequence_failure, concurrency
+SELECT name, schema::text, schema_hash, queue, priority, max_attempts, is_unique, key_fields::text, recorded_by, (EXTRACT(EPOCH FROM first_seen_at) * 1000)::int8, (EXTRACT(EPOCH FROM updated_at) * 1000)::int8, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost
 FROM outbox_kinds
 ORDER BY name;
 
 -- kinds: one
-SELECT name, schema::text, schema_hash, queue, priority, max_attempts, is_unique, key_fields::text, recorded_by, (EXTRACT(EPOCH FROM first_seen_at) * 1000)::int8, (EXTRACT(EPOCH FROM updated_at) * 1000)::int8, sequence, on_sequence_failure, concurrency
+SELECT name, schema::text, schema_hash, queue, priority, max_attempts, is_unique, key_fields::text, recorded_by, (EXTRACT(EPOCH FROM first_seen_at) * 1000)::int8, (EXTRACT(EPOCH FROM updated_at) * 1000)::int8, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost
 FROM outbox_kinds
 WHERE name = $1
 ORDER BY name;
@@ -442,7 +442,7 @@ FROM outbox_jobs
 WHERE id = ANY(ARRAY(SELECT unnest(jobs) FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1;
 
 -- worker: claim: kinds from every queue
-WITH c AS MATERIALIZED (SELECT ctid FROM outbox_jobs WHERE open AND status = 'pending' AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED),
+WITH c AS MATERIALIZED (SELECT ctid FROM outbox_jobs WHERE open AND status = 'pending' AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND NOT EXISTS (SELECT FROM outbox_pauses x WHERE (x.scope = 'queue' AND x.name = ($6::text[])[1] OR x.scope = 'kind' AND x.name = ($4::text[])[1] AND x.key = '') AND (x.ends_at IS NULL OR x.ends_at > (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'))) AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED),
 u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), claimed_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), lease_expires_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), updated_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms),
 l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) WITH s AS MATERIALIZED (SELECT CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(kind) ELSE '' END AS kind, CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(queue) ELSE '' END AS queue FROM u) SELECT '', s.kind, s.queue, (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), 'claimed', 0, $1, json_agg(CASE WHEN u.kind = s.kind AND u.queue = s.queue THEN json_build_array(u.id, u.attempts) ELSE json_build_array(u.id, u.kind, u.queue, u.attempts) END) FROM s, u GROUP BY s.kind, s.queue HAVING count(*) > 0)
@@ -450,7 +450,7 @@ SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequ
 FROM u;
 
 -- worker: claim: kinds from every queue, after the last claim's end
-WITH c AS MATERIALIZED (SELECT ctid FROM outbox_jobs WHERE open AND status = 'pending' AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') AND priority = $7 AND (run_at, id) > ((TIMESTAMPTZ 'epoch' + ($8)::int8 * INTERVAL '1 millisecond'), $9) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED),
+WITH c AS MATERIALIZED (SELECT ctid FROM outbox_jobs WHERE open AND status = 'pending' AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND NOT EXISTS (SELECT FROM outbox_pauses x WHERE (x.scope = 'queue' AND x.name = ($6::text[])[1] OR x.scope = 'kind' AND x.name = ($4::text[])[1] AND x.key = '') AND (x.ends_at IS NULL OR x.ends_at > (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'))) AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') AND priority = $7 AND (run_at, id) > ((TIMESTAMPTZ 'epoch' + ($8)::int8 * INTERVAL '1 millisecond'), $9) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED),
 u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), claimed_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), lease_expires_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), updated_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms),
 l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) WITH s AS MATERIALIZED (SELECT CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(kind) ELSE '' END AS kind, CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(queue) ELSE '' END AS queue FROM u) SELECT '', s.kind, s.queue, (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), 'claimed', 0, $1, json_agg(CASE WHEN u.kind = s.kind AND u.queue = s.queue THEN json_build_array(u.id, u.attempts) ELSE json_build_array(u.id, u.kind, u.queue, u.attempts) END) FROM s, u GROUP BY s.kind, s.queue HAVING count(*) > 0)
@@ -458,7 +458,7 @@ SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequ
 FROM u;
 
 -- worker: claim: kinds from some queues
-WITH c AS MATERIALIZED (SELECT p.ctid FROM unnest($4::text[]) AS k(kind) CROSS JOIN unnest($6::text[]) AS q(queue) CROSS JOIN LATERAL (SELECT ctid, id, priority, run_at FROM outbox_jobs WHERE open AND status = 'pending' AND queue = q.queue AND kind = k.kind AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) p ORDER BY p.priority DESC, p.run_at, p.id LIMIT $5),
+WITH c AS MATERIALIZED (SELECT p.ctid FROM unnest($4::text[]) AS k(kind) CROSS JOIN unnest($6::text[]) AS q(queue) CROSS JOIN LATERAL (SELECT ctid, id, priority, run_at FROM outbox_jobs WHERE open AND status = 'pending' AND queue = q.queue AND kind = k.kind AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) p WHERE NOT EXISTS (SELECT FROM outbox_pauses x WHERE (x.scope = 'queue' AND x.name = q.queue OR x.scope = 'kind' AND x.name = k.kind AND x.key = '') AND (x.ends_at IS NULL OR x.ends_at > (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'))) ORDER BY p.priority DESC, p.run_at, p.id LIMIT $5),
 u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), claimed_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), lease_expires_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), updated_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms),
 l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) WITH s AS MATERIALIZED (SELECT CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(kind) ELSE '' END AS kind, CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(queue) ELSE '' END AS queue FROM u) SELECT '', s.kind, s.queue, (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), 'claimed', 0, $1, json_agg(CASE WHEN u.kind = s.kind AND u.queue = s.queue THEN json_build_array(u.id, u.attempts) ELSE json_build_array(u.id, u.kind, u.queue, u.attempts) END) FROM s, u GROUP BY s.kind, s.queue HAVING count(*) > 0)
@@ -466,12 +466,68 @@ SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequ
 FROM u;
 
 -- worker: claim: kinds from some queues, after the last claim's end
-WITH c AS MATERIALIZED (SELECT p.ctid FROM unnest($4::text[]) AS k(kind) CROSS JOIN unnest($6::text[]) AS q(queue) CROSS JOIN LATERAL (SELECT ctid, id, priority, run_at FROM outbox_jobs WHERE open AND status = 'pending' AND queue = q.queue AND kind = k.kind AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') AND priority = $7 AND (run_at, id) > ((TIMESTAMPTZ 'epoch' + ($8)::int8 * INTERVAL '1 millisecond'), $9) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) p ORDER BY p.priority DESC, p.run_at, p.id LIMIT $5),
+WITH c AS MATERIALIZED (SELECT p.ctid FROM unnest($4::text[]) AS k(kind) CROSS JOIN unnest($6::text[]) AS q(queue) CROSS JOIN LATERAL (SELECT ctid, id, priority, run_at FROM outbox_jobs WHERE open AND status = 'pending' AND queue = q.queue AND kind = k.kind AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') AND priority = $7 AND (run_at, id) > ((TIMESTAMPTZ 'epoch' + ($8)::int8 * INTERVAL '1 millisecond'), $9) ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) p WHERE NOT EXISTS (SELECT FROM outbox_pauses x WHERE (x.scope = 'queue' AND x.name = q.queue OR x.scope = 'kind' AND x.name = k.kind AND x.key = '') AND (x.ends_at IS NULL OR x.ends_at > (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'))) ORDER BY p.priority DESC, p.run_at, p.id LIMIT $5),
 u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), claimed_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), lease_expires_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), updated_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms),
 l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),
 e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) WITH s AS MATERIALIZED (SELECT CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(kind) ELSE '' END AS kind, CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(queue) ELSE '' END AS queue FROM u) SELECT '', s.kind, s.queue, (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), 'claimed', 0, $1, json_agg(CASE WHEN u.kind = s.kind AND u.queue = s.queue THEN json_build_array(u.id, u.attempts) ELSE json_build_array(u.id, u.kind, u.queue, u.attempts) END) FROM s, u GROUP BY s.kind, s.queue HAVING count(*) > 0)
 SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced, priority, run_at_ms, (SELECT id FROM l) AS claim
 FROM u;
+
+-- worker: claim: jobs a controlled kind's plan chose
+WITH c AS MATERIALIZED (SELECT ctid FROM outbox_jobs WHERE id = ANY($4::text[]) AND status = 'pending' FOR UPDATE),
+u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), claimed_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), lease_expires_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), updated_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms),
+l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),
+e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) WITH s AS MATERIALIZED (SELECT CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(kind) ELSE '' END AS kind, CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(queue) ELSE '' END AS queue FROM u) SELECT '', s.kind, s.queue, (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), 'claimed', 0, $1, json_agg(CASE WHEN u.kind = s.kind AND u.queue = s.queue THEN json_build_array(u.id, u.attempts) ELSE json_build_array(u.id, u.kind, u.queue, u.attempts) END) FROM s, u GROUP BY s.kind, s.queue HAVING count(*) > 0)
+SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced, priority, run_at_ms, (SELECT id FROM l) AS claim
+FROM u;
+
+-- worker: flow: the pauses and holds in force
+SELECT scope, name, key, (EXTRACT(EPOCH FROM ends_at) * 1000)::int8
+FROM outbox_pauses
+WHERE ends_at IS NULL OR ends_at > (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond');
+
+-- worker: flow: a rate's buckets
+SELECT key, level, at
+FROM outbox_rates
+WHERE name = $1;
+
+-- worker: flow: a kind's fair shares
+SELECT key, weight, pass
+FROM outbox_fair
+WHERE name = $1;
+
+-- worker: flow: the keys with ready jobs
+WITH RECURSIVE k(key) AS ((SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = $1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key FROM outbox_jobs j WHERE j.open AND j.flow_key IS NOT NULL AND j.kind = $1 AND j.flow_key > k.key ORDER BY j.flow_key LIMIT 1) FROM k WHERE k.key IS NOT NULL)
+SELECT key
+FROM k
+WHERE key IS NOT NULL;
+
+-- worker: flow: a kind's next jobs
+SELECT id, flow_key, COALESCE(cost, 1)::int8, priority, (EXTRACT(EPOCH FROM run_at) * 1000)::int8
+FROM outbox_jobs
+WHERE open AND status = 'pending' AND kind = $1 AND queue = ANY($4) AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') AND ($5 = false OR flow_key IS NULL)
+ORDER BY priority DESC, run_at, id
+LIMIT $3;
+
+-- worker: flow: each key's next jobs
+SELECT p.id, p.flow_key, COALESCE(p.cost, 1)::int8, p.priority, (EXTRACT(EPOCH FROM p.run_at) * 1000)::int8
+FROM unnest($5::text[], $6::int8[]) AS k(key, n) CROSS JOIN LATERAL (SELECT * FROM outbox_jobs WHERE open AND status = 'pending' AND kind = $1 AND flow_key = k.key AND queue = ANY($4) AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') ORDER BY priority DESC, run_at, id LIMIT k.n) p
+ORDER BY p.priority DESC, p.run_at, p.id
+LIMIT $3;
+
+-- worker: flow: write back buckets
+INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at)
+SELECT $1, k, $2, $3, $4, l, a
+FROM unnest($5::text[], $6::float8[], $7::int8[]) AS b(k, l, a)
+ON CONFLICT (name, key) DO UPDATE
+SET level = excluded.level, at = excluded.at;
+
+-- worker: flow: write back fair passes
+INSERT INTO outbox_fair (name, key, weight, pass)
+SELECT $1, k, 1, p
+FROM unnest($2::text[], $3::float8[]) AS f(k, p)
+ON CONFLICT (name, key) DO UPDATE
+SET pass = excluded.pass;
 
 -- worker: complete: a batch of outcomes
 WITH u AS (UPDATE outbox_jobs j SET status = (($2::jsonb -> j.id) ->> 1), attempts = j.attempts - (($2::jsonb -> j.id) ->> 5)::int4, output = CASE WHEN (($2::jsonb -> j.id) ->> 1) = 'completed' THEN (($2::jsonb -> j.id) ->> 2)::jsonb ELSE j.output END, completed_at = CASE WHEN (($2::jsonb -> j.id) ->> 1) = 'completed' THEN (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond') ELSE j.completed_at END, last_error = COALESCE((($2::jsonb -> j.id) ->> 3), j.last_error), run_at = COALESCE(TIMESTAMPTZ 'epoch' + (($2::jsonb -> j.id) ->> 4)::int8 * INTERVAL '1 millisecond', j.run_at), scheduled = COALESCE((($2::jsonb -> j.id) ->> 4)::int8 > ($3)::int8, false), lease_expires_at = NULL, updated_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), event_flip = (j.event_flip <> ((($2::jsonb -> j.id) ->> 1) = 'completed')) WHERE j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 AND j.runs = (($2::jsonb -> j.id) ->> 0)::int4 RETURNING j.id, j.kind, j.queue, j.status, j.attempts),

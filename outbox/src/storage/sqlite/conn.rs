@@ -145,10 +145,10 @@ pub(super) async fn store_config(db: &DatabaseConnection, opts: WorkerStoreOpts)
         busy_timeout: Duration::from_secs(10),
         kinds_json: encode_names(&opts.unlimited_kinds())?,
         one_kind: opts.unlimited_kinds().len() == 1,
-        limited: opts
-            .limits
+        flows: opts
+            .flows
             .iter()
-            .map(|(kind, cap)| Ok((encode_names(std::slice::from_ref(kind))?, *cap)))
+            .map(|f| Ok((encode_names(std::slice::from_ref(&f.kind))?, f.clone())))
             .collect::<Result<_>>()?,
         queues_json: opts.queues.as_deref().map(encode_names).transpose()?,
         worker_id: opts.worker_id,

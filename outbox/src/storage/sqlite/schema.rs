@@ -8,16 +8,26 @@ use crate::storage::engine::Migration;
 pub(super) const HAS_MIGRATIONS_TABLE: &str =
     "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox_migrations'";
 
-/// The migrations. Undoing the first drops every outbox table, with the jobs in them; the archive's partitions,
+/// The migrations. Undoing the second drops the flow tables and columns; undoing the first drops every outbox table, with the jobs in them; the archive's partitions,
 /// tables retention named, are dropped before it (`archive.rs`).
-pub(super) const MIGRATIONS: &[Migration] = &[Migration {
-    up: include_str!("migrations/001_schema.sql"),
-    down: "DROP VIEW IF EXISTS outbox_jobs_archive; DROP TABLE IF EXISTS outbox_jobs_done; \
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        up: include_str!("migrations/001_schema.sql"),
+        down: "DROP VIEW IF EXISTS outbox_jobs_archive; DROP TABLE IF EXISTS outbox_jobs_done; \
            DROP TABLE IF EXISTS outbox_reconciliations; DROP TABLE IF EXISTS outbox_locks; \
            DROP TABLE IF EXISTS outbox_schedules; DROP TABLE IF EXISTS outbox_workers; \
            DROP TABLE IF EXISTS outbox_kinds; DROP TABLE IF EXISTS outbox_jobs; \
            DROP TABLE IF EXISTS outbox_job_events;",
-}];
+    },
+    Migration {
+        up: include_str!("migrations/002_flow.sql"),
+        down: "DROP TABLE IF EXISTS outbox_fair; DROP TABLE IF EXISTS outbox_rates; DROP TABLE IF EXISTS outbox_pauses; \
+           ALTER TABLE outbox_kinds DROP COLUMN cost; ALTER TABLE outbox_kinds DROP COLUMN fair; \
+           ALTER TABLE outbox_kinds DROP COLUMN rate_key; ALTER TABLE outbox_kinds DROP COLUMN rate; \
+           DROP INDEX IF EXISTS outbox_jobs_ready_flow; ALTER TABLE outbox_jobs DROP COLUMN cost; \
+           ALTER TABLE outbox_jobs DROP COLUMN flow_key;",
+    },
+];
 
 /// What taking over a database the dated migrations made changes beyond their records: nothing, as they left this
 /// schema exactly.

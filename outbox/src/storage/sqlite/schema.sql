@@ -46,6 +46,9 @@ CREATE TABLE outbox_jobs (
     -- A job later jobs of its sequence were enqueued behind no longer takes duplicates of its key: they go to the
     -- sequence's tail (a duplicate never reorders intents).
     superseded INTEGER NOT NULL DEFAULT 0,
+    -- The job's key for its kind's per-key rate, pauses and fair share, and its cost under a rate (NULL: 1).
+    flow_key TEXT,
+    cost INTEGER CHECK (cost IS NULL OR cost >= 0),
     CHECK (typeof(payload) = 'text'),
     CHECK (output IS NULL OR typeof(output) = 'text'),
     CHECK (attempts BETWEEN 0 AND 1000000000 AND runs BETWEEN 0 AND 1000000000)
@@ -58,6 +61,9 @@ CREATE INDEX outbox_jobs_ready ON outbox_jobs (kind, priority DESC, run_at, id)
 CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id)
     WHERE status = 'pending' AND waiting = 0 AND scheduled = 0;
 CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (run_at) WHERE status = 'pending' AND scheduled = 1;
+-- The ready jobs of a keyed kind, key by key: a claim walks the keys that have some and reads each one's head.
+CREATE INDEX outbox_jobs_ready_flow ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
+    WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL;
 CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key)
     WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL AND superseded = 0;
 CREATE INDEX outbox_jobs_lease ON outbox_jobs (lease_expires_at) WHERE status = 'claimed';
@@ -176,7 +182,12 @@ CREATE TABLE outbox_kinds (
     updated_at INTEGER NOT NULL,
     sequence TEXT,
     on_sequence_failure TEXT NOT NULL DEFAULT 'hold',
-    concurrency INTEGER
+    concurrency INTEGER,
+    -- Flow control: the rate (`50/1m burst 5`), the templates of the per-key rate's and fair share's key, the cost.
+    rate TEXT,
+    rate_key TEXT,
+    fair TEXT,
+    cost TEXT
 );
 
 -- The worker registry: one row per live worker, in this process or remote.
@@ -263,3 +274,38 @@ CREATE TRIGGER outbox_jobs_done_purged_0 AFTER DELETE ON outbox_jobs_done BEGIN
     DELETE FROM outbox_job_events WHERE job_id = OLD.id;
 END;
 CREATE VIEW outbox_jobs_archive AS SELECT * FROM outbox_jobs_done;
+
+-- Pauses and holds: work of a queue, a kind, or one key of a kind that no claim takes. A pause lasts until resumed
+-- (`ends_at` NULL); a hold (a handler's "rate limited until") ends by itself. An empty key is the whole kind.
+CREATE TABLE outbox_pauses (
+    scope TEXT NOT NULL CHECK (scope IN ('queue', 'kind')),
+    name TEXT NOT NULL,
+    key TEXT NOT NULL DEFAULT '',
+    ends_at INTEGER,
+    reason TEXT,
+    paused_at INTEGER NOT NULL,
+    PRIMARY KEY (scope, name, key)
+) STRICT;
+
+-- Rate limits by name (a kind's name, or any name code shares a budget under): the rate, and a token bucket per key
+-- (an empty key: the name's own). `level` units at `at` (ms); it refills at amount / window_ms up to burst.
+CREATE TABLE outbox_rates (
+    name TEXT NOT NULL,
+    key TEXT NOT NULL DEFAULT '',
+    amount INTEGER NOT NULL CHECK (amount > 0),
+    window_ms INTEGER NOT NULL CHECK (window_ms > 0),
+    burst INTEGER NOT NULL CHECK (burst > 0),
+    level REAL NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (name, key)
+) STRICT;
+
+-- Fair share by kind: each key's weight and pass (the virtual time of its next claim); the empty key holds the
+-- kind's clock, the pass of the last job taken.
+CREATE TABLE outbox_fair (
+    name TEXT NOT NULL,
+    key TEXT NOT NULL,
+    weight INTEGER NOT NULL DEFAULT 1 CHECK (weight > 0),
+    pass REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (name, key)
+) STRICT;

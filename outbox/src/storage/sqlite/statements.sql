@@ -3,34 +3,34 @@
 -- rows where it repeats one per job. The worker's own statements are at the end.
 
 -- enqueue: one job
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled, sequence_no, waiting)
-VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, NULL, 0);
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
+VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, NULL, 0);
 
 -- enqueue: one job with an idempotency key
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled, sequence_no, waiting)
-VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, NULL, 0)
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
+VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, NULL, 0)
 ON CONFLICT DO NOTHING;
 
 -- enqueue: a batch
-WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c7, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled, sequence_no, waiting)
-SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, s.c7, s.c8, s.c9, s.c10, s.c11, s.c12, FALSE, NULL, 0
+WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c7, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
+SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, s.c7, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, FALSE, NULL, 0
 FROM s, (VALUES (?), (?)) AS v
 WHERE TRUE;
 
 -- enqueue: a batch with idempotency keys
-WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled, sequence_no, waiting)
-SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, v.column2, s.c8, s.c9, s.c10, s.c11, s.c12, FALSE, NULL, 0
+WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
+SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, v.column2, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, FALSE, NULL, 0
 FROM s, (VALUES (?, ?), (?, ?)) AS v
 WHERE TRUE
 ON CONFLICT DO NOTHING;
 
 -- enqueue: a batch of sequenced jobs
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled, sequence_no, waiting)
-VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, (SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND (b.status IN ('pending', 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1))));
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
+VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, (SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND (b.status IN ('pending', 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1))));
 
 -- enqueue: a batch a duplicate key cut short (the rows read back)
-WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, scheduled, sequence_no, waiting)
-SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, v.column2, s.c8, s.c9, s.c10, s.c11, s.c12, FALSE, NULL, 0
+WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
+SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, v.column2, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, FALSE, NULL, 0
 FROM s, (VALUES (?, ?), (?, ?)) AS v
 WHERE TRUE
 ON CONFLICT DO NOTHING;
@@ -242,18 +242,18 @@ ORDER BY id
 LIMIT ?;
 
 -- kinds: record
-INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (name) DO UPDATE
-SET schema = excluded.schema, schema_hash = excluded.schema_hash, queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, is_unique = excluded.is_unique, key_fields = excluded.key_fields, recorded_by = excluded.recorded_by, updated_at = excluded.updated_at, sequence = excluded.sequence, on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency;
+SET schema = excluded.schema, schema_hash = excluded.schema_hash, queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, is_unique = excluded.is_unique, key_fields = excluded.key_fields, recorded_by = excluded.recorded_by, updated_at = excluded.updated_at, sequence = excluded.sequence, on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency, rate = excluded.rate, rate_key = excluded.rate_key, fair = excluded.fair, cost = excluded.cost;
 
 -- kinds: list
-SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency
+SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost
 FROM outbox_kinds
 ORDER BY name;
 
 -- kinds: one
-SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency
+SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost
 FROM outbox_kinds
 WHERE name = ?
 ORDER BY name;
@@ -431,10 +431,88 @@ SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN json_each(?6) AS q CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND queue = q.value AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
 RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
 
+-- worker: claim: one kind from every queue, paused queues passed over
+UPDATE outbox_jobs
+SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
+WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0)
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+
+-- worker: claim: several kinds from every queue, paused queues passed over
+UPDATE outbox_jobs
+SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
+WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND ?6 IS NULL AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+
+-- worker: claim: kinds from some queues, paused queues passed over
+UPDATE outbox_jobs
+SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
+WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN json_each(?6) AS q CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND queue = q.value AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+
+-- worker: claim: rows a controlled kind's plan chose
+UPDATE outbox_jobs
+SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
+WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE rowid IN (SELECT value FROM json_each(?4)) AND status = 'pending' AND (?6 IS NULL OR TRUE) LIMIT ?5 + 0)
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+
 -- worker: claim: fail a row that cannot be read
 UPDATE outbox_jobs
 SET status = 'failed', last_error = ?1, lease_expires_at = NULL, updated_at = ?2
 WHERE rowid = ?3;
+
+-- worker: flow: the pauses and holds in force
+SELECT scope, name, key, ends_at
+FROM outbox_pauses
+WHERE ends_at IS NULL OR ends_at > ?1;
+
+-- worker: flow: a rate's buckets
+SELECT key, level, at
+FROM outbox_rates
+WHERE name = ?1;
+
+-- worker: flow: a kind's fair shares
+SELECT key, weight, pass
+FROM outbox_fair
+WHERE name = ?1;
+
+-- worker: flow: the keys with ready jobs
+WITH RECURSIVE k(key) AS (SELECT (SELECT flow_key FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL AND kind = ?1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key FROM outbox_jobs j WHERE j.status = 'pending' AND j.waiting = 0 AND j.scheduled = 0 AND j.flow_key IS NOT NULL AND j.kind = ?1 AND j.flow_key > k.key ORDER BY j.flow_key LIMIT 1) FROM k WHERE k.key IS NOT NULL)
+SELECT key
+FROM k
+WHERE key IS NOT NULL;
+
+-- worker: flow: a kind's next jobs
+SELECT rowid, flow_key, IFNULL(cost, 1), priority, run_at, id
+FROM outbox_jobs
+WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = ?1 AND run_at <= ?2 AND (?4 IS NULL OR queue IN (SELECT value FROM json_each(?4))) AND queue NOT IN (SELECT value FROM json_each(?5))
+ORDER BY priority DESC, run_at, id
+LIMIT ?3 + 0;
+
+-- worker: flow: a key's next jobs
+SELECT rowid, flow_key, IFNULL(cost, 1), priority, run_at, id
+FROM outbox_jobs
+WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = ?1 AND flow_key = ?6 AND run_at <= ?2 AND (?4 IS NULL OR queue IN (SELECT value FROM json_each(?4))) AND queue NOT IN (SELECT value FROM json_each(?5))
+ORDER BY priority DESC, run_at, id
+LIMIT ?3 + 0;
+
+-- worker: flow: a kind's next jobs without a key
+SELECT rowid, flow_key, IFNULL(cost, 1), priority, run_at, id
+FROM outbox_jobs
+WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = ?1 AND flow_key IS NULL AND run_at <= ?2 AND (?4 IS NULL OR queue IN (SELECT value FROM json_each(?4))) AND queue NOT IN (SELECT value FROM json_each(?5))
+ORDER BY priority DESC, run_at, id
+LIMIT ?3 + 0;
+
+-- worker: flow: write back a bucket
+INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (name, key) DO UPDATE
+SET level = excluded.level, at = excluded.at;
+
+-- worker: flow: write back a fair pass
+INSERT INTO outbox_fair (name, key, weight, pass)
+VALUES (?1, ?2, 1, ?3)
+ON CONFLICT (name, key) DO UPDATE
+SET pass = excluded.pass;
 
 -- worker: complete: a batch of outcomes
 UPDATE outbox_jobs

@@ -22,6 +22,7 @@ pub(super) fn kind_row(name: &str) -> KindRow {
         sequence: Some("s:{id}".into()),
         on_sequence_failure: "hold",
         concurrency: Some(4),
+        flow: Default::default(),
     }
 }
 

@@ -162,6 +162,8 @@ fn job(id: &str) -> NewJob {
         sequence_key: None,
         hold: true,
         scheduled: false,
+        flow_key: None,
+        cost: None,
     }
 }
 
@@ -220,7 +222,7 @@ fn ids(records: &[JobRecord]) -> Vec<&str> {
 
 fn opts(worker: &str, kinds: &[&str]) -> WorkerStoreOpts {
     let kinds = kinds.iter().map(|k| (*k).to_owned()).collect();
-    WorkerStoreOpts { worker_id: worker.into(), kinds, limits: Vec::new(), queues: None }
+    WorkerStoreOpts { worker_id: worker.into(), kinds, flows: Vec::new(), queues: None }
 }
 
 /// The outcome of job `id`'s claim of run `run`, its first attempt since (its attempt is its run: no test that

@@ -49,7 +49,16 @@ async fn remote_claim_takes_due_jobs_of_its_kinds_and_queues(db: &DatabaseConnec
 async fn remote_claim_honours_limits_and_sequences(db: &DatabaseConnection) -> Result<()> {
     let now = now_ms();
     add(db, &[job("a"), job("b"), sequenced("s1", "s"), sequenced("s2", "s")]).await?;
-    let limited = WorkerStoreOpts { limits: vec![("k".into(), 1)], ..opts("r", &["k"]) };
+    let limited = WorkerStoreOpts {
+        flows: vec![crate::flow::FlowKind {
+            kind: "k".into(),
+            concurrency: Some(1),
+            rate: None,
+            rate_per_key: false,
+            fair: false,
+        }],
+        ..opts("r", &["k"])
+    };
     assert_eq!(remote::claim(db, limited.clone(), 10, now, now + 30_000).await?.len(), 1);
     assert!(remote::claim(db, limited, 10, now, now + 30_000).await?.is_empty(), "one is running");
     let claimed = remote::claim(db, opts("r", &["k"]), 10, now, now + 30_000).await?;

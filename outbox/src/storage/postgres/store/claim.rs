@@ -4,6 +4,7 @@
 use sea_orm::sqlx::postgres::PgPool;
 use sea_orm::sqlx::{self, Row};
 
+use super::flow::Pauses;
 use super::{PgStore, PgStoreConfig, retrying};
 use crate::error::{Error, Result};
 use crate::storage::postgres::ts;
@@ -27,7 +28,9 @@ macro_rules! claim_sql {
     (one $after:expr) => {
         claim_sql!(@claim concat!(
             "SELECT ctid FROM outbox_jobs WHERE open AND status = 'pending' \
-             AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND run_at <= ",
+             AND queue = ($6::text[])[1] AND kind = ($4::text[])[1] AND ",
+            not_paused!("($6::text[])[1]", "($4::text[])[1]"),
+            " AND run_at <= ",
             ts!("$2"),
             $after,
             " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED"
@@ -71,8 +74,9 @@ macro_rules! claim_sql {
              AND run_at <= ",
             ts!("$2"),
             $after,
-            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) p \
-             ORDER BY p.priority DESC, p.run_at, p.id LIMIT $5"
+            " ORDER BY priority DESC, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) p WHERE ",
+            not_paused!("q.queue", "k.kind"),
+            " ORDER BY p.priority DESC, p.run_at, p.id LIMIT $5"
         )
     };
     (@set) => {
@@ -88,6 +92,26 @@ macro_rules! claim_sql {
         )
     };
 }
+
+/// That neither the queue `$queue` nor the whole kind `$kind` (SQL expressions of the claim's) is paused or held at
+/// `$2`: one probe of `outbox_pauses` per queue and kind a claim reads, not per job.
+macro_rules! not_paused {
+    ($queue:literal, $kind:literal) => {
+        concat!(
+            "NOT EXISTS (SELECT FROM outbox_pauses x WHERE (x.scope = 'queue' AND x.name = ",
+            $queue,
+            " OR x.scope = 'kind' AND x.name = ",
+            $kind,
+            " AND x.key = '') AND (x.ends_at IS NULL OR x.ends_at > ",
+            ts!("$2"),
+            "))"
+        )
+    };
+}
+
+/// The claim of the pending jobs whose ids `$4` lists, a controlled kind's choice (`flow.rs`).
+pub(super) const CLAIM_IDS: &str =
+    claim_sql!(@claim "SELECT ctid FROM outbox_jobs WHERE id = ANY($4::text[]) AND status = 'pending' FOR UPDATE");
 
 /// The cursor's condition (see [`Cursor`]).
 macro_rules! after {
@@ -122,7 +146,7 @@ pub(in crate::storage::postgres) async fn queues_of(pool: &PgPool, c: &PgStoreCo
         return Ok(queues.clone());
     }
     let mut kinds = c.kinds.clone();
-    kinds.extend(c.limited.iter().map(|(kind, _)| kind.clone()));
+    kinds.extend(c.limited.iter().map(|f| f.kind.clone()));
     retrying("listing the queues that hold ready jobs", || async {
         sqlx::query_scalar(QUEUES).bind(&kinds).fetch_all(pool).await
     })
@@ -182,6 +206,7 @@ pub(in crate::storage::postgres) async fn promote_due(pool: &PgPool, now: i64) -
 /// Claims up to `limit` due jobs for the worker `c` describes from `queues` (see [`queues_of`]): first those of
 /// kinds with a fleet-wide limit, each up to what its limit leaves, then the others. The in-process worker and
 /// remote claims share it; they let in the due scheduled jobs first ([`promote_due`]).
+#[allow(clippy::too_many_arguments)]
 pub(in crate::storage::postgres) async fn claim_rows(
     pool: &PgPool,
     c: &PgStoreConfig,
@@ -190,16 +215,35 @@ pub(in crate::storage::postgres) async fn claim_rows(
     now: i64,
     lease_until: i64,
     cursor: Option<&CursorCell>,
+    wake: &mut Option<i64>,
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
     let mut rows = Vec::new();
-    for (kind, cap) in &c.limited {
+    let pauses = if c.limited.is_empty() {
+        Pauses::default()
+    } else {
+        let read = retrying("reading the pauses", || async {
+            sqlx::query(super::flow::PAUSES).bind(now).fetch_all(pool).await
+        })
+        .await?;
+        Pauses::of(&read)
+    };
+    *wake = pauses.wake_at;
+    for flow in &c.limited {
         let left = limit - rows.len();
         if left == 0 {
             return Ok(rows);
         }
+        if pauses.kinds.contains(&flow.kind) {
+            continue;
+        }
         let share = limited_share(left, !c.kinds.is_empty());
-        match claim_limited(pool, c, queues, kind, *cap, share, now, lease_until).await {
-            Ok(claimed) => rows.extend(claimed),
+        match claim_limited(pool, c, queues, flow, &pauses, share, now, lease_until).await {
+            Ok((claimed, at)) => {
+                rows.extend(claimed);
+                if let Some(at) = at {
+                    *wake = Some(wake.map_or(at, |w| w.min(at)));
+                }
+            }
             Err(e) => return keep_claimed(rows, e),
         }
     }
@@ -284,32 +328,54 @@ pub(super) const LIMIT_LOCK: &str =
 pub(super) const RUNNING: &str = "SELECT count(*) FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) \
      FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1";
 
-/// Claims jobs of one limited kind in a transaction that holds the kind's advisory lock while it counts the
-/// running jobs and claims what the limit leaves: claimers on every machine take turns.
+/// Claims jobs of one controlled kind in a transaction that holds the kind's advisory lock while it counts the
+/// running jobs, reads the kind's rate and shares and claims what they leave: claimers on every machine take
+/// turns. Also when a job left behind may be taken.
 #[allow(clippy::too_many_arguments)]
 async fn claim_limited(
     pool: &PgPool,
     c: &PgStoreConfig,
     queues: &[String],
-    kind: &str,
-    cap: u32,
+    flow: &crate::flow::FlowKind,
+    pauses: &Pauses,
     left: usize,
     now: i64,
     lease_until: i64,
-) -> Result<Vec<sqlx::postgres::PgRow>> {
+) -> Result<(Vec<sqlx::postgres::PgRow>, Option<i64>)> {
+    let kind = flow.kind.as_str();
     let kinds = [kind.to_owned()];
-    retrying("claiming jobs of a limited kind", || async {
+    let open = super::flow::open_queues(queues, pauses, c);
+    retrying("claiming jobs of a controlled kind", || async {
         let mut tx = pool.begin().await?;
         sqlx::query(LIMIT_LOCK).bind(kind).execute(&mut *tx).await?;
-        let running: i64 = sqlx::query_scalar(RUNNING).bind(kind).fetch_one(&mut *tx).await?;
-        let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
-        if room == 0 {
-            tx.commit().await?;
-            return Ok(Vec::new());
+        let mut room = left;
+        if let Some(cap) = flow.concurrency {
+            let running: i64 = sqlx::query_scalar(RUNNING).bind(kind).fetch_one(&mut *tx).await?;
+            room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
         }
-        let rows = claim_query(c, &kinds, queues, room, now, lease_until, None).fetch_all(&mut *tx).await?;
+        if room == 0 || open.is_empty() {
+            tx.commit().await?;
+            return Ok((Vec::new(), None));
+        }
+        if !super::flow::chosen(flow, pauses) {
+            let rows = claim_query(c, &kinds, queues, room, now, lease_until, None).fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            return Ok((rows, None));
+        }
+        let (ids, plan) = super::flow::choose(&mut tx, flow, &open, pauses, room, now).await?;
+        let mut rows = Vec::new();
+        if !ids.is_empty() {
+            rows = sqlx::query(CLAIM_IDS)
+                .bind(&c.worker_id)
+                .bind(now)
+                .bind(lease_until)
+                .bind(&ids)
+                .fetch_all(&mut *tx)
+                .await?;
+            super::flow::save(&mut tx, flow, &plan).await?;
+        }
         tx.commit().await?;
-        Ok(rows)
+        Ok((rows, plan.wake_at))
     })
     .await
 }

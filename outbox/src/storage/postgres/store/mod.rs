@@ -39,8 +39,8 @@ pub(crate) struct PgStoreConfig {
     pub(crate) worker_id: String,
     /// Kinds this worker has handlers for and no fleet-wide limit.
     pub(crate) kinds: Vec<String>,
-    /// Kinds with a fleet-wide limit on running jobs, and the limit.
-    pub(crate) limited: Vec<(String, u32)>,
+    /// Kinds whose claims are controlled fleet-wide (a limit on running jobs, a rate, fair share).
+    pub(crate) limited: Vec<crate::flow::FlowKind>,
     /// Queues it serves; `None` for all.
     pub(crate) queues: Option<Vec<String>>,
     /// The schema holding the outbox tables; notifications from other schemas are ignored.
@@ -77,6 +77,7 @@ macro_rules! feed_row {
 mod claim;
 mod claims;
 mod complete;
+pub(super) mod flow;
 #[cfg(test)]
 mod plans;
 pub(super) mod remote;
@@ -166,6 +167,8 @@ struct Inner {
     cursor: CursorCell,
     /// Its claims with outcomes still to write.
     claims: Claims,
+    /// When its last claim said to claim again.
+    wake: crate::storage::worker_store::FlowWake,
     /// For a worker of every queue, the queues it last listed and when (ms; see [`claim::QUEUES`]).
     queues: std::sync::Mutex<Option<(i64, Vec<String>)>>,
 }
@@ -206,7 +209,9 @@ impl Inner {
         }
         let (queues, listed) = self.queues(pool, now, QUEUES_EVERY_MS).await?;
         let c = &self.config;
-        let mut rows = claim_rows(pool, c, &queues, limit, now, lease_until, Some(&self.cursor)).await?;
+        let mut wake = None;
+        let mut rows = claim_rows(pool, c, &queues, limit, now, lease_until, Some(&self.cursor), &mut wake).await?;
+        self.wake.set(wake);
         if rows.len() < limit && !listed {
             // A claim that found nothing starts no job late by listing again; one that found some does it at most
             // every `PROMOTE_EVERY_MS`.
@@ -217,7 +222,7 @@ impl Inner {
             };
             let new: Vec<String> = fresh.into_iter().filter(|q| !queues.contains(q)).collect();
             if listed && !new.is_empty() {
-                match claim_rows(pool, c, &new, limit - rows.len(), now, lease_until, None).await {
+                match claim_rows(pool, c, &new, limit - rows.len(), now, lease_until, None, &mut None).await {
                     Ok(more) => rows.extend(more),
                     Err(e) => return claim::keep_claimed(rows, e),
                 }
@@ -311,6 +316,7 @@ impl PgStore {
             cursor,
             claims,
             queues: std::sync::Mutex::new(None),
+            wake: Default::default(),
         };
         PgStore { inner: Arc::new(inner) }
     }
@@ -452,6 +458,10 @@ impl WorkerStore for PgStore {
                 (inner.listen_pool.clone(), inner.config.schema.clone(), inner.config.worker_id.clone());
             *listener = Some(tokio::spawn(listen(pool, schema, worker, true)));
         }
+    }
+
+    fn flow_wake_at(&self) -> Option<i64> {
+        self.inner.wake.get()
     }
 
     fn flush(&self) -> StoreFuture<'_, ()> {

@@ -1,7 +1,7 @@
 //! The worker's statements on PostgreSQL, by name, for the catalogue of what the engine sends (`statements.sql`).
 
 use super::super::wake::{NOTIFY, SWEEP, SWEEP_KEYS_LOCK};
-use super::{EXTEND, EXTEND_ONE, claim, complete, rescue};
+use super::{EXTEND, EXTEND_ONE, claim, complete, flow, rescue};
 
 /// Every statement the worker's connections send, by name, for the catalogue (`statements.sql`); `LISTEN` aside.
 pub(in crate::storage::postgres) fn statements() -> Vec<(&'static str, String)> {
@@ -14,6 +14,15 @@ pub(in crate::storage::postgres) fn statements() -> Vec<(&'static str, String)> 
         ("claim: kinds from every queue, after the last claim's end", claim::CLAIM_ONE_AFTER.into()),
         ("claim: kinds from some queues", claim::CLAIM_QUEUES.into()),
         ("claim: kinds from some queues, after the last claim's end", claim::CLAIM_QUEUES_AFTER.into()),
+        ("claim: jobs a controlled kind's plan chose", claim::CLAIM_IDS.into()),
+        ("flow: the pauses and holds in force", flow::PAUSES.into()),
+        ("flow: a rate's buckets", flow::BUCKETS.into()),
+        ("flow: a kind's fair shares", flow::FAIR.into()),
+        ("flow: the keys with ready jobs", flow::READY_KEYS.into()),
+        ("flow: a kind's next jobs", flow::CANDIDATES.into()),
+        ("flow: each key's next jobs", flow::KEY_CANDIDATES.into()),
+        ("flow: write back buckets", flow::SAVE_BUCKETS.into()),
+        ("flow: write back fair passes", flow::SAVE_PASSES.into()),
         ("complete: a batch of outcomes", complete::FINISH.into()),
         ("complete: a batch of plain completions", complete::FINISH_PLAIN.into()),
         ("complete: a batch of completions kept nowhere or archived", complete::FINISH_DISCARDING.into()),

@@ -3,6 +3,7 @@
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
 
+use super::flow::{Pauses, choose, save};
 use super::{StoreConfig, insert_batch_event};
 use crate::error::{Error, Result};
 use crate::storage::worker_store::limited_share;
@@ -24,10 +25,11 @@ pub(super) const RUNNING: &str =
 pub(super) const FAIL_UNREADABLE: &str = "UPDATE outbox_jobs SET status = 'failed', last_error = ?1, lease_expires_at = NULL, \
      updated_at = ?2 WHERE rowid = ?3";
 
-/// Claims up to `limit` due jobs: first those of kinds with a fleet-wide limit, each up to what its limit
-/// leaves (the count and the claim share the write transaction, so no other claimer can slip in between;
-/// the count reads claimed rows through the lease index, at most the fleet's concurrency of them), then the
-/// others.
+/// Claims up to `limit` due jobs: first those of controlled kinds (a fleet-wide limit, a rate, fair share), each
+/// up to what its controls leave (what they read and the claim share the write transaction, so no other claimer
+/// can slip in between; a limit's count reads claimed rows through the lease index, at most the fleet's
+/// concurrency of them), then the others. Paused queues and kinds are passed over. `wake` is set to when a job
+/// left behind for a rate or a hold may be taken.
 pub(in crate::storage::sqlite) fn claim(
     conn: &Connection,
     config: &StoreConfig,
@@ -35,54 +37,91 @@ pub(in crate::storage::sqlite) fn claim(
     now: i64,
     lease_until: i64,
     unreadable: &mut Vec<Unreadable>,
+    wake: &mut Option<i64>,
 ) -> Result<Vec<ClaimedJob>> {
     conn.prepare_cached(PROMOTE)
         .and_then(|mut s| s.execute(params![now, PROMOTE_PER_CLAIM]))
         .map_err(Error::db("letting in scheduled jobs that are due"))?;
+    let pauses = Pauses::read(conn, now)?;
+    let mut wake_at = pauses.wake_at;
     let mut claimed = Vec::new();
-    for (kinds_json, cap) in &config.limited {
+    for (kinds_json, flow) in &config.flows {
         let left = limit - claimed.len();
         if left == 0 {
-            return Ok(claimed);
+            break;
         }
-        let running: i64 = conn
-            .prepare_cached(RUNNING)
-            .and_then(|mut s| s.query_row(params![kinds_json], |row| row.get(0)))
-            .map_err(Error::db("counting running jobs of a limited kind"))?;
-        let room =
-            usize::try_from(i64::from(*cap) - running).unwrap_or(0).min(limited_share(left, config.kinds_json != "[]"));
-        if room > 0 {
-            claimed.extend(claim_of(
-                conn,
-                config,
-                Kinds { json: kinds_json, one: true },
-                room,
-                now,
-                lease_until,
-                unreadable,
-            )?);
+        if pauses.kinds.contains(&flow.kind) {
+            continue;
+        }
+        let mut room = limited_share(left, config.kinds_json != "[]");
+        if let Some(cap) = flow.concurrency {
+            let running: i64 = conn
+                .prepare_cached(RUNNING)
+                .and_then(|mut s| s.query_row(params![kinds_json], |row| row.get(0)))
+                .map_err(Error::db("counting running jobs of a limited kind"))?;
+            room = room.min(usize::try_from(i64::from(cap) - running).unwrap_or(0));
+        }
+        if room == 0 {
+            continue;
+        }
+        if flow.rate.is_none() && !flow.keyed() && !pauses.keys.contains_key(&flow.kind) {
+            let kinds = Kinds { json: kinds_json, one: true, pick: Pick::Ready, paused_queues: &pauses };
+            claimed.extend(claim_of(conn, config, kinds, room, now, lease_until, unreadable)?);
+            continue;
+        }
+        let chosen = choose(conn, flow, config.queues_json.as_deref(), &pauses, room, now)?;
+        if let Some(at) = chosen.plan.wake_at {
+            wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
+        }
+        if !chosen.rowids.is_empty() {
+            let rowids = serde_json::to_string(&chosen.rowids)
+                .map_err(|e| Error::Internal(format!("encoding the jobs to claim: {e}")))?;
+            let kinds = Kinds { json: &rowids, one: true, pick: Pick::Rows, paused_queues: &pauses };
+            claimed.extend(claim_of(conn, config, kinds, chosen.rowids.len(), now, lease_until, unreadable)?);
+            save(conn, flow, &chosen.plan)?;
         }
     }
+    *wake = wake_at;
     let left = limit - claimed.len();
     if left > 0 && config.kinds_json != "[]" {
-        claimed.extend(claim_of(
-            conn,
-            config,
-            Kinds { json: &config.kinds_json, one: config.one_kind },
-            left,
-            now,
-            lease_until,
-            unreadable,
-        )?);
+        let paused: Vec<&String> = pauses.kinds.iter().collect();
+        let kinds: Vec<String> = if paused.is_empty() {
+            Vec::new()
+        } else {
+            let all: Vec<String> = serde_json::from_str(&config.kinds_json).unwrap_or_default();
+            all.into_iter().filter(|k| !paused.contains(&k)).collect()
+        };
+        let json = if paused.is_empty() {
+            config.kinds_json.clone()
+        } else {
+            serde_json::to_string(&kinds).map_err(|e| Error::Internal(format!("encoding kind names: {e}")))?
+        };
+        if json != "[]" {
+            let one = if paused.is_empty() { config.one_kind } else { kinds.len() == 1 };
+            let kinds = Kinds { json: &json, one, pick: Pick::Ready, paused_queues: &pauses };
+            claimed.extend(claim_of(conn, config, kinds, left, now, lease_until, unreadable)?);
+        }
     }
     Ok(claimed)
 }
 
-/// The kinds a claim takes: their JSON array, and whether it names exactly one.
+/// What a claim takes: ready jobs of some kinds, or rows already chosen.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    /// Due jobs of the kinds, from the ready indexes.
+    Ready,
+    /// The rows whose rowids the JSON array lists, if still pending (a controlled kind's choice).
+    Rows,
+}
+
+/// The kinds a claim takes: their JSON array (or the rowids' for [`Pick::Rows`]), whether it names exactly one,
+/// and the paused queues it passes over.
 #[derive(Clone, Copy)]
 struct Kinds<'a> {
     json: &'a str,
     one: bool,
+    pick: Pick,
+    paused_queues: &'a Pauses,
 }
 
 /// Claims up to `limit` due jobs of `kinds` that nothing in their sequence holds back. A claimed row
@@ -98,7 +137,12 @@ fn claim_of(
     unreadable: &mut Vec<Unreadable>,
 ) -> Result<Vec<ClaimedJob>> {
     let (kinds_json, one_kind) = (kinds.json, kinds.one && config.queues_json.is_none());
-    let sql = claim_statement(one_kind, config.queues_json.is_some());
+    let except = !kinds.paused_queues.queues.is_empty() && kinds.pick == Pick::Ready;
+    let sql = match kinds.pick {
+        Pick::Rows => CLAIM_ROWS.to_owned(),
+        Pick::Ready if except => claim_statement_except(one_kind, config.queues_json.is_some()),
+        Pick::Ready => claim_statement(one_kind, config.queues_json.is_some()),
+    };
     let ctx = || Error::db("claiming jobs");
     let mut claimed = Vec::new();
     let mut listed_before = 0;
@@ -109,9 +153,13 @@ fn claim_of(
         let mut bad = Vec::new();
         {
             let mut stmt = conn.prepare_cached(&sql).map_err(ctx())?;
-            let mut rows = stmt
-                .query(params![config.worker_id, now, lease_until, kinds_json, want, config.queues_json])
-                .map_err(ctx())?;
+            let mut rows = if except {
+                let paused = kinds.paused_queues.queues_json.as_str();
+                stmt.query(params![config.worker_id, now, lease_until, kinds_json, want, config.queues_json, paused])
+            } else {
+                stmt.query(params![config.worker_id, now, lease_until, kinds_json, want, config.queues_json])
+            }
+            .map_err(ctx())?;
             while let Some(row) = rows.next().map_err(ctx())? {
                 match claimed_row(row) {
                     Ok(job) => claimed.push(job),
@@ -149,6 +197,20 @@ fn claim_of(
             return Ok(claimed);
         }
     }
+}
+
+/// The claim of the pending rows whose rowids `?4` lists (a controlled kind's choice), at most `?5`, for the worker
+/// `?1` at `?2`, leased until `?3`; `?6` is the worker's queues, which the choice applied.
+pub(in crate::storage::sqlite) const CLAIM_ROWS: &str = "UPDATE outbox_jobs SET status = 'claimed', \
+     attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, \
+     updated_at = ?2, event_flip = 1 - event_flip WHERE rowid IN (SELECT rowid FROM outbox_jobs \
+     WHERE rowid IN (SELECT value FROM json_each(?4)) AND status = 'pending' AND (?6 IS NULL OR TRUE) LIMIT ?5 + 0) \
+     RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid";
+
+/// [`claim_statement`] passing over the jobs of the paused queues `?7` (a JSON array).
+pub(in crate::storage::sqlite) fn claim_statement_except(one_kind: bool, by_queue: bool) -> String {
+    claim_statement(one_kind, by_queue)
+        .replace(" AND run_at <= ?2", " AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2")
 }
 
 /// The claim of up to `?5` due jobs of the kinds `?4` (a JSON array) for the worker `?1` at `?2`, leased until

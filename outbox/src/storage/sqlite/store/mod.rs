@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 mod claim;
 mod complete;
+pub(super) mod flow;
 pub(super) mod remote;
 mod rescue;
 #[cfg(test)]
@@ -26,7 +27,7 @@ use rescue::rescue;
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-use crate::storage::worker_store::StoreFuture;
+use crate::storage::worker_store::{FlowWake, StoreFuture};
 use crate::storage::{ClaimedJob, Finished, Rescued, WorkerStore};
 
 /// How the worker's connection is opened and what it may claim.
@@ -40,8 +41,8 @@ pub(crate) struct StoreConfig {
     pub(crate) kinds_json: String,
     /// Whether `kinds_json` names exactly one kind.
     pub(crate) one_kind: bool,
-    /// Kinds with a fleet-wide limit on running jobs: each as a JSON array of itself, and its limit.
-    pub(crate) limited: Vec<(String, u32)>,
+    /// Kinds whose claims are controlled fleet-wide: each as a JSON array of itself, and its controls.
+    pub(crate) flows: Vec<(String, crate::flow::FlowKind)>,
     /// JSON array of the queues it serves; `None` for all.
     pub(crate) queues_json: Option<String>,
 }
@@ -58,6 +59,7 @@ enum Cmd {
 #[derive(Clone)]
 pub(crate) struct SqliteStore {
     tx: mpsc::UnboundedSender<Cmd>,
+    wake: std::sync::Arc<FlowWake>,
 }
 
 impl SqliteStore {
@@ -66,11 +68,13 @@ impl SqliteStore {
         let conn = open_connection(&config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let watch = super::watch_file(&config.path);
+        let wake = std::sync::Arc::new(FlowWake::default());
+        let flow_wake = wake.clone();
         std::thread::Builder::new()
             .name("outbox-worker-db".into())
-            .spawn(move || Actor { conn, config, rx, _watch: watch, relaxed: false }.run())
+            .spawn(move || Actor { conn, config, rx, _watch: watch, relaxed: false, wake: flow_wake }.run())
             .map_err(|e| Error::Internal(format!("cannot start the worker's database thread: {e}")))?;
-        Ok(SqliteStore { tx })
+        Ok(SqliteStore { tx, wake })
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Cmd) -> Result<T> {
@@ -102,6 +106,10 @@ impl WorkerStore for SqliteStore {
 
     fn flush(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.ask(|reply| Cmd::Flush { reply }))
+    }
+
+    fn flow_wake_at(&self) -> Option<i64> {
+        self.wake.get()
     }
 }
 
@@ -163,6 +171,8 @@ struct Actor {
     /// Whether the connection now commits at `synchronous=NORMAL` for a cycle that only claims (see
     /// [`Actor::durability_for`]).
     relaxed: bool,
+    /// When the last claim said to claim again.
+    wake: std::sync::Arc<FlowWake>,
 }
 
 /// A claim waiting for its turn.
@@ -252,10 +262,14 @@ impl Actor {
                 let applied = write_finished(&tx, &config.worker_id, &finished, now)?;
                 let mut claimed = Vec::with_capacity(claims.len());
                 let mut unreadable = Vec::new();
+                let mut wake = None;
                 for c in &claims {
                     let late = (now - c.now).max(0);
                     let (at, lease) = (c.now + late, c.lease_until.saturating_add(late));
-                    claimed.push(claim(&tx, config, c.limit, at, lease, &mut unreadable)?);
+                    claimed.push(claim(&tx, config, c.limit, at, lease, &mut unreadable, &mut wake)?);
+                }
+                if !claims.is_empty() {
+                    self.wake.set(wake);
                 }
                 tx.commit().map_err(Error::db("committing a worker transaction"))?;
                 Ok((applied, claimed, unreadable))

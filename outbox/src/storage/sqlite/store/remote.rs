@@ -41,7 +41,7 @@ pub(in crate::storage::sqlite) async fn remote_claim(
         on_own_connection(store_config(db, opts).await?, "claiming jobs for a remote worker", move |tx, config| {
             let rescued = if due { rescue(tx, now)? } else { Vec::new() };
             let mut unreadable = Vec::new();
-            let jobs = claim(tx, config, limit, now, lease_until, &mut unreadable)?;
+            let jobs = claim(tx, config, limit, now, lease_until, &mut unreadable, &mut None)?;
             for u in &unreadable {
                 u.log(&config.worker_id);
             }
@@ -60,7 +60,7 @@ pub(in crate::storage::sqlite) async fn finish_batch(
     owner: &str,
     batch: Vec<Finished>,
 ) -> Result<Vec<bool>> {
-    let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), limits: Vec::new(), queues: None };
+    let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), flows: Vec::new(), queues: None };
     on_own_connection(store_config(db, opts).await?, "writing a batch of outcomes", move |tx, config| {
         write_finished(tx, &config.worker_id, &batch, now_ms())
     })
@@ -72,7 +72,7 @@ pub(in crate::storage::sqlite) async fn remote_finish(
     owner: &str,
     finished: Finished,
 ) -> Result<bool> {
-    let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), limits: Vec::new(), queues: None };
+    let opts = WorkerStoreOpts { worker_id: owner.to_owned(), kinds: Vec::new(), flows: Vec::new(), queues: None };
     on_own_connection(store_config(db, opts).await?, "writing a remote worker's outcome", move |tx, config| {
         let now = now_ms();
         let applied = write_finished(tx, &config.worker_id, std::slice::from_ref(&finished), now)?;

@@ -1,6 +1,6 @@
 //! The worker's statements on SQLite, by name, for the catalogue of what the engine sends (`statements.sql`).
 
-use super::{EXTEND, FEED_ROW, claim, complete, rescue};
+use super::{EXTEND, FEED_ROW, claim, complete, flow, rescue};
 
 /// Every statement the worker's connection sends, by name, for the catalogue (`statements.sql`); connection
 /// settings (`PRAGMA`) aside.
@@ -12,7 +12,23 @@ pub(in crate::storage::sqlite) fn statements() -> Vec<(&'static str, String)> {
         ("claim: one kind from every queue", claim_of(true, false)),
         ("claim: several kinds from every queue", claim_of(false, false)),
         ("claim: kinds from some queues", claim_of(false, true)),
+        ("claim: one kind from every queue, paused queues passed over", claim::claim_statement_except(true, false)),
+        (
+            "claim: several kinds from every queue, paused queues passed over",
+            claim::claim_statement_except(false, false),
+        ),
+        ("claim: kinds from some queues, paused queues passed over", claim::claim_statement_except(false, true)),
+        ("claim: rows a controlled kind's plan chose", claim::CLAIM_ROWS.into()),
         ("claim: fail a row that cannot be read", claim::FAIL_UNREADABLE.into()),
+        ("flow: the pauses and holds in force", flow::PAUSES.into()),
+        ("flow: a rate's buckets", flow::BUCKETS.into()),
+        ("flow: a kind's fair shares", flow::FAIR.into()),
+        ("flow: the keys with ready jobs", flow::READY_KEYS.into()),
+        ("flow: a kind's next jobs", flow::CANDIDATES.into()),
+        ("flow: a key's next jobs", flow::KEY_CANDIDATES.into()),
+        ("flow: a kind's next jobs without a key", flow::KEYLESS_CANDIDATES.into()),
+        ("flow: write back a bucket", flow::SAVE_BUCKET.into()),
+        ("flow: write back a fair pass", flow::SAVE_PASS.into()),
         ("complete: a batch of outcomes", complete::FINISH_BATCH.into()),
         ("complete: a batch of plain completions", complete::FINISH_PLAIN.into()),
         ("complete: a batch of completions kept nowhere", complete::DISCARD_BATCH.into()),

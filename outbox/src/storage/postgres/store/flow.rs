@@ -1,0 +1,226 @@
+//! PostgreSQL's side of flow control in the worker's claim: the claim of a controlled kind (a rate, fair share,
+//! a paused key) inside the transaction that holds the kind's advisory lock, whose choice [`crate::flow::plan`]
+//! makes. The plain claims pass over paused queues and kinds in their own statements (`claim.rs`).
+
+use std::collections::HashMap;
+
+use sea_orm::sqlx::postgres::PgRow;
+use sea_orm::sqlx::{self, Postgres, Row, Transaction};
+
+use super::PgStoreConfig;
+use crate::flow::{Bucket, Candidate, FlowKind, FlowState, Plan};
+use crate::storage::postgres::ts;
+
+/// The pauses and holds in force at `$1`: scope, name, key, end (ms).
+pub(super) const PAUSES: &str = concat!(
+    "SELECT scope, name, key, (EXTRACT(EPOCH FROM ends_at) * 1000)::int8 FROM outbox_pauses \
+     WHERE ends_at IS NULL OR ends_at > ",
+    ts!("$1")
+);
+
+/// The buckets of the rate `$1`.
+pub(super) const BUCKETS: &str = "SELECT key, level, at FROM outbox_rates WHERE name = $1";
+
+/// The fair-share rows of the kind `$1`.
+pub(super) const FAIR: &str = "SELECT key, weight, pass FROM outbox_fair WHERE name = $1";
+
+/// Buckets written back: name `$1`, the rate's amount, window and burst (`$2`-`$4`), keys, levels and times.
+pub(super) const SAVE_BUCKETS: &str = "INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at) \
+     SELECT $1, k, $2, $3, $4, l, a FROM unnest($5::text[], $6::float8[], $7::int8[]) AS b(k, l, a) \
+     ON CONFLICT (name, key) DO UPDATE SET level = excluded.level, at = excluded.at";
+
+/// Passes written back (the kind's clock under the empty key).
+pub(super) const SAVE_PASSES: &str = "INSERT INTO outbox_fair (name, key, weight, pass) \
+     SELECT $1, k, 1, p FROM unnest($2::text[], $3::float8[]) AS f(k, p) \
+     ON CONFLICT (name, key) DO UPDATE SET pass = excluded.pass";
+
+/// The keys of kind `$1` that have ready jobs, one index probe each (a walk of `outbox_jobs_ready_flow`).
+pub(super) const READY_KEYS: &str = "WITH RECURSIVE k(key) AS ((SELECT flow_key FROM outbox_jobs \
+     WHERE open AND flow_key IS NOT NULL AND kind = $1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key \
+     FROM outbox_jobs j WHERE j.open AND j.flow_key IS NOT NULL AND j.kind = $1 AND j.flow_key > k.key \
+     ORDER BY j.flow_key LIMIT 1) FROM k WHERE k.key IS NOT NULL) SELECT key FROM k WHERE key IS NOT NULL";
+
+/// The columns of a candidate.
+macro_rules! candidate {
+    ($alias:literal) => {
+        concat!(
+            $alias,
+            "id, ",
+            $alias,
+            "flow_key, COALESCE(",
+            $alias,
+            "cost, 1)::int8, ",
+            $alias,
+            "priority, \
+             (EXTRACT(EPOCH FROM ",
+            $alias,
+            "run_at) * 1000)::int8"
+        )
+    };
+}
+
+/// Up to `$3` ready jobs of kind `$1` at `$2` in the queues `$4`, in claim order; without a key when `$5`.
+pub(super) const CANDIDATES: &str = concat!(
+    "SELECT ",
+    candidate!(""),
+    " FROM outbox_jobs WHERE open AND status = 'pending' AND kind = $1 AND queue = ANY($4) AND run_at <= ",
+    ts!("$2"),
+    " AND ($5 = false OR flow_key IS NULL) ORDER BY priority DESC, run_at, id LIMIT $3"
+);
+
+/// Ready jobs of kind `$1` at `$2` in the queues `$4`, up to `$6[i]` of each key `$5[i]`, in claim order (`$3`
+/// bounds the whole).
+pub(super) const KEY_CANDIDATES: &str = concat!(
+    "SELECT ",
+    candidate!("p."),
+    " FROM unnest($5::text[], $6::int8[]) AS k(key, n) CROSS JOIN LATERAL (SELECT * FROM outbox_jobs \
+     WHERE open AND status = 'pending' AND kind = $1 AND flow_key = k.key AND queue = ANY($4) AND run_at <= ",
+    ts!("$2"),
+    " ORDER BY priority DESC, run_at, id LIMIT k.n) p ORDER BY p.priority DESC, p.run_at, p.id LIMIT $3"
+);
+
+/// The pauses in force, as a claim applies them.
+#[derive(Debug, Default)]
+pub(super) struct Pauses {
+    pub(super) queues: Vec<String>,
+    pub(super) kinds: Vec<String>,
+    pub(super) keys: HashMap<String, HashMap<String, Option<i64>>>,
+    pub(super) wake_at: Option<i64>,
+}
+
+impl Pauses {
+    pub(super) fn of(rows: &[PgRow]) -> Pauses {
+        let mut p = Pauses::default();
+        for row in rows {
+            let (Ok(scope), Ok(name), Ok(key), Ok(ends_at)) = (
+                row.try_get::<String, _>(0),
+                row.try_get::<String, _>(1),
+                row.try_get::<String, _>(2),
+                row.try_get::<Option<i64>, _>(3),
+            ) else {
+                continue;
+            };
+            if let Some(at) = ends_at {
+                p.wake_at = Some(p.wake_at.map_or(at, |w| w.min(at)));
+            }
+            match (scope.as_str(), key.is_empty()) {
+                ("queue", _) => p.queues.push(name),
+                (_, true) => p.kinds.push(name),
+                (_, false) => {
+                    p.keys.entry(name).or_default().insert(key, ends_at);
+                }
+            }
+        }
+        p
+    }
+}
+
+/// Chooses up to `room` ready jobs of `flow` in `queues` at `now` inside `tx` (which holds the kind's lock): their
+/// ids in claim order, and the plan to write back.
+pub(super) async fn choose(
+    tx: &mut Transaction<'_, Postgres>,
+    flow: &FlowKind,
+    queues: &[String],
+    pauses: &Pauses,
+    room: usize,
+    now: i64,
+) -> sqlx::Result<(Vec<String>, Plan)> {
+    let mut state =
+        FlowState { paused_keys: pauses.keys.get(&flow.kind).cloned().unwrap_or_default(), ..FlowState::default() };
+    if flow.rate.is_some() {
+        for row in sqlx::query(BUCKETS).bind(&flow.kind).fetch_all(&mut **tx).await? {
+            state.buckets.insert(row.try_get(0)?, Bucket { level: row.try_get(1)?, at: row.try_get(2)? });
+        }
+    }
+    if flow.fair {
+        for row in sqlx::query(FAIR).bind(&flow.kind).fetch_all(&mut **tx).await? {
+            let key: String = row.try_get(0)?;
+            let (weight, pass): (i32, f64) = (row.try_get(1)?, row.try_get(2)?);
+            if key.is_empty() {
+                state.clock = pass;
+            } else {
+                state.fair.insert(key, (u32::try_from(weight).unwrap_or(1), pass));
+            }
+        }
+    }
+    let room_i = i64::try_from(room).unwrap_or(i64::MAX);
+    let mut rows = Vec::new();
+    let mut quota_wake = None;
+    if flow.keyed() {
+        let keys: Vec<String> = sqlx::query_scalar(READY_KEYS).bind(&flow.kind).fetch_all(&mut **tx).await?;
+        let (quotas, at) = crate::flow::quotas(flow, &state, &keys, room, now);
+        quota_wake = at;
+        if !quotas.is_empty() {
+            let (keys, counts): (Vec<String>, Vec<i64>) =
+                quotas.into_iter().map(|(k, n)| (k, i64::try_from(n).unwrap_or(i64::MAX))).unzip();
+            let q = sqlx::query(KEY_CANDIDATES).bind(&flow.kind).bind(now).bind(room_i).bind(queues);
+            rows = q.bind(&keys).bind(&counts).fetch_all(&mut **tx).await?;
+        }
+        let q = sqlx::query(CANDIDATES).bind(&flow.kind).bind(now).bind(room_i).bind(queues).bind(true);
+        rows.extend(q.fetch_all(&mut **tx).await?);
+    } else {
+        let q = sqlx::query(CANDIDATES).bind(&flow.kind).bind(now).bind(room_i).bind(queues).bind(false);
+        rows = q.fetch_all(&mut **tx).await?;
+    }
+    let mut found: Vec<(String, Candidate, i32, i64)> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let cost = r.try_get::<i64, _>(2).ok().and_then(|c| u64::try_from(c).ok()).unwrap_or(1);
+        found.push((
+            r.try_get(0)?,
+            Candidate { key: r.try_get(1).ok().flatten(), cost },
+            r.try_get(3).unwrap_or(0),
+            r.try_get(4).unwrap_or(0),
+        ));
+    }
+    found.sort_by(|a, b| b.2.cmp(&a.2).then(a.3.cmp(&b.3)).then_with(|| a.0.cmp(&b.0)));
+    let candidates: Vec<Candidate> = found.iter().map(|f| f.1.clone()).collect();
+    let mut plan = crate::flow::plan(flow, &state, &candidates, room, now);
+    plan.wake_too(quota_wake);
+    Ok((plan.take.iter().map(|i| found[*i].0.clone()).collect(), plan))
+}
+
+/// Writes back what a claim of `flow` drew from its buckets and moved of its shares.
+pub(super) async fn save(tx: &mut Transaction<'_, Postgres>, flow: &FlowKind, plan: &Plan) -> sqlx::Result<()> {
+    if let Some(rate) = &flow.rate
+        && !plan.buckets.is_empty()
+    {
+        let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let window = i64::try_from(rate.window().as_millis()).unwrap_or(i64::MAX);
+        let keys: Vec<&str> = plan.buckets.iter().map(|(k, _)| k.as_str()).collect();
+        let levels: Vec<f64> = plan.buckets.iter().map(|(_, b)| b.level).collect();
+        let ats: Vec<i64> = plan.buckets.iter().map(|(_, b)| b.at).collect();
+        sqlx::query(SAVE_BUCKETS)
+            .bind(&flow.kind)
+            .bind(as_i64(rate.amount()))
+            .bind(window)
+            .bind(as_i64(rate.burst()))
+            .bind(&keys)
+            .bind(&levels)
+            .bind(&ats)
+            .execute(&mut **tx)
+            .await?;
+    }
+    if flow.fair && !plan.take.is_empty() {
+        let mut keys: Vec<&str> = Vec::new();
+        let mut passes: Vec<f64> = Vec::new();
+        for (k, p) in plan.passes.iter().filter(|(k, _)| !k.is_empty()) {
+            keys.push(k);
+            passes.push(*p);
+        }
+        keys.push("");
+        passes.push(plan.clock);
+        sqlx::query(SAVE_PASSES).bind(&flow.kind).bind(&keys).bind(&passes).execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Whether `flow` needs the chosen claim (a rate, fair share or a paused key) rather than the plain claim of its
+/// kind under its limit.
+pub(super) fn chosen(flow: &FlowKind, pauses: &Pauses) -> bool {
+    flow.rate.is_some() || flow.keyed() || pauses.keys.contains_key(&flow.kind)
+}
+
+/// The queues a controlled kind's claim reads: `queues` less the paused ones.
+pub(super) fn open_queues(queues: &[String], pauses: &Pauses, _c: &PgStoreConfig) -> Vec<String> {
+    queues.iter().filter(|q| !pauses.queues.contains(q)).cloned().collect()
+}
