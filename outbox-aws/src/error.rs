@@ -79,11 +79,45 @@ impl Error {
         }
     }
 
-    /// The job's fate: retry with backoff, or fail permanently.
+    /// Whether AWS said to slow down (throttling, after the SDK's own retries): the fleet waits, not this job alone.
+    pub fn is_throttling(&self) -> bool {
+        match self {
+            Error::Aws { code, status, .. } => {
+                status == &Some(429) || code.as_deref().is_some_and(|c| THROTTLING_CODES.contains(&c))
+            }
+            _ => false,
+        }
+    }
+
+    /// The job's fate: held with its kind for the fleet when throttled, retry with backoff, or fail permanently.
     pub(crate) fn into_job_error(self) -> JobError {
+        if self.is_throttling() {
+            tracing::warn!(error = %self, hold = ?THROTTLING_HOLD, "aws throttled; holding sync_aws fleet-wide");
+            return JobError::rate_limited(THROTTLING_HOLD);
+        }
         if self.is_retryable() { JobError::retry(self) } else { JobError::permanent(self) }
     }
 }
+
+/// How long a throttled call holds `sync_aws` for every worker: AWS says to slow down without saying for how
+/// long, and the SDK has already backed off within the call.
+const THROTTLING_HOLD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Service error codes that mean "slow down": the kind is held fleet-wide (see [`Error::into_job_error`]).
+const THROTTLING_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "RequestLimitExceeded",
+    "SlowDown",
+    "BandwidthLimitExceeded",
+    "ProvisionedThroughputExceededException",
+    "AWS.SimpleQueueService.RequestThrottled",
+    "KMS.ThrottlingException",
+];
 
 /// Service error codes that mean "slow down" or "try again": retried whatever their status.
 const RETRY_CODES: &[&str] = &[
@@ -192,5 +226,24 @@ mod tests {
         assert!(
             matches!(aws(false).into_job_error(), JobError::Permanent(m) if m.contains("PutObject `s3_object b/k`"))
         );
+    }
+
+    #[test]
+    fn throttling_holds_the_kind_for_the_fleet() {
+        let aws = |code: Option<&str>, status| Error::Aws {
+            op: "PutObject",
+            resource: "s3_object b/k".into(),
+            code: code.map(str::to_owned),
+            status,
+            message: "slow down".into(),
+            retryable: true,
+        };
+        for throttled in
+            [aws(Some("SlowDown"), Some(503)), aws(Some("ThrottlingException"), Some(400)), aws(None, Some(429))]
+        {
+            assert!(throttled.is_throttling());
+            assert!(matches!(throttled.into_job_error(), JobError::RateLimited(d) if d == THROTTLING_HOLD));
+        }
+        assert!(matches!(aws(Some("InternalError"), Some(500)).into_job_error(), JobError::Retry(_)));
     }
 }

@@ -113,6 +113,16 @@ pub(crate) enum Command {
     Extend(ExtendArgs),
     /// Put a claimed job back to pending for a while, giving its attempt back.
     Snooze(SnoozeArgs),
+    /// Pause a queue, a kind or one key of a kind fleet-wide (or hold it for a while with --for): no claim takes
+    /// its jobs until `outbox resume`; running jobs finish. A queue or kind with no jobs yet can be paused.
+    Pause(PauseArgs),
+    /// End the pause or hold of a queue, a kind or one key of a kind.
+    Resume(PauseArgs),
+    /// Show what is paused or held and until when, every rate and what is left of it, and with --kind the fair
+    /// share of a kind's keys.
+    Flow(FlowArgs),
+    /// Set the fair-share weight of one key of a kind (1 unless set).
+    Weight(WeightArgs),
     /// Serve the HTTP API (JSON) and the dashboard (at /) until Ctrl-C or SIGTERM.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
@@ -268,6 +278,9 @@ pub(crate) struct EnqueueArgs {
     /// Sequence key: run after every earlier job of this sequence (default: the kind's sequence template).
     #[arg(long, value_name = "KEY")]
     pub(crate) sequence: Option<String>,
+    /// What the job counts against its kind's rate (default: the kind's cost, or 1): a whole number.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = cost_arg)]
+    pub(crate) cost: Option<u32>,
     /// Wait for the job to end, up to this long (forever when no duration is given), and print it as it
     /// ended: exit 0 when completed, 7 when failed or cancelled.
     #[arg(long, value_parser = duration::parse, value_name = "TIMEOUT", num_args = 0..=1, default_missing_value = "5200w")]
@@ -356,6 +369,10 @@ pub(crate) struct WorkArgs {
     /// `--limit claude_extraction=2`.
     #[arg(long = "limit", value_name = "KIND=N", value_parser = limit_arg)]
     pub(crate) limits: Vec<(String, u32)>,
+    /// At most RATE of KIND claimed across every worker sharing the database (repeat for several):
+    /// `--rate claude_extraction=50/1m`, `--rate claude_extraction="40/1m burst 5"`.
+    #[arg(long = "rate", value_name = "KIND=RATE", value_parser = rate_arg)]
+    pub(crate) rates: Vec<(String, outbox::flow::Rate)>,
     /// Before the first claim, remove leftover temp files under the root and reconcile the filesystem (and
     /// with --aws, AWS resources); the report is logged and its counts show in `outbox stats`.
     #[arg(long)]
@@ -401,6 +418,19 @@ fn limit_arg(text: &str) -> Result<(String, u32), String> {
         return Err(format!("`{text}` needs a kind and a limit of at least 1"));
     }
     Ok((kind.to_owned(), n))
+}
+
+fn cost_arg(text: &str) -> Result<u32, String> {
+    text.trim().parse().map_err(|_| format!("a cost is a whole number from 0 to {}, not `{text}`", u32::MAX))
+}
+
+fn rate_arg(text: &str) -> Result<(String, outbox::flow::Rate), String> {
+    let (kind, rate) =
+        text.split_once('=').ok_or_else(|| format!("`{text}` is not KIND=RATE (e.g. claude_extraction=50/1m)"))?;
+    if kind.is_empty() {
+        return Err(format!("`{text}` names no kind before `=`"));
+    }
+    Ok((kind.to_owned(), rate.parse().map_err(|e: outbox::flow::RateError| e.to_string())?))
 }
 
 fn timeout_arg(text: &str) -> Result<(Option<String>, Duration), String> {
@@ -469,4 +499,45 @@ pub(crate) fn usage_message(e: &clap::Error) -> Option<String> {
         }
     }
     Some(message)
+}
+
+/// What `outbox pause` and `outbox resume` name.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["queue", "kind"])))]
+pub(crate) struct PauseArgs {
+    /// A queue.
+    #[arg(long)]
+    pub(crate) queue: Option<String>,
+    /// A kind (with --key, one key of it).
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
+    /// One key of the kind's rate or fair share.
+    #[arg(long, requires = "kind")]
+    pub(crate) key: Option<String>,
+    /// Why, shown with the pause.
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    /// Hold for this long instead of until resumed (e.g. 30s, 5m).
+    #[arg(long = "for", value_parser = duration::forward, value_name = "DURATION")]
+    pub(crate) hold_for: Option<Duration>,
+}
+
+/// What `outbox flow` shows.
+#[derive(Debug, clap::Args)]
+pub(crate) struct FlowArgs {
+    /// Also the fair share of this kind's keys (repeat for several).
+    #[arg(long)]
+    pub(crate) kind: Vec<String>,
+}
+
+/// What `outbox weight` sets.
+#[derive(Debug, clap::Args)]
+pub(crate) struct WeightArgs {
+    /// The kind.
+    pub(crate) kind: String,
+    /// The key.
+    pub(crate) key: String,
+    /// Its weight, at least 1.
+    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) weight: u32,
 }

@@ -96,6 +96,9 @@ impl Error {
     /// What the worker should do with the job. Not a `From` impl: `JobError` turns every error into a retry
     /// on `?`, and escapes must never be retried into success by accident.
     pub(crate) fn into_job_error(self) -> JobError {
+        if let Error::Extract { source: ExtractError::RateLimited { retry_after, .. }, .. } = &self {
+            return JobError::rate_limited(*retry_after);
+        }
         if self.is_permanent() { JobError::permanent(self) } else { JobError::retry(self) }
     }
 }

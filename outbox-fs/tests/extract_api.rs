@@ -60,8 +60,8 @@ async fn success_parses_the_message_and_sends_key_version_and_body() {
 }
 
 #[tokio::test]
-async fn overloaded_then_ok_succeeds_after_one_retry() {
-    let replies = vec![reply(529, fixture("api_error_529.json")), reply(200, fixture("api_message.json"))];
+async fn a_server_error_then_ok_succeeds_after_one_retry() {
+    let replies = vec![reply(500, fixture("api_error_529.json")), reply(200, fixture("api_message.json"))];
     let server = Server::start(replies).await;
     let mut opts = opts(&server.base);
     opts.retries = 1;
@@ -73,28 +73,27 @@ async fn overloaded_then_ok_succeeds_after_one_retry() {
 }
 
 #[tokio::test]
-async fn overloaded_without_retries_is_retryable() {
+async fn overloaded_is_rate_limited_at_once_for_the_fleet_to_wait() {
     let server = Server::start(vec![reply(529, fixture("api_error_529.json"))]).await;
-    let mut opts = opts(&server.base);
-    opts.retries = 0;
 
-    let err = extract(opts).await.expect_err("overloaded");
+    let err = extract(opts(&server.base)).await.expect_err("overloaded");
 
-    assert_eq!(err, ExtractError::Retryable("anthropic api returned 529: overloaded_error: Overloaded".into()));
-    assert_eq!(server.seen().len(), 1);
+    let message = "anthropic api returned 529: overloaded_error: Overloaded".to_owned();
+    assert_eq!(err, ExtractError::RateLimited { message, retry_after: Duration::from_secs(2) });
+    assert_eq!(server.seen().len(), 1, "no retry inside the call: the whole fleet waits");
 }
 
 #[tokio::test]
-async fn rate_limit_with_a_long_retry_after_returns_at_once() {
+async fn rate_limit_returns_at_once_with_its_retry_after() {
     let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
     let limited = Reply { headers: vec![("retry-after", "30")], ..reply(429, body.into()) };
     let server = Server::start(vec![limited]).await;
 
     let err = extract(opts(&server.base)).await.expect_err("rate limited");
 
-    let expected = "anthropic api returned 429: rate_limit_error: slow down; retry-after: 30";
-    assert_eq!(err, ExtractError::Retryable(expected.into()));
-    assert_eq!(server.seen().len(), 1, "30 s is the queue's to wait, not this call's");
+    let message = "anthropic api returned 429: rate_limit_error: slow down; retry-after: 30".to_owned();
+    assert_eq!(err, ExtractError::RateLimited { message, retry_after: Duration::from_secs(30) });
+    assert_eq!(server.seen().len(), 1, "30 s is the fleet's to wait, not this call's");
 }
 
 #[tokio::test]

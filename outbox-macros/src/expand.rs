@@ -87,6 +87,28 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         }
         None => all_set = false,
     }
+    if let Some(rate) = &attrs.rate {
+        let (amount, window_ms, burst) = rate.value;
+        let burst = burst.map(|b| quote!(.with_burst(#b)));
+        opts.push(quote!(rate: ::core::option::Option::Some(
+            ::outbox::flow::Rate::per(#amount, ::core::time::Duration::from_millis(#window_ms))#burst
+        )));
+    }
+    if let Some(key) = &attrs.rate_key {
+        let key = &key.value;
+        opts.push(quote!(rate_key: ::core::option::Option::Some(#key)));
+    }
+    if let Some(fair) = &attrs.fair {
+        let fair = &fair.value;
+        opts.push(quote!(fair: ::core::option::Option::Some(#fair)));
+    }
+    if let Some(cost) = &attrs.cost {
+        let text = match &cost.value {
+            crate::attr::Cost::Fixed(n) => n.to_string(),
+            crate::attr::Cost::Field(f) => format!("{{{f}}}"),
+        };
+        opts.push(quote!(cost: ::core::option::Option::Some(#text)));
+    }
     let key_fields = input.key_fields();
     if key_fields.is_empty() {
         all_set = false;

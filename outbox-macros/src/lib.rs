@@ -32,6 +32,10 @@
 //! | `max_attempts = 10`  | attempts before a job fails for good; at least 1                   | `3`         |
 //! | `unique = false`     | whether enqueues collapse onto an active job with the same key     | `true`      |
 //! | `validate = f`       | `fn(&Self) -> Result<(), Vec<Violation>>`: rules beyond the schema | none        |
+//! | `rate = "50/1m"`     | fleet-wide rate of claims (`"20/s burst 5"`), counted in cost       | none        |
+//! | `rate_key = "{t}"`   | the rate applies to each key of this template apart                | none        |
+//! | `fair = "{t}"`       | claims share out between the keys of this template by weight       | none        |
+//! | `cost = 10`          | what one job counts against the rate, or a field: `"{tokens}"`     | `1`         |
 //!
 //! The options may be split over several `#[job(...)]` attributes, each given at most once. A kind name is
 //! non-empty and uses only ASCII letters, digits and `_` `.` `:` `/` `-`. It must stay the same when the Rust

@@ -85,6 +85,40 @@ impl Input<'_> {
             }
         }
 
+        if let Shape::Struct { fields, .. } = &self.shape {
+            let names: Vec<&str> = fields.iter().filter_map(|f| f.serialized_name.as_deref()).collect();
+            for (setting, what) in [(&self.attrs.rate_key, "rate key"), (&self.attrs.fair, "fairness key")] {
+                if let Some(setting) = setting
+                    && let Err(message) = check_template(what, &setting.value, &names)
+                {
+                    errors.push(Error::new_spanned(&setting.value_tokens, message));
+                }
+            }
+            if let (Some(r), Some(f)) = (&self.attrs.rate_key, &self.attrs.fair)
+                && r.value != f.value
+            {
+                errors.push(Error::new_spanned(
+                    &f.tokens,
+                    "`rate_key` and `fair` differ: a job has one flow key, so they must be the same template",
+                ));
+            }
+            if let (Some(r), false) = (&self.attrs.rate_key, self.attrs.written.contains("rate")) {
+                errors.push(Error::new_spanned(&r.tokens, "`rate_key` needs a `rate`: #[job(rate = \"50/1m\")]"));
+            }
+            if let Some(cost) = &self.attrs.cost
+                && let crate::attr::Cost::Field(field) = &cost.value
+                && !names.contains(&field.as_str())
+            {
+                errors.push(Error::new_spanned(
+                    &cost.value_tokens,
+                    format!(
+                        "the cost reads `{field}`, which is not a serialized field of this payload (fields: {})",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+
         if let Shape::Struct { style, fields } = &self.shape {
             let keys: Vec<_> = fields.iter().filter_map(|field| field.attrs.key.map(|attr| (field, attr))).collect();
             if *style != Style::Named {
@@ -114,6 +148,19 @@ impl Input<'_> {
 /// Checks a sequence template: every `{field}` or `{field:path}` names a serialized field, braces pair up
 /// (`{{` and `}}` stand for braces).
 pub(crate) fn check_sequence(template: &str, fields: &[&str]) -> Result<(), String> {
+    check_template("sequence", template, fields)
+}
+
+/// Checks a key template (`what`: `sequence`, `rate key`, `fairness key`) as [`check_sequence`] describes.
+pub(crate) fn check_template(what: &str, template: &str, fields: &[&str]) -> Result<(), String> {
+    let t = |m: String| {
+        m.replace("sequence template", &format!("{what} template"))
+            .replace("sequence filter", &format!("{what} filter"))
+    };
+    check_template_text(template, fields).map_err(t)
+}
+
+fn check_template_text(template: &str, fields: &[&str]) -> Result<(), String> {
     if template.is_empty() {
         return Err("the sequence template is empty: write it like \"agent:{agentId}\"".to_owned());
     }

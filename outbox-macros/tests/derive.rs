@@ -31,6 +31,41 @@ struct Charge {
     r#type: String,
 }
 
+/// Flow control: a rate per tenant counted in tokens, and fair share by the same key.
+#[derive(Job, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[job(
+    kind = "llm_call",
+    rate = "40000/1m burst 10000",
+    rate_key = "{tenantId}",
+    fair = "{tenantId}",
+    cost = "{tokens}"
+)]
+struct LlmCall {
+    tenant_id: String,
+    tokens: u32,
+}
+
+/// A fixed cost under a plain rate.
+#[derive(Job, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "webhook", rate = "20/s", cost = 3)]
+struct Webhook {
+    url: String,
+}
+
+#[test]
+fn flow_options() {
+    let rate = outbox::flow::Rate::per(40_000, std::time::Duration::from_secs(60)).with_burst(10_000);
+    assert_eq!(LlmCall::OPTS.rate, Some(rate));
+    assert_eq!((LlmCall::OPTS.rate_key, LlmCall::OPTS.fair), (Some("{tenantId}"), Some("{tenantId}")));
+    assert_eq!(LlmCall::OPTS.cost, Some("{tokens}"));
+    assert_eq!(Webhook::OPTS.rate.map(|r| r.to_string()).as_deref(), Some("20/1s"));
+    assert_eq!(Webhook::OPTS.cost, Some("3"));
+    let kind = outbox::Kind::of::<LlmCall>().expect("kind");
+    assert!(kind.rate_per_key() && kind.fair());
+    let _ = (LlmCall { tenant_id: String::new(), tokens: 0 }.tokens, Webhook { url: String::new() }.url);
+}
+
 /// Only the kind: every option takes its default.
 #[derive(Job, Serialize, Deserialize, JsonSchema)]
 #[job(kind = "ping")]

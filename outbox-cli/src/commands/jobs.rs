@@ -34,6 +34,9 @@ pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: 
     if let Some(k) = args.sequence {
         opts = opts.sequence(k);
     }
+    if let Some(c) = args.cost {
+        opts = opts.cost(c);
+    }
     let enqueued = outbox::enqueue_raw(db, &known.kind, payload, opts).await?;
     if let Some(wait) = args.wait {
         return super::claims::wait_for(db, enqueued.id(), wait, format).await;

@@ -1,6 +1,7 @@
 //! What each command does.
 
 mod claims;
+mod flow;
 mod inspect;
 mod jobs;
 mod reconcile;
@@ -64,6 +65,10 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
         Command::Fail(args) => claims::fail(&db, args, format).await,
         Command::Extend(args) => claims::extend(&db, args, format).await,
         Command::Snooze(args) => claims::snooze(&db, args, format).await,
+        Command::Pause(args) => flow::pause(&db, args, format).await,
+        Command::Resume(args) => flow::resume(&db, args, format).await,
+        Command::Flow(args) => flow::show(&db, args, format).await,
+        Command::Weight(args) => flow::weight(&db, args, format).await,
         // Run above, before the database is opened.
         Command::Serve(_) | Command::Openapi | Command::Completions { .. } => Ok(code::OK),
     }

@@ -42,6 +42,9 @@ pub(super) async fn work(db: &DatabaseConnection, args: WorkArgs) -> Result<u8> 
         builder = outbox_aws::register_handlers(builder, aws);
         handled.push("sync_aws");
     }
+    for (kind, rate) in &args.rates {
+        builder = builder.rate(kind.clone(), *rate);
+    }
     for (kind, n) in &args.limits {
         builder = builder.concurrency_limit(kind.clone(), *n);
     }

@@ -4,7 +4,8 @@
 //!
 //! | outcome | error |
 //! |---|---|
-//! | 429, 408, 5xx, 529 (after the in-call retries) | `Retryable`, with `retry-after` when sent |
+//! | 429 (rate limited), 529 (overloaded) | `RateLimited` with its `retry-after` (2 s when absent): the worker holds the kind fleet-wide until then, no attempt used, no in-call retry |
+//! | 408, other 5xx (after the in-call retries) | `Retryable`, with `retry-after` when sent |
 //! | other 4xx (400, 401, 403, 404, 413, ...) | `Permanent`, with the API's error type and message |
 //! | connection refused/reset, timeout, body cut off | `Retryable` |
 //! | 200 that is not a message | `Retryable`: a proxy or a cut-off body, not the API's answer |
@@ -26,6 +27,8 @@ use super::https::{Answer, Failure, HttpsClient};
 use super::{ExtractError, ExtractRequest, Extraction, Extractor, WireUsage};
 
 const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// How long a 429 or 529 without `retry-after` holds the kind.
+const DEFAULT_RATE_LIMIT_WAIT: Duration = Duration::from_secs(2);
 /// A `retry-after` longer than this is the caller's to wait out, not a worker slot's.
 const MAX_IN_CALL_WAIT: Duration = Duration::from_secs(10);
 const BODY_SHOWN: usize = 300;
@@ -269,9 +272,14 @@ fn judge(status: StatusCode, retry_after: Option<&str>, body: &[u8]) -> Outcome 
     if let Some(after) = retry_after {
         message.push_str(&format!("; retry-after: {}", after.chars().take(40).collect::<String>()));
     }
+    let wait = retry_after.and_then(|s| s.trim().parse::<f64>().ok()).and_then(|s| Duration::try_from_secs_f64(s).ok());
+    if code == 429 || code == 529 {
+        // Every worker of the fleet is told to wait, not this call alone: retrying here would send the next
+        // request while the others keep sending theirs.
+        let retry_after = wait.unwrap_or(DEFAULT_RATE_LIMIT_WAIT);
+        return Outcome::Done(Err(ExtractError::RateLimited { message, retry_after }));
+    }
     if transient {
-        let wait =
-            retry_after.and_then(|s| s.trim().parse::<f64>().ok()).and_then(|s| Duration::try_from_secs_f64(s).ok());
         Outcome::Again { error: ExtractError::Retryable(message), wait }
     } else {
         Outcome::Done(Err(ExtractError::Permanent(message)))

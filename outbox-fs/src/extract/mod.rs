@@ -57,6 +57,15 @@ pub enum ExtractError {
     /// Bad credentials, a refused request, malformed output that will not change: fail the job.
     #[error("{0}")]
     Permanent(String),
+    /// The service said to wait (429 rate limited, 529 overloaded): the job's attempt is given back and the kind
+    /// is held for every worker of the fleet until `retry_after` has passed.
+    #[error("{message}")]
+    RateLimited {
+        /// What the service answered.
+        message: String,
+        /// How long it said to wait (its `retry-after`), or a default when it did not say.
+        retry_after: std::time::Duration,
+    },
 }
 
 /// Runs a prompt and returns the answer. Implementations never put credentials in errors or logs.
@@ -74,6 +83,9 @@ impl ExtractError {
         match self {
             ExtractError::Retryable(m) => ExtractError::Retryable(f(m)),
             ExtractError::Permanent(m) => ExtractError::Permanent(f(m)),
+            ExtractError::RateLimited { message, retry_after } => {
+                ExtractError::RateLimited { message: f(message), retry_after }
+            }
         }
     }
 }

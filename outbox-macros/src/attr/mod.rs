@@ -12,11 +12,12 @@ use quote::quote;
 use std::collections::BTreeSet;
 use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Error, Expr, LitStr, Result, Token, token};
-use value::{boolean, duration, fn_path, int, sequence_failure, string};
+pub(crate) use value::Cost;
+use value::{boolean, cost, duration, fn_path, int, rate, sequence_failure, string};
 
 /// The options accepted in the container attribute, as listed in error messages.
 const CONTAINER_OPTIONS: &str = "`kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`, `sequence`, \
-     `on_sequence_failure`, `concurrency`, `timeout`";
+     `on_sequence_failure`, `concurrency`, `timeout`, `rate`, `rate_key`, `fair`, `cost`";
 
 /// One option of the container attribute: its parsed value and where it was written.
 pub(crate) struct Setting<T> {
@@ -52,6 +53,14 @@ pub(crate) struct ContainerAttrs {
     pub(crate) concurrency: Option<Setting<i32>>,
     /// `#[job(timeout = "30s")]`: how long a handler may run, in milliseconds.
     pub(crate) timeout: Option<Setting<u64>>,
+    /// `#[job(rate = "50/1m")]`, `#[job(rate = "20/s burst 5")]`: amount, window (ms) and burst of a fleet-wide rate.
+    pub(crate) rate: Option<Setting<(u64, u64, Option<u64>)>>,
+    /// `#[job(rate_key = "{tenant}")]`: the template of the key each job is rate limited under.
+    pub(crate) rate_key: Option<Setting<String>>,
+    /// `#[job(fair = "{tenant}")]`: the template of the key claims share out by.
+    pub(crate) fair: Option<Setting<String>>,
+    /// `#[job(cost = 10)]`, `#[job(cost = "{estimatedTokens}")]`: what one job counts against the rate.
+    pub(crate) cost: Option<Setting<Cost>>,
     /// Every option name written, valid or not, to tell duplicates and a mistyped `kind` from a missing one.
     pub(crate) written: BTreeSet<String>,
 }
@@ -118,6 +127,16 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
                 "concurrency" => setting(&mut out.concurrency, &mut out.written, &meta, errors, "concurrency = 2", int),
                 // #[job(timeout = "30s")]
                 "timeout" => setting(&mut out.timeout, &mut out.written, &meta, errors, "timeout = \"30s\"", duration),
+                // #[job(rate = "50/1m")], #[job(rate = "20/s burst 5")]
+                "rate" => setting(&mut out.rate, &mut out.written, &meta, errors, "rate = \"50/1m\"", rate),
+                // #[job(rate_key = "{tenant}")]
+                "rate_key" => {
+                    setting(&mut out.rate_key, &mut out.written, &meta, errors, "rate_key = \"{tenant}\"", string)
+                }
+                // #[job(fair = "{tenant}")]
+                "fair" => setting(&mut out.fair, &mut out.written, &meta, errors, "fair = \"{tenant}\"", string),
+                // #[job(cost = 10)], #[job(cost = "{estimatedTokens}")]
+                "cost" => setting(&mut out.cost, &mut out.written, &meta, errors, "cost = \"{tokens}\"", cost),
                 // #[job(validate = Self::check)], #[job(validate = "check")]
                 "validate" => {
                     setting(&mut out.validate, &mut out.written, &meta, errors, "validate = Self::check", fn_path)
@@ -174,6 +193,10 @@ pub(crate) fn field<'a>(attrs: &'a [Attribute], errors: &mut Errors) -> FieldAtt
                     | "on_sequence_failure"
                     | "concurrency"
                     | "timeout"
+                    | "rate"
+                    | "rate_key"
+                    | "fair"
+                    | "cost"
             ) {
                 format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
             } else {

@@ -57,6 +57,7 @@ pub(crate) struct JobPath {
         (name = "jobs", description = "List, read, enqueue, retry, cancel and delete jobs"),
         (name = "overview", description = "Statistics, queues, kinds, workers and schedules"),
         (name = "events", description = "The event feed as Server-Sent Events"),
+        (name = "flow", description = "Flow control: pauses and holds, rates and their use, fair shares and weights"),
         (name = "work", description = "Remote workers: claim, heartbeat, complete, fail, snooze"),
         (name = "health", description = "Health for probes, Prometheus metrics, the session, this document"),
     )

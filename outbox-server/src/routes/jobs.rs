@@ -112,6 +112,8 @@ pub(super) struct NewJob {
     key: Option<String>,
     /// Sequence key.
     sequence: Option<String>,
+    /// What the job counts against its kind's rate (the kind's cost, or 1, unless given): a whole number.
+    cost: Option<u32>,
 }
 
 /// The job an enqueue wrote, or the active job with the same idempotency key it collapsed onto.
@@ -136,6 +138,7 @@ pub(super) async fn enqueue(State(state): State<AppState>, Json(new): Json<NewJo
     opts.queue = new.queue;
     opts.priority = new.priority;
     opts.max_attempts = new.max_attempts;
+    opts.cost = new.cost;
     opts.idempotency_key = new.key;
     opts.sequence = new.sequence;
     match (new.delay, new.run_at) {

@@ -3,6 +3,7 @@
 
 pub(crate) mod doc;
 mod events;
+mod flow;
 mod health;
 mod jobs;
 mod overview;
@@ -104,13 +105,18 @@ fn api(auth: &Arc<Auth>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health::workers))
         .routes(routes!(health::schedules))
         .routes(routes!(events::events))
+        .routes(routes!(flow::show))
+        .routes(routes!(flow::shares))
         .routes(routes!(health::metrics));
     let operate = OpenApiRouter::new()
         .routes(routes!(jobs::enqueue))
         .routes(routes!(jobs::retry_failed))
         .routes(routes!(jobs::retry))
         .routes(routes!(jobs::cancel))
-        .routes(routes!(jobs::delete));
+        .routes(routes!(jobs::delete))
+        .routes(routes!(flow::pause))
+        .routes(routes!(flow::resume))
+        .routes(routes!(flow::weight));
     let work = OpenApiRouter::new()
         .routes(routes!(work::claim))
         .routes(routes!(work::heartbeat))

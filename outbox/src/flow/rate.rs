@@ -38,6 +38,12 @@ pub struct RateError {
     reason: String,
 }
 
+impl From<RateError> for crate::Error {
+    fn from(e: RateError) -> Self {
+        crate::Error::Invalid(e.to_string())
+    }
+}
+
 impl Rate {
     /// `amount` units per `window`. Panics when either is zero or the window is over a year: constants only; parse
     /// text with [`str::parse`], which reports an error instead.

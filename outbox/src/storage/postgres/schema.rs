@@ -26,7 +26,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         down: "DROP TABLE IF EXISTS outbox_fair, outbox_rates, outbox_pauses; \
            ALTER TABLE outbox_kinds DROP COLUMN IF EXISTS rate, DROP COLUMN IF EXISTS rate_key, \
            DROP COLUMN IF EXISTS fair, DROP COLUMN IF EXISTS cost; \
-           DROP INDEX IF EXISTS outbox_jobs_ready_flow; \
+           DROP INDEX IF EXISTS outbox_jobs_flow_keys; \
            ALTER TABLE outbox_jobs DROP COLUMN IF EXISTS flow_key, DROP COLUMN IF EXISTS cost;",
     },
 ];

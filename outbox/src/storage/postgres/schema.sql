@@ -79,7 +79,7 @@ CREATE SEQUENCE outbox_jobs_sequence_no;
 CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC, run_at, id) WHERE open;
 CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (due_at) WHERE due_at IS NOT NULL;
 -- The ready jobs of a keyed kind, key by key: a claim walks the keys that have some and reads each one's head.
-CREATE INDEX outbox_jobs_ready_flow ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
+CREATE INDEX outbox_jobs_flow_keys ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
     WHERE open AND flow_key IS NOT NULL;
 CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, active_key) WHERE active_key IS NOT NULL;
 CREATE INDEX outbox_jobs_sequence ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL;

@@ -24,7 +24,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         down: "DROP TABLE IF EXISTS outbox_fair; DROP TABLE IF EXISTS outbox_rates; DROP TABLE IF EXISTS outbox_pauses; \
            ALTER TABLE outbox_kinds DROP COLUMN cost; ALTER TABLE outbox_kinds DROP COLUMN fair; \
            ALTER TABLE outbox_kinds DROP COLUMN rate_key; ALTER TABLE outbox_kinds DROP COLUMN rate; \
-           DROP INDEX IF EXISTS outbox_jobs_ready_flow; ALTER TABLE outbox_jobs DROP COLUMN cost; \
+           DROP INDEX IF EXISTS outbox_jobs_flow_keys; ALTER TABLE outbox_jobs DROP COLUMN cost; \
            ALTER TABLE outbox_jobs DROP COLUMN flow_key;",
     },
 ];

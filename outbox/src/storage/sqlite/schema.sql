@@ -62,7 +62,7 @@ CREATE INDEX outbox_jobs_ready_queue ON outbox_jobs (queue, kind, priority DESC,
     WHERE status = 'pending' AND waiting = 0 AND scheduled = 0;
 CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (run_at) WHERE status = 'pending' AND scheduled = 1;
 -- The ready jobs of a keyed kind, key by key: a claim walks the keys that have some and reads each one's head.
-CREATE INDEX outbox_jobs_ready_flow ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
+CREATE INDEX outbox_jobs_flow_keys ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
     WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL;
 CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key)
     WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL AND superseded = 0;

@@ -5,7 +5,7 @@
 ALTER TABLE outbox_jobs ADD COLUMN flow_key text COLLATE "C",
     ADD COLUMN cost integer CONSTRAINT outbox_jobs_cost_check CHECK (cost >= 0);
 -- The ready jobs of a keyed kind, key by key: a claim walks the keys that have some and reads each one's head.
-CREATE INDEX outbox_jobs_ready_flow ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
+CREATE INDEX outbox_jobs_flow_keys ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
     WHERE open AND flow_key IS NOT NULL;
 
 -- What a kind declares of flow control, for producers and tools without the Rust type.

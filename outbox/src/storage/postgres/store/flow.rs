@@ -34,7 +34,7 @@ pub(super) const SAVE_PASSES: &str = "INSERT INTO outbox_fair (name, key, weight
      SELECT $1, k, 1, p FROM unnest($2::text[], $3::float8[]) AS f(k, p) \
      ON CONFLICT (name, key) DO UPDATE SET pass = excluded.pass";
 
-/// The keys of kind `$1` that have ready jobs, one index probe each (a walk of `outbox_jobs_ready_flow`).
+/// The keys of kind `$1` that have ready jobs, one index probe each (a walk of `outbox_jobs_flow_keys`).
 pub(super) const READY_KEYS: &str = "WITH RECURSIVE k(key) AS ((SELECT flow_key FROM outbox_jobs \
      WHERE open AND flow_key IS NOT NULL AND kind = $1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key \
      FROM outbox_jobs j WHERE j.open AND j.flow_key IS NOT NULL AND j.kind = $1 AND j.flow_key > k.key \

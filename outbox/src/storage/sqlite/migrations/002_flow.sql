@@ -4,7 +4,7 @@
 ALTER TABLE outbox_jobs ADD COLUMN flow_key TEXT;
 ALTER TABLE outbox_jobs ADD COLUMN cost INTEGER CHECK (cost IS NULL OR cost >= 0);
 -- The ready jobs of a keyed kind, key by key: a claim walks the keys that have some and reads each one's head.
-CREATE INDEX outbox_jobs_ready_flow ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
+CREATE INDEX outbox_jobs_flow_keys ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
     WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL;
 
 -- What a kind declares of flow control, for producers and tools without the Rust type.

@@ -26,7 +26,7 @@ pub(super) const SAVE_BUCKET: &str = "INSERT INTO outbox_rates (name, key, amoun
 pub(super) const SAVE_PASS: &str = "INSERT INTO outbox_fair (name, key, weight, pass) VALUES (?1, ?2, 1, ?3) \
      ON CONFLICT (name, key) DO UPDATE SET pass = excluded.pass";
 
-/// The keys of kind `?1` that have ready jobs, one index probe each (a walk of `outbox_jobs_ready_flow`).
+/// The keys of kind `?1` that have ready jobs, one index probe each (a walk of `outbox_jobs_flow_keys`).
 pub(super) const READY_KEYS: &str = "WITH RECURSIVE k(key) AS (SELECT (SELECT flow_key FROM outbox_jobs \
      WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL AND kind = ?1 \
      ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key FROM outbox_jobs j WHERE j.status = 'pending' \
