@@ -102,6 +102,40 @@ pub struct Limited {
     pub sleep_ms: u64,
 }
 
+/// A job of queue `bulk` that takes a while.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "paced", queue = "bulk", unique = false)]
+pub struct Paced {
+    /// Distinguishes jobs.
+    pub n: u64,
+    /// Handler sleep in milliseconds.
+    pub sleep_ms: u64,
+}
+
+/// A job of a kind limited to 20 a second across every worker process, with a burst of 10.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "metered", unique = false, rate = "20/s burst 10")]
+pub struct Metered {
+    /// Distinguishes jobs.
+    pub n: u64,
+}
+
+/// A job of a kind limited to 20 a second for each tenant apart, with a burst of 10.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "metered_per_tenant", unique = false, rate = "20/s burst 10", rate_key = "{tenant}")]
+pub struct MeteredPerTenant {
+    /// The tenant, 0 or 1.
+    pub tenant: u64,
+}
+
+/// A job costing 1 to 100 units of a rate of 1,000 units a second, with a burst of 200.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "weighted", unique = false, rate = "1000/s burst 200", cost = "{cost}")]
+pub struct Weighted {
+    /// Its cost.
+    pub cost: u64,
+}
+
 /// Nanoseconds on the machine's monotonic clock, comparable across processes.
 pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
@@ -161,6 +195,11 @@ impl Span {
 /// Waits until the integer `sql` returns equals `n`; returns whether it did within `timeout`.
 pub async fn wait_scalar(db: &impl ConnectionTrait, sql: &str, n: i64, timeout: Duration) -> bool {
     eventually(timeout, || async move { scalar(db, sql).await == n }).await
+}
+
+/// Polls the count `sql` until it is at least `n` or `timeout` passes; returns whether it got there.
+pub async fn wait_scalar_at_least(db: &impl ConnectionTrait, sql: &str, n: i64, timeout: Duration) -> bool {
+    eventually(timeout, || async move { scalar(db, sql).await >= n }).await
 }
 
 /// The S3/SQS-compatible server (a `moto_server`) that AWS tests run against, from

@@ -193,10 +193,12 @@ impl Bucket {
         self.level_at(rate, now) + 1e-9 >= (cost as f64).min(rate.burst() as f64)
     }
 
-    /// Takes `cost` at `now`.
+    /// Takes `cost` at `now`. A clock reading older than the bucket's (a claimer that read it before waiting for
+    /// its turn) takes from the bucket as it stands, and leaves its time where it was: moving it back would refill
+    /// the span between the two readings twice.
     pub(crate) fn take(&mut self, rate: &Rate, now: i64, cost: u64) {
         self.level = self.level_at(rate, now) - cost as f64;
-        self.at = now;
+        self.at = self.at.max(now);
     }
 
     /// When `cost` may be taken, at the earliest (`now` if it may be now).
@@ -266,5 +268,9 @@ mod tests {
         assert!(b.allows(&rate, 0, 8));
         b.take(&rate, 0, 8);
         assert_eq!(b.ready_at(&rate, 0, 1), 400);
+        // A late clock reading takes from the bucket as it stands and keeps its time.
+        let mut b = Bucket { level: 1.0, at: 1_000 };
+        b.take(&rate, 900, 1);
+        assert_eq!((b.level, b.at), (0.0, 1_000));
     }
 }

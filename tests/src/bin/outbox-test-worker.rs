@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox::{JobContext, JobError, Schedule, Worker};
-use outbox_tests::{Limited, Race, Step, Ticked, monotonic_ns, sqlite_url};
+use outbox_tests::{Limited, Metered, MeteredPerTenant, Paced, Race, Step, Ticked, Weighted, monotonic_ns, sqlite_url};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
 const USAGE: &str = "usage: outbox-test-worker DATABASE RUN_LOG drain|serve|hang|schedule LEASE_MS [CONCURRENCY]";
@@ -53,6 +53,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pid = std::process::id();
     let step_log = Arc::clone(&log);
     let limited_log = Arc::clone(&log);
+    let metered_log = Arc::clone(&log);
+    let paced_log = Arc::clone(&log);
     let mut builder = Worker::builder(&db);
     if mode == "schedule" {
         let schedule =
@@ -101,6 +103,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, JobError>(())
             }
         })
+        .register(move |job: Paced, ctx: JobContext| {
+            let log = Arc::clone(&paced_log);
+            async move {
+                mark(&log, 'B', ctx.id(), job.n, 4, pid)?;
+                tokio::time::sleep(Duration::from_millis(job.sleep_ms)).await;
+                mark(&log, 'E', ctx.id(), job.n, 4, pid)?;
+                Ok::<_, JobError>(())
+            }
+        })
+        .register(metered(Arc::clone(&metered_log), |job: &Metered| (job.n, 1)))
+        .register(metered(Arc::clone(&metered_log), |job: &MeteredPerTenant| (job.tenant, 2)))
+        .register(metered(Arc::clone(&metered_log), |job: &Weighted| (job.cost, 3)))
         .build()
         .await?;
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
@@ -117,6 +131,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         worker.drain().await?;
     }
     Ok(())
+}
+
+/// A handler of a rate-limited kind: a begin line whose key column is what `fields` reads of the job (its
+/// number, tenant or cost).
+fn metered<J: outbox::Job + Send + 'static>(
+    log: Arc<Mutex<std::fs::File>>,
+    fields: fn(&J) -> (u64, u32),
+) -> impl Fn(J, JobContext) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), JobError>> + Send>>
++ Clone
++ Send
++ Sync
++ 'static {
+    move |job: J, ctx: JobContext| {
+        let log = Arc::clone(&log);
+        let (key, seq) = fields(&job);
+        Box::pin(async move { mark(&log, 'B', ctx.id(), key, seq, std::process::id()) })
+    }
 }
 
 /// Appends one begin (`B`) or end (`E`) line in a single `write`, so lines of concurrent processes never mix.

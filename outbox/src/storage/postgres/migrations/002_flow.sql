@@ -23,6 +23,10 @@ CREATE TABLE outbox_pauses (
     PRIMARY KEY (scope, name, key)
 );
 
+-- A pause or hold ended by an operator wakes the workers of the schema, as an enqueue does.
+CREATE TRIGGER outbox_pauses_resumed AFTER DELETE ON outbox_pauses
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox_jobs_notify();
+
 -- Rate limits by name (a kind's name, or any name code shares a budget under): the rate, and a token bucket per key
 -- (an empty key: the name's own). `level` units at `at` (ms); it refills at amount / window_ms up to burst.
 CREATE TABLE outbox_rates (

@@ -362,6 +362,9 @@ async fn claim_limited(
             tx.commit().await?;
             return Ok((rows, None));
         }
+        // The clock read once the kind's lock is held: a claimer that waited for it must not draw from the bucket
+        // at a time before the claimer it waited for.
+        let now = now.max(crate::storage::now_ms());
         let (ids, plan) = super::flow::choose(&mut tx, flow, &open, pauses, room, now).await?;
         let mut rows = Vec::new();
         if !ids.is_empty() {

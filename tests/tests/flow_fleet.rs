@@ -1,0 +1,185 @@
+//! Flow control across real worker processes: rates that hold fleet-wide in every one-second window and are used
+//! to at least 95 %, per kind, per key and counted in cost; a queue paused while four processes drain it. Every
+//! check reads the handlers' own begin lines (monotonic clock, `O_APPEND`).
+
+#[allow(dead_code)]
+mod fleet;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use fleet::Spawn;
+use outbox::EnqueueOpts;
+use outbox::flow::{self, Target};
+use outbox_tests::{ChildProcess, Metered, MeteredPerTenant, Paced, TestDb, Weighted, conformance, scalar};
+use sea_orm::ConnectionTrait;
+
+/// One handler start: its job, the number the log line carries (job number, tenant or cost), the kind's tag, its
+/// process and when (ns).
+#[derive(Debug, Clone)]
+struct Start {
+    value: u64,
+    tag: u32,
+    pid: u32,
+    at: u64,
+}
+
+fn starts(log: &Path) -> Vec<Start> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut out: Vec<Start> = text
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [what, _id, value, tag, pid, at] = f.as_slice() else { panic!("malformed run line {line:?}") };
+            (*what == "B").then(|| Start {
+                value: value.parse().expect("value"),
+                tag: tag.parse().expect("tag"),
+                pid: pid.parse().expect("pid"),
+                at: at.parse().expect("time"),
+            })
+        })
+        .collect();
+    out.sort_by_key(|s| s.at);
+    out
+}
+
+/// The most units (`weight` of each start) that began in any one-second window, and the mean rate (units a second)
+/// past the burst, from the first start to the last.
+fn window_and_mean(starts: &[Start], weight: impl Fn(&Start) -> u64, burst: u64) -> (u64, f64) {
+    let mut most = 0;
+    for (i, s) in starts.iter().enumerate() {
+        let sum: u64 = starts[i..].iter().take_while(|t| t.at < s.at + 1_000_000_000).map(&weight).sum();
+        most = most.max(sum);
+    }
+    let total: u64 = starts.iter().map(&weight).sum();
+    let span = (starts.last().map_or(0, |s| s.at) - starts.first().map_or(0, |s| s.at)) as f64 / 1e9;
+    (most, (total - burst) as f64 / span)
+}
+
+fn spawn_fleet(url: &str, log: &Path, n: usize) -> Vec<ChildProcess> {
+    (0..n).map(|_| Spawn { url, log, mode: "drain", lease_ms: 30_000, concurrency: 8, stderr: None }.start()).collect()
+}
+
+conformance!(rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent);
+async fn rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent(t: TestDb) {
+    // About 30 seconds of work at each rate: 20 jobs a second (burst 10), 20 a second for each of two tenants, and
+    // 1,000 units a second (burst 200) of jobs costing 1 to 100.
+    let metered: Vec<Metered> = (0..610).map(|n| Metered { n }).collect();
+    let tenants: Vec<MeteredPerTenant> = (0..620).map(|n| MeteredPerTenant { tenant: n % 2 }).collect();
+    let weighted: Vec<Weighted> = (0..600u64).map(|n| Weighted { cost: 1 + (n * 37) % 100 }).collect();
+    outbox::enqueue_batch(&t.db, &metered, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &tenants, EnqueueOpts::new()).await.expect("enqueue");
+    outbox::enqueue_batch(&t.db, &weighted, EnqueueOpts::new()).await.expect("enqueue");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("runs.log");
+    let mut children = spawn_fleet(&t.url, &log, 4);
+    for status in fleet::wait_all(&mut children, Duration::from_secs(240)).await {
+        assert!(status.success(), "a worker process failed: {status}");
+    }
+    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status <> 'completed'").await, 0);
+    // What the database enforces: the claims, at the time each claim drew from the bucket (its `claimed_at`).
+    let claimed_ms = match t.backend {
+        outbox_tests::Backend::Sqlite => "claimed_at",
+        outbox_tests::Backend::Postgres => "(EXTRACT(EPOCH FROM claimed_at) * 1000)::int8",
+    };
+    let rows =
+        t.db.query_all_raw(sea_orm::Statement::from_string(
+            t.db.get_database_backend(),
+            format!(
+                "SELECT kind, COALESCE(flow_key, ''), CAST(COALESCE(cost, 1) AS BIGINT), {claimed_ms} FROM outbox_jobs"
+            ),
+        ))
+        .await
+        .expect("claims");
+    let mut claims: HashMap<(String, String), Vec<Start>> = HashMap::new();
+    for r in rows {
+        let (kind, key): (String, String) = (r.try_get_by_index(0).expect("kind"), r.try_get_by_index(1).expect("key"));
+        let (cost, at): (i64, i64) = (r.try_get_by_index(2).expect("cost"), r.try_get_by_index(3).expect("at"));
+        let start = Start { value: cost.unsigned_abs(), tag: 0, pid: 0, at: at.unsigned_abs() * 1_000_000 };
+        claims.entry((kind, key)).or_default().push(start);
+    }
+    for ((kind, key), c) in &mut claims {
+        c.sort_by_key(|s| s.at);
+        let (rate, burst) = if kind == "weighted" { (1_000, 200) } else { (20, 10) };
+        let (most, mean) = window_and_mean(c, |s| s.value, burst);
+        eprintln!("claims of {kind} {key}: at most {most} units in a second, {mean:.2}/s");
+        assert!(
+            most <= rate + burst,
+            "{kind} {key}: claims of at most {rate} + {burst} units in any second, not {most}"
+        );
+    }
+    // The handlers' starts follow their claims by a few milliseconds, more or less: a second of starts may hold
+    // one job more than a second of claims.
+    let all = starts(&log);
+    let of = |tag: u32| -> Vec<Start> { all.iter().filter(|s| s.tag == tag).cloned().collect() };
+    let pids = |s: &[Start]| s.iter().map(|s| s.pid).collect::<std::collections::HashSet<_>>().len();
+
+    let m = of(1);
+    assert_eq!(m.len(), 610);
+    let (most, mean) = window_and_mean(&m, |_| 1, 10);
+    eprintln!("metered: {} jobs over {} processes, at most {most} in a second, {mean:.2}/s", m.len(), pids(&m));
+    assert!(most <= 31, "at most 20 + 10 (and one late start) in any second, not {most}");
+    assert!(mean >= 19.0, "the rate is used to 95 % at least: {mean:.2} jobs/s");
+    assert!(pids(&m) > 1, "the fleet shared the work");
+
+    let per: HashMap<u64, Vec<Start>> = of(2).into_iter().fold(HashMap::new(), |mut acc, s| {
+        acc.entry(s.value).or_default().push(s);
+        acc
+    });
+    for (tenant, s) in &per {
+        assert_eq!(s.len(), 310);
+        let (most, mean) = window_and_mean(s, |_| 1, 10);
+        eprintln!("tenant {tenant}: at most {most} in a second, {mean:.2}/s");
+        assert!(most <= 31, "tenant {tenant}: at most 20 + 10 (and one late start) in any second, not {most}");
+        assert!(mean >= 19.0, "tenant {tenant}: its own rate used to 95 % at least: {mean:.2}/s");
+    }
+
+    let w = of(3);
+    assert_eq!(w.len(), 600);
+    let (most, mean) = window_and_mean(&w, |s| s.value, 200);
+    eprintln!("weighted: at most {most} units in a second, {mean:.0} units/s");
+    // A job costlier than what is left waits for it, so a second holds at most the rate plus the burst.
+    assert!(most <= 1_300, "at most 1,000 + 200 units (and one late start) in any second, not {most}");
+    assert!(mean >= 950.0, "the rate is used to 95 % at least: {mean:.0} units/s");
+}
+
+conformance!(a_paused_queue_stops_a_draining_fleet_and_survives_its_restart);
+async fn a_paused_queue_stops_a_draining_fleet_and_survives_its_restart(t: TestDb) {
+    // Jobs that each take 20 ms, 4 processes of 4 slots: about 2.5 seconds of work for the fleet.
+    let jobs: Vec<Paced> = (0..2_000).map(|n| Paced { n, sleep_ms: 20 }).collect();
+    outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("runs.log");
+    let serve =
+        |log: &Path| Spawn { url: &t.url, log, mode: "serve", lease_ms: 30_000, concurrency: 4, stderr: None }.start();
+    let mut children: Vec<ChildProcess> = (0..4).map(|_| serve(&log)).collect();
+    let done = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'";
+    assert!(outbox_tests::wait_scalar_at_least(&t.db, done, 200, Duration::from_secs(60)).await, "the fleet started");
+    flow::pause(&t.db, &Target::queue("bulk"), Some("test")).await.expect("pause");
+    let paused_at = outbox_tests::monotonic_ns();
+    // Running jobs finish; nothing starts after the claims in flight when the pause landed.
+    let running = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'claimed'";
+    assert!(outbox_tests::wait_scalar(&t.db, running, 0, Duration::from_secs(30)).await, "running jobs finished");
+    // A claim already running when the pause committed may still start its jobs; nothing later does.
+    let after: Vec<Start> = starts(&log).into_iter().filter(|s| s.tag == 4 && s.at > paused_at + 500_000_000).collect();
+    assert!(after.is_empty(), "jobs of the paused queue started after the pause: {after:?}");
+    let completed = scalar(&t.db, done).await;
+    assert!(completed < 2_000, "the pause stopped the drain ({completed} of 2,000 done)");
+    // Every worker restarts; the pause holds.
+    for mut child in children.drain(..) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut children: Vec<ChildProcess> = (0..4).map(|_| serve(&log)).collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(scalar(&t.db, done).await, completed, "the pause survived the restart of every worker");
+    let resumed_at = std::time::Instant::now();
+    assert!(flow::resume(&t.db, &Target::queue("bulk")).await.expect("resume"));
+    assert!(outbox_tests::wait_scalar_at_least(&t.db, done, completed + 1, Duration::from_secs(30)).await);
+    eprintln!("the first job after the resume completed {:?} after it", resumed_at.elapsed());
+    for status in fleet::wait_all(&mut children, Duration::from_secs(120)).await {
+        assert!(status.success(), "a worker process failed: {status}");
+    }
+    assert_eq!(scalar(&t.db, done).await, 2_000);
+}
