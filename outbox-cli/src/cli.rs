@@ -362,6 +362,9 @@ pub(crate) struct WorkArgs {
     /// ANTHROPIC_API_KEY).
     #[arg(long, value_name = "MODEL")]
     pub(crate) anthropic_model: Option<String>,
+    /// The Messages API's address, for a proxy or gateway in front of it (default https://api.anthropic.com).
+    #[arg(long, value_name = "URL", env = "ANTHROPIC_BASE_URL", requires = "anthropic_model")]
+    pub(crate) anthropic_base_url: Option<String>,
     /// Run `sync_aws` jobs (AWS configuration from the standard environment).
     #[arg(long)]
     pub(crate) aws: bool,

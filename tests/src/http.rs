@@ -34,6 +34,8 @@ pub struct Seen {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: String,
+    /// When its request was read whole.
+    pub at: std::time::Instant,
 }
 
 impl Seen {
@@ -99,7 +101,7 @@ async fn answer(mut socket: TcpStream, replies: Arc<Mutex<VecDeque<Reply>>>, see
         }
     }
     let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
-    seen.lock().expect("lock").push(Seen { line, headers, body });
+    seen.lock().expect("lock").push(Seen { line, headers, body, at: std::time::Instant::now() });
     let next = replies.lock().expect("lock").pop_front();
     let reply = next.unwrap_or_else(|| reply(500, "no scripted reply left".into()));
     tokio::time::sleep(reply.delay).await;

@@ -22,7 +22,11 @@ pub(super) async fn work(db: &DatabaseConnection, args: WorkArgs) -> Result<u8> 
             outbox_fs::extract::ClaudeCli::new(opts).map_err(|e| Failure::invalid(format!("--claude-cli: {e}")))?,
         ))
     } else if let Some(model) = args.anthropic_model {
-        let api = outbox_fs::extract::AnthropicApi::new(outbox_fs::extract::ApiOpts::new(model))
+        let mut opts = outbox_fs::extract::ApiOpts::new(model);
+        if let Some(url) = args.anthropic_base_url {
+            opts.base_url = url;
+        }
+        let api = outbox_fs::extract::AnthropicApi::new(opts)
             .map_err(|e| Failure::invalid(format!("--anthropic-model: {e}")).hint("set ANTHROPIC_API_KEY"))?;
         Some(Arc::new(api))
     } else {
