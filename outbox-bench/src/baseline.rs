@@ -27,6 +27,7 @@ impl Runner {
             | Case::Stall => {
                 return Err(format!("the {} case has no baseline", case.name()).into());
             }
+            Case::ClaimFlow => return Err("the claim_flow case measures its baseline within its own run".into()),
             Case::HeldSnapshot => {
                 return Ok(self.rt.block_on(subject::held_snapshot(target, n, self.concurrency_for(case), false))?.0);
             }

@@ -21,6 +21,7 @@ pub(crate) enum Case {
     ProcessSequenced,
     ProcessSequenced100,
     ClaimSequenced,
+    ClaimFlow,
     Reconcile,
     Http,
     Dashboard,
@@ -35,7 +36,7 @@ pub(crate) enum Case {
     IdleCpu,
 }
 
-pub(crate) const CASES: [Case; 20] = [
+pub(crate) const CASES: [Case; 21] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -44,6 +45,7 @@ pub(crate) const CASES: [Case; 20] = [
     Case::ProcessSequenced,
     Case::ProcessSequenced100,
     Case::ClaimSequenced,
+    Case::ClaimFlow,
     Case::Reconcile,
     Case::Http,
     Case::Dashboard,
@@ -83,6 +85,7 @@ impl Case {
             Case::ProcessSequenced => "process_sequenced",
             Case::ProcessSequenced100 => "process_sequenced_100",
             Case::ClaimSequenced => "claim_sequenced",
+            Case::ClaimFlow => "claim_flow",
             Case::Reconcile => "reconcile",
             Case::Http => "http",
             Case::Dashboard => "dashboard",
@@ -104,6 +107,7 @@ impl Case {
             Case::ProcessMemory
             | Case::Reconcile
             | Case::ClaimSequenced
+            | Case::ClaimFlow
             | Case::Dashboard
             | Case::Retention
             | Case::RetentionPartitioned
@@ -127,7 +131,12 @@ impl Case {
             (Case::Million, _) => million::BIG,
             (Case::Stall, _) => stall::ROUNDS,
             (
-                Case::ProcessMemory | Case::Reconcile | Case::ClaimSequenced | Case::Dashboard | Case::HeldSnapshot,
+                Case::ProcessMemory
+                | Case::Reconcile
+                | Case::ClaimSequenced
+                | Case::ClaimFlow
+                | Case::Dashboard
+                | Case::HeldSnapshot,
                 _,
             ) => base * 5,
         };
@@ -167,6 +176,9 @@ impl Case {
                 Some("outbox process: as many unsequenced jobs, same worker, same run")
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
+            (_, Case::ClaimFlow) => {
+                Some("the worker's claim of 100 over as many pending jobs of a kind without flow control, same run")
+            }
             (
                 _,
                 Case::ProcessMemory

@@ -54,6 +54,7 @@ mod case;
 mod claim;
 mod dashboard;
 mod engine;
+mod flow;
 mod http;
 mod idle_cpu;
 mod latency;

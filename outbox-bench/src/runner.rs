@@ -10,7 +10,7 @@ use crate::row::Row;
 use crate::scratch::{Location, Target};
 use crate::stats::{Measure, median, round};
 use crate::{
-    BoxError, CONCURRENCY, dashboard, http, idle_cpu, latency, million, raw_pg, retention, stall, subject, work,
+    BoxError, CONCURRENCY, dashboard, flow, http, idle_cpu, latency, million, raw_pg, retention, stall, subject, work,
 };
 
 /// Runs one case on one backend at one sync setting `runs` times, outbox and baseline alternating, and
@@ -117,6 +117,11 @@ impl Runner {
                     self.rt.block_on(subject::process_sequenced(&target, n, FEW_KEYS, self.concurrency_for(case)))?
                 }
                 Case::ClaimSequenced => self.claim_run(&target, n, true)?,
+                Case::ClaimFlow => {
+                    // The plain claim alternates with it run by run, so their ratio sees the same machine.
+                    theirs.push(self.rt.block_on(flow::claim(&target, n, false))?.jobs_per_sec());
+                    self.rt.block_on(flow::claim(&target, n, true))?
+                }
                 Case::ProcessMemory => {
                     let (measure, mem) = self.process_memory_run(&target, n)?;
                     memory.push(mem);
@@ -182,7 +187,7 @@ impl Runner {
             ours.push(measure.jobs_per_sec());
             if baseline.is_some()
                 && cached.is_none()
-                && !matches!(case, Case::Http | Case::Million | Case::HeldSnapshot)
+                && !matches!(case, Case::Http | Case::Million | Case::HeldSnapshot | Case::ClaimFlow)
             {
                 theirs.push(self.baseline_run(case, &target, n)?.jobs_per_sec());
             }
@@ -205,6 +210,7 @@ impl Runner {
                 | Case::ProcessSequenced
                 | Case::ProcessSequenced100
                 | Case::ClaimSequenced
+                | Case::ClaimFlow
                 | Case::Retention
                 | Case::RetentionPartitioned
                 | Case::Million

@@ -117,7 +117,7 @@ pub(crate) enum Command {
     /// its jobs until `outbox resume`; running jobs finish. A queue or kind with no jobs yet can be paused.
     Pause(PauseArgs),
     /// End the pause or hold of a queue, a kind or one key of a kind.
-    Resume(PauseArgs),
+    Resume(ResumeArgs),
     /// Show what is paused or held and until when, every rate and what is left of it, and with --kind the fair
     /// share of a kind's keys.
     Flow(FlowArgs),
@@ -363,7 +363,7 @@ pub(crate) struct WorkArgs {
     #[arg(long, value_name = "MODEL")]
     pub(crate) anthropic_model: Option<String>,
     /// The Messages API's address, for a proxy or gateway in front of it (default https://api.anthropic.com).
-    #[arg(long, value_name = "URL", env = "ANTHROPIC_BASE_URL", requires = "anthropic_model")]
+    #[arg(long, value_name = "URL", env = "ANTHROPIC_BASE_URL")]
     pub(crate) anthropic_base_url: Option<String>,
     /// Run `sync_aws` jobs (AWS configuration from the standard environment).
     #[arg(long)]
@@ -504,10 +504,23 @@ pub(crate) fn usage_message(e: &clap::Error) -> Option<String> {
     Some(message)
 }
 
+/// What `outbox pause` pauses, and for how long.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PauseArgs {
+    #[command(flatten)]
+    pub(crate) what: ResumeArgs,
+    /// Why, shown with the pause.
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    /// Hold for this long instead of until resumed (e.g. 30s, 5m).
+    #[arg(long = "for", value_parser = duration::forward, value_name = "DURATION")]
+    pub(crate) hold_for: Option<Duration>,
+}
+
 /// What `outbox pause` and `outbox resume` name.
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["queue", "kind"])))]
-pub(crate) struct PauseArgs {
+pub(crate) struct ResumeArgs {
     /// A queue.
     #[arg(long)]
     pub(crate) queue: Option<String>,
@@ -517,12 +530,6 @@ pub(crate) struct PauseArgs {
     /// One key of the kind's rate or fair share.
     #[arg(long, requires = "kind")]
     pub(crate) key: Option<String>,
-    /// Why, shown with the pause.
-    #[arg(long)]
-    pub(crate) reason: Option<String>,
-    /// Hold for this long instead of until resumed (e.g. 30s, 5m).
-    #[arg(long = "for", value_parser = duration::forward, value_name = "DURATION")]
-    pub(crate) hold_for: Option<Duration>,
 }
 
 /// What `outbox flow` shows.

@@ -116,8 +116,8 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         opts.push(quote!(key_fields: &[#(#key_fields),*]));
     }
 
-    // The flow options (`rate`, `rate_key`, `fair`, `cost`) are not attributes yet: they always come from the
-    // defaults.
+    // The flow options (`rate`, `rate_key`, `fair`, `cost`) are pushed above only when set, so the struct
+    // always ends with the defaults for the others.
     let _ = all_set;
     let opts = if opts.is_empty() {
         quote!(::outbox::KindOpts::DEFAULT)

@@ -284,6 +284,7 @@
     else if (parts[0] === 'jobs' && parts.length === 2) view = job(parts[1]);
     else if (parts[0] === 'failures') view = failures();
     else if (parts[0] === 'kinds') view = kinds();
+    else if (parts[0] === 'flow') view = flowPage();
     else view = { page: null, title: 'Not found', refresh: async () => render(el('h1', { text: 'No such page' })) };
     for (const link of document.querySelectorAll('#nav a')) {
       if (link.dataset.page === view.page) link.setAttribute('aria-current', 'page');
@@ -579,9 +580,75 @@
             option('Queue', o.queue), option('Priority', o.priority), option('Max attempts', o.max_attempts),
             option('Unique', o.unique ? 'yes' : 'no'), option('Key fields', (o.key_fields || []).join(', ')),
             option('Sequence', o.sequence), option('Concurrency', o.concurrency),
+            option('Rate', o.rate ? (o.rate_per_key ? `${o.rate} per ${o.flow_key}` : o.rate) : null),
+            option('Fair share', o.fair ? `by ${o.flow_key}` : null),
             option('Failure rate', rate), option('Source', k.source)),
           el('details', {}, el('summary', { text: 'Payload schema' }), json(k.schema)));
       }));
+    };
+    return view;
+  }
+
+  // ---- flow control ----
+
+  function describeTarget(t) {
+    if (t.scope === 'queue') return `queue ${t.name}`;
+    return t.key ? `key ${t.key} of kind ${t.name}` : `kind ${t.name}`;
+  }
+
+  function flowPage() {
+    const view = { page: 'flow', title: 'Flow' };
+    const act = async (path, body, done) => {
+      try {
+        await api(path, { method: 'POST', body });
+        say(done);
+        await view.refresh();
+      } catch (e) {
+        failed(e);
+      }
+    };
+    const pauseForm = () => {
+      const scope = el('select', { id: 'pause-scope', 'aria-label': 'What to pause' },
+        el('option', { value: 'queue', text: 'Queue' }), el('option', { value: 'kind', text: 'Kind' }));
+      const name = el('input', { id: 'pause-name', 'aria-label': 'Name', placeholder: 'name', required: true });
+      const key = el('input', { id: 'pause-key', 'aria-label': 'Key of the kind (optional)', placeholder: 'key (optional)' });
+      const reason = el('input', { id: 'pause-reason', 'aria-label': 'Reason', placeholder: 'reason' });
+      const hold = el('input', { id: 'pause-for', 'aria-label': 'Hold for (optional)', placeholder: 'for, e.g. 30s (optional)' });
+      const form = el('form', { id: 'pause-form', class: 'filters' }, scope, name, key, reason, hold,
+        el('button', { type: 'submit', text: 'Pause' }));
+      form.addEventListener('submit', (event) => {
+        event.preventDefault();
+        const target = { scope: scope.value, name: name.value };
+        if (scope.value === 'kind' && key.value) target.key = key.value;
+        const body = { target };
+        if (reason.value) body.reason = reason.value;
+        if (hold.value) body.for = hold.value;
+        act('api/flow/pause', body, `Paused ${describeTarget(target)}.`);
+      });
+      return form;
+    };
+    view.refresh = async () => {
+      const [{ paused, rates }, { kinds: list }] = await Promise.all([api('api/flow'), api('api/kinds')]);
+      const fair = list.filter((k) => k.options.fair);
+      const shares = await Promise.all(fair.map((k) => api('api/flow/shares/' + encodeURIComponent(k.name))));
+      if (state.view !== view) return;
+      const pausedRows = paused.map((p) => [
+        el('span', { class: 'pause-target', text: describeTarget(p.target) }),
+        p.until ? time(p.until) : 'when resumed',
+        time(p.since),
+        p.reason || '',
+        canOperate() ? el('button', { type: 'button', class: 'resume', text: 'Resume', onclick: () => act('api/flow/resume', { target: p.target }, `Resumed ${describeTarget(p.target)}.`) }) : '',
+      ].slice(0, canOperate() ? 5 : 4));
+      render(
+        el('h1', { text: 'Flow' }),
+        el('section', { id: 'paused' }, el('h2', { text: 'Paused and held' }),
+          paused.length ? table(['What', 'Ends', 'Since', 'Reason', ''].slice(0, canOperate() ? 5 : 4), pausedRows) : el('p', { text: 'Nothing is paused.' }),
+          canOperate() ? pauseForm() : null),
+        el('section', { id: 'rates' }, el('h2', { text: 'Rates' }),
+          rates.length ? table(['Name', 'Key', 'Rate', 'Available'], rates.map((r) => [r.name, r.key || '—', r.rate, `${Math.max(0, r.available).toFixed(1)} of ${r.burst}`])) : el('p', { text: 'No rate is recorded.' })),
+        shares.map((s) => el('section', { class: 'fair', 'data-kind': s.kind }, el('h2', { text: `Fair share of ${s.kind}` }),
+          s.shares.length ? table(['Key', 'Weight', 'Backlog', 'Running', 'Share'], s.shares.map((k) => [k.key, k.weight, k.backlog, k.running, `${Math.round(k.share * 100)}%`])) : el('p', { text: 'No key has jobs.' }))),
+      );
     };
     return view;
   }

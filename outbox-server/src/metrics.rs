@@ -27,6 +27,30 @@ struct KindQueue {
     queue: String,
 }
 
+/// What a pause or hold covers: `scope` (`queue` or `kind`), `name`, `key` (empty: all of it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Paused {
+    scope: String,
+    name: String,
+    key: String,
+}
+
+/// A rate's bucket: the rate's `name` and the `key` (empty: the name's own).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Bucket {
+    name: String,
+    key: String,
+}
+
+/// One key of a fair kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FairKey {
+    kind: String,
+    key: String,
+}
+
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindStatus {
     kind: String,
@@ -190,8 +214,61 @@ pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) ->
     workers.set(i64::try_from(ops::workers(db).await?.len()).unwrap_or(i64::MAX));
     registry.register("workers", "Live workers (in-process and remote) in the registry", workers);
 
+    flow_metrics(db, &mut registry).await?;
+
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)
         .map_err(|e| outbox::Error::Internal(format!("encoding metrics: {e}")))?;
     Ok(text)
+}
+
+/// Flow control's gauges: what is paused or held (and for how long still), each rate's bucket, each fair kind's
+/// keys.
+async fn flow_metrics(db: &DatabaseConnection, registry: &mut Registry) -> outbox::Result<()> {
+    use outbox::flow::{self, Target};
+    let paused = Family::<Paused, Gauge>::default();
+    let held = Family::<Paused, FloatGauge>::default();
+    let now = chrono::Utc::now();
+    for p in flow::paused(db).await? {
+        let labels = match p.target {
+            Target::Queue { name } => Paused { scope: "queue".into(), name, key: String::new() },
+            Target::Kind { name, key } => Paused { scope: "kind".into(), name, key: key.unwrap_or_default() },
+            _ => continue,
+        };
+        match p.until {
+            Some(until) => {
+                held.get_or_create(&labels).set((until - now).num_milliseconds().max(0) as f64 / 1000.0);
+            }
+            None => {
+                paused.get_or_create(&labels).set(1);
+            }
+        }
+    }
+    registry.register("paused", "Work paused until resumed (1), by scope, name and key", paused);
+    registry.register("held_seconds", "Seconds left of each hold (a handler rate limited upstream)", held);
+    let available = Family::<Bucket, FloatGauge>::default();
+    let burst = Family::<Bucket, Gauge>::default();
+    for r in flow::rates(db).await? {
+        let labels = Bucket { name: r.name, key: r.key.unwrap_or_default() };
+        available.get_or_create(&labels).set(r.available);
+        burst.get_or_create(&labels).set(i64::try_from(r.burst).unwrap_or(i64::MAX));
+    }
+    registry.register("rate_available", "Units of each rate that may be claimed now", available);
+    registry.register("rate_burst", "The size of each rate's bucket", burst);
+    let backlog = Family::<FairKey, Gauge>::default();
+    let share = Family::<FairKey, FloatGauge>::default();
+    for kind in ops::kinds(db).await?.into_iter().filter(|k| k.fair.is_some()) {
+        for s in flow::shares(db, &kind.name).await? {
+            let labels = FairKey { kind: kind.name.clone(), key: s.key };
+            backlog.get_or_create(&labels).set(i64::try_from(s.backlog).unwrap_or(i64::MAX));
+            share.get_or_create(&labels).set(s.share);
+        }
+    }
+    registry.register("fair_backlog", "Jobs waiting to run per key of each fair kind", backlog);
+    registry.register(
+        "fair_share",
+        "The share of claims each key of a fair kind gets while the others have work",
+        share,
+    );
+    Ok(())
 }

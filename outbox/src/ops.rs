@@ -77,7 +77,7 @@ pub fn changed() -> tokio::sync::futures::Notified<'static> {
 /// language claiming through [`crate::remote`]) can enqueue and validate its jobs. A worker that registers a
 /// kind of the same name records its own definition over this one.
 pub async fn record_kind<C: ConnectionTrait>(conn: &C, kind: &crate::Kind, recorded_by: &str) -> Result<()> {
-    crate::kind::registry::record(conn, &[kind], recorded_by).await
+    crate::kind::registry::record(conn, &[kind], recorded_by, &Default::default()).await
 }
 
 /// Starts hearing commits of other processes on `db`'s database until the returned [`Watch`] is dropped. On

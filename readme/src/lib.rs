@@ -27,6 +27,10 @@ pub struct GuidesEnqueueAndTransactions;
 #[cfg(doctest)]
 pub struct GuidesFilesAndAws;
 
+#[doc = include_str!("../../docs/guides/flow-control.md")]
+#[cfg(doctest)]
+pub struct GuidesFlowControl;
+
 #[doc = include_str!("../../docs/guides/getting-started.md")]
 #[cfg(doctest)]
 pub struct GuidesGettingStarted;

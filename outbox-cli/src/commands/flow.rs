@@ -5,12 +5,12 @@ use outbox::flow::{self, Target};
 use sea_orm::DatabaseConnection;
 use serde_json::json;
 
-use crate::cli::{FlowArgs, PauseArgs, WeightArgs};
+use crate::cli::{FlowArgs, PauseArgs, ResumeArgs, WeightArgs};
 use crate::fail::{Result, code};
 use crate::render::{self, Format, time};
 
 /// What `--queue`, `--kind` and `--key` name.
-fn target(args: &PauseArgs) -> Target {
+fn target(args: &ResumeArgs) -> Target {
     match (&args.queue, &args.kind, &args.key) {
         (Some(queue), _, _) => Target::queue(queue.clone()),
         (None, Some(kind), Some(key)) => Target::key(kind.clone(), key.clone()),
@@ -21,9 +21,11 @@ fn target(args: &PauseArgs) -> Target {
 }
 
 pub(crate) async fn pause(db: &DatabaseConnection, args: PauseArgs, format: Format) -> Result<u8> {
-    let target = target(&args);
-    let until =
-        args.hold_for.map(|d| chrono::Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX));
+    let target = target(&args.what);
+    let until = args.hold_for.and_then(|d| {
+        let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        chrono::DateTime::from_timestamp_millis(chrono::Utc::now().timestamp_millis().saturating_add(ms))
+    });
     match until {
         Some(until) => flow::hold(db, &target, until, args.reason.as_deref()).await?,
         None => flow::pause(db, &target, args.reason.as_deref()).await?,
@@ -38,7 +40,7 @@ pub(crate) async fn pause(db: &DatabaseConnection, args: PauseArgs, format: Form
     Ok(code::OK)
 }
 
-pub(crate) async fn resume(db: &DatabaseConnection, args: PauseArgs, format: Format) -> Result<u8> {
+pub(crate) async fn resume(db: &DatabaseConnection, args: ResumeArgs, format: Format) -> Result<u8> {
     let target = target(&args);
     let was = flow::resume(db, &target).await?;
     match format {

@@ -60,7 +60,8 @@ pub(super) async fn pause(State(state): State<AppState>, Json(req): Json<PauseRe
         None => None,
         Some(text) => {
             let d = crate::duration::forward(text).map_err(|e| ApiError::invalid(format!("field `for`: {e}")))?;
-            Some(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+            let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            DateTime::from_timestamp_millis(Utc::now().timestamp_millis().saturating_add(ms))
         }
     };
     match until {

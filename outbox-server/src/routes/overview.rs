@@ -158,6 +158,14 @@ pub(crate) struct KindOptions {
     sequence: Option<String>,
     on_sequence_failure: SequenceFailure,
     concurrency: Option<u32>,
+    /// The fleet-wide rate (`50/1m burst 5`).
+    rate: Option<String>,
+    /// Whether the rate applies to each key apart.
+    rate_per_key: bool,
+    /// The template of the rate's and fair share's key.
+    flow_key: Option<String>,
+    /// Whether claims share out between keys by weight.
+    fair: bool,
 }
 
 /// When a worker recorded a kind.
@@ -183,6 +191,10 @@ fn describe(name: &str, known: &KnownKind, with_schema: bool) -> KindDoc {
             sequence: kind.sequence().map(|s| s.to_string()),
             on_sequence_failure: kind.on_sequence_failure(),
             concurrency: kind.concurrency(),
+            rate: kind.rate().map(|r| r.to_string()),
+            rate_per_key: kind.rate_per_key(),
+            flow_key: kind.flow_key_template().map(str::to_owned),
+            fair: kind.fair(),
         },
         recorded: known.recorded.as_ref().map(|r| Recorded {
             by: r.recorded_by.clone(),

@@ -205,6 +205,34 @@ async fn retry_on_a_failed_job_makes_it_pending(t: TestDb) {
     dash.no_console_errors("the failures and job pages").await;
 }
 
+sqlite_only!(the_flow_page_pauses_and_resumes_and_shows_rates);
+async fn the_flow_page_pauses_and_resumes_and_shows_rates(t: TestDb) {
+    outbox::flow::define_rate(&t.db, "probe", "50/1m burst 5".parse().expect("rate")).await.expect("rate");
+    let Some(dash) = Dash::open(&t, "the_flow_page_pauses_and_resumes_and_shows_rates", OPERATE).await else { return };
+    dash.visit("#/flow", "Flow").await;
+    dash.browser.text_of("#rates", |r| r.contains("probe") && r.contains("50/1m burst 5") && r.contains("of 5")).await;
+    dash.browser.text_of("#paused", |p| p.contains("Nothing is paused.")).await;
+
+    // Pause a queue from the form: the database holds it, and the page lists it with its reason.
+    for (css, text) in [("#pause-name", "mail"), ("#pause-reason", "provider down")] {
+        let field = dash.browser.client.find(fantoccini::Locator::Css(css)).await.expect("field");
+        field.send_keys(text).await.expect("type");
+    }
+    dash.browser.click("#pause-form button[type=submit]").await;
+    dash.browser.text_of("#status", |s| s.contains("Paused queue mail")).await;
+    dash.browser.text_of("#paused", |p| p.contains("queue mail") && p.contains("provider down")).await;
+    let paused = outbox::flow::paused(&t.db).await.expect("paused");
+    assert_eq!(paused.len(), 1);
+    assert_eq!(paused[0].target, outbox::flow::Target::queue("mail"));
+    dash.screenshot("flow").await;
+
+    dash.browser.click("#paused button.resume").await;
+    dash.browser.text_of("#status", |s| s.contains("Resumed queue mail")).await;
+    dash.browser.text_of("#paused", |p| p.contains("Nothing is paused.")).await;
+    assert!(outbox::flow::paused(&t.db).await.expect("paused").is_empty());
+    dash.no_console_errors("the flow page").await;
+}
+
 sqlite_only!(a_read_token_sees_no_action_and_cannot_forge_one);
 async fn a_read_token_sees_no_action_and_cannot_forge_one(t: TestDb) {
     let ids = some_of_everything(&t).await;
@@ -241,6 +269,7 @@ async fn every_page_shows_without_console_errors_at_both_widths(t: TestDb) {
         ("jobs", "#/jobs", "Jobs"),
         ("job-failed", job.as_str(), ids[2].as_str()),
         ("failures", "#/failures", "Failures"),
+        ("flow", "#/flow", "Flow"),
         ("kinds", "#/kinds", "Kinds"),
     ];
     for (width, height) in [(1280, 900), (390, 844)] {
@@ -249,7 +278,10 @@ async fn every_page_shows_without_console_errors_at_both_widths(t: TestDb) {
             dash.visit(hash, heading).await;
             // Wait for the page's data, not just its heading.
             dash.browser
-                .until("data", "return document.querySelectorAll('#view table, #view pre, #view .card').length > 0;")
+                .until(
+                    "data",
+                    "return document.querySelectorAll('#view table, #view pre, #view .card, #pause-form').length > 0;",
+                )
                 .await;
             if width < 1000 {
                 // Nothing but a table (which scrolls in its own box) is wider than the window.

@@ -3,6 +3,7 @@
 mod auth;
 mod browser;
 mod dashboard;
+mod flow;
 mod harness;
 mod jobs;
 mod limits;

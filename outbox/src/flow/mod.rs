@@ -76,6 +76,7 @@ pub(crate) fn hold_ends_after(now: i64) -> Option<i64> {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "scope", rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Target {
     /// Every job of a queue.
     Queue {

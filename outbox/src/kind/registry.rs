@@ -9,9 +9,20 @@ use crate::record::KindRecord;
 use crate::storage::kinds::KindRow;
 use crate::storage::{self, now_ms};
 
-/// Records each kind's JSON Schema and options (workers do this when they are built).
-pub(crate) async fn record<C: ConnectionTrait>(conn: &C, kinds: &[&Kind], recorded_by: &str) -> Result<()> {
-    let rows = kinds.iter().map(|kind| row(kind)).collect::<Result<Vec<_>>>()?;
+/// Records each kind's JSON Schema and options (workers do this when they are built), with `rates` in place of
+/// the kinds' own (a worker's `WorkerBuilder::rate`), so that remote workers' claims apply them too.
+pub(crate) async fn record<C: ConnectionTrait>(
+    conn: &C,
+    kinds: &[&Kind],
+    recorded_by: &str,
+    rates: &std::collections::HashMap<String, crate::flow::Rate>,
+) -> Result<()> {
+    let mut rows = kinds.iter().map(|kind| row(kind)).collect::<Result<Vec<_>>>()?;
+    for row in &mut rows {
+        if let Some(rate) = rates.get(&row.name) {
+            row.flow[0] = Some(rate.to_string());
+        }
+    }
     storage::kinds::record(conn, &rows, recorded_by, now_ms()).await
 }
 

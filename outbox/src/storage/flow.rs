@@ -34,7 +34,7 @@ pub(crate) async fn pause<C: ConnectionTrait + ?Sized>(
     let values: Vec<Value> =
         vec![scope.into(), name.into(), key.into(), ends_at.into(), reason.map(str::to_owned).into(), now.into()];
     execute_write(conn, b.stmt(sql, values), || format!("pausing {scope} `{name}`")).await?;
-    Ok(())
+    forget_ended(conn, now).await
 }
 
 /// Holds the kind of the job `id` (its key too when `per_key` and it has one) until `ends_at`, as [`pause`] does.
@@ -57,6 +57,15 @@ pub(crate) async fn hold_for_job<C: ConnectionTrait + ?Sized>(
     );
     let values: Vec<Value> = vec![id.into(), per_key.into(), ends_at.into(), reason.into(), now.into()];
     execute_write(conn, b.stmt(sql, values), || format!("holding the kind of job `{id}`")).await?;
+    forget_ended(conn, now).await
+}
+
+/// Deletes the holds that have ended, so that the table every claim reads holds only what is in force (and
+/// pauses); run where holds are written.
+async fn forget_ended<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<()> {
+    let b = Dialect::of(conn)?;
+    let sql = format!("DELETE FROM outbox_pauses WHERE ends_at IS NOT NULL AND ends_at <= {}", b.ts("$1"));
+    execute_write(conn, b.stmt(sql, vec![now.into()]), || "forgetting holds that ended".to_owned()).await?;
     Ok(())
 }
 

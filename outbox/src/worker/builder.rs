@@ -310,7 +310,10 @@ impl WorkerBuilder {
         let registered: Vec<&Kind> = self.handlers.values().map(|r| r.kind.as_ref()).collect();
         let (db, config) = (&self.db, &self.config);
         until_ok("checking its schema", &id, config, || storage::schema::refuse_legacy(db)).await?;
-        until_ok("recording its kinds", &id, config, || crate::kind::registry::record(db, &registered, &id)).await?;
+        until_ok("recording its kinds", &id, config, || {
+            crate::kind::registry::record(db, &registered, &id, &self.rates)
+        })
+        .await?;
         for flow in &flows {
             if let Some(rate) = flow.rate {
                 let name = flow.kind.as_str();

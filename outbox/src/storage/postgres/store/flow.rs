@@ -18,8 +18,9 @@ pub(super) const PAUSES: &str = concat!(
     ts!("$1")
 );
 
-/// The buckets of the rate `$1`.
-pub(super) const BUCKETS: &str = "SELECT key, level, at FROM outbox_rates WHERE name = $1";
+/// The buckets of the rate `$1`, locked until the claim commits: a `flow::take` from outside the workers waits
+/// for the claim's write instead of being overwritten by it.
+pub(super) const BUCKETS: &str = "SELECT key, level, at FROM outbox_rates WHERE name = $1 FOR UPDATE";
 
 /// The fair-share rows of the kind `$1`.
 pub(super) const FAIR: &str = "SELECT key, weight, pass FROM outbox_fair WHERE name = $1";
@@ -150,14 +151,24 @@ pub(super) async fn choose(
         let keys: Vec<String> = sqlx::query_scalar(READY_KEYS).bind(&flow.kind).fetch_all(&mut **tx).await?;
         let (quotas, at) = crate::flow::quotas(flow, &state, &keys, room, now);
         quota_wake = at;
+        let mut exhausted = quotas.len() == keys.len();
         if !quotas.is_empty() {
-            let (keys, counts): (Vec<String>, Vec<i64>) =
+            let (asked, counts): (Vec<String>, Vec<i64>) =
                 quotas.into_iter().map(|(k, n)| (k, i64::try_from(n).unwrap_or(i64::MAX))).unzip();
             let q = sqlx::query(KEY_CANDIDATES).bind(&flow.kind).bind(now).bind(room_i).bind(queues);
-            rows = q.bind(&keys).bind(&counts).fetch_all(&mut **tx).await?;
+            rows = q.bind(&asked).bind(&counts).fetch_all(&mut **tx).await?;
+            let mut got: HashMap<String, i64> = HashMap::new();
+            for r in &rows {
+                *got.entry(r.try_get::<Option<String>, _>(1)?.unwrap_or_default()).or_default() += 1;
+            }
+            exhausted &= asked.iter().zip(&counts).all(|(k, n)| got.get(k).copied().unwrap_or(0) < *n);
         }
-        let q = sqlx::query(CANDIDATES).bind(&flow.kind).bind(now).bind(room_i).bind(queues).bind(true);
-        rows.extend(q.fetch_all(&mut **tx).await?);
+        // Jobs without a key (enqueued before the kind had one) have no index of their own: reading them means
+        // reading the kind's whole backlog. They are read once every key's ready jobs fit in the claim.
+        if exhausted {
+            let q = sqlx::query(CANDIDATES).bind(&flow.kind).bind(now).bind(room_i).bind(queues).bind(true);
+            rows.extend(q.fetch_all(&mut **tx).await?);
+        }
     } else {
         let q = sqlx::query(CANDIDATES).bind(&flow.kind).bind(now).bind(room_i).bind(queues).bind(false);
         rows = q.fetch_all(&mut **tx).await?;

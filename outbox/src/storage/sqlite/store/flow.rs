@@ -141,7 +141,8 @@ pub(super) fn choose(
     let room_i = i64::try_from(room).unwrap_or(i64::MAX);
     let mut quota_wake = None;
     let mut found: Vec<(i64, Candidate, i32, i64, String)> = Vec::new();
-    let mut read = |sql: &str, limit: i64, key: Option<&str>| -> Result<()> {
+    type Found = Vec<(i64, Candidate, i32, i64, String)>;
+    let read = |found: &mut Found, sql: &str, limit: i64, key: Option<&str>| -> Result<()> {
         let mut stmt = conn.prepare_cached(sql).map_err(ctx())?;
         let mut rows = match key {
             Some(k) => stmt.query(params![flow.kind, now, limit, queues_json, pauses.queues_json, k]),
@@ -169,13 +170,20 @@ pub(super) fn choose(
         };
         let (quotas, at) = crate::flow::quotas(flow, &state, &keys, room, now);
         quota_wake = at;
+        let mut exhausted = quotas.len() == keys.len();
         for (key, quota) in quotas {
-            read(KEY_CANDIDATES, i64::try_from(quota).unwrap_or(i64::MAX), Some(&key))?;
+            let before = found.len();
+            read(&mut found, KEY_CANDIDATES, i64::try_from(quota).unwrap_or(i64::MAX), Some(&key))?;
+            exhausted &= found.len() - before < quota;
         }
-        read(KEYLESS_CANDIDATES, room_i, None)?;
+        // Jobs without a key (enqueued before the kind had one) have no index of their own: reading them means
+        // reading the kind's whole backlog. They are read once every key's ready jobs fit in the claim.
+        if exhausted {
+            read(&mut found, KEYLESS_CANDIDATES, room_i, None)?;
+        }
         found.sort_by(|a, b| b.2.cmp(&a.2).then(a.3.cmp(&b.3)).then_with(|| a.4.cmp(&b.4)));
     } else {
-        read(CANDIDATES, room_i, None)?;
+        read(&mut found, CANDIDATES, room_i, None)?;
     }
     let candidates: Vec<Candidate> = found.iter().map(|f| f.1.clone()).collect();
     let mut plan = crate::flow::plan(flow, &state, &candidates, room, now);
