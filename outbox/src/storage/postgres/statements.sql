@@ -473,34 +473,13 @@ e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, wo
 SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced, priority, run_at_ms, (SELECT id FROM l) AS claim
 FROM u;
 
--- worker: claim: jobs a controlled kind's plan chose
-WITH c AS MATERIALIZED (SELECT ctid FROM outbox_jobs WHERE id = ANY($4::text[]) AND status = 'pending' FOR UPDATE),
-u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), claimed_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), lease_expires_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), updated_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms),
-l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),
-e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) WITH s AS MATERIALIZED (SELECT CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(kind) ELSE '' END AS kind, CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(queue) ELSE '' END AS queue FROM u) SELECT '', s.kind, s.queue, (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), 'claimed', 0, $1, json_agg(CASE WHEN u.kind = s.kind AND u.queue = s.queue THEN json_build_array(u.id, u.attempts) ELSE json_build_array(u.id, u.kind, u.queue, u.attempts) END) FROM s, u GROUP BY s.kind, s.queue HAVING count(*) > 0)
-SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced, priority, run_at_ms, (SELECT id FROM l) AS claim
-FROM u;
-
 -- worker: flow: the pauses and holds in force
 SELECT scope, name, key, (EXTRACT(EPOCH FROM ends_at) * 1000)::int8
 FROM outbox_pauses
 WHERE ends_at IS NULL OR ends_at > (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond');
 
--- worker: flow: a rate's buckets
-SELECT key, level, at
-FROM outbox_rates
-WHERE name = $1;
-
--- worker: flow: a kind's fair shares
-SELECT key, weight, pass
-FROM outbox_fair
-WHERE name = $1;
-
--- worker: flow: the keys with ready jobs
-WITH RECURSIVE k(key) AS ((SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = $1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key FROM outbox_jobs j WHERE j.open AND j.flow_key IS NOT NULL AND j.kind = $1 AND j.flow_key > k.key ORDER BY j.flow_key LIMIT 1) FROM k WHERE k.key IS NOT NULL)
-SELECT key
-FROM k
-WHERE key IS NOT NULL;
+-- worker: flow: a controlled kind's state
+SELECT (SELECT COALESCE(json_agg(json_build_array(b.key, b.level, b.at)), '[]') FROM (SELECT key, level, at FROM outbox_rates WHERE name = $1 FOR UPDATE) b)::text, (SELECT COALESCE(json_agg(json_build_array(f.key, f.weight, f.pass)), '[]') FROM outbox_fair f WHERE f.name = $1)::text, (WITH RECURSIVE k(key) AS ((SELECT flow_key FROM outbox_jobs WHERE $2 AND open AND flow_key IS NOT NULL AND kind = $1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key FROM outbox_jobs j WHERE j.open AND j.flow_key IS NOT NULL AND j.kind = $1 AND j.flow_key > k.key ORDER BY j.flow_key LIMIT 1) FROM k WHERE k.key IS NOT NULL) SELECT COALESCE(json_agg(key), '[]') FROM k WHERE key IS NOT NULL)::text, CASE WHEN $3 THEN (SELECT count(*) FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1) ELSE 0 END;
 
 -- worker: flow: a kind's next jobs
 SELECT id, flow_key, COALESCE(cost, 1)::int8, priority, (EXTRACT(EPOCH FROM run_at) * 1000)::int8
@@ -515,19 +494,15 @@ FROM unnest($5::text[], $6::int8[]) AS k(key, n) CROSS JOIN LATERAL (SELECT * FR
 ORDER BY p.priority DESC, p.run_at, p.id
 LIMIT $3;
 
--- worker: flow: write back buckets
-INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at)
-SELECT $1, k, $2, $3, $4, l, a
-FROM unnest($5::text[], $6::float8[], $7::int8[]) AS b(k, l, a)
-ON CONFLICT (name, key) DO UPDATE
-SET level = excluded.level, at = excluded.at;
-
--- worker: flow: write back fair passes
-INSERT INTO outbox_fair (name, key, weight, pass)
-SELECT $1, k, 1, p
-FROM unnest($2::text[], $3::float8[]) AS f(k, p)
-ON CONFLICT (name, key) DO UPDATE
-SET pass = excluded.pass;
+-- worker: claim: jobs a controlled kind's plan chose, its buckets and passes written back
+WITH c AS MATERIALIZED (SELECT ctid FROM outbox_jobs WHERE id = ANY($4::text[]) AND status = 'pending' FOR UPDATE),
+sb AS (INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at) SELECT $5, k, $6, $7, $8, l, a FROM unnest($9::text[], $10::float8[], $11::int8[]) AS b(k, l, a) ON CONFLICT (name, key) DO UPDATE SET level = excluded.level, at = excluded.at),
+sf AS (INSERT INTO outbox_fair (name, key, weight, pass) SELECT $5, k, 1, p FROM unnest($12::text[], $13::float8[]) AS f(k, p) ON CONFLICT (name, key) DO UPDATE SET pass = excluded.pass),
+u AS (UPDATE outbox_jobs j SET status = 'claimed', attempts = j.attempts + 1, runs = j.runs + 1, locked_by = $1, locked_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), claimed_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), lease_expires_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), updated_at = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms),
+l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), array_agg(id) FROM u HAVING count(*) > 0 RETURNING id),
+e AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, jobs) WITH s AS MATERIALIZED (SELECT CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(kind) ELSE '' END AS kind, CASE WHEN min(kind) = max(kind) AND min(queue) = max(queue) THEN min(queue) ELSE '' END AS queue FROM u) SELECT '', s.kind, s.queue, (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), 'claimed', 0, $1, json_agg(CASE WHEN u.kind = s.kind AND u.queue = s.queue THEN json_build_array(u.id, u.attempts) ELSE json_build_array(u.id, u.kind, u.queue, u.attempts) END) FROM s, u GROUP BY s.kind, s.queue HAVING count(*) > 0)
+SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced, priority, run_at_ms, (SELECT id FROM l) AS claim
+FROM u;
 
 -- worker: complete: a batch of outcomes
 WITH u AS (UPDATE outbox_jobs j SET status = (($2::jsonb -> j.id) ->> 1), attempts = j.attempts - (($2::jsonb -> j.id) ->> 5)::int4, output = CASE WHEN (($2::jsonb -> j.id) ->> 1) = 'completed' THEN (($2::jsonb -> j.id) ->> 2)::jsonb ELSE j.output END, completed_at = CASE WHEN (($2::jsonb -> j.id) ->> 1) = 'completed' THEN (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond') ELSE j.completed_at END, last_error = COALESCE((($2::jsonb -> j.id) ->> 3), j.last_error), run_at = COALESCE(TIMESTAMPTZ 'epoch' + (($2::jsonb -> j.id) ->> 4)::int8 * INTERVAL '1 millisecond', j.run_at), scheduled = COALESCE((($2::jsonb -> j.id) ->> 4)::int8 > ($3)::int8, false), lease_expires_at = NULL, updated_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'), event_flip = (j.event_flip <> ((($2::jsonb -> j.id) ->> 1) = 'completed')) WHERE j.id = ANY($1::text[]) AND (j.status || '') = 'claimed' AND j.locked_by = $4 AND j.runs = (($2::jsonb -> j.id) ->> 0)::int4 RETURNING j.id, j.kind, j.queue, j.status, j.attempts),

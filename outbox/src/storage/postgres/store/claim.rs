@@ -113,6 +113,21 @@ macro_rules! not_paused {
 pub(super) const CLAIM_IDS: &str =
     claim_sql!(@claim "SELECT ctid FROM outbox_jobs WHERE id = ANY($4::text[]) AND status = 'pending' FOR UPDATE");
 
+/// [`CLAIM_IDS`] writing back, in the same statement, the buckets (`$5` the rate's name, `$6`-`$8` its amount,
+/// window and burst, `$9`-`$11` keys, levels and times) and fair passes (`$12` keys, `$13` passes) the claim moved.
+pub(super) static CLAIM_IDS_SAVING: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    CLAIM_IDS.replacen(
+        "), u AS (",
+        "), sb AS (INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at) \
+         SELECT $5, k, $6, $7, $8, l, a FROM unnest($9::text[], $10::float8[], $11::int8[]) AS b(k, l, a) \
+         ON CONFLICT (name, key) DO UPDATE SET level = excluded.level, at = excluded.at), \
+         sf AS (INSERT INTO outbox_fair (name, key, weight, pass) SELECT $5, k, 1, p \
+         FROM unnest($12::text[], $13::float8[]) AS f(k, p) ON CONFLICT (name, key) DO UPDATE SET pass = excluded.pass), \
+         u AS (",
+        1,
+    )
+});
+
 /// The cursor's condition (see [`Cursor`]).
 macro_rules! after {
     () => {
@@ -345,37 +360,44 @@ async fn claim_limited(
     let kind = flow.kind.as_str();
     let kinds = [kind.to_owned()];
     let open = super::flow::open_queues(queues, pauses, c);
-    retrying("claiming jobs of a controlled kind", || async {
-        let mut tx = pool.begin().await?;
-        sqlx::query(LIMIT_LOCK).bind(kind).execute(&mut *tx).await?;
-        let mut room = left;
-        if let Some(cap) = flow.concurrency {
+    if open.is_empty() {
+        return Ok((Vec::new(), None));
+    }
+    if !super::flow::chosen(flow, pauses) {
+        let Some(cap) = flow.concurrency else { return Ok((Vec::new(), None)) };
+        return retrying("claiming jobs of a limited kind", || async {
+            let mut tx = pool.begin().await?;
+            sqlx::query(LIMIT_LOCK).bind(kind).execute(&mut *tx).await?;
             let running: i64 = sqlx::query_scalar(RUNNING).bind(kind).fetch_one(&mut *tx).await?;
-            room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
-        }
-        if room == 0 || open.is_empty() {
+            let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
+            let rows = if room == 0 {
+                Vec::new()
+            } else {
+                claim_query(c, &kinds, queues, room, now, lease_until, None).fetch_all(&mut *tx).await?
+            };
             tx.commit().await?;
-            return Ok((Vec::new(), None));
-        }
-        if !super::flow::chosen(flow, pauses) {
-            let rows = claim_query(c, &kinds, queues, room, now, lease_until, None).fetch_all(&mut *tx).await?;
-            tx.commit().await?;
-            return Ok((rows, None));
-        }
+            Ok((rows, None))
+        })
+        .await;
+    }
+    // The transaction begins with the kind's lock, in one round trip (the lock `LIMIT_LOCK` takes, the name written
+    // into the statement: a simple query takes no parameters). Its statements are planned once per connection, as
+    // the claimer's are: on the background pool they were planned for their values each time, 2 ms a statement at
+    // 100,000 pending jobs, three times the work of the claim itself (`EXPLAIN ANALYZE`).
+    let begin = format!(
+        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
+         SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || '{}', 0))",
+        kind.replace('\'', "''")
+    );
+    retrying("claiming jobs of a controlled kind", || async {
+        let mut tx = pool.begin_with(sqlx::AssertSqlSafe(begin.clone())).await?;
         // The clock read once the kind's lock is held: a claimer that waited for it must not draw from the bucket
         // at a time before the claimer it waited for.
         let now = now.max(crate::storage::now_ms());
-        let (ids, plan) = super::flow::choose(&mut tx, flow, &open, pauses, room, now).await?;
+        let (ids, plan) = super::flow::choose(&mut tx, flow, &open, pauses, left, now).await?;
         let mut rows = Vec::new();
         if !ids.is_empty() {
-            rows = sqlx::query(CLAIM_IDS)
-                .bind(&c.worker_id)
-                .bind(now)
-                .bind(lease_until)
-                .bind(&ids)
-                .fetch_all(&mut *tx)
-                .await?;
-            super::flow::save(&mut tx, flow, &plan).await?;
+            rows = super::flow::claim_and_save(&mut tx, c, flow, &plan, &ids, now, lease_until).await?;
         }
         tx.commit().await?;
         Ok((rows, plan.wake_at))

@@ -18,28 +18,20 @@ pub(super) const PAUSES: &str = concat!(
     ts!("$1")
 );
 
-/// The buckets of the rate `$1`, locked until the claim commits: a `flow::take` from outside the workers waits
-/// for the claim's write instead of being overwritten by it.
-pub(super) const BUCKETS: &str = "SELECT key, level, at FROM outbox_rates WHERE name = $1 FOR UPDATE";
-
-/// The fair-share rows of the kind `$1`.
-pub(super) const FAIR: &str = "SELECT key, weight, pass FROM outbox_fair WHERE name = $1";
-
-/// Buckets written back: name `$1`, the rate's amount, window and burst (`$2`-`$4`), keys, levels and times.
-pub(super) const SAVE_BUCKETS: &str = "INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at) \
-     SELECT $1, k, $2, $3, $4, l, a FROM unnest($5::text[], $6::float8[], $7::int8[]) AS b(k, l, a) \
-     ON CONFLICT (name, key) DO UPDATE SET level = excluded.level, at = excluded.at";
-
-/// Passes written back (the kind's clock under the empty key).
-pub(super) const SAVE_PASSES: &str = "INSERT INTO outbox_fair (name, key, weight, pass) \
-     SELECT $1, k, 1, p FROM unnest($2::text[], $3::float8[]) AS f(k, p) \
-     ON CONFLICT (name, key) DO UPDATE SET pass = excluded.pass";
-
-/// The keys of kind `$1` that have ready jobs, one index probe each (a walk of `outbox_jobs_flow_keys`).
-pub(super) const READY_KEYS: &str = "WITH RECURSIVE k(key) AS ((SELECT flow_key FROM outbox_jobs \
-     WHERE open AND flow_key IS NOT NULL AND kind = $1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key \
-     FROM outbox_jobs j WHERE j.open AND j.flow_key IS NOT NULL AND j.kind = $1 AND j.flow_key > k.key \
-     ORDER BY j.flow_key LIMIT 1) FROM k WHERE k.key IS NOT NULL) SELECT key FROM k WHERE key IS NOT NULL";
+/// What a controlled kind's claim reads of kind `$1` in one round trip, as JSON text: its buckets (locked until the
+/// claim commits, so a `flow::take` from outside the workers waits for the claim's write), its fair-share rows, the keys with ready jobs when `$2` (a walk of `outbox_jobs_flow_keys`, one
+/// index probe per key), and its running jobs when `$3` (through the claims, as `claim::RUNNING` counts them).
+pub(super) const STATE: &str = "SELECT \
+     (SELECT COALESCE(json_agg(json_build_array(b.key, b.level, b.at)), '[]') FROM \
+       (SELECT key, level, at FROM outbox_rates WHERE name = $1 FOR UPDATE) b)::text, \
+     (SELECT COALESCE(json_agg(json_build_array(f.key, f.weight, f.pass)), '[]') FROM outbox_fair f \
+       WHERE f.name = $1)::text, \
+     (WITH RECURSIVE k(key) AS ((SELECT flow_key FROM outbox_jobs WHERE $2 AND open AND flow_key IS NOT NULL \
+       AND kind = $1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key FROM outbox_jobs j \
+       WHERE j.open AND j.flow_key IS NOT NULL AND j.kind = $1 AND j.flow_key > k.key ORDER BY j.flow_key LIMIT 1) \
+       FROM k WHERE k.key IS NOT NULL) SELECT COALESCE(json_agg(key), '[]') FROM k WHERE key IS NOT NULL)::text, \
+     CASE WHEN $3 THEN (SELECT count(*) FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) \
+       FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1) ELSE 0 END";
 
 /// The columns of a candidate.
 macro_rules! candidate {
@@ -128,19 +120,31 @@ pub(super) async fn choose(
 ) -> sqlx::Result<(Vec<String>, Plan)> {
     let mut state =
         FlowState { paused_keys: pauses.keys.get(&flow.kind).cloned().unwrap_or_default(), ..FlowState::default() };
-    if flow.rate.is_some() {
-        for row in sqlx::query(BUCKETS).bind(&flow.kind).fetch_all(&mut **tx).await? {
-            state.buckets.insert(row.try_get(0)?, Bucket { level: row.try_get(1)?, at: row.try_get(2)? });
+    let read = sqlx::query(STATE).bind(&flow.kind).bind(flow.keyed()).bind(flow.concurrency.is_some());
+    let row = read.fetch_one(&mut **tx).await?;
+    let json = |i: usize| -> sqlx::Result<serde_json::Value> {
+        let text: String = row.try_get(i)?;
+        serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    };
+    let (buckets, fair, keys, running): (_, _, _, i64) = (json(0)?, json(1)?, json(2)?, row.try_get(3)?);
+    let mut room = room;
+    if let Some(cap) = flow.concurrency {
+        room = room.min(usize::try_from(i64::from(cap) - running).unwrap_or(0));
+    }
+    if room == 0 {
+        return Ok((Vec::new(), Plan::default()));
+    }
+    for b in buckets.as_array().into_iter().flatten() {
+        if let (Some(key), Some(level), Some(at)) = (b[0].as_str(), b[1].as_f64(), b[2].as_i64()) {
+            state.buckets.insert(key.to_owned(), Bucket { level, at });
         }
     }
-    if flow.fair {
-        for row in sqlx::query(FAIR).bind(&flow.kind).fetch_all(&mut **tx).await? {
-            let key: String = row.try_get(0)?;
-            let (weight, pass): (i32, f64) = (row.try_get(1)?, row.try_get(2)?);
+    for f in fair.as_array().into_iter().flatten() {
+        if let (Some(key), Some(weight), Some(pass)) = (f[0].as_str(), f[1].as_u64(), f[2].as_f64()) {
             if key.is_empty() {
                 state.clock = pass;
             } else {
-                state.fair.insert(key, (u32::try_from(weight).unwrap_or(1), pass));
+                state.fair.insert(key.to_owned(), (u32::try_from(weight).unwrap_or(1), pass));
             }
         }
     }
@@ -148,7 +152,8 @@ pub(super) async fn choose(
     let mut rows = Vec::new();
     let mut quota_wake = None;
     if flow.keyed() {
-        let keys: Vec<String> = sqlx::query_scalar(READY_KEYS).bind(&flow.kind).fetch_all(&mut **tx).await?;
+        let keys: Vec<String> =
+            keys.as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_owned)).collect();
         let (quotas, at) = crate::flow::quotas(flow, &state, &keys, room, now);
         quota_wake = at;
         let mut exhausted = quotas.len() == keys.len();
@@ -190,39 +195,52 @@ pub(super) async fn choose(
     Ok((plan.take.iter().map(|i| found[*i].0.clone()).collect(), plan))
 }
 
-/// Writes back what a claim of `flow` drew from its buckets and moved of its shares.
-pub(super) async fn save(tx: &mut Transaction<'_, Postgres>, flow: &FlowKind, plan: &Plan) -> sqlx::Result<()> {
-    if let Some(rate) = &flow.rate
-        && !plan.buckets.is_empty()
-    {
-        let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let window = i64::try_from(rate.window().as_millis()).unwrap_or(i64::MAX);
-        let keys: Vec<&str> = plan.buckets.iter().map(|(k, _)| k.as_str()).collect();
-        let levels: Vec<f64> = plan.buckets.iter().map(|(_, b)| b.level).collect();
-        let ats: Vec<i64> = plan.buckets.iter().map(|(_, b)| b.at).collect();
-        sqlx::query(SAVE_BUCKETS)
-            .bind(&flow.kind)
-            .bind(as_i64(rate.amount()))
-            .bind(window)
-            .bind(as_i64(rate.burst()))
-            .bind(&keys)
-            .bind(&levels)
-            .bind(&ats)
-            .execute(&mut **tx)
-            .await?;
-    }
+/// Claims the chosen jobs `ids` for the worker `c` and writes back what the claim drew from `flow`'s buckets and
+/// moved of its shares, in one statement ([`super::claim::CLAIM_IDS_SAVING`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn claim_and_save(
+    tx: &mut Transaction<'_, Postgres>,
+    c: &PgStoreConfig,
+    flow: &FlowKind,
+    plan: &Plan,
+    ids: &[String],
+    now: i64,
+    lease_until: i64,
+) -> sqlx::Result<Vec<PgRow>> {
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let (amount, window, burst) = flow.rate.map_or((1, 1, 1), |r| {
+        (as_i64(r.amount()), i64::try_from(r.window().as_millis()).unwrap_or(i64::MAX), as_i64(r.burst()))
+    });
+    let buckets = if flow.rate.is_some() { plan.buckets.as_slice() } else { &[] };
+    let keys: Vec<&str> = buckets.iter().map(|(k, _)| k.as_str()).collect();
+    let levels: Vec<f64> = buckets.iter().map(|(_, b)| b.level).collect();
+    let ats: Vec<i64> = buckets.iter().map(|(_, b)| b.at).collect();
+    let mut fair_keys: Vec<&str> = Vec::new();
+    let mut passes: Vec<f64> = Vec::new();
     if flow.fair && !plan.take.is_empty() {
-        let mut keys: Vec<&str> = Vec::new();
-        let mut passes: Vec<f64> = Vec::new();
         for (k, p) in plan.passes.iter().filter(|(k, _)| !k.is_empty()) {
-            keys.push(k);
+            fair_keys.push(k);
             passes.push(*p);
         }
-        keys.push("");
+        fair_keys.push("");
         passes.push(plan.clock);
-        sqlx::query(SAVE_PASSES).bind(&flow.kind).bind(&keys).bind(&passes).execute(&mut **tx).await?;
     }
-    Ok(())
+    sqlx::query(sqlx::AssertSqlSafe(super::claim::CLAIM_IDS_SAVING.as_str()))
+        .bind(&c.worker_id)
+        .bind(now)
+        .bind(lease_until)
+        .bind(ids)
+        .bind(&flow.kind)
+        .bind(amount)
+        .bind(window)
+        .bind(burst)
+        .bind(&keys)
+        .bind(&levels)
+        .bind(&ats)
+        .bind(&fair_keys)
+        .bind(&passes)
+        .fetch_all(&mut **tx)
+        .await
 }
 
 /// Whether `flow` needs the chosen claim (a rate, fair share or a paused key) rather than the plain claim of its
