@@ -40,7 +40,7 @@ async fn run_until_failed(db: &sea_orm::DatabaseConnection, aws: &Aws, job: &Syn
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn throttling_retries_and_access_denied_fails_at_once() {
+async fn throttling_holds_the_kind_without_an_attempt_and_access_denied_fails_at_once() {
     let t = fresh_db().await;
     let (server, aws) = fake_s3(vec![
         not_found(),
@@ -51,15 +51,18 @@ async fn throttling_retries_and_access_denied_fails_at_once() {
     .await;
     let job = SyncAws::upsert("s3_object", "some-bucket/k.txt", json!({ "body": "x" }));
     let row = run_until_failed(&t.db, &aws, &job).await;
-    assert_eq!(row.attempts, 2, "one retry after SlowDown, none after AccessDenied");
+    assert_eq!(row.attempts, 1, "SlowDown gave its attempt back (the kind was held), AccessDenied failed at once");
     let error = row.last_error.unwrap_or_default();
     assert!(
         error.contains("PutObject `s3_object some-bucket/k.txt`: AccessDenied: Access Denied (http 403)"),
         "{error}"
     );
     let history = outbox::ops::history(&t.db, &row.id).await.expect("history");
-    let retried = history.iter().find(|e| e.event == outbox::JobEventKind::Retried).expect("a retried event");
-    assert!(retried.error.as_deref().is_some_and(|e| e.contains("SlowDown") && e.contains("503")), "{retried:?}");
+    assert!(
+        history.iter().any(|e| e.event == outbox::JobEventKind::Released),
+        "the throttled attempt was given back: {history:?}"
+    );
+    assert!(!history.iter().any(|e| e.event == outbox::JobEventKind::Retried), "{history:?}");
     let seen: Vec<String> = server.seen().iter().map(|s| s.line.clone()).collect();
     assert_eq!(seen.len(), 4, "{seen:?}");
     assert!(seen[1].starts_with("PUT /some-bucket/k.txt"), "path-style addressing: {seen:?}");

@@ -108,40 +108,29 @@ async fn rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent(t: Tes
             most <= rate + burst,
             "{kind} {key}: claims of at most {rate} + {burst} units in any second, not {most}"
         );
+        assert!(mean >= 0.95 * rate as f64, "{kind} {key}: the rate is used to 95 % at least: {mean:.2}/s");
     }
-    // The handlers' starts follow their claims by a few milliseconds, more or less: a second of starts may hold
-    // one job more than a second of claims.
+    assert_eq!(claims.len(), 4, "one rate, one per tenant, one weighted: {:?}", claims.keys());
+    // The handlers' starts follow their claims by a few milliseconds, more on a loaded machine (a second of starts
+    // held 32 jobs under a full test run while its claims held 29): shown, and checked for what does not depend
+    // on that delay.
     let all = starts(&log);
     let of = |tag: u32| -> Vec<Start> { all.iter().filter(|s| s.tag == tag).cloned().collect() };
     let pids = |s: &[Start]| s.iter().map(|s| s.pid).collect::<std::collections::HashSet<_>>().len();
-
     let m = of(1);
-    assert_eq!(m.len(), 610);
+    assert_eq!(m.len(), 610, "every job ran once");
     let (most, mean) = window_and_mean(&m, |_| 1, 10);
-    eprintln!("metered: {} jobs over {} processes, at most {most} in a second, {mean:.2}/s", m.len(), pids(&m));
-    assert!(most <= 31, "at most 20 + 10 (and one late start) in any second, not {most}");
-    assert!(mean >= 19.0, "the rate is used to 95 % at least: {mean:.2} jobs/s");
+    eprintln!("metered starts: {} jobs over {} processes, at most {most} in a second, {mean:.2}/s", m.len(), pids(&m));
     assert!(pids(&m) > 1, "the fleet shared the work");
-
     let per: HashMap<u64, Vec<Start>> = of(2).into_iter().fold(HashMap::new(), |mut acc, s| {
         acc.entry(s.value).or_default().push(s);
         acc
     });
-    for (tenant, s) in &per {
-        assert_eq!(s.len(), 310);
-        let (most, mean) = window_and_mean(s, |_| 1, 10);
-        eprintln!("tenant {tenant}: at most {most} in a second, {mean:.2}/s");
-        assert!(most <= 31, "tenant {tenant}: at most 20 + 10 (and one late start) in any second, not {most}");
-        assert!(mean >= 19.0, "tenant {tenant}: its own rate used to 95 % at least: {mean:.2}/s");
-    }
-
+    assert_eq!(per.values().map(Vec::len).collect::<Vec<_>>(), [310, 310], "every job of each tenant ran once");
     let w = of(3);
-    assert_eq!(w.len(), 600);
+    assert_eq!(w.len(), 600, "every weighted job ran once");
     let (most, mean) = window_and_mean(&w, |s| s.value, 200);
-    eprintln!("weighted: at most {most} units in a second, {mean:.0} units/s");
-    // A job costlier than what is left waits for it, so a second holds at most the rate plus the burst.
-    assert!(most <= 1_300, "at most 1,000 + 200 units (and one late start) in any second, not {most}");
-    assert!(mean >= 950.0, "the rate is used to 95 % at least: {mean:.0} units/s");
+    eprintln!("weighted starts: at most {most} units in a second, {mean:.0} units/s");
 }
 
 conformance!(a_paused_queue_stops_a_draining_fleet_and_survives_its_restart);

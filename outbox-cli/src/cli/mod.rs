@@ -13,6 +13,10 @@ use crate::fail::{code, quoted};
 use crate::render::Format;
 use outbox_server::duration;
 
+mod flow;
+pub(crate) use flow::{FlowArgs, PauseArgs, ResumeArgs, WeightArgs};
+use flow::{cost_arg, rate_arg};
+
 const AFTER_HELP: &str = "\
 Logs go to stderr: warnings, and progress for `work` and `serve`. OUTBOX_LOG takes a filter (`debug`;
 `outbox=debug` for every outbox crate, which all start so; `outbox::worker=debug` for the worker alone), or
@@ -423,19 +427,6 @@ fn limit_arg(text: &str) -> Result<(String, u32), String> {
     Ok((kind.to_owned(), n))
 }
 
-fn cost_arg(text: &str) -> Result<u32, String> {
-    text.trim().parse().map_err(|_| format!("a cost is a whole number from 0 to {}, not `{text}`", u32::MAX))
-}
-
-fn rate_arg(text: &str) -> Result<(String, outbox::flow::Rate), String> {
-    let (kind, rate) =
-        text.split_once('=').ok_or_else(|| format!("`{text}` is not KIND=RATE (e.g. claude_extraction=50/1m)"))?;
-    if kind.is_empty() {
-        return Err(format!("`{text}` names no kind before `=`"));
-    }
-    Ok((kind.to_owned(), rate.parse().map_err(|e: outbox::flow::RateError| e.to_string())?))
-}
-
 fn timeout_arg(text: &str) -> Result<(Option<String>, Duration), String> {
     let (kind, d) = match text.split_once('=') {
         Some((kind, d)) if !kind.is_empty() => (Some(kind.to_owned()), d),
@@ -502,52 +493,4 @@ pub(crate) fn usage_message(e: &clap::Error) -> Option<String> {
         }
     }
     Some(message)
-}
-
-/// What `outbox pause` pauses, and for how long.
-#[derive(Debug, clap::Args)]
-pub(crate) struct PauseArgs {
-    #[command(flatten)]
-    pub(crate) what: ResumeArgs,
-    /// Why, shown with the pause.
-    #[arg(long)]
-    pub(crate) reason: Option<String>,
-    /// Hold for this long instead of until resumed (e.g. 30s, 5m).
-    #[arg(long = "for", value_parser = duration::forward, value_name = "DURATION")]
-    pub(crate) hold_for: Option<Duration>,
-}
-
-/// What `outbox pause` and `outbox resume` name.
-#[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["queue", "kind"])))]
-pub(crate) struct ResumeArgs {
-    /// A queue.
-    #[arg(long)]
-    pub(crate) queue: Option<String>,
-    /// A kind (with --key, one key of it).
-    #[arg(long)]
-    pub(crate) kind: Option<String>,
-    /// One key of the kind's rate or fair share.
-    #[arg(long, requires = "kind")]
-    pub(crate) key: Option<String>,
-}
-
-/// What `outbox flow` shows.
-#[derive(Debug, clap::Args)]
-pub(crate) struct FlowArgs {
-    /// Also the fair share of this kind's keys (repeat for several).
-    #[arg(long)]
-    pub(crate) kind: Vec<String>,
-}
-
-/// What `outbox weight` sets.
-#[derive(Debug, clap::Args)]
-pub(crate) struct WeightArgs {
-    /// The kind.
-    pub(crate) kind: String,
-    /// The key.
-    pub(crate) key: String,
-    /// Its weight, at least 1.
-    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) weight: u32,
 }
