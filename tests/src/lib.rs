@@ -112,6 +112,16 @@ pub struct Paced {
     pub sleep_ms: u64,
 }
 
+/// A job of a kind shared out fairly between tenants.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "fair_work", unique = false, fair = "{tenant}")]
+pub struct FairWork {
+    /// The tenant.
+    pub tenant: u64,
+    /// Distinguishes jobs.
+    pub n: u64,
+}
+
 /// A job of a kind limited to 20 a second across every worker process, with a burst of 10.
 #[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[job(kind = "metered", unique = false, rate = "20/s burst 10")]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use fleet::Spawn;
 use outbox::EnqueueOpts;
 use outbox::flow::{self, Target};
-use outbox_tests::{ChildProcess, Metered, MeteredPerTenant, Paced, TestDb, Weighted, conformance, scalar};
+use outbox_tests::{ChildProcess, FairWork, Metered, MeteredPerTenant, Paced, TestDb, Weighted, conformance, scalar};
 use sea_orm::ConnectionTrait;
 
 /// One handler start: its job, the number the log line carries (job number, tenant or cost), the kind's tag, its
@@ -171,4 +171,35 @@ async fn a_paused_queue_stops_a_draining_fleet_and_survives_its_restart(t: TestD
         assert!(status.success(), "a worker process failed: {status}");
     }
     assert_eq!(scalar(&t.db, done).await, 2_000);
+}
+
+conformance!(a_late_tenant_is_served_at_once_in_proportion_to_its_weight);
+async fn a_late_tenant_is_served_at_once_in_proportion_to_its_weight(t: TestDb) {
+    // Tenant 0 enqueues 10,000 jobs and four processes drain them; tenant 1 then enqueues 100. With equal weights its
+    // 100 finish within the time about 200 jobs take; at weight 3, about 133.
+    for (weight, most) in [(1u32, 240usize), (3, 175)] {
+        outbox_tests::exec(&t.db, "DELETE FROM outbox_jobs", vec![]).await;
+        outbox::flow::set_weight(&t.db, "fair_work", "1", weight).await.expect("weight");
+        let a: Vec<FairWork> = (0..10_000).map(|n| FairWork { tenant: 0, n }).collect();
+        outbox::enqueue_batch(&t.db, &a, EnqueueOpts::new()).await.expect("enqueue a");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("runs.log");
+        let mut children = spawn_fleet(&t.url, &log, 4);
+        let done = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'";
+        assert!(outbox_tests::wait_scalar_at_least(&t.db, done, 1_000, Duration::from_secs(60)).await, "a started");
+        let b: Vec<FairWork> = (0..100).map(|n| FairWork { tenant: 1, n }).collect();
+        outbox::enqueue_batch(&t.db, &b, EnqueueOpts::new()).await.expect("enqueue b");
+        // B arrives when its jobs commit: on SQLite the enqueue may first wait its turn behind the fleet's writes.
+        let arrived = outbox_tests::monotonic_ns();
+        for status in fleet::wait_all(&mut children, Duration::from_secs(240)).await {
+            assert!(status.success(), "a worker process failed: {status}");
+        }
+        let starts: Vec<Start> = starts(&log).into_iter().filter(|s| s.tag == 5).collect();
+        assert_eq!(starts.len(), 10_100, "every job ran once");
+        let last_b = starts.iter().filter(|s| s.value == 1).map(|s| s.at).max().expect("b ran");
+        let between = starts.iter().filter(|s| s.at >= arrived && s.at <= last_b).count();
+        let of_a = starts.iter().filter(|s| s.value == 0 && s.at >= arrived && s.at <= last_b).count();
+        eprintln!("weight {weight}: b's 100 jobs ran within {between} starts ({of_a} of a's)");
+        assert!(between <= most, "weight {weight}: b's 100 jobs took {between} starts, over {most}");
+    }
 }

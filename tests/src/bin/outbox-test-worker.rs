@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox::{JobContext, JobError, Schedule, Worker};
-use outbox_tests::{Limited, Metered, MeteredPerTenant, Paced, Race, Step, Ticked, Weighted, monotonic_ns, sqlite_url};
+use outbox_tests::{
+    FairWork, Limited, Metered, MeteredPerTenant, Paced, Race, Step, Ticked, Weighted, monotonic_ns, sqlite_url,
+};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
 const USAGE: &str = "usage: outbox-test-worker DATABASE RUN_LOG drain|serve|hang|schedule LEASE_MS [CONCURRENCY]";
@@ -112,6 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, JobError>(())
             }
         })
+        .register(metered(Arc::clone(&metered_log), |job: &FairWork| (job.tenant, 5)))
         .register(metered(Arc::clone(&metered_log), |job: &Metered| (job.n, 1)))
         .register(metered(Arc::clone(&metered_log), |job: &MeteredPerTenant| (job.tenant, 2)))
         .register(metered(Arc::clone(&metered_log), |job: &Weighted| (job.cost, 3)))
