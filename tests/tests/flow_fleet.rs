@@ -58,7 +58,9 @@ fn window_and_mean(starts: &[Start], weight: impl Fn(&Start) -> u64, burst: u64)
 }
 
 fn spawn_fleet(url: &str, log: &Path, n: usize) -> Vec<ChildProcess> {
-    (0..n).map(|_| Spawn { url, log, mode: "drain", lease_ms: 30_000, concurrency: 8, stderr: None }.start()).collect()
+    (0..n)
+        .map(|_| Spawn { url, log, mode: "drain+flow", lease_ms: 30_000, concurrency: 8, stderr: None }.start())
+        .collect()
 }
 
 conformance!(rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent);
