@@ -119,18 +119,9 @@ const THROTTLING_CODES: &[&str] = &[
     "KMS.ThrottlingException",
 ];
 
-/// Service error codes that mean "slow down" or "try again": retried whatever their status.
+/// Service error codes that mean "try again" (beside [`THROTTLING_CODES`], which mean it too): retried whatever
+/// their status.
 const RETRY_CODES: &[&str] = &[
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "TooManyRequestsException",
-    "RequestLimitExceeded",
-    "SlowDown",
-    "BandwidthLimitExceeded",
-    "ProvisionedThroughputExceededException",
     "TransactionInProgressException",
     "RequestTimeout",
     "RequestTimeoutException",
@@ -142,8 +133,6 @@ const RETRY_CODES: &[&str] = &[
     "ServiceUnavailable",
     "OperationAborted",
     "PriorRequestNotComplete",
-    "AWS.SimpleQueueService.RequestThrottled",
-    "KMS.ThrottlingException",
 ];
 
 /// Turns an SDK error into an [`Error::Aws`], deciding whether it is worth retrying: throttling, 5xx,
@@ -176,7 +165,9 @@ where
         SdkError::ResponseError(_) => (true, format!("unreadable response: {}", chain(&err))),
         SdkError::ServiceError(_) => {
             let status = status.unwrap_or_default();
-            let retry = status >= 500 || status == 429 || code.as_deref().is_some_and(|c| RETRY_CODES.contains(&c));
+            let retry = status >= 500
+                || status == 429
+                || code.as_deref().is_some_and(|c| RETRY_CODES.contains(&c) || THROTTLING_CODES.contains(&c));
             let text = match (code.as_deref(), err.message()) {
                 (Some(c), Some(m)) if !m.is_empty() => format!("{c}: {m}"),
                 (Some(c), _) => c.to_owned(),

@@ -40,7 +40,7 @@ use sea_orm::ConnectionTrait;
 use crate::error::{Error, Result};
 use crate::storage::{self, now_ms};
 use crate::time::from_ms;
-pub(crate) use plan::{Candidate, FlowKind, FlowState, Plan, plan, quotas};
+pub(crate) use plan::{Candidate, FlowKind, FlowState, Pauses, Plan, plan, quotas};
 pub(crate) use rate::Bucket;
 pub use rate::{Rate, RateError};
 

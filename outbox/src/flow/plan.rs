@@ -48,6 +48,35 @@ pub(crate) struct FlowState {
     pub(crate) clock: f64,
 }
 
+/// The pauses and holds in force, as a claim applies them; each engine reads the rows and adds them here.
+#[derive(Debug, Default)]
+pub(crate) struct Pauses {
+    /// Paused queues.
+    pub(crate) queues: Vec<String>,
+    /// Paused or held kinds (all of them).
+    pub(crate) kinds: Vec<String>,
+    /// Paused or held keys, by kind, with the end of a hold.
+    pub(crate) keys: HashMap<String, HashMap<String, Option<i64>>>,
+    /// The earliest end of a hold: the worker claims again then.
+    pub(crate) wake_at: Option<i64>,
+}
+
+impl Pauses {
+    /// Adds the row `scope`, `name`, `key` (empty: all of it), ending at `ends_at` (`None`: until resumed).
+    pub(crate) fn add(&mut self, scope: &str, name: String, key: String, ends_at: Option<i64>) {
+        if let Some(at) = ends_at {
+            self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+        }
+        match (scope, key.is_empty()) {
+            ("queue", _) => self.queues.push(name),
+            (_, true) => self.kinds.push(name),
+            (_, false) => {
+                self.keys.entry(name).or_default().insert(key, ends_at);
+            }
+        }
+    }
+}
+
 /// A job the claim may take: its key (for a keyed kind) and its cost. Candidates come in claim order, each key's
 /// in its own order.
 #[derive(Debug, Clone, PartialEq, Eq)]

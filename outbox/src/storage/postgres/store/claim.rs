@@ -4,9 +4,9 @@
 use sea_orm::sqlx::postgres::PgPool;
 use sea_orm::sqlx::{self, Row};
 
-use super::flow::Pauses;
 use super::{PgStore, PgStoreConfig, retrying};
 use crate::error::{Error, Result};
+use crate::flow::Pauses;
 use crate::storage::postgres::ts;
 use crate::storage::worker_store::limited_share;
 use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Unreadable, WorkerStore};
@@ -240,7 +240,7 @@ pub(in crate::storage::postgres) async fn claim_rows(
             sqlx::query(super::flow::PAUSES).bind(now).fetch_all(pool).await
         })
         .await?;
-        Pauses::of(&read)
+        super::flow::pauses_of(&read)
     };
     *wake = pauses.wake_at;
     for flow in &c.limited {
@@ -359,7 +359,7 @@ async fn claim_limited(
 ) -> Result<(Vec<sqlx::postgres::PgRow>, Option<i64>)> {
     let kind = flow.kind.as_str();
     let kinds = [kind.to_owned()];
-    let open = super::flow::open_queues(queues, pauses, c);
+    let open = super::flow::open_queues(queues, pauses);
     if open.is_empty() {
         return Ok((Vec::new(), None));
     }

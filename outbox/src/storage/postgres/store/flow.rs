@@ -8,7 +8,7 @@ use sea_orm::sqlx::postgres::PgRow;
 use sea_orm::sqlx::{self, Postgres, Row, Transaction};
 
 use super::PgStoreConfig;
-use crate::flow::{Bucket, Candidate, FlowKind, FlowState, Plan};
+use crate::flow::{Bucket, Candidate, FlowKind, FlowState, Pauses, Plan};
 use crate::storage::postgres::ts;
 
 /// The pauses and holds in force at `$1`: scope, name, key, end (ms).
@@ -72,40 +72,21 @@ pub(super) const KEY_CANDIDATES: &str = concat!(
     " ORDER BY priority DESC, run_at, id LIMIT k.n) p ORDER BY p.priority DESC, p.run_at, p.id LIMIT $3"
 );
 
-/// The pauses in force, as a claim applies them.
-#[derive(Debug, Default)]
-pub(super) struct Pauses {
-    pub(super) queues: Vec<String>,
-    pub(super) kinds: Vec<String>,
-    pub(super) keys: HashMap<String, HashMap<String, Option<i64>>>,
-    pub(super) wake_at: Option<i64>,
-}
-
-impl Pauses {
-    pub(super) fn of(rows: &[PgRow]) -> Pauses {
-        let mut p = Pauses::default();
-        for row in rows {
-            let (Ok(scope), Ok(name), Ok(key), Ok(ends_at)) = (
-                row.try_get::<String, _>(0),
-                row.try_get::<String, _>(1),
-                row.try_get::<String, _>(2),
-                row.try_get::<Option<i64>, _>(3),
-            ) else {
-                continue;
-            };
-            if let Some(at) = ends_at {
-                p.wake_at = Some(p.wake_at.map_or(at, |w| w.min(at)));
-            }
-            match (scope.as_str(), key.is_empty()) {
-                ("queue", _) => p.queues.push(name),
-                (_, true) => p.kinds.push(name),
-                (_, false) => {
-                    p.keys.entry(name).or_default().insert(key, ends_at);
-                }
-            }
-        }
-        p
+/// The pauses and holds in force, from the rows of [`PAUSES`].
+pub(super) fn pauses_of(rows: &[PgRow]) -> Pauses {
+    let mut p = Pauses::default();
+    for row in rows {
+        let (Ok(scope), Ok(name), Ok(key), Ok(ends_at)) = (
+            row.try_get::<String, _>(0),
+            row.try_get::<String, _>(1),
+            row.try_get::<String, _>(2),
+            row.try_get::<Option<i64>, _>(3),
+        ) else {
+            continue;
+        };
+        p.add(&scope, name, key, ends_at);
     }
+    p
 }
 
 /// Chooses up to `room` ready jobs of `flow` in `queues` at `now` inside `tx` (which holds the kind's lock): their
@@ -250,6 +231,6 @@ pub(super) fn chosen(flow: &FlowKind, pauses: &Pauses) -> bool {
 }
 
 /// The queues a controlled kind's claim reads: `queues` less the paused ones.
-pub(super) fn open_queues(queues: &[String], pauses: &Pauses, _c: &PgStoreConfig) -> Vec<String> {
+pub(super) fn open_queues(queues: &[String], pauses: &Pauses) -> Vec<String> {
     queues.iter().filter(|q| !pauses.queues.contains(q)).cloned().collect()
 }

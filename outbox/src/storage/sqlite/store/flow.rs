@@ -1,8 +1,6 @@
 //! SQLite's side of flow control in the worker's claim: pauses read once per claim, and the claim of a controlled
 //! kind (a concurrency limit, a rate, fair share), whose choice [`crate::flow::plan`] makes.
 
-use std::collections::HashMap;
-
 use rusqlite::{Connection, params};
 
 use crate::error::{Error, Result};
@@ -53,18 +51,20 @@ pub(super) const KEY_CANDIDATES: &str = candidates!(" AND flow_key = ?6");
 /// Up to `?3` ready jobs of kind `?1` without a key (enqueued before the kind had one).
 pub(super) const KEYLESS_CANDIDATES: &str = candidates!(" AND flow_key IS NULL");
 
-/// The pauses and holds in force, as a claim applies them.
+/// The pauses and holds in force, as a claim applies them, with the paused queues as the JSON array SQLite's
+/// statements bind.
 #[derive(Debug, Default)]
 pub(super) struct Pauses {
-    /// Paused queues, as a JSON array.
+    pub(super) of: crate::flow::Pauses,
     pub(super) queues_json: String,
-    pub(super) queues: Vec<String>,
-    /// Paused or held kinds (all of them).
-    pub(super) kinds: Vec<String>,
-    /// Paused or held keys, by kind.
-    pub(super) keys: HashMap<String, HashMap<String, Option<i64>>>,
-    /// The earliest end of a hold: the worker claims again then.
-    pub(super) wake_at: Option<i64>,
+}
+
+impl std::ops::Deref for Pauses {
+    type Target = crate::flow::Pauses;
+
+    fn deref(&self) -> &crate::flow::Pauses {
+        &self.of
+    }
 }
 
 impl Pauses {
@@ -72,27 +72,13 @@ impl Pauses {
         let ctx = || Error::db("reading the pauses");
         let mut stmt = conn.prepare_cached(PAUSES).map_err(ctx())?;
         let mut rows = stmt.query(params![now]).map_err(ctx())?;
-        let mut p = Pauses::default();
+        let mut of = crate::flow::Pauses::default();
         while let Some(row) = rows.next().map_err(ctx())? {
-            let (scope, name, key, ends_at): (String, String, String, Option<i64>) = (
-                row.get(0).map_err(ctx())?,
-                row.get(1).map_err(ctx())?,
-                row.get(2).map_err(ctx())?,
-                row.get(3).map_err(ctx())?,
-            );
-            if let Some(at) = ends_at {
-                p.wake_at = Some(p.wake_at.map_or(at, |w| w.min(at)));
-            }
-            match (scope.as_str(), key.is_empty()) {
-                ("queue", _) => p.queues.push(name),
-                (_, true) => p.kinds.push(name),
-                (_, false) => {
-                    p.keys.entry(name).or_default().insert(key, ends_at);
-                }
-            }
+            let scope: String = row.get(0).map_err(ctx())?;
+            of.add(&scope, row.get(1).map_err(ctx())?, row.get(2).map_err(ctx())?, row.get(3).map_err(ctx())?);
         }
-        p.queues_json = serde_json::to_string(&p.queues).unwrap_or_else(|_| "[]".into());
-        Ok(p)
+        let queues_json = serde_json::to_string(&of.queues).unwrap_or_else(|_| "[]".into());
+        Ok(Pauses { of, queues_json })
     }
 }
 
