@@ -30,62 +30,40 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
     let attrs = &input.attrs;
 
     let mut opts = Vec::new();
-    let mut all_set = true;
-    match &attrs.queue {
-        Some(queue) => {
-            let queue = &queue.value;
-            opts.push(quote!(queue: #queue));
-        }
-        None => all_set = false,
+    if let Some(queue) = &attrs.queue {
+        let queue = &queue.value;
+        opts.push(quote!(queue: #queue));
     }
-    match &attrs.priority {
-        Some(priority) => {
-            let priority = priority.value;
-            opts.push(quote!(priority: #priority));
-        }
-        None => all_set = false,
+    if let Some(priority) = &attrs.priority {
+        let priority = priority.value;
+        opts.push(quote!(priority: #priority));
     }
-    match &attrs.max_attempts {
-        Some(max_attempts) => {
-            let max_attempts = max_attempts.value;
-            opts.push(quote!(max_attempts: #max_attempts));
-        }
-        None => all_set = false,
+    if let Some(max_attempts) = &attrs.max_attempts {
+        let max_attempts = max_attempts.value;
+        opts.push(quote!(max_attempts: #max_attempts));
     }
-    match &attrs.unique {
-        Some(unique) => {
-            let unique = unique.value;
-            opts.push(quote!(unique: #unique));
-        }
-        None => all_set = false,
+    if let Some(unique) = &attrs.unique {
+        let unique = unique.value;
+        opts.push(quote!(unique: #unique));
     }
-    match &attrs.sequence {
-        Some(sequence) => {
-            let sequence = &sequence.value;
-            opts.push(quote!(sequence: ::core::option::Option::Some(#sequence)));
-        }
-        None => all_set = false,
+    if let Some(sequence) = &attrs.sequence {
+        let sequence = &sequence.value;
+        opts.push(quote!(sequence: ::core::option::Option::Some(#sequence)));
     }
     match &attrs.on_sequence_failure {
         Some(setting) if setting.value => {
             opts.push(quote!(on_sequence_failure: ::outbox::SequenceFailure::Continue));
         }
         Some(_) => opts.push(quote!(on_sequence_failure: ::outbox::SequenceFailure::Hold)),
-        None => all_set = false,
+        None => {}
     }
-    match &attrs.concurrency {
-        Some(concurrency) => {
-            let concurrency = u32::try_from(concurrency.value).unwrap_or(1);
-            opts.push(quote!(concurrency: ::core::option::Option::Some(#concurrency)));
-        }
-        None => all_set = false,
+    if let Some(concurrency) = &attrs.concurrency {
+        let concurrency = u32::try_from(concurrency.value).unwrap_or(1);
+        opts.push(quote!(concurrency: ::core::option::Option::Some(#concurrency)));
     }
-    match &attrs.timeout {
-        Some(timeout) => {
-            let ms = timeout.value;
-            opts.push(quote!(timeout: ::core::option::Option::Some(::core::time::Duration::from_millis(#ms))));
-        }
-        None => all_set = false,
+    if let Some(timeout) = &attrs.timeout {
+        let ms = timeout.value;
+        opts.push(quote!(timeout: ::core::option::Option::Some(::core::time::Duration::from_millis(#ms))));
     }
     if let Some(rate) = &attrs.rate {
         let (amount, window_ms, burst) = rate.value;
@@ -110,15 +88,11 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         opts.push(quote!(cost: ::core::option::Option::Some(#text)));
     }
     let key_fields = input.key_fields();
-    if key_fields.is_empty() {
-        all_set = false;
-    } else {
+    if !key_fields.is_empty() {
         opts.push(quote!(key_fields: &[#(#key_fields),*]));
     }
 
-    // The flow options (`rate`, `rate_key`, `fair`, `cost`) are pushed above only when set, so the struct
-    // always ends with the defaults for the others.
-    let _ = all_set;
+    // Options are pushed only when set; the struct always ends with the defaults for the others.
     let opts = if opts.is_empty() {
         quote!(::outbox::KindOpts::DEFAULT)
     } else {
