@@ -10,7 +10,7 @@ use crate::{BoxError, CONCURRENCY, raw, raw_pg, retention, subject};
 impl Runner {
     pub(crate) fn baseline_run(&self, case: Case, target: &Target, n: u64) -> Result<Measure, BoxError> {
         let prepared = match case {
-            Case::ProcessSequenced | Case::ProcessSequenced100 => {
+            Case::ProcessSequenced | Case::ProcessSequenced100 | Case::ProcessFair => {
                 return Ok(self.rt.block_on(subject::process(target, n, self.concurrency_for(case)))?.0);
             }
             Case::ClaimSequenced => return self.claim_run(target, n, false),

@@ -22,6 +22,7 @@ pub(crate) enum Case {
     ProcessSequenced100,
     ClaimSequenced,
     ClaimFlow,
+    ProcessFair,
     Reconcile,
     Http,
     Dashboard,
@@ -36,7 +37,7 @@ pub(crate) enum Case {
     IdleCpu,
 }
 
-pub(crate) const CASES: [Case; 21] = [
+pub(crate) const CASES: [Case; 22] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -46,6 +47,7 @@ pub(crate) const CASES: [Case; 21] = [
     Case::ProcessSequenced100,
     Case::ClaimSequenced,
     Case::ClaimFlow,
+    Case::ProcessFair,
     Case::Reconcile,
     Case::Http,
     Case::Dashboard,
@@ -86,6 +88,7 @@ impl Case {
             Case::ProcessSequenced100 => "process_sequenced_100",
             Case::ClaimSequenced => "claim_sequenced",
             Case::ClaimFlow => "claim_flow",
+            Case::ProcessFair => "process_fair",
             Case::Reconcile => "reconcile",
             Case::Http => "http",
             Case::Dashboard => "dashboard",
@@ -124,7 +127,14 @@ impl Case {
         let n = match (self, sync) {
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Full) => base / 10,
             (Case::Enqueue | Case::EnqueueOrmCeiling | Case::Http, SyncMode::Normal) => base / 4,
-            (Case::EnqueueBatch | Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100, _) => base,
+            (
+                Case::EnqueueBatch
+                | Case::Process
+                | Case::ProcessSequenced
+                | Case::ProcessSequenced100
+                | Case::ProcessFair,
+                _,
+            ) => base,
             (Case::Retention | Case::RetentionPartitioned, _) => base,
             (Case::Latency | Case::LatencyLoaded | Case::LatencyCross, _) => LATENCY_JOBS,
             (Case::IdleCpu, _) => 1,
@@ -172,7 +182,7 @@ impl Case {
                 "sqlx-postgres: one transaction per 1000 jobs, one INSERT from json_to_recordset, row count checked",
             ),
             (Backend::Postgres, Case::Process) => Some(raw_pg::PROCESS),
-            (_, Case::ProcessSequenced | Case::ProcessSequenced100) => {
+            (_, Case::ProcessSequenced | Case::ProcessSequenced100 | Case::ProcessFair) => {
                 Some("outbox process: as many unsequenced jobs, same worker, same run")
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),

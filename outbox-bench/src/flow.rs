@@ -1,18 +1,21 @@
 //! Case `claim_flow`: one claim of 100 jobs over 100,000 pending ones of a kind under a rate, shared fairly between
 //! ten tenants, with rows in the pause table (another queue, another kind, one tenant of this kind), beside the same
-//! claim of a kind without any of it; both through the worker's own store, runs alternating.
+//! claim of a kind without any of it; both through the worker's own store, runs alternating. A third claim, the
+//! plain one over jobs that carry a key as the fair kind's do (written into the rows by hand), measures what the
+//! index of keyed jobs costs the claim's writes by itself: the floor of a keyed claim.
 
 use std::time::{Duration, Instant};
 
 use outbox::flow::{self, Target};
 use outbox::{Job, JobContext, JobError, KindOpts, Worker};
 use schemars::JsonSchema;
+use sea_orm::{ConnectionTrait, DbBackend};
 use serde::{Deserialize, Serialize};
 
 use crate::BoxError;
 use crate::scratch::{Scratch, Target as Db};
 use crate::stats::{Measure, median};
-use crate::subject::{Noop, noops, preload};
+use crate::subject::{Noop, drain, noops, preload};
 
 /// Claims timed per run.
 const REPS: usize = 21;
@@ -39,12 +42,46 @@ impl Job for Metered {
     };
 }
 
-/// The median time of one claim of [`BATCH`] over `n` pending jobs, with flow control in use when `controlled`.
-pub(crate) async fn claim(target: &Db, n: u64, controlled: bool) -> Result<Measure, BoxError> {
+/// A job of case `process_fair`'s kind: shared fairly between tenants, all of one tenant.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Tenanted {
+    n: u64,
+    tenant: String,
+}
+
+impl Job for Tenanted {
+    const KIND: &'static str = "tenanted";
+    const OPTS: KindOpts = KindOpts { unique: false, fair: Some("{tenant}"), ..KindOpts::DEFAULT };
+}
+
+/// Case `process_fair`: `n` pending jobs of a fair kind, all of one tenant, drained by a worker with a no-op
+/// handler: what fair share costs a lone tenant, beside the plain `process` drain of as many jobs.
+pub(crate) async fn process_fair(target: &Db, n: u64, concurrency: usize) -> Result<Measure, BoxError> {
+    let scratch = Scratch::new(target).await?;
+    preload(&scratch.db, (0..n).map(|n| Tenanted { n, tenant: "alone".into() }).collect()).await?;
+    let secs = drain::<Tenanted>(&scratch.db, concurrency).await?;
+    scratch.expect_count("SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'", n, "process_fair").await?;
+    scratch.remove().await?;
+    Ok(Measure { jobs: n, secs })
+}
+
+/// Which claim [`claim`] times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// A kind without flow control.
+    Plain,
+    /// A kind without flow control whose jobs carry keys, so the index of keyed jobs changes with each claim.
+    PlainKeyed,
+    /// The rate, fair share and pauses of [`Metered`].
+    Controlled,
+}
+
+/// The median time of one claim of [`BATCH`] over `n` pending jobs, the claim `which`.
+pub(crate) async fn claim(target: &Db, n: u64, which: Claim) -> Result<Measure, BoxError> {
     let scratch = Scratch::new(target).await?;
     let db = &scratch.db;
     let builder = Worker::builder(db).concurrency(BATCH);
-    let worker = if controlled {
+    let worker = if which == Claim::Controlled {
         let jobs: Vec<Metered> = (0..n).map(|n| Metered { n, tenant: format!("t{}", n % TENANTS) }).collect();
         preload(db, jobs).await?;
         flow::pause(db, &Target::queue("elsewhere"), None).await?;
@@ -53,8 +90,19 @@ pub(crate) async fn claim(target: &Db, n: u64, controlled: bool) -> Result<Measu
         builder.register(|_: Metered, _: JobContext| async { Ok::<_, JobError>(()) }).build().await?
     } else {
         preload(db, noops(n)).await?;
+        if which == Claim::PlainKeyed {
+            let key = match db.get_database_backend() {
+                DbBackend::Postgres => "'t' || ((payload->>'n')::int8 % 10)",
+                _ => "'t' || (json_extract(payload, '$.n') % 10)",
+            };
+            db.execute_unprepared(&format!("UPDATE outbox_jobs SET flow_key = {key}")).await?;
+        }
         builder.register(|_: Noop, _: JobContext| async { Ok::<_, JobError>(()) }).build().await?
     };
+    // Each claim starts from a table without dead rows (the keyed one's update left one per job).
+    if db.get_database_backend() == DbBackend::Postgres {
+        db.execute_unprepared("VACUUM ANALYZE outbox_jobs").await?;
+    }
     // One claim first: the store's connection opens and its statements are prepared.
     worker.claim_once_for_benchmark(BATCH).await?;
     let mut times = Vec::with_capacity(REPS);

@@ -103,6 +103,9 @@ pub(crate) struct Row {
     pub(crate) claim_1m_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) claim_1m_head_ms: Option<f64>,
+    /// `claim_flow`: the plain claim over jobs that carry keys (the floor of a keyed claim's writes), jobs/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) keyed_plain_jobs_per_sec: Option<f64>,
     /// Case `million`: the worker's peak RSS draining 100,000 and 1,000,000 jobs, MiB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peak_rss_100k_mb: Option<f64>,
@@ -181,6 +184,9 @@ pub(crate) fn table_line(row: &Row) -> String {
     }
     if let (Some(small), Some(big), Some(head)) = (row.claim_10k_ms, row.claim_1m_ms, row.claim_1m_head_ms) {
         notes.push(format!("claim 10k {small:.2} ms, 1M {big:.2} ms, 1M behind head {head:.2} ms"));
+    }
+    if let Some(keyed) = row.keyed_plain_jobs_per_sec {
+        notes.push(format!("plain claim of keyed jobs {keyed:.0}/s, ratio to it {:.2}", row.jobs_per_sec / keyed));
     }
     if let (Some(small), Some(big)) = (row.peak_rss_100k_mb, row.peak_rss_1m_mb) {
         notes.push(format!("peak RSS 100k {small:.1} MiB, 1M {big:.1} MiB"));

@@ -33,7 +33,11 @@ impl Runner {
     /// `retention`).
     pub(crate) fn concurrency_for(&self, case: Case) -> usize {
         match case {
-            Case::Process | Case::ProcessSequenced | Case::ProcessSequenced100 | Case::HeldSnapshot => self.concurrency,
+            Case::Process
+            | Case::ProcessSequenced
+            | Case::ProcessSequenced100
+            | Case::ProcessFair
+            | Case::HeldSnapshot => self.concurrency,
             _ => CONCURRENCY,
         }
     }
@@ -66,6 +70,7 @@ impl Runner {
         let cached = baseline.and_then(|b| self.baselines.get(&(b, backend.name(), sync, n)).cloned());
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
+        let mut keyed = Vec::new();
         let mut memory = Vec::new();
         let mut latencies = Vec::new();
         let mut starts = Vec::new();
@@ -117,10 +122,12 @@ impl Runner {
                     self.rt.block_on(subject::process_sequenced(&target, n, FEW_KEYS, self.concurrency_for(case)))?
                 }
                 Case::ClaimSequenced => self.claim_run(&target, n, true)?,
+                Case::ProcessFair => self.rt.block_on(flow::process_fair(&target, n, self.concurrency_for(case)))?,
                 Case::ClaimFlow => {
                     // The plain claim alternates with it run by run, so their ratio sees the same machine.
-                    theirs.push(self.rt.block_on(flow::claim(&target, n, false))?.jobs_per_sec());
-                    self.rt.block_on(flow::claim(&target, n, true))?
+                    theirs.push(self.rt.block_on(flow::claim(&target, n, flow::Claim::Plain))?.jobs_per_sec());
+                    keyed.push(self.rt.block_on(flow::claim(&target, n, flow::Claim::PlainKeyed))?.jobs_per_sec());
+                    self.rt.block_on(flow::claim(&target, n, flow::Claim::Controlled))?
                 }
                 Case::ProcessMemory => {
                     let (measure, mem) = self.process_memory_run(&target, n)?;
@@ -209,6 +216,7 @@ impl Runner {
                 | Case::ProcessMemory
                 | Case::ProcessSequenced
                 | Case::ProcessSequenced100
+                | Case::ProcessFair
                 | Case::ClaimSequenced
                 | Case::ClaimFlow
                 | Case::Retention
@@ -268,6 +276,7 @@ impl Runner {
             claim_10k_ms: scale(&scales, |s| s.claim_small_ms, 3),
             claim_1m_ms: scale(&scales, |s| s.claim_big_ms, 3),
             claim_1m_head_ms: scale(&scales, |s| s.claim_head_ms, 3),
+            keyed_plain_jobs_per_sec: (!keyed.is_empty()).then(|| round(median(&keyed), 1)),
             peak_rss_100k_mb: scale(&scales, |s| s.rss_small_mb, 1),
             peak_rss_1m_mb: scale(&scales, |s| s.rss_big_mb, 1),
             db_mb_after_drain: scale(&scales, |s| s.drained_mb, 1),

@@ -306,3 +306,35 @@ async fn bad_flow_input_is_refused_and_writes_nothing(t: TestDb) {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_fair").await, 0);
 }
+
+/// On PostgreSQL a controlled kind is claimed in a transaction that takes the kind's lock, which claimers on every
+/// machine take in turn. A worker's claim opens none for a controlled kind without a ready job: with the lock held
+/// elsewhere (a claimer of that kind in the middle of its claim), a job of another kind still starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_controlled_kind_does_not_hold_up_the_other_kinds() {
+    let test = "an_idle_controlled_kind_does_not_hold_up_the_other_kinds";
+    let Some(t) = outbox_tests::fresh(outbox_tests::Backend::Postgres, test).await else {
+        return;
+    };
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let holder = t.db.begin().await.expect("begin");
+    holder
+        .execute_unprepared(
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || 'flow_keyed_call', 0))",
+        )
+        .await
+        .expect("hold the kind's lock");
+    let id = outbox::enqueue(&t.db, &outbox_tests::Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    let worker = outbox::Worker::builder(&t.db)
+        .register(|_: KeyedCall, _ctx: JobContext| async { Ok::<_, JobError>(()) })
+        .register(|_: outbox_tests::Probe, _ctx: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("worker");
+    let handle = worker.start();
+    let started =
+        outbox_tests::wait_status(&t.db, id.id(), outbox::JobStatus::Completed, Duration::from_secs(30)).await;
+    holder.rollback().await.expect("release the lock");
+    handle.shutdown().await.expect("shutdown");
+    assert!(started, "a job of a plain kind waited behind the lock of a controlled kind that had nothing ready");
+}

@@ -137,8 +137,10 @@ async fn rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent(t: Tes
 
 conformance!(a_paused_queue_stops_a_draining_fleet_and_survives_its_restart);
 async fn a_paused_queue_stops_a_draining_fleet_and_survives_its_restart(t: TestDb) {
-    // Jobs that each take 20 ms, 4 processes of 4 slots: about 2.5 seconds of work for the fleet.
-    let jobs: Vec<Paced> = (0..2_000).map(|n| Paced { n, sleep_ms: 20 }).collect();
+    // Jobs that each take 50 ms, 4 processes of 4 slots: about 6 seconds of work for the fleet, so the pause lands
+    // mid-drain even when the test's own process is slow to see the first 200 done (with 20 ms jobs, a run beside
+    // the other fleet tests once finished all 2,000 before the pause).
+    let jobs: Vec<Paced> = (0..2_000).map(|n| Paced { n, sleep_ms: 50 }).collect();
     outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("runs.log");

@@ -476,7 +476,14 @@ FROM u;
 -- worker: flow: the pauses and holds in force
 SELECT scope, name, key, (EXTRACT(EPOCH FROM ends_at) * 1000)::int8
 FROM outbox_pauses
-WHERE ends_at IS NULL OR ends_at > (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond');
+WHERE ends_at IS NULL OR ends_at > (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond')
+UNION ALL
+SELECT '', k, '', NULL
+FROM unnest($2::text[]) AS k
+WHERE EXISTS (SELECT 1 FROM outbox_jobs WHERE queue = ANY($3) AND kind = k AND open AND status = 'pending' AND run_at <= (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond'))
+UNION ALL
+SELECT 'keys', k, '', ((SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = k AND flow_key > (SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = k ORDER BY flow_key LIMIT 1) ORDER BY flow_key LIMIT 1) IS NOT NULL)::int::int8
+FROM unnest($4::text[]) AS k;
 
 -- worker: flow: a controlled kind's state
 SELECT (SELECT COALESCE(json_agg(json_build_array(b.key, b.level, b.at)), '[]') FROM (SELECT key, level, at FROM outbox_rates WHERE name = $1 FOR UPDATE) b)::text, (SELECT COALESCE(json_agg(json_build_array(f.key, f.weight, f.pass)), '[]') FROM outbox_fair f WHERE f.name = $1)::text, (WITH RECURSIVE k(key) AS ((SELECT flow_key FROM outbox_jobs WHERE $2 AND open AND flow_key IS NOT NULL AND kind = $1 ORDER BY flow_key LIMIT 1) UNION ALL SELECT (SELECT j.flow_key FROM outbox_jobs j WHERE j.open AND j.flow_key IS NOT NULL AND j.kind = $1 AND j.flow_key > k.key ORDER BY j.flow_key LIMIT 1) FROM k WHERE k.key IS NOT NULL) SELECT COALESCE(json_agg(key), '[]') FROM k WHERE key IS NOT NULL)::text, CASE WHEN $3 THEN (SELECT count(*) FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1) ELSE 0 END;
@@ -489,9 +496,9 @@ ORDER BY priority DESC, run_at, id
 LIMIT $3;
 
 -- worker: flow: each key's next jobs
-SELECT p.id, p.flow_key, COALESCE(p.cost, 1)::int8, p.priority, (EXTRACT(EPOCH FROM p.run_at) * 1000)::int8
-FROM unnest($5::text[], $6::int8[]) AS k(key, n) CROSS JOIN LATERAL (SELECT * FROM outbox_jobs WHERE open AND status = 'pending' AND kind = $1 AND flow_key = k.key AND queue = ANY($4) AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') ORDER BY priority DESC, run_at, id LIMIT k.n) p
-ORDER BY p.priority DESC, p.run_at, p.id
+SELECT id, flow_key, cost, priority, run_ms
+FROM (SELECT p.* FROM unnest($5::text[], $6::int8[]) AS k(key, n) CROSS JOIN LATERAL (SELECT id, flow_key, COALESCE(cost, 1)::int8 AS cost, priority, (EXTRACT(EPOCH FROM run_at) * 1000)::int8 AS run_ms FROM outbox_jobs WHERE open AND status = 'pending' AND kind = $1 AND flow_key = k.key AND queue = ANY($4) AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') ORDER BY priority DESC, run_at, id LIMIT k.n) p UNION ALL SELECT p.* FROM unnest($7::text[], $8::int8[], $9::int4[], $10::int8[], $11::text[]) AS k(key, n, pr, ra, after) CROSS JOIN LATERAL (SELECT id, flow_key, COALESCE(cost, 1)::int8 AS cost, priority, (EXTRACT(EPOCH FROM run_at) * 1000)::int8 AS run_ms FROM outbox_jobs WHERE open AND status = 'pending' AND kind = $1 AND flow_key = k.key AND queue = ANY($4) AND run_at <= (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond') AND priority = k.pr AND (run_at, id) > ((TIMESTAMPTZ 'epoch' + (k.ra)::int8 * INTERVAL '1 millisecond'), k.after) ORDER BY priority DESC, run_at, id LIMIT k.n) p) c
+ORDER BY priority DESC, run_ms, id
 LIMIT $3;
 
 -- worker: claim: jobs a controlled kind's plan chose, its buckets and passes written back

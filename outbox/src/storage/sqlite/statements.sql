@@ -481,6 +481,9 @@ SELECT key
 FROM k
 WHERE key IS NOT NULL;
 
+-- worker: flow: whether a second key has pending jobs
+SELECT EXISTS (SELECT 1 FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL AND kind = ?1 AND flow_key > (SELECT min(flow_key) FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL AND kind = ?1));
+
 -- worker: flow: a kind's next jobs
 SELECT rowid, flow_key, IFNULL(cost, 1), priority, run_at, id
 FROM outbox_jobs

@@ -4,9 +4,9 @@
 use sea_orm::sqlx::postgres::PgPool;
 use sea_orm::sqlx::{self, Row};
 
+use super::flow::FlowMemoryCell;
 use super::{PgStore, PgStoreConfig, retrying};
 use crate::error::{Error, Result};
-use crate::flow::Pauses;
 use crate::storage::postgres::ts;
 use crate::storage::worker_store::limited_share;
 use crate::storage::{ClaimedJob, Finished, Keep, Outcome, Unreadable, WorkerStore};
@@ -179,15 +179,15 @@ pub(in crate::storage::postgres) async fn queues_of(pool: &PgPool, c: &PgStoreCo
 /// most a second, or until the worker's next claim after a short one (its next outcome, wake-up or poll).
 #[derive(Debug, Clone)]
 pub(in crate::storage::postgres) struct Cursor {
-    priority: i32,
-    run_at: i64,
-    id: String,
+    pub(super) priority: i32,
+    pub(super) run_at: i64,
+    pub(super) id: String,
     /// When the head was last read (ms).
-    since: i64,
+    pub(super) since: i64,
 }
 
 /// How long a worker reads on from its cursor before it reads the head of its kind's range again (ms).
-const CURSOR_SPAN_MS: i64 = 1_000;
+pub(super) const CURSOR_SPAN_MS: i64 = 1_000;
 
 /// A worker's cursor, when it claims one kind from every queue.
 pub(in crate::storage::postgres) type CursorCell = std::sync::Mutex<Option<Cursor>>;
@@ -230,30 +230,47 @@ pub(in crate::storage::postgres) async fn claim_rows(
     now: i64,
     lease_until: i64,
     cursor: Option<&CursorCell>,
+    memory: Option<&FlowMemoryCell>,
     wake: &mut Option<i64>,
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
     let mut rows = Vec::new();
-    let pauses = if c.limited.is_empty() {
-        Pauses::default()
+    let idle_now = |kind: &str| {
+        memory.is_none_or(|cell| !cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).busy.contains(kind))
+    };
+    let before = if c.limited.is_empty() {
+        super::flow::Before::default()
     } else {
+        let kinds: Vec<&str> = c.limited.iter().map(|f| f.kind.as_str()).filter(|k| idle_now(k)).collect();
+        let fair: Vec<&str> =
+            c.limited.iter().filter(|f| f.fair && f.rate.is_none()).map(|f| f.kind.as_str()).collect();
         let read = retrying("reading the pauses", || async {
-            sqlx::query(super::flow::PAUSES).bind(now).fetch_all(pool).await
+            sqlx::query(super::flow::PAUSES).bind(now).bind(&kinds).bind(queues).bind(&fair).fetch_all(pool).await
         })
         .await?;
-        super::flow::pauses_of(&read)
+        super::flow::before_of(&read)
     };
+    let (pauses, ready) = (&before.pauses, &before.ready);
     *wake = pauses.wake_at;
     for flow in &c.limited {
         let left = limit - rows.len();
         if left == 0 {
             return Ok(rows);
         }
-        if pauses.kinds.contains(&flow.kind) {
+        if pauses.kinds.contains(&flow.kind) || (idle_now(&flow.kind) && !ready.contains(&flow.kind)) {
             continue;
         }
         let share = limited_share(left, !c.kinds.is_empty());
-        match claim_limited(pool, c, queues, flow, &pauses, share, now, lease_until).await {
+        let lone = before.lone.contains(&flow.kind);
+        match super::flow::claim_limited(pool, c, queues, flow, pauses, lone, memory, share, now, lease_until).await {
             Ok((claimed, at)) => {
+                if let Some(cell) = memory {
+                    let busy = &mut cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).busy;
+                    if claimed.is_empty() {
+                        busy.remove(&flow.kind);
+                    } else {
+                        busy.insert(flow.kind.clone());
+                    }
+                }
                 rows.extend(claimed);
                 if let Some(at) = at {
                     *wake = Some(wake.map_or(at, |w| w.min(at)));
@@ -343,68 +360,6 @@ pub(super) const LIMIT_LOCK: &str =
 pub(super) const RUNNING: &str = "SELECT count(*) FROM outbox_jobs WHERE id = ANY(ARRAY(SELECT unnest(jobs) \
      FROM outbox_claims)) AND (status || '') = 'claimed' AND kind = $1";
 
-/// Claims jobs of one controlled kind in a transaction that holds the kind's advisory lock while it counts the
-/// running jobs, reads the kind's rate and shares and claims what they leave: claimers on every machine take
-/// turns. Also when a job left behind may be taken.
-#[allow(clippy::too_many_arguments)]
-async fn claim_limited(
-    pool: &PgPool,
-    c: &PgStoreConfig,
-    queues: &[String],
-    flow: &crate::flow::FlowKind,
-    pauses: &Pauses,
-    left: usize,
-    now: i64,
-    lease_until: i64,
-) -> Result<(Vec<sqlx::postgres::PgRow>, Option<i64>)> {
-    let kind = flow.kind.as_str();
-    let kinds = [kind.to_owned()];
-    let open = super::flow::open_queues(queues, pauses);
-    if open.is_empty() {
-        return Ok((Vec::new(), None));
-    }
-    if !super::flow::chosen(flow, pauses) {
-        let Some(cap) = flow.concurrency else { return Ok((Vec::new(), None)) };
-        return retrying("claiming jobs of a limited kind", || async {
-            let mut tx = pool.begin().await?;
-            sqlx::query(LIMIT_LOCK).bind(kind).execute(&mut *tx).await?;
-            let running: i64 = sqlx::query_scalar(RUNNING).bind(kind).fetch_one(&mut *tx).await?;
-            let room = usize::try_from(i64::from(cap) - running).unwrap_or(0).min(left);
-            let rows = if room == 0 {
-                Vec::new()
-            } else {
-                claim_query(c, &kinds, queues, room, now, lease_until, None).fetch_all(&mut *tx).await?
-            };
-            tx.commit().await?;
-            Ok((rows, None))
-        })
-        .await;
-    }
-    // The transaction begins with the kind's lock, in one round trip (the lock `LIMIT_LOCK` takes, the name written
-    // into the statement: a simple query takes no parameters). Its statements are planned once per connection, as
-    // the claimer's are: on the background pool they were planned for their values each time, 2 ms a statement at
-    // 100,000 pending jobs, three times the work of the claim itself (`EXPLAIN ANALYZE`).
-    let begin = format!(
-        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
-         SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' outbox limit ' || '{}', 0))",
-        kind.replace('\'', "''")
-    );
-    retrying("claiming jobs of a controlled kind", || async {
-        let mut tx = pool.begin_with(sqlx::AssertSqlSafe(begin.clone())).await?;
-        // The clock read once the kind's lock is held: a claimer that waited for it must not draw from the bucket
-        // at a time before the claimer it waited for.
-        let now = now.max(crate::storage::now_ms());
-        let (ids, plan) = super::flow::choose(&mut tx, flow, &open, pauses, left, now).await?;
-        let mut rows = Vec::new();
-        if !ids.is_empty() {
-            rows = super::flow::claim_and_save(&mut tx, c, flow, &plan, &ids, now, lease_until).await?;
-        }
-        tx.commit().await?;
-        Ok((rows, plan.wake_at))
-    })
-    .await
-}
-
 /// Jobs already claimed (and committed) by an earlier step of a claim are run even when a later step fails:
 /// dropping them would leave them claimed until their leases ran out, each with an attempt used.
 pub(super) fn keep_claimed<T>(claimed: Vec<T>, e: Error) -> Result<Vec<T>> {
@@ -416,7 +371,7 @@ pub(super) fn keep_claimed<T>(claimed: Vec<T>, e: Error) -> Result<Vec<T>> {
 }
 
 /// The claim of up to `limit` due jobs of `kinds`.
-fn claim_query<'q>(
+pub(super) fn claim_query<'q>(
     c: &'q PgStoreConfig,
     kinds: &'q [String],
     queues: &'q [String],

@@ -32,6 +32,7 @@ use claim::{CursorCell, PROMOTE_EVERY_MS, QUEUES_EVERY_MS};
 pub(super) use claim::{claim_rows, promote_due, queues_of};
 pub(super) use claims::{Claims, claim_counts};
 use complete::write_finished;
+use flow::FlowMemoryCell;
 
 /// What the worker claims and who it is.
 #[derive(Debug, Clone)]
@@ -165,6 +166,8 @@ struct Inner {
     promoted_at: AtomicI64,
     /// Where its last claim ended (see [`claim::Cursor`]).
     cursor: CursorCell,
+    /// What it remembers of its claims of controlled kinds (see [`flow::FlowMemory`]).
+    flow: FlowMemoryCell,
     /// Its claims with outcomes still to write.
     claims: Claims,
     /// When its last claim said to claim again.
@@ -210,7 +213,9 @@ impl Inner {
         let (queues, listed) = self.queues(pool, now, QUEUES_EVERY_MS).await?;
         let c = &self.config;
         let mut wake = None;
-        let mut rows = claim_rows(pool, c, &queues, limit, now, lease_until, Some(&self.cursor), &mut wake).await?;
+        let mut rows =
+            claim_rows(pool, c, &queues, limit, now, lease_until, Some(&self.cursor), Some(&self.flow), &mut wake)
+                .await?;
         self.wake.set(wake);
         if rows.len() < limit && !listed {
             // A claim that found nothing starts no job late by listing again; one that found some does it at most
@@ -222,7 +227,7 @@ impl Inner {
             };
             let new: Vec<String> = fresh.into_iter().filter(|q| !queues.contains(q)).collect();
             if listed && !new.is_empty() {
-                match claim_rows(pool, c, &new, limit - rows.len(), now, lease_until, None, &mut None).await {
+                match claim_rows(pool, c, &new, limit - rows.len(), now, lease_until, None, None, &mut None).await {
                     Ok(more) => rows.extend(more),
                     Err(e) => return claim::keep_claimed(rows, e),
                 }
@@ -301,6 +306,7 @@ impl PgStore {
         tokio::spawn(write_finished(write_pool.clone(), owner, rx, Arc::clone(&unwritten), Arc::clone(&claims)));
         let promoted_at = AtomicI64::new(i64::MIN);
         let cursor = CursorCell::default();
+        let flow = FlowMemoryCell::default();
         let listener = std::sync::Mutex::new(None);
         let inner = Inner {
             pool,
@@ -314,6 +320,7 @@ impl PgStore {
             bg: bg.clone(),
             promoted_at,
             cursor,
+            flow,
             claims,
             queues: std::sync::Mutex::new(None),
             wake: Default::default(),

@@ -28,7 +28,7 @@ pub(in crate::storage::postgres) async fn remote_claim(
     let pool = db.get_postgres_connection_pool();
     promote_due(pool, now).await?;
     let queues = queues_of(pool, &c).await?;
-    let rows = claim_rows(pool, &c, &queues, limit, now, lease_until, None, &mut None).await?;
+    let rows = claim_rows(pool, &c, &queues, limit, now, lease_until, None, None, &mut None).await?;
     let mut jobs = Vec::with_capacity(rows.len());
     for row in &rows {
         match claimed_job(row) {

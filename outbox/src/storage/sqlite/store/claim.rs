@@ -64,7 +64,10 @@ pub(in crate::storage::sqlite) fn claim(
         if room == 0 {
             continue;
         }
-        if flow.rate.is_none() && !flow.keyed() && !pauses.keys.contains_key(&flow.kind) {
+        let plain = flow.rate.is_none()
+            && !pauses.keys.contains_key(&flow.kind)
+            && (!flow.keyed() || super::flow::lone_key(conn, &flow.kind)?);
+        if plain {
             let kinds = Kinds { json: kinds_json, one: true, pick: Pick::Ready, paused_queues: &pauses };
             claimed.extend(claim_of(conn, config, kinds, room, now, lease_until, unreadable)?);
             continue;

@@ -31,6 +31,22 @@ pub(super) const READY_KEYS: &str = "WITH RECURSIVE k(key) AS (SELECT (SELECT fl
      AND j.waiting = 0 AND j.scheduled = 0 AND j.flow_key IS NOT NULL AND j.kind = ?1 AND j.flow_key > k.key \
      ORDER BY j.flow_key LIMIT 1) FROM k WHERE k.key IS NOT NULL) SELECT key FROM k WHERE key IS NOT NULL";
 
+/// Whether a second key of the kind `?1` has pending jobs (two index probes).
+pub(super) const SECOND_KEY: &str = "SELECT EXISTS (SELECT 1 FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 \
+     AND scheduled = 0 AND flow_key IS NOT NULL AND kind = ?1 AND flow_key > (SELECT min(flow_key) FROM outbox_jobs \
+     WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL AND kind = ?1))";
+
+/// Whether the pending jobs of the fair kind `kind` have one key (or none). Fair share orders nothing then: they
+/// are claimed as a plain kind's are, and the key's pass is left as it was (a key that comes later starts level
+/// with it, as a pass behind the kind's clock counts from the clock).
+pub(super) fn lone_key(conn: &Connection, kind: &str) -> Result<bool> {
+    let second: bool = conn
+        .prepare_cached(SECOND_KEY)
+        .and_then(|mut s| s.query_row(params![kind], |r| r.get(0)))
+        .map_err(Error::db(format!("counting the keys of kind `{kind}`")))?;
+    Ok(!second)
+}
+
 /// The queue conditions of a candidate: the worker's queues `?4` (NULL: all) less the paused ones `?5`.
 macro_rules! candidates {
     ($key:expr) => {

@@ -24,6 +24,7 @@ pub(in crate::storage::sqlite) fn statements() -> Vec<(&'static str, String)> {
         ("flow: a rate's buckets", flow::BUCKETS.into()),
         ("flow: a kind's fair shares", flow::FAIR.into()),
         ("flow: the keys with ready jobs", flow::READY_KEYS.into()),
+        ("flow: whether a second key has pending jobs", flow::SECOND_KEY.into()),
         ("flow: a kind's next jobs", flow::CANDIDATES.into()),
         ("flow: a key's next jobs", flow::KEY_CANDIDATES.into()),
         ("flow: a kind's next jobs without a key", flow::KEYLESS_CANDIDATES.into()),
