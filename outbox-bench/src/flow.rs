@@ -99,7 +99,7 @@ pub(crate) async fn claim(target: &Db, n: u64, which: Claim) -> Result<Measure, 
         }
         builder.register(|_: Noop, _: JobContext| async { Ok::<_, JobError>(()) }).build().await?
     };
-    // Each claim starts from a table without dead rows (the keyed one's update left one per job).
+    // The claims start from a table without dead rows (the keyed one's update left one per job).
     if db.get_database_backend() == DbBackend::Postgres {
         db.execute_unprepared("VACUUM ANALYZE outbox_jobs").await?;
     }

@@ -482,7 +482,7 @@ SELECT '', k, '', NULL
 FROM unnest($2::text[]) AS k
 WHERE EXISTS (SELECT 1 FROM outbox_jobs WHERE queue = ANY($3) AND kind = k AND open AND status = 'pending' AND run_at <= (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond'))
 UNION ALL
-SELECT 'keys', k, '', ((SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = k AND flow_key > (SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = k ORDER BY flow_key LIMIT 1) ORDER BY flow_key LIMIT 1) IS NOT NULL)::int::int8
+SELECT 'keys', k, '', ((SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = k AND flow_key < (SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = k ORDER BY flow_key DESC LIMIT 1) ORDER BY flow_key DESC LIMIT 1) IS NOT NULL)::int::int8
 FROM unnest($4::text[]) AS k;
 
 -- worker: flow: a controlled kind's state

@@ -186,7 +186,8 @@ pub(in crate::storage::postgres) struct Cursor {
     pub(super) since: i64,
 }
 
-/// How long a worker reads on from its cursor before it reads the head of its kind's range again (ms).
+/// How long a worker reads on from its cursor before it reads the head of its kind's range (or of a key's, see
+/// [`super::flow::FlowMemory`]) again (ms).
 pub(super) const CURSOR_SPAN_MS: i64 = 1_000;
 
 /// A worker's cursor, when it claims one kind from every queue.
@@ -234,9 +235,9 @@ pub(in crate::storage::postgres) async fn claim_rows(
     wake: &mut Option<i64>,
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
     let mut rows = Vec::new();
-    let idle_now = |kind: &str| {
-        memory.is_none_or(|cell| !cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).busy.contains(kind))
-    };
+    // Read once: the kinds probed are those skipped when they have no ready job.
+    let busy = memory.map(|cell| cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).busy.clone());
+    let idle_now = |kind: &str| busy.as_ref().is_none_or(|busy| !busy.contains(kind));
     let before = if c.limited.is_empty() {
         super::flow::Before::default()
     } else {

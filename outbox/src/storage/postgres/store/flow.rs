@@ -18,7 +18,8 @@ use crate::storage::postgres::ts;
 /// kind with nothing to claim (without that, each idle controlled kind cost every worker a transaction that took
 /// the kind's lock on every claim: eight workers drained 20,000 jobs of a plain kind in 162 s beside four idle
 /// controlled kinds, 16 s without them); then for each fair kind of `$4` whether a second key has open jobs
-/// (scope `'keys'`, end 1 or 0: two index probes), so a lone key's jobs are claimed as a plain kind's are.
+/// (scope `'keys'`, end 1 or 0: two index probes, from the end of the kind's range, where its newest jobs are,
+/// as [`super::claim::QUEUES`] walks), so a lone key's jobs are claimed as a plain kind's are.
 pub(super) const PAUSES: &str = concat!(
     "SELECT scope, name, key, (EXTRACT(EPOCH FROM ends_at) * 1000)::int8 FROM outbox_pauses \
      WHERE ends_at IS NULL OR ends_at > ",
@@ -27,8 +28,9 @@ pub(super) const PAUSES: &str = concat!(
      WHERE queue = ANY($3) AND kind = k AND open AND status = 'pending' AND run_at <= ",
     ts!("$1"),
     ") UNION ALL SELECT 'keys', k, '', ((SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL \
-     AND kind = k AND flow_key > (SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = k \
-     ORDER BY flow_key LIMIT 1) ORDER BY flow_key LIMIT 1) IS NOT NULL)::int::int8 FROM unnest($4::text[]) AS k"
+     AND kind = k AND flow_key < (SELECT flow_key FROM outbox_jobs WHERE open AND flow_key IS NOT NULL AND kind = k \
+     ORDER BY flow_key DESC LIMIT 1) ORDER BY flow_key DESC LIMIT 1) IS NOT NULL)::int::int8 \
+     FROM unnest($4::text[]) AS k"
 );
 
 /// What a controlled kind's claim reads of kind `$1` in one round trip, as JSON text: its buckets (locked until the
@@ -106,7 +108,7 @@ pub(super) struct Before {
     pub(super) pauses: Pauses,
     /// The controlled kinds with a ready job.
     pub(super) ready: HashSet<String>,
-    /// The fair kinds whose pending jobs have one key (or none).
+    /// The fair kinds whose open jobs have one key (or none).
     pub(super) lone: HashSet<String>,
 }
 
@@ -226,11 +228,38 @@ pub(super) async fn choose(
             for r in &rows {
                 *got.entry(r.try_get::<Option<String>, _>(1)?.unwrap_or_default()).or_default() += 1;
             }
-            let short = |k: &String, n: &i64| got.get(k).copied().unwrap_or(0) < *n;
-            spent = on.iter().zip(&on_n).filter(|(k, n)| short(k, n)).map(|(k, _)| k.clone()).collect();
-            // A key read from its cursor may have jobs before it (a higher priority, an earlier run time): not
-            // exhausted, whatever it returned.
-            exhausted &= on.is_empty() && head.iter().zip(&head_n).all(|(k, n)| short(k, n));
+            // A key whose cursor found nothing has its head read at once (a job that sorts before the cursor:
+            // a higher priority, an earlier run time); one whose cursor found fewer than asked lets them start,
+            // and its head is read by the next claim. Either way its cursor is spent.
+            let (mut again, mut again_n) = (Vec::new(), Vec::new());
+            for (k, n) in on.iter().zip(&on_n) {
+                match got.get(k).copied().unwrap_or(0) {
+                    0 => {
+                        again.push(k.clone());
+                        again_n.push(*n);
+                    }
+                    g if g < *n => spent.push(k.clone()),
+                    _ => {}
+                }
+            }
+            if !again.is_empty() {
+                let (none, none_n, none_pr): (Vec<String>, Vec<i64>, Vec<i32>) = Default::default();
+                let q = sqlx::query(KEY_CANDIDATES).bind(&flow.kind).bind(now).bind(room_i).bind(queues);
+                let q = q.bind(&again).bind(&again_n).bind(&none).bind(&none_n).bind(&none_pr);
+                let more = q.bind(&none_n).bind(&none).fetch_all(&mut **tx).await?;
+                for r in &more {
+                    *got.entry(r.try_get::<Option<String>, _>(1)?.unwrap_or_default()).or_default() += 1;
+                }
+                rows.extend(more);
+                for k in &again {
+                    after.remove(k);
+                }
+                spent.extend(again);
+            }
+            // Every key came up short: its ready jobs all fit in the claim (a short cursor's key may have jobs
+            // before its cursor, read by the next claim; the jobs without a key are read now all the same).
+            exhausted &=
+                quotas.iter().all(|(k, n)| got.get(k).copied().unwrap_or(0) < i64::try_from(*n).unwrap_or(i64::MAX));
         }
         // Jobs without a key (enqueued before the kind had one) have no index of their own: reading them means
         // reading the kind's whole backlog. They are read once every key's ready jobs fit in the claim.
@@ -433,6 +462,8 @@ pub(super) async fn claim_limited(
                     None => of_kind.remove(key),
                 };
             }
+            // Cursors past their span are read from the head anyway: keys that stopped getting jobs leave none.
+            of_kind.retain(|_, c| now.saturating_sub(c.since) < CURSOR_SPAN_MS);
         }
         let plan = chosen.plan;
         Ok((rows, plan.wake_at))
