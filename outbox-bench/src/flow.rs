@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::BoxError;
 use crate::scratch::{Scratch, Target as Db};
 use crate::stats::{Measure, median};
-use crate::subject::{Noop, drain, noops, preload};
+use crate::subject::{COMPLETED, Noop, drain, noops, preload};
 
 /// Claims timed per run.
 const REPS: usize = 21;
@@ -60,7 +60,7 @@ pub(crate) async fn process_fair(target: &Db, n: u64, concurrency: usize) -> Res
     let scratch = Scratch::new(target).await?;
     preload(&scratch.db, (0..n).map(|n| Tenanted { n, tenant: "alone".into() }).collect()).await?;
     let secs = drain::<Tenanted>(&scratch.db, concurrency).await?;
-    scratch.expect_count("SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'", n, "process_fair").await?;
+    scratch.expect_count(COMPLETED, n, "process_fair").await?;
     scratch.remove().await?;
     Ok(Measure { jobs: n, secs })
 }

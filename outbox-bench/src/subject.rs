@@ -251,7 +251,7 @@ pub(crate) async fn drain<J: Job>(db: &DatabaseConnection, concurrency: usize) -
     Ok(start.elapsed().as_secs_f64())
 }
 
-const COMPLETED: &str = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'";
+pub(crate) const COMPLETED: &str = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'";
 
 /// Case `process`: `n` pending `Noop` jobs drained by a worker with a no-op handler, and the database's work
 /// for them from enqueue to completed.

@@ -33,6 +33,20 @@ impl FlowKind {
     pub(crate) fn keyed(&self) -> bool {
         self.fair || (self.rate_per_key && self.rate.is_some())
     }
+
+    /// Whether fair share is all that orders the kind's jobs (no rate): when one key has jobs (it is "lone"),
+    /// the claim asks whether a second one has.
+    pub(crate) fn may_be_lone(&self) -> bool {
+        self.fair && self.rate.is_none()
+    }
+
+    /// Whether the kind needs the chosen claim (a rate, fair share between keys, a paused key) rather than the
+    /// plain claim of its kind (under its limit when it has one). Fair share orders nothing when one key has
+    /// jobs (`lone`): its jobs are claimed as a plain kind's are, and its pass is left as it was (a key that
+    /// comes later starts level with it, as a pass behind the kind's clock counts from the clock).
+    pub(crate) fn chosen(&self, pauses: &Pauses, lone: bool) -> bool {
+        self.rate.is_some() || (self.keyed() && !lone) || pauses.keys.contains_key(&self.kind)
+    }
 }
 
 /// The flow state of one kind as its claim reads it.

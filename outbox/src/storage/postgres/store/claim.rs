@@ -242,8 +242,7 @@ pub(in crate::storage::postgres) async fn claim_rows(
         super::flow::Before::default()
     } else {
         let kinds: Vec<&str> = c.limited.iter().map(|f| f.kind.as_str()).filter(|k| idle_now(k)).collect();
-        let fair: Vec<&str> =
-            c.limited.iter().filter(|f| f.fair && f.rate.is_none()).map(|f| f.kind.as_str()).collect();
+        let fair: Vec<&str> = c.limited.iter().filter(|f| f.may_be_lone()).map(|f| f.kind.as_str()).collect();
         let read = retrying("reading the pauses", || async {
             sqlx::query(super::flow::PAUSES).bind(now).bind(&kinds).bind(queues).bind(&fair).fetch_all(pool).await
         })

@@ -350,14 +350,6 @@ pub(super) async fn claim_and_save(
         .await
 }
 
-/// Whether `flow` needs the chosen claim (a rate, fair share between keys, a paused key) rather than the plain
-/// claim of its kind (under its limit when it has one). Fair share orders nothing when one key has jobs (`lone`):
-/// its jobs are claimed as a plain kind's, and its pass is left as it was (a key that comes later starts level
-/// with it, as a pass behind the kind's clock counts from the clock).
-pub(super) fn chosen(flow: &FlowKind, pauses: &Pauses, lone: bool) -> bool {
-    flow.rate.is_some() || (flow.keyed() && !lone) || pauses.keys.contains_key(&flow.kind)
-}
-
 /// The queues a controlled kind's claim reads: `queues` less the paused ones.
 pub(super) fn open_queues(queues: &[String], pauses: &Pauses) -> Vec<String> {
     queues.iter().filter(|q| !pauses.queues.contains(q)).cloned().collect()
@@ -403,7 +395,7 @@ pub(super) async fn claim_limited(
     if open.is_empty() {
         return Ok((Vec::new(), None));
     }
-    if !super::flow::chosen(flow, pauses, lone) {
+    if !flow.chosen(pauses, lone) {
         let Some(cap) = flow.concurrency else {
             let rows = retrying("claiming jobs", || async {
                 claim_query(c, &kinds, queues, left, now, lease_until, None).fetch_all(pool).await

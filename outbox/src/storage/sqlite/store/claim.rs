@@ -64,10 +64,9 @@ pub(in crate::storage::sqlite) fn claim(
         if room == 0 {
             continue;
         }
-        let plain = flow.rate.is_none()
-            && !pauses.keys.contains_key(&flow.kind)
-            && (!flow.keyed() || super::flow::lone_key(conn, &flow.kind)?);
-        if plain {
+        let lone =
+            flow.may_be_lone() && !pauses.keys.contains_key(&flow.kind) && super::flow::lone_key(conn, &flow.kind)?;
+        if !flow.chosen(&pauses, lone) {
             let kinds = Kinds { json: kinds_json, one: true, pick: Pick::Ready, paused_queues: &pauses };
             claimed.extend(claim_of(conn, config, kinds, room, now, lease_until, unreadable)?);
             continue;

@@ -36,9 +36,7 @@ pub(super) const SECOND_KEY: &str = "SELECT EXISTS (SELECT 1 FROM outbox_jobs WH
      AND scheduled = 0 AND flow_key IS NOT NULL AND kind = ?1 AND flow_key > (SELECT min(flow_key) FROM outbox_jobs \
      WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL AND kind = ?1))";
 
-/// Whether the pending jobs of the fair kind `kind` have one key (or none). Fair share orders nothing then: they
-/// are claimed as a plain kind's are, and the key's pass is left as it was (a key that comes later starts level
-/// with it, as a pass behind the kind's clock counts from the clock).
+/// Whether the pending jobs of the fair kind `kind` have one key (or none): see [`FlowKind::chosen`].
 pub(super) fn lone_key(conn: &Connection, kind: &str) -> Result<bool> {
     let second: bool = conn
         .prepare_cached(SECOND_KEY)
