@@ -87,6 +87,10 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         };
         opts.push(quote!(cost: ::core::option::Option::Some(#text)));
     }
+    if let Some(subject) = &attrs.subject {
+        let subject = &subject.value;
+        opts.push(quote!(subject: ::core::option::Option::Some(#subject)));
+    }
     let key_fields = input.key_fields();
     if !key_fields.is_empty() {
         opts.push(quote!(key_fields: &[#(#key_fields),*]));

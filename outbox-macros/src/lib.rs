@@ -36,6 +36,7 @@
 //! | `rate_key = "{t}"`   | the rate applies to each key of this template apart                | none        |
 //! | `fair = "{t}"`       | claims share out between the keys of this template by weight       | none        |
 //! | `cost = 10`          | what one job counts against the rate, or a field: `"{tokens}"`     | `1`         |
+//! | `subject = "o:{id}"` | the domain row each job is about (`order:{orderId}`), indexed      | none        |
 //!
 //! The options may be split over several `#[job(...)]` attributes, each given at most once. A kind name is
 //! non-empty and uses only ASCII letters, digits and `_` `.` `:` `/` `-`. It must stay the same when the Rust

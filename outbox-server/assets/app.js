@@ -396,7 +396,7 @@
     const view = { page: 'jobs', title: 'Jobs' };
     const filters = {
       status: params.status || '', kind: params.kind || '', queue: params.queue || '',
-      since: params.since || '', key: params.key || '',
+      since: params.since || '', key: params.key || '', subject: params.subject || '',
     };
     const go = (extra) => { location.hash = '#/jobs' + query(Object.assign({}, filters, extra || {})); };
     let form = null;
@@ -418,6 +418,7 @@
         el('div', {}, select('queue', 'Queue', queueNames)),
         el('div', {}, input('since', 'Since', 'e.g. 1h')),
         el('div', {}, input('key', 'Key', 'idempotency key')),
+        el('div', {}, input('subject', 'Subject', 'e.g. order:42')),
         el('div', { class: 'filter-actions' },
           el('button', { type: 'submit', text: 'Apply' }),
           el('button', { type: 'button', text: 'Clear', onclick: () => { location.hash = '#/jobs'; } })));
@@ -425,10 +426,30 @@
         event.preventDefault();
         filters.since = form.elements.since.value.trim();
         filters.key = form.elements.key.value.trim();
+        filters.subject = form.elements.subject.value.trim();
         go();
       });
       results = el('div', { id: 'results' });
-      render(el('h1', { text: 'Jobs' }), form, results);
+      render(el('h1', { text: 'Jobs' }), form, subjectActions(), results);
+    };
+    // A subject's jobs act together: cancel what has not started, retry what failed or was cancelled.
+    const subjectActions = () => {
+      if (!filters.subject || !canOperate()) return null;
+      const act = async (action, done) => {
+        try {
+          const answer = await api('api/jobs/' + action, { method: 'POST', body: { subject: filters.subject } });
+          const n = action === 'cancel-subject' ? answer.cancelled : answer.retried;
+          say(`${done} ${n} ${n === 1 ? 'job' : 'jobs'} of ${filters.subject}.`);
+          await view.refresh();
+        } catch (e) {
+          failed(e);
+        }
+      };
+      return el('p', { class: 'actions', id: 'subject-actions' },
+        el('button', { id: 'cancel-subject', type: 'button', text: 'Cancel pending jobs of this subject',
+          onclick: () => act('cancel-subject', 'Cancelled') }),
+        el('button', { id: 'retry-subject', type: 'button', text: 'Retry failed or cancelled jobs of this subject',
+          onclick: () => act('retry-subject', 'Retried') }));
     };
     view.refresh = async () => {
       const request = api('api/jobs' + query(Object.assign({ limit: PAGE_SIZE, before: params.before }, filters)));
@@ -501,6 +522,8 @@
           field('Enqueued', time(j.created_at)), field('Updated', time(j.updated_at)),
           field('Worker', j.locked_by), field('Lease until', time(j.lease_expires_at)),
           field('Key', j.idempotency_key), field('Sequence', j.sequence_key),
+          field('Subject', j.subject ? el('a', { href: '#/jobs' + query({ subject: j.subject }), text: j.subject }) : null),
+          field('Trace', j.trace ? el('span', { class: 'mono', text: j.trace }) : null),
           j.waiting_for ? field('Waiting for', jobLink(j.waiting_for)) : null),
         j.last_error ? el('section', { 'aria-labelledby': 'error-h' },
           el('h2', { id: 'error-h', text: 'Last error' }), el('pre', { class: 'error-text', text: j.last_error })) : null,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::error::{Error, Result, pointer_token};
 use crate::job::Violation;
@@ -41,6 +42,13 @@ pub struct EnqueueOpts {
     /// What the job counts against its kind's rate limit (default: the kind's cost, or 1): an LLM call's token
     /// estimate, say, under a rate of tokens a minute.
     pub cost: Option<u32>,
+    /// The domain row the job is about (`order:42`; default: the kind's subject template applied to the payload):
+    /// stored with the job and indexed, so the jobs of one order can be listed, cancelled and retried together.
+    /// At most [`crate::MAX_SUBJECT_BYTES`] bytes.
+    pub subject: Option<String>,
+    /// The W3C trace context to store with the job (a `traceparent`, optionally followed by a space and the
+    /// `tracestate`), in place of the current span's: for a producer that received it from elsewhere.
+    pub trace: Option<String>,
 }
 
 impl EnqueueOpts {
@@ -81,6 +89,17 @@ impl EnqueueOpts {
     /// Sets what the job counts against its kind's rate limit, whatever its kind says.
     pub fn cost(mut self, cost: u32) -> Self {
         self.cost = Some(cost);
+        self
+    }
+
+    /// Says which domain row the job is about (`order:42`), whatever its kind's template says.
+    pub fn subject(mut self, subject: impl Into<String>) -> Self {
+        self.subject = Some(subject.into());
+        self
+    }
+    /// Stores this W3C trace context with the job instead of the current span's.
+    pub fn trace(mut self, traceparent: impl Into<String>) -> Self {
+        self.trace = Some(traceparent.into());
         self
     }
 
@@ -179,7 +198,13 @@ fn too_deep(payload: &Value) -> Option<Violation> {
 
 /// Validates and prepares one row, refusing before any SQL whatever the database would refuse: a caller's
 /// transaction never sees a failed statement of ours (a failed statement aborts a server-side transaction).
-fn prepare(backend: Dialect, kind: &Kind, payload: &Value, opts: &EnqueueOpts, now: i64) -> Result<NewJob> {
+fn prepare(
+    backend: Dialect,
+    kind: &Kind,
+    payload: &Value,
+    opts: &EnqueueOpts,
+    (now, trace): (i64, &Option<String>),
+) -> Result<NewJob> {
     if let Some(violation) = too_deep(payload) {
         return Err(Error::InvalidPayload { kind: kind.name().into(), violations: vec![violation] });
     }
@@ -218,6 +243,16 @@ fn prepare(backend: Dialect, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         }
         None => kind.sequence_key(payload)?,
     };
+    let subject = match &opts.subject {
+        Some(subject) => {
+            crate::kind::subject::check(subject).map_err(bad)?;
+            Some(subject.clone())
+        }
+        None => kind.subject_of(payload)?,
+    };
+    if let Some(text) = &opts.trace {
+        crate::trace::check(text).map_err(bad)?;
+    }
     let (flow_key, cost) = kind.flow_of(payload)?;
     if let Some(key) = &flow_key {
         check_key("flow key", key, &bad)?;
@@ -248,6 +283,8 @@ fn prepare(backend: Dialect, kind: &Kind, payload: &Value, opts: &EnqueueOpts, n
         hold: kind.on_sequence_failure() == SequenceFailure::Hold,
         flow_key,
         cost: opts.cost.or(cost),
+        subject,
+        trace: trace.clone(),
     })
 }
 
@@ -269,8 +306,10 @@ pub async fn enqueue_raw<C: ConnectionTrait>(
     payload: Value,
     opts: EnqueueOpts,
 ) -> Result<Enqueued> {
-    let job = prepare(Dialect::of(conn)?, kind, &payload, &opts, now_ms())?;
-    let enqueued = insert_or_collapse(conn, job).await?;
+    let span = crate::trace::enqueue_span(kind.name(), 1);
+    let trace = crate::trace::context_of(&span, opts.trace.as_deref());
+    let job = prepare(Dialect::of(conn)?, kind, &payload, &opts, (now_ms(), &trace))?;
+    let enqueued = insert_or_collapse(conn, job).instrument(span).await?;
     if matches!(enqueued, Enqueued::New(_)) {
         wake::wake();
     }
@@ -325,6 +364,18 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
     payloads: Vec<Value>,
     opts: EnqueueOpts,
 ) -> Result<Vec<Enqueued>> {
+    let span = crate::trace::enqueue_span(kind.name(), payloads.len());
+    let trace = crate::trace::context_of(&span, opts.trace.as_deref());
+    batch(conn, kind, payloads, opts, trace).instrument(span).await
+}
+
+async fn batch<C: ConnectionTrait>(
+    conn: &C,
+    kind: &Kind,
+    payloads: Vec<Value>,
+    opts: EnqueueOpts,
+    trace: Option<String>,
+) -> Result<Vec<Enqueued>> {
     let backend = Dialect::of(conn)?;
     let now = now_ms();
     let mut rows = Vec::with_capacity(payloads.len());
@@ -334,7 +385,7 @@ pub async fn enqueue_batch_raw<C: ConnectionTrait>(
     // depends on what of its sequence was enqueued before it, this batch's earlier jobs included.
     let mut in_order: Vec<NewJob> = Vec::new();
     for payload in &payloads {
-        let job = prepare(backend, kind, payload, &opts, now)?;
+        let job = prepare(backend, kind, payload, &opts, (now, &trace))?;
         if job.key.is_some() && job.sequence_key.is_some() {
             slots.push(Slot::Alone(in_order.len()));
             in_order.push(job);

@@ -86,6 +86,10 @@ pub struct KindOpts {
     /// What one job counts against the kind's rate: a whole number (`"10"`) or a payload field holding one
     /// (`"{estimatedTokens}"`). `None`: 1. An enqueue can set its own ([`crate::EnqueueOpts::cost`]).
     pub cost: Option<&'static str>,
+    /// The template of the domain row each job is about (`"order:{orderId}"`), like a sequence template: stored
+    /// with the job and indexed, so the jobs of one order can be listed, cancelled and retried together
+    /// ([`crate::ops::JobFilter::subject`]). An enqueue can name its own ([`crate::EnqueueOpts::subject`]).
+    pub subject: Option<&'static str>,
 }
 
 /// What the jobs behind a job that failed for good (or was cancelled) in its sequence do.
@@ -127,6 +131,7 @@ impl KindOpts {
         rate_key: None,
         fair: None,
         cost: None,
+        subject: None,
     };
 }
 

@@ -4,6 +4,7 @@
 mod backoff;
 mod connect;
 mod enqueue;
+pub mod entity;
 mod error;
 pub mod flow;
 mod id;
@@ -28,6 +29,7 @@ mod storage;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod time;
+pub mod trace;
 mod wake;
 mod worker;
 
@@ -36,7 +38,8 @@ pub use enqueue::{EnqueueOpts, Enqueued, begin, enqueue, enqueue_batch, enqueue_
 pub use error::{Error, Result};
 pub use id::new_job_id;
 pub use job::{Job, KindOpts, SequenceFailure, Violation};
-pub use kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES};
+pub use kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_SUBJECT_BYTES};
+pub use ops::check_subject;
 pub use migration::{Migrator, migrate, pending_migrations};
 pub use outbox_macros::Job;
 pub use periodic::{MissedTicks, Schedule};

@@ -260,6 +260,41 @@ pub async fn cancel<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {
     .await)
 }
 
+/// Cancels every pending job about `subject` (`order:42`); returns how many. Jobs already running finish. Through a
+/// transaction it commits or rolls back with the caller's writes: an order deleted, its pending jobs cancelled.
+pub async fn cancel_subject<C: ConnectionTrait>(conn: &C, subject: &str) -> Result<u64> {
+    check_subject(subject)?;
+    let n = storage::jobs::cancel_subject(conn, subject, now_ms()).await?;
+    tracing::info!(subject, jobs = n, "jobs of a subject cancelled");
+    if n > 0 {
+        wake::outcome_written();
+    }
+    Ok(n)
+}
+
+/// Puts every failed or cancelled job about `subject` back to pending, its attempts reset; returns how many. Of
+/// several sharing an idempotency key only the latest goes back, and none whose key an active job holds.
+pub async fn retry_subject<C: ConnectionTrait>(conn: &C, subject: &str) -> Result<u64> {
+    check_subject(subject)?;
+    let n = storage::jobs::retry_subject(conn, subject, now_ms()).await?;
+    tracing::info!(subject, jobs = n, "jobs of a subject retried by operator");
+    if n > 0 {
+        wake::wake();
+    }
+    Ok(n)
+}
+
+/// The jobs about `subject`, newest first, at most `limit` (the archive keeps no subject).
+pub async fn by_subject<C: ConnectionTrait>(conn: &C, subject: &str, limit: u64) -> Result<Vec<JobRecord>> {
+    check_subject(subject)?;
+    list(conn, &JobFilter { subject: Some(subject.to_owned()), limit, ..JobFilter::default() }).await
+}
+
+/// Refuses a subject no job could carry: empty, over [`crate::MAX_SUBJECT_BYTES`], or holding the NUL character.
+pub fn check_subject(subject: &str) -> Result<()> {
+    crate::kind::subject::check(subject).map_err(Error::Invalid)
+}
+
 /// Deletes one finished job (completed, failed or cancelled) and its history. Refused for an active job,
 /// and for a failed or cancelled one that holds its sequence: retry it, or cancel it to let the sequence go.
 pub async fn delete<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {

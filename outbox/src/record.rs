@@ -117,6 +117,11 @@ pub struct JobRecord {
     /// Whether this job, failed or cancelled, holds its sequence: the jobs behind it wait until an operator
     /// retries it or cancels it (again).
     pub holds_sequence: bool,
+    /// The domain row it is about (`order:42`), if its enqueue or kind named one. Not kept in the archive.
+    pub subject: Option<String>,
+    /// The W3C trace context it was enqueued in: a `traceparent`, then a space and the `tracestate` when there is
+    /// one. Not kept in the archive.
+    pub trace: Option<String>,
 }
 
 /// Which jobs [`crate::ops::list`] returns.
@@ -134,6 +139,9 @@ pub struct JobFilter {
     pub sequence: Option<String>,
     /// Only jobs carrying this idempotency key.
     pub key: Option<String>,
+    /// Only jobs about this subject (`order:42`), through its index. The archive keeps no subject: completed
+    /// jobs of kinds that archive are not found by it once archived.
+    pub subject: Option<String>,
     /// Only jobs with an id below this one: the next page after a page that ended with it. Ids grow with
     /// enqueue time, so pages stay correct while jobs are inserted (new ones land before the first page).
     /// Ignored with [`JobFilter::sequence`].
@@ -151,6 +159,7 @@ impl Default for JobFilter {
             since: None,
             sequence: None,
             key: None,
+            subject: None,
             before: None,
             limit: 100,
         }
@@ -288,6 +297,8 @@ pub struct KindRecord {
     pub fair: Option<String>,
     /// What one job costs against the rate: a whole number or a `{field}` of the payload.
     pub cost: Option<String>,
+    /// The template of its jobs' subjects (`order:{orderId}`).
+    pub subject: Option<String>,
     /// The worker that last recorded it.
     pub recorded_by: Option<String>,
     /// When a worker first recorded it.

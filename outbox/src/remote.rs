@@ -66,6 +66,11 @@ pub struct RemoteJob {
     pub max_attempts: i32,
     /// When the claim runs out unless renewed.
     pub lease_expires_at: DateTime<Utc>,
+    /// The W3C trace context the job was enqueued in (`traceparent`), to continue its trace: as a child on the
+    /// job's first run (`run` 1), as a new trace linked to it after.
+    pub traceparent: Option<String>,
+    /// The `tracestate` that goes with [`RemoteJob::traceparent`].
+    pub tracestate: Option<String>,
 }
 
 fn check_name(what: &str, name: &str) -> Result<()> {
@@ -145,7 +150,13 @@ async fn claim_as(db: &DatabaseConnection, req: &ClaimRequest, register: bool) -
         match payload_of(&job, recorded.get(&job.kind)) {
             Ok(payload) => {
                 tracing::debug!(job_id = %job.id, kind = %job.kind, queue = %job.queue, attempt = job.attempt, worker = %req.worker, "job claimed by a remote worker");
+                let (traceparent, tracestate) = match job.trace.as_deref().map(crate::trace::headers) {
+                    Some((parent, state)) => (Some(parent.to_owned()), state.map(str::to_owned)),
+                    None => (None, None),
+                };
                 jobs.push(RemoteJob {
+                    traceparent,
+                    tracestate,
                     id: job.id,
                     kind: job.kind,
                     queue: job.queue,

@@ -80,11 +80,9 @@ pub(crate) enum Command {
     Schedules,
     /// Retry a failed or cancelled job (attempts start over), or every failed job.
     Retry(RetryArgs),
-    /// Cancel a pending job, or let a sequence held by a failed or cancelled job go on.
-    Cancel {
-        /// The job id.
-        id: String,
-    },
+    /// Cancel a pending job, or let a sequence held by a failed or cancelled job go on; or cancel every pending
+    /// job about a subject.
+    Cancel(CancelArgs),
     /// Delete finished jobs older than a duration.
     Purge {
         /// Statuses to purge: completed, failed, cancelled (repeat or separate with commas).
@@ -285,6 +283,9 @@ pub(crate) struct EnqueueArgs {
     /// What the job counts against its kind's rate (default: the kind's cost, or 1): a whole number.
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = cost_arg)]
     pub(crate) cost: Option<u32>,
+    /// The domain row the job is about (`order:42`; default: the kind's subject template).
+    #[arg(long)]
+    pub(crate) subject: Option<String>,
     /// Wait for the job to end, up to this long (forever when no duration is given), and print it as it
     /// ended: exit 0 when completed, 7 when failed or cancelled.
     #[arg(long, value_parser = duration::parse, value_name = "TIMEOUT", num_args = 0..=1, default_missing_value = "5200w")]
@@ -311,6 +312,9 @@ pub(crate) struct ListArgs {
     /// Only jobs carrying this idempotency key.
     #[arg(long)]
     pub(crate) key: Option<String>,
+    /// Only jobs about this subject (`order:42`).
+    #[arg(long)]
+    pub(crate) subject: Option<String>,
     /// Only jobs older than this job id: the next page after a page that ended with it.
     #[arg(long, value_name = "ID")]
     pub(crate) before: Option<String>,
@@ -322,14 +326,27 @@ pub(crate) struct ListArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RetryArgs {
     /// The job id.
-    #[arg(required_unless_present = "failed")]
+    #[arg(required_unless_present_any = ["failed", "subject"])]
     pub(crate) id: Option<String>,
     /// Retry every failed job instead.
-    #[arg(long, conflicts_with = "id")]
+    #[arg(long, conflicts_with_all = ["id", "subject"])]
     pub(crate) failed: bool,
     /// With --failed: only this kind.
     #[arg(long, requires = "failed")]
     pub(crate) kind: Option<String>,
+    /// Retry every failed or cancelled job about this subject (`order:42`) instead.
+    #[arg(long, conflicts_with = "id")]
+    pub(crate) subject: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CancelArgs {
+    /// The job id.
+    #[arg(required_unless_present = "subject")]
+    pub(crate) id: Option<String>,
+    /// Cancel every pending job about this subject (`order:42`) instead.
+    #[arg(long, conflicts_with = "id")]
+    pub(crate) subject: Option<String>,
 }
 
 #[derive(Debug, Args)]

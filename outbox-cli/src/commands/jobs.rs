@@ -6,7 +6,7 @@ use outbox::{EnqueueOpts, JobRecord, JobStatus};
 use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};
 
-use crate::cli::{EnqueueArgs, ListArgs, RetryArgs};
+use crate::cli::{CancelArgs, EnqueueArgs, ListArgs, RetryArgs};
 use crate::fail::{Failure, Result, code};
 use crate::kinds;
 use crate::payload;
@@ -36,6 +36,9 @@ pub(super) async fn enqueue(db: &DatabaseConnection, args: EnqueueArgs, format: 
     }
     if let Some(c) = args.cost {
         opts = opts.cost(c);
+    }
+    if let Some(s) = args.subject {
+        opts = opts.subject(s);
     }
     let enqueued = outbox::enqueue_raw(db, &known.kind, payload, opts).await?;
     if let Some(wait) = args.wait {
@@ -80,6 +83,7 @@ pub(super) async fn list(db: &DatabaseConnection, args: ListArgs, format: Format
         since: args.since,
         sequence: args.sequence,
         key: args.key,
+        subject: args.subject,
         before: args.before,
         limit: args.limit,
     };
@@ -132,6 +136,8 @@ pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Re
         ("lease expires", opt_time(job.lease_expires_at)),
         ("key", job.idempotency_key.clone().unwrap_or_else(|| "-".into())),
         ("sequence", sequence_line(&job)),
+        ("subject", job.subject.clone().unwrap_or_else(|| "-".into())),
+        ("trace", job.trace.clone().unwrap_or_else(|| "-".into())),
         ("schema hash", job.schema_hash.clone()),
         ("last error", job.last_error.clone().unwrap_or_else(|| "-".into())),
         ("payload", pretty(Some(&job.payload))),
@@ -168,7 +174,15 @@ pub(super) async fn retry(db: &DatabaseConnection, args: RetryArgs, format: Form
         }
         return Ok(code::OK);
     }
-    let id = args.id.ok_or_else(|| Failure::invalid("give a job id or --failed"))?;
+    if let Some(subject) = args.subject {
+        let n = ops::retry_subject(db, &subject).await?;
+        match format {
+            Format::Json => render::json(&json!({ "retried": n, "subject": subject }))?,
+            Format::Table => println!("retried {n} failed or cancelled job(s) about {subject}"),
+        }
+        return Ok(code::OK);
+    }
+    let id = args.id.ok_or_else(|| Failure::invalid("give a job id, --failed or --subject"))?;
     ops::retry(db, &id).await?;
     match format {
         Format::Json => render::json(&json!({ "retried": 1, "id": id }))?,
@@ -177,7 +191,16 @@ pub(super) async fn retry(db: &DatabaseConnection, args: RetryArgs, format: Form
     Ok(code::OK)
 }
 
-pub(super) async fn cancel(db: &DatabaseConnection, id: &str, format: Format) -> Result<u8> {
+pub(super) async fn cancel(db: &DatabaseConnection, args: CancelArgs, format: Format) -> Result<u8> {
+    if let Some(subject) = args.subject {
+        let n = ops::cancel_subject(db, &subject).await?;
+        match format {
+            Format::Json => render::json(&json!({ "cancelled": n, "subject": subject }))?,
+            Format::Table => println!("cancelled {n} pending job(s) about {subject}"),
+        }
+        return Ok(code::OK);
+    }
+    let id = &args.id.ok_or_else(|| Failure::invalid("give a job id or --subject"))?;
     let before = ops::get(db, id).await?;
     ops::cancel(db, id).await?;
     let after = ops::get(db, id).await?;

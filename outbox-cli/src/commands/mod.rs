@@ -54,7 +54,7 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
         Command::Workers => inspect::workers(&db, format).await,
         Command::Schedules => inspect::schedules(&db, format).await,
         Command::Retry(args) => jobs::retry(&db, args, format).await,
-        Command::Cancel { id } => jobs::cancel(&db, &id, format).await,
+        Command::Cancel(args) => jobs::cancel(&db, args, format).await,
         Command::Purge { status, older_than } => jobs::purge(&db, &status, older_than, format).await,
         Command::Schema { kind } => inspect::schema(&db, kind.as_deref(), format).await,
         Command::Reconcile(args) => reconcile::reconcile(&db, args, format).await,

@@ -17,7 +17,7 @@ use value::{boolean, cost, duration, fn_path, int, rate, sequence_failure, strin
 
 /// The options accepted in the container attribute, as listed in error messages.
 const CONTAINER_OPTIONS: &str = "`kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`, `sequence`, \
-     `on_sequence_failure`, `concurrency`, `timeout`, `rate`, `rate_key`, `fair`, `cost`";
+     `on_sequence_failure`, `concurrency`, `timeout`, `rate`, `rate_key`, `fair`, `cost`, `subject`";
 
 /// One option of the container attribute: its parsed value and where it was written.
 pub(crate) struct Setting<T> {
@@ -61,6 +61,8 @@ pub(crate) struct ContainerAttrs {
     pub(crate) fair: Option<Setting<String>>,
     /// `#[job(cost = 10)]`, `#[job(cost = "{estimatedTokens}")]`: what one job counts against the rate.
     pub(crate) cost: Option<Setting<Cost>>,
+    /// `#[job(subject = "order:{orderId}")]`: the template of the domain row each job is about.
+    pub(crate) subject: Option<Setting<String>>,
     /// Every option name written, valid or not, to tell duplicates and a mistyped `kind` from a missing one.
     pub(crate) written: BTreeSet<String>,
 }
@@ -137,6 +139,10 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
                 "fair" => setting(&mut out.fair, &mut out.written, &meta, errors, "fair = \"{tenant}\"", string),
                 // #[job(cost = 10)], #[job(cost = "{estimatedTokens}")]
                 "cost" => setting(&mut out.cost, &mut out.written, &meta, errors, "cost = \"{tokens}\"", cost),
+                // #[job(subject = "order:{orderId}")]
+                "subject" => {
+                    setting(&mut out.subject, &mut out.written, &meta, errors, "subject = \"order:{orderId}\"", string)
+                }
                 // #[job(validate = Self::check)], #[job(validate = "check")]
                 "validate" => {
                     setting(&mut out.validate, &mut out.written, &meta, errors, "validate = Self::check", fn_path)
@@ -197,6 +203,7 @@ pub(crate) fn field<'a>(attrs: &'a [Attribute], errors: &mut Errors) -> FieldAtt
                     | "rate_key"
                     | "fair"
                     | "cost"
+                    | "subject"
             ) {
                 format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
             } else {

@@ -1,7 +1,7 @@
 //! The job routes: list, get with history, enqueue, retry, cancel, delete, retry every failed job.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use outbox::JobFilter;
@@ -9,6 +9,7 @@ use outbox::ops;
 use outbox::{EnqueueOpts, JobEvent, JobRecord, JobStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use super::doc::{ErrorBody, JobPath};
@@ -36,6 +37,8 @@ pub(super) struct ListParams {
     since: Option<String>,
     /// Only jobs carrying this idempotency key.
     key: Option<String>,
+    /// Only jobs about this subject (`order:42`).
+    subject: Option<String>,
     /// The next page: jobs with an id below this one (the previous page's `next`).
     before: Option<String>,
     /// At most this many, 1 to 1000 (100 by default).
@@ -64,6 +67,7 @@ pub(super) async fn list(State(state): State<AppState>, Query(params): Query<Lis
         queue: given(params.queue),
         since,
         key: given(params.key),
+        subject: given(params.subject).map(|s| subject_param("subject", s)).transpose()?,
         before: given(params.before),
         limit,
         ..JobFilter::default()
@@ -114,6 +118,8 @@ pub(super) struct NewJob {
     sequence: Option<String>,
     /// What the job counts against its kind's rate (the kind's cost, or 1, unless given): a whole number.
     cost: Option<u32>,
+    /// The domain row the job is about (`order:42`): the kind's subject template applied to the payload unless given.
+    subject: Option<String>,
 }
 
 /// The job an enqueue wrote, or the active job with the same idempotency key it collapsed onto.
@@ -132,9 +138,19 @@ pub(crate) struct EnqueuedJob {
         (status = 404, description = "`unknown_kind`: no kind of this name is built in or recorded", body = ErrorBody),
         (status = 413, description = "The payload is over the server's limit", body = ErrorBody),
         (status = 422, description = "`invalid_payload`: the payload violates the kind's schema", body = ErrorBody)))]
-pub(super) async fn enqueue(State(state): State<AppState>, Json(new): Json<NewJob>) -> Reply {
+pub(super) async fn enqueue(State(state): State<AppState>, headers: HeaderMap, Json(new): Json<NewJob>) -> Reply {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // A W3C trace context the request carries is continued by the job; an invalid one is ignored, as the
+    // specification asks.
+    let (span, trace) = outbox::trace::request_span("POST /api/jobs", header("traceparent"), header("tracestate"));
+    enqueue_traced(state, new, trace).instrument(span).await
+}
+
+async fn enqueue_traced(state: AppState, new: NewJob, trace: Option<String>) -> Reply {
     let field = |name: &str, message: &str| ApiError::invalid(format!("field `{name}`: {message}"));
     let mut opts = EnqueueOpts::new().max_payload_bytes(state.max_payload_bytes);
+    opts.trace = trace;
+    opts.subject = new.subject.map(|s| subject_param("field `subject`", s)).transpose()?;
     opts.queue = new.queue;
     opts.priority = new.priority;
     opts.max_attempts = new.max_attempts;
@@ -227,5 +243,43 @@ pub(crate) struct RetriedCount {
     responses((status = 200, description = "Success", body = RetriedCount), (status = 400, description = "Invalid request: the message names the parameter or field at fault", body = ErrorBody)))]
 pub(super) async fn retry_failed(State(state): State<AppState>, Json(body): Json<RetryFailed>) -> Reply {
     let n = ops::retry_failed_with(&state.db, body.kind.as_deref(), body.error.as_deref()).await?;
+    Ok(axum::Json(RetriedCount { retried: n }).into_response())
+}
+
+/// A subject given to the API, checked: `what` names the parameter or field.
+fn subject_param(what: &str, subject: String) -> Result<String, ApiError> {
+    outbox::check_subject(&subject).map_err(|e| ApiError::invalid(format!("{what}: {e}")))?;
+    Ok(subject)
+}
+
+/// `POST /api/jobs/cancel-subject` and `POST /api/jobs/retry-subject`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubjectBody {
+    /// The domain row the jobs are about (`order:42`).
+    subject: String,
+}
+
+/// How many jobs were cancelled.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CancelledCount {
+    cancelled: u64,
+}
+
+/// Cancel every pending job about a subject; jobs already running finish.
+#[utoipa::path(post, path = "/api/jobs/cancel-subject", tag = "jobs", request_body = SubjectBody, security(("token" = [])),
+    responses((status = 200, description = "Success", body = CancelledCount), (status = 400, description = "The subject is invalid: the message says why", body = ErrorBody)))]
+pub(super) async fn cancel_subject(State(state): State<AppState>, Json(body): Json<SubjectBody>) -> Reply {
+    let subject = subject_param("field `subject`", body.subject)?;
+    let n = ops::cancel_subject(&state.db, &subject).await?;
+    Ok(axum::Json(CancelledCount { cancelled: n }).into_response())
+}
+
+/// Put every failed or cancelled job about a subject back to pending.
+#[utoipa::path(post, path = "/api/jobs/retry-subject", tag = "jobs", request_body = SubjectBody, security(("token" = [])),
+    responses((status = 200, description = "Success", body = RetriedCount), (status = 400, description = "The subject is invalid: the message says why", body = ErrorBody)))]
+pub(super) async fn retry_subject(State(state): State<AppState>, Json(body): Json<SubjectBody>) -> Reply {
+    let subject = subject_param("field `subject`", body.subject)?;
+    let n = ops::retry_subject(&state.db, &subject).await?;
     Ok(axum::Json(RetriedCount { retried: n }).into_response())
 }

@@ -111,6 +111,8 @@ fn api(auth: &Arc<Auth>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let operate = OpenApiRouter::new()
         .routes(routes!(jobs::enqueue))
         .routes(routes!(jobs::retry_failed))
+        .routes(routes!(jobs::cancel_subject))
+        .routes(routes!(jobs::retry_subject))
         .routes(routes!(jobs::retry))
         .routes(routes!(jobs::cancel))
         .routes(routes!(jobs::delete))

@@ -25,6 +25,7 @@ struct Spec {
     on_sequence_failure: SequenceFailure,
     concurrency: Option<u32>,
     flow: FlowSpec,
+    subject: Option<String>,
 }
 
 /// [`Job::validate`] of `J` on a JSON payload.
@@ -89,6 +90,7 @@ impl Kind {
                     fair: opts.fair.map(str::to_owned),
                     cost: opts.cost.map(str::to_owned),
                 },
+                subject: opts.subject.map(str::to_owned),
             },
         )
     }
@@ -114,6 +116,7 @@ impl Kind {
             on_sequence_failure: crate::job::SequenceFailure::default(),
             concurrency,
             flow: FlowSpec::default(),
+            subject: None,
         };
         Kind::build(name, schema, spec)
     }
@@ -139,6 +142,7 @@ impl Kind {
                     fair: record.fair.clone(),
                     cost: record.cost.clone(),
                 },
+                subject: record.subject.clone(),
             },
         )
     }
@@ -154,6 +158,7 @@ impl Kind {
             on_sequence_failure,
             concurrency,
             flow,
+            subject,
         } = spec;
         let invalid = |reason: String| Error::InvalidKind { kind: name.to_owned(), reason };
         if name.is_empty() {
@@ -197,6 +202,7 @@ impl Kind {
             )));
         }
         let flow = KindFlow::build(flow, &is_property).map_err(invalid)?;
+        let subject = subject.map(|text| super::subject::parse(&text, &is_property)).transpose().map_err(invalid)?;
         let schema_hash = schema_hash_of(&schema);
         Ok(Kind {
             name: name.to_owned(),
@@ -209,6 +215,7 @@ impl Kind {
             on_sequence_failure,
             concurrency,
             flow,
+            subject,
             schema,
             schema_hash,
             validator,

@@ -10,9 +10,11 @@ mod flow;
 mod key;
 pub(crate) mod registry;
 pub(crate) mod sequence;
+pub(crate) mod subject;
 
 use key::SCHEMA_HASH_DIGITS;
 use sequence::Template;
+pub use subject::MAX_SUBJECT_BYTES;
 
 /// The longest idempotency key stored as is: an explicit key must fit, and a longer key derived from key
 /// fields is stored as `sha256:<hex>` of itself (index entries are limited to about 2.7 KB on some backends).
@@ -40,6 +42,7 @@ pub struct Kind {
     on_sequence_failure: SequenceFailure,
     concurrency: Option<u32>,
     flow: flow::KindFlow,
+    subject: Option<Template>,
     schema: Value,
     schema_hash: String,
     validator: jsonschema::Validator,
@@ -62,6 +65,7 @@ impl std::fmt::Debug for Kind {
             .field("rate", &self.flow.rate)
             .field("flow_key", &self.flow.key.as_ref().map(Template::as_str))
             .field("fair", &self.flow.fair)
+            .field("subject", &self.subject.as_ref().map(Template::as_str))
             .field("schema_hash", &self.schema_hash)
             .finish_non_exhaustive()
     }
@@ -108,6 +112,19 @@ impl Kind {
         let Some(template) = &self.sequence else { return Ok(None) };
         template
             .render(payload)
+            .map(Some)
+            .map_err(|violation| Error::InvalidPayload { kind: self.name.clone(), violations: vec![violation] })
+    }
+
+    /// The template of the kind's subjects, as written (`order:{orderId}`).
+    pub fn subject(&self) -> Option<&str> {
+        self.subject.as_ref().map(Template::as_str)
+    }
+
+    /// The subject of `payload` under the kind's template; `Ok(None)` when the kind has none.
+    pub(crate) fn subject_of(&self, payload: &Value) -> Result<Option<String>> {
+        let Some(template) = &self.subject else { return Ok(None) };
+        subject::render(template, payload)
             .map(Some)
             .map_err(|violation| Error::InvalidPayload { kind: self.name.clone(), violations: vec![violation] })
     }

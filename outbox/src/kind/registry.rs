@@ -42,6 +42,7 @@ fn row(kind: &Kind) -> Result<KindRow> {
         on_sequence_failure: kind.on_sequence_failure().as_str(),
         concurrency: kind.concurrency().map(i64::from),
         flow: kind.flow_written(),
+        subject: kind.subject().map(str::to_owned),
     })
 }
 

@@ -100,6 +100,11 @@ impl Template {
 
     /// The sequence key of `payload`, or what keeps the payload from having one.
     pub(crate) fn render(&self, payload: &Value) -> Result<String, Violation> {
+        self.render_whole(payload).map(fit)
+    }
+
+    /// The text `payload` gives under the template, however long.
+    pub(crate) fn render_whole(&self, payload: &Value) -> Result<String, Violation> {
         let mut key = String::new();
         for part in &self.parts {
             match part {
@@ -126,7 +131,7 @@ impl Template {
                 }
             }
         }
-        Ok(fit(key))
+        Ok(key)
     }
 }
 

@@ -62,6 +62,8 @@ pub(super) fn record(row: &QueryResult) -> Result<JobRecord> {
             sequence_no: row.try_get_by_index(22)?,
             waiting_for: row.try_get_by_index(23)?,
             holds_sequence: row.try_get_by_index(24)?,
+            subject: row.try_get_by_index(25)?,
+            trace: row.try_get_by_index(26)?,
             id,
         })
     })();
@@ -184,6 +186,7 @@ pub(super) fn kinds(rows: &[QueryResult]) -> Result<Vec<KindRecord>> {
             rate_key: row.try_get_by_index(15)?,
             fair: row.try_get_by_index(16)?,
             cost: row.try_get_by_index(17)?,
+            subject: row.try_get_by_index(18)?,
             name,
         })
     })

@@ -192,6 +192,10 @@ pub(crate) struct NewJob {
     pub(crate) flow_key: Option<String>,
     /// What it counts against its kind's rate (`None`: 1).
     pub(crate) cost: Option<u32>,
+    /// The domain row it is about (`order:42`).
+    pub(crate) subject: Option<String>,
+    /// The enqueuer's trace context: a `traceparent`, then a space and the `tracestate` when there is one.
+    pub(crate) trace: Option<String>,
 }
 
 /// Which finished jobs retention deletes: those last updated before their status's cutoff (integer

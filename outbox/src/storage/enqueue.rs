@@ -11,10 +11,10 @@ use crate::error::{Error, Result};
 /// The columns enqueue writes on every engine; SQLite adds the sequence's (`sqlite/enqueue.rs`).
 pub(crate) const INSERT_COLUMNS: &str = "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, \
      max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, \
-     cost, scheduled";
-/// Rows per batch statement: SQLite's binds at most 16 values a row (or 15 shared), at most 32,000 values, under
+     cost, subject, trace, scheduled";
+/// Rows per batch statement: SQLite's binds at most 18 values a row (or 17 shared), at most 32,400 values, under
 /// its parameter limit (32,766); PostgreSQL's batch binds one value (`insert_recordset`) and keeps the same size.
-const ROWS_PER_INSERT: usize = 2_000;
+const ROWS_PER_INSERT: usize = 1_800;
 /// Payload bytes per batch statement at most (a statement holds one job at least): a server takes a statement's
 /// values in one message of at most 1 GB, which 2,000 payloads of a raised size cap could pass.
 const BYTES_PER_INSERT: usize = 64 << 20;
@@ -82,7 +82,7 @@ enum Wrap {
 
 /// The bound columns of [`INSERT_COLUMNS`] in order (`status` and `attempts` are literals after `payload` and
 /// `priority`, `scheduled` one at the end) and how each placeholder is written.
-pub(crate) const BOUND: usize = 15;
+pub(crate) const BOUND: usize = 17;
 const WRAPS: [Wrap; BOUND] = [
     Wrap::Plain,
     Wrap::Plain,
@@ -95,6 +95,8 @@ const WRAPS: [Wrap; BOUND] = [
     Wrap::Plain,
     Wrap::Ts,
     Wrap::Ts,
+    Wrap::Plain,
+    Wrap::Plain,
     Wrap::Plain,
     Wrap::Plain,
     Wrap::Plain,
@@ -129,6 +131,8 @@ pub(crate) fn cells(job: &NewJob) -> [Cell<'_>; BOUND] {
         Cell::I16(i16::from(job.hold)),
         Cell::MaybeText(job.flow_key.as_deref()),
         Cell::MaybeI64(job.cost.map(i64::from)),
+        Cell::MaybeText(job.subject.as_deref()),
+        Cell::MaybeText(job.trace.as_deref()),
     ]
 }
 
@@ -315,6 +319,8 @@ mod tests {
             hold: false,
             flow_key: None,
             cost: None,
+            subject: None,
+            trace: None,
         }
     }
 

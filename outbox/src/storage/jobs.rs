@@ -21,13 +21,22 @@ pub(crate) fn blocking(r: &str) -> String {
 
 /// The columns of a job record, in the order [`decode::record`] reads them.
 pub(crate) fn record_columns(b: Dialect) -> String {
+    columns_with(b, "subject, trace")
+}
+
+/// [`record_columns`] of the archive, which keeps no subject or trace context.
+fn archived_record_columns(b: Dialect) -> String {
+    columns_with(b, "NULL, NULL")
+}
+
+fn columns_with(b: Dialect, subject_and_trace: &str) -> String {
     format!(
         "id, kind, queue, {payload}, status, priority, attempts, max_attempts, {run_at}, locked_by, {locked_at}, \
          {lease}, last_error, idempotency_key, schema_hash, {output}, {created}, {claimed}, {completed}, {updated}, \
          runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM \
          outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND {blocking} \
          ORDER BY h.sequence_no LIMIT 1) END, \
-         (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)",
+         (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), {subject_and_trace}",
         payload = b.text("payload"),
         run_at = b.ms("run_at"),
         locked_at = b.ms("locked_at"),
@@ -53,10 +62,10 @@ pub(crate) async fn records<C: ConnectionTrait + ?Sized>(
 /// One job by id, from the jobs table or the archive.
 pub(crate) async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<JobRecord>> {
     let b = Dialect::of(conn)?;
-    let columns = record_columns(b);
+    let (columns, archived) = (record_columns(b), archived_record_columns(b));
     let sql = format!(
         "SELECT {columns} FROM outbox_jobs WHERE id = $1 \
-         UNION ALL SELECT {columns} FROM outbox_jobs_archive outbox_jobs WHERE id = $1"
+         UNION ALL SELECT {archived} FROM outbox_jobs_archive outbox_jobs WHERE id = $1"
     );
     Ok(records(conn, || format!("reading job `{id}`"), b.stmt(sql, vec![id.into()])).await?.into_iter().next())
 }
@@ -82,6 +91,9 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilt
     if let Some(key) = &filter.key {
         sql.push_str(&format!(" AND idempotency_key = {}", p.push(key.clone())));
     }
+    if let Some(subject) = &filter.subject {
+        sql.push_str(&format!(" AND subject = {}", p.push(subject.clone())));
+    }
     let order = match &filter.sequence {
         Some(key) => {
             sql.push_str(&format!(" AND sequence_key = {}", p.push(key.clone())));
@@ -95,12 +107,15 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilt
         }
     };
     let limit = p.push(limit_value(filter.limit));
-    let columns = record_columns(b);
+    let (columns, archived_columns) = (record_columns(b), archived_record_columns(b));
     let jobs = format!("SELECT {columns} FROM outbox_jobs{sql} ORDER BY {order} LIMIT {limit}");
-    let archived = filter.sequence.is_none() && filter.status.is_none_or(|s| s == JobStatus::Completed);
+    // The archive keeps no subject: a listing by subject reads the jobs table alone.
+    let archived = filter.sequence.is_none()
+        && filter.subject.is_none()
+        && filter.status.is_none_or(|s| s == JobStatus::Completed);
     let sql = if archived {
         format!(
-            "SELECT * FROM ({jobs}) j UNION ALL SELECT * FROM (SELECT {columns} FROM outbox_jobs_archive outbox_jobs\
+            "SELECT * FROM ({jobs}) j UNION ALL SELECT * FROM (SELECT {archived_columns} FROM outbox_jobs_archive outbox_jobs\
              {sql} ORDER BY {order} LIMIT {limit}) a ORDER BY 1 DESC LIMIT {limit}"
         )
     } else {
@@ -158,20 +173,54 @@ pub(crate) async fn retry_failed<C: ConnectionTrait + ?Sized>(
     error: Option<&str>,
     now: i64,
 ) -> Result<u64> {
-    let b = Dialect::of(conn)?;
     let mut p = Params::default();
-    let now = b.ts(&p.push(now));
     let kind_filter = kind.map(|k| format!(" AND f.kind = {}", p.push(k))).unwrap_or_default();
     let error_filter = error.map(|e| format!(" AND f.last_error = {}", p.push(e))).unwrap_or_default();
+    retry_where(conn, p, "('failed')", &format!("{kind_filter}{error_filter}"), now, "retrying failed jobs").await
+}
+
+/// Every failed or cancelled job about `subject` back to pending, as [`retry_failed`] puts failed jobs back.
+pub(crate) async fn retry_subject<C: ConnectionTrait + ?Sized>(conn: &C, subject: &str, now: i64) -> Result<u64> {
+    let mut p = Params::default();
+    let filter = format!(" AND f.subject = {}", p.push(subject));
+    retry_where(conn, p, "('failed', 'cancelled')", &filter, now, "retrying the jobs of a subject").await
+}
+
+/// The jobs of `statuses` matching `filter` (on `f`, its values in `p`) back to pending: of several sharing a key
+/// only the latest (by last change, then id), and none whose key an active job holds.
+async fn retry_where<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    mut p: Params,
+    statuses: &str,
+    filter: &str,
+    now: i64,
+    what: &str,
+) -> Result<u64> {
+    let b = Dialect::of(conn)?;
+    let now = b.ts(&p.push(now));
     let sql = format!(
-        "UPDATE outbox_jobs SET {RETRY_SET}, run_at = {now}, updated_at = {now} WHERE status = 'failed' AND id IN ( \
+        "UPDATE outbox_jobs SET {RETRY_SET}, run_at = {now}, updated_at = {now} WHERE status IN {statuses} AND id IN ( \
              SELECT id FROM (SELECT f.id, ROW_NUMBER() OVER ( \
                  PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) \
                  ORDER BY f.updated_at DESC, f.id DESC) AS rn \
-             FROM outbox_jobs f WHERE f.status = 'failed'{kind_filter}{error_filter} AND {}) r WHERE rn = 1)",
+             FROM outbox_jobs f WHERE f.status IN {statuses}{filter} AND {}) r WHERE rn = 1)",
         key_free(b, "f")
     );
-    let res = execute_write(conn, b.stmt(sql, p.0), || "retrying failed jobs".into()).await?;
+    let res = execute_write(conn, b.stmt(sql, p.0), || what.to_owned()).await?;
+    Ok(res.rows_affected())
+}
+
+/// Every pending job about `subject` to cancelled; how many.
+pub(crate) async fn cancel_subject<C: ConnectionTrait + ?Sized>(conn: &C, subject: &str, now: i64) -> Result<u64> {
+    let b = Dialect::of(conn)?;
+    let sql = format!(
+        "UPDATE outbox_jobs SET status = 'cancelled', updated_at = {} WHERE subject = $2 AND status = 'pending'",
+        b.ts("$1")
+    );
+    let res = execute_write(conn, b.stmt(sql, vec![now.into(), subject.into()]), || {
+        format!("cancelling the jobs of subject `{subject}`")
+    })
+    .await?;
     Ok(res.rows_affected())
 }
 

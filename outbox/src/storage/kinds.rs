@@ -27,6 +27,8 @@ pub(crate) struct KindRow {
     pub(crate) concurrency: Option<i64>,
     /// Flow control as written: rate, rate key template, fairness template, cost.
     pub(crate) flow: [Option<String>; 4],
+    /// The template of its jobs' subjects.
+    pub(crate) subject: Option<String>,
 }
 
 /// Records (or refreshes) each kind's schema and options; `first_seen_at` stays.
@@ -40,13 +42,15 @@ pub(crate) async fn record<C: ConnectionTrait + ?Sized>(
     let sql = format!(
         "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, \
          recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, \
-         cost) VALUES ($1, {}, $3, $4, $5, $6, $7, {}, $9, {now}, {now}, $11, $12, $13, $14, $15, $16, $17) \
+         cost, subject) VALUES ($1, {}, $3, $4, $5, $6, $7, {}, $9, {now}, {now}, $11, $12, $13, $14, $15, $16, $17, \
+         $18) \
          ON CONFLICT (name) DO UPDATE SET schema = excluded.schema, schema_hash = excluded.schema_hash, \
          queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, \
          is_unique = excluded.is_unique, key_fields = excluded.key_fields, recorded_by = excluded.recorded_by, \
          updated_at = excluded.updated_at, sequence = excluded.sequence, \
          on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency, \
-         rate = excluded.rate, rate_key = excluded.rate_key, fair = excluded.fair, cost = excluded.cost",
+         rate = excluded.rate, rate_key = excluded.rate_key, fair = excluded.fair, cost = excluded.cost, \
+         subject = excluded.subject",
         b.json("$2"),
         b.json("$8"),
         now = b.ts("$10"),
@@ -69,6 +73,7 @@ pub(crate) async fn record<C: ConnectionTrait + ?Sized>(
         ];
         let mut values = values;
         values.extend(k.flow.iter().map(|v| Value::from(v.clone())));
+        values.push(Value::from(k.subject.clone()));
         execute_write(conn, b.stmt(sql.clone(), values), || format!("recording kind `{}`", k.name)).await?;
     }
     Ok(())
@@ -80,7 +85,7 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&st
     let filter = if name.is_some() { " WHERE name = $1" } else { "" };
     let sql = format!(
         "SELECT name, {}, schema_hash, queue, priority, max_attempts, is_unique, {}, recorded_by, {}, {}, sequence, \
-         on_sequence_failure, concurrency, rate, rate_key, fair, cost FROM outbox_kinds{filter} ORDER BY name",
+         on_sequence_failure, concurrency, rate, rate_key, fair, cost, subject FROM outbox_kinds{filter} ORDER BY name",
         b.text("schema"),
         b.text("key_fields"),
         b.ms("first_seen_at"),

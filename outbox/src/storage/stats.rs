@@ -141,7 +141,7 @@ pub(crate) async fn blocked<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -
     let mut heads = Vec::new();
     for row in &rows(conn, "listing blocked sequences", sql, vec![limit_value(limit)]).await? {
         let head = decode::record(row)?;
-        let waiting = row.try_get_by_index::<i64>(25).map_err(ctx())?.max(0).unsigned_abs();
+        let waiting = row.try_get_by_index::<i64>(27).map_err(ctx())?.max(0).unsigned_abs();
         let Some(sequence_key) = head.sequence_key.clone() else { continue };
         heads.push(BlockedSequence { sequence_key, head, waiting });
     }

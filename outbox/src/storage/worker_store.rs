@@ -122,6 +122,8 @@ pub(crate) struct ClaimedJob {
     pub(crate) run: i32,
     /// Whether it runs in a sequence.
     pub(crate) sequenced: bool,
+    /// The enqueuer's trace context, as stored (`traceparent`, then a space and the `tracestate`).
+    pub(crate) trace: Option<String>,
 }
 
 impl ClaimedJob {

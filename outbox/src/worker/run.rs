@@ -268,6 +268,8 @@ impl Loop {
             store: self.worker.store.clone(),
         };
         let fut = (registered.handler)(job.payload.clone(), job.schema_hash.clone(), ctx);
+        let span = crate::trace::job_span(&job.id, &job.kind, &job.queue, job.attempt, job.run, job.trace.as_deref());
+        let fut = super::task::in_span(fut, span);
         let per_key = self.worker.rate_per_key.contains(&job.kind);
         let fut = super::task::held_when_rate_limited(fut, self.worker.db.clone(), &job, per_key);
         let (handle, ticket) = match registered.timeout {

@@ -59,6 +59,23 @@ pub(super) fn outcome(
     }
 }
 
+/// `fut` run in the job's span, which records how it failed.
+pub(super) fn in_span(fut: super::handler::HandlerFuture, span: tracing::Span) -> super::handler::HandlerFuture {
+    use tracing::Instrument;
+    let record = span.clone();
+    Box::pin(
+        async move {
+            let result = fut.await;
+            match &result {
+                Err(JobError::Retry(e) | JobError::Permanent(e)) => crate::trace::failed(&record, e),
+                Ok(_) | Err(_) => {}
+            }
+            result
+        }
+        .instrument(span),
+    )
+}
+
 /// `fut`, which holds its job's kind (or key, `per_key`) fleet-wide before it returns
 /// [`JobError::RateLimited`]: the hold is written before the job's outcome frees its slot, so no worker claims
 /// the next job of the kind before the hold is in force.

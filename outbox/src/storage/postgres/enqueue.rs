@@ -22,7 +22,7 @@ pub(super) fn holds_key(j: &str, key: &str) -> String {
     format!("{j}.active_key = {key}")
 }
 
-/// PostgreSQL's INSERT of a batch: its rows as one JSON array, read by `json_to_recordset`. Bound as 15
+/// PostgreSQL's INSERT of a batch: its rows as one JSON array, read by `json_to_recordset`. Bound as 17
 /// parameters a row, a statement of 2,000 jobs spent 14 ms planning against 44 ms running
 /// (`pg_stat_statements` with `track_planning`); with one parameter it plans as fast as a single row, and
 /// `outbox-bench --case enqueue_batch` enqueues a third faster (13,967 against 18,422 jobs/s). Each
@@ -41,7 +41,7 @@ fn insert_recordset(jobs: &[&NewJob]) -> (String, Vec<Value>) {
         let _ = write!(
             rows,
             "{{\"i\":{},\"k\":{},\"q\":{},\"p\":{},\"r\":{},\"m\":{},\"t\":{},\"y\":{},\"h\":{},\"c\":{},\
-             \"s\":{},\"o\":{},\"f\":{},\"w\":{},\"d\":{}}}",
+             \"s\":{},\"o\":{},\"f\":{},\"w\":{},\"u\":{},\"x\":{},\"d\":{}}}",
             text(&j.id),
             text(&j.kind),
             text(&j.queue),
@@ -56,6 +56,8 @@ fn insert_recordset(jobs: &[&NewJob]) -> (String, Vec<Value>) {
             i16::from(j.hold),
             opt(&j.flow_key),
             j.cost.map_or_else(|| "null".to_owned(), |c| c.to_string()),
+            opt(&j.subject),
+            opt(&j.trace),
             j.scheduled,
         );
     }
@@ -63,9 +65,9 @@ fn insert_recordset(jobs: &[&NewJob]) -> (String, Vec<Value>) {
     let ts = |p: &str| Dialect::Postgres.ts(p);
     let sql = format!(
         "{INSERT_COLUMNS}) SELECT r.i, r.k, r.q, r.p, 'pending', r.r, 0, r.m, {}, r.y, r.h, {}, {}, r.s, r.o, r.f, r.w, \
-         r.d FROM ROWS FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, m int4, t int8, \
-         y text, h text, c int8, s text, o int2, f text, w int4, d bool)) \
-         WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, f, w, d, n) \
+         r.u, r.x, r.d FROM ROWS FROM (json_to_recordset($1::json) AS (i text, k text, q text, p jsonb, r int4, \
+         m int4, t int8, y text, h text, c int8, s text, o int2, f text, w int4, u text, x text, d bool)) \
+         WITH ORDINALITY AS r(i, k, q, p, r, m, t, y, h, c, s, o, f, w, u, x, d, n) \
          ORDER BY r.n",
         ts("r.t"),
         ts("r.c"),

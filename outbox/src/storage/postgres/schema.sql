@@ -69,7 +69,11 @@ CREATE TABLE outbox_jobs (
     -- The job's key for its kind's per-key rate, pauses and fair share, and its cost under a rate (NULL: 1).
     -- Neither changes after enqueue, so claims and completions still update rows in place.
     flow_key text COLLATE "C",
-    cost integer CONSTRAINT outbox_jobs_cost_check CHECK (cost >= 0)
+    cost integer CONSTRAINT outbox_jobs_cost_check CHECK (cost >= 0),
+    -- The domain row the job is about (`order:42`), and the trace context of the code that enqueued it (a W3C
+    -- `traceparent`, then a space and the `tracestate` when there is one). Neither changes after enqueue either.
+    subject text COLLATE "C",
+    trace text
 ) WITH (fillfactor = 40);
 CREATE SEQUENCE outbox_jobs_sequence_no;
 
@@ -81,6 +85,8 @@ CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (due_at) WHERE due_at IS NOT N
 -- The ready jobs of a keyed kind, key by key: a claim walks the keys that have some and reads each one's head.
 CREATE INDEX outbox_jobs_flow_keys ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
     WHERE open AND flow_key IS NOT NULL;
+-- The jobs of one subject, newest first.
+CREATE INDEX outbox_jobs_subject ON outbox_jobs (subject, id) WHERE subject IS NOT NULL;
 CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, active_key) WHERE active_key IS NOT NULL;
 CREATE INDEX outbox_jobs_sequence ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL;
 CREATE INDEX outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) WHERE blocks;
@@ -397,7 +403,9 @@ CREATE TABLE outbox_kinds (
     rate text,
     rate_key text,
     fair text,
-    cost text
+    cost text,
+    -- The template of its jobs' subjects (`order:{orderId}`).
+    subject text
 );
 
 -- The worker registry: one row per live worker, in this process or remote.

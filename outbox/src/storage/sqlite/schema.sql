@@ -49,6 +49,10 @@ CREATE TABLE outbox_jobs (
     -- The job's key for its kind's per-key rate, pauses and fair share, and its cost under a rate (NULL: 1).
     flow_key TEXT,
     cost INTEGER CHECK (cost IS NULL OR cost >= 0),
+    -- The domain row the job is about (`order:42`), and the trace context of the code that enqueued it (a W3C
+    -- `traceparent`, then a space and the `tracestate` when there is one).
+    subject TEXT,
+    trace TEXT,
     CHECK (typeof(payload) = 'text'),
     CHECK (output IS NULL OR typeof(output) = 'text'),
     CHECK (attempts BETWEEN 0 AND 1000000000 AND runs BETWEEN 0 AND 1000000000)
@@ -64,6 +68,8 @@ CREATE INDEX outbox_jobs_scheduled ON outbox_jobs (run_at) WHERE status = 'pendi
 -- The ready jobs of a keyed kind, key by key: a claim walks the keys that have some and reads each one's head.
 CREATE INDEX outbox_jobs_flow_keys ON outbox_jobs (kind, flow_key, priority DESC, run_at, id)
     WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL;
+-- The jobs of one subject, newest first.
+CREATE INDEX outbox_jobs_subject ON outbox_jobs (subject, id) WHERE subject IS NOT NULL;
 CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key)
     WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL AND superseded = 0;
 CREATE INDEX outbox_jobs_lease ON outbox_jobs (lease_expires_at) WHERE status = 'claimed';
@@ -187,7 +193,9 @@ CREATE TABLE outbox_kinds (
     rate TEXT,
     rate_key TEXT,
     fair TEXT,
-    cost TEXT
+    cost TEXT,
+    -- The template of its jobs' subjects (`order:{orderId}`).
+    subject TEXT
 );
 
 -- The worker registry: one row per live worker, in this process or remote.

@@ -3,34 +3,34 @@
 -- rows where it repeats one per job. The worker's own statements are at the end.
 
 -- enqueue: one job
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
-VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, NULL, 0);
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, subject, trace, scheduled, sequence_no, waiting)
+VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, NULL, 0);
 
 -- enqueue: one job with an idempotency key
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
-VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, NULL, 0)
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, subject, trace, scheduled, sequence_no, waiting)
+VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, NULL, 0)
 ON CONFLICT DO NOTHING;
 
 -- enqueue: a batch
-WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c7, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
-SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, s.c7, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, FALSE, NULL, 0
+WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c7, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14, ? AS c15, ? AS c16) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, subject, trace, scheduled, sequence_no, waiting)
+SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, s.c7, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, s.c15, s.c16, FALSE, NULL, 0
 FROM s, (VALUES (?), (?)) AS v
 WHERE TRUE;
 
 -- enqueue: a batch with idempotency keys
-WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
-SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, v.column2, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, FALSE, NULL, 0
+WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14, ? AS c15, ? AS c16) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, subject, trace, scheduled, sequence_no, waiting)
+SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, v.column2, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, s.c15, s.c16, FALSE, NULL, 0
 FROM s, (VALUES (?, ?), (?, ?)) AS v
 WHERE TRUE
 ON CONFLICT DO NOTHING;
 
 -- enqueue: a batch of sequenced jobs
-INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
-VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, (SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND (b.status IN ('pending', 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1))));
+INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, subject, trace, scheduled, sequence_no, waiting)
+VALUES (?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, FALSE, (SELECT COALESCE(MAX(sequence_no), 0) + 1 FROM outbox_jobs WHERE sequence_key = ?), EXISTS (SELECT 1 FROM outbox_jobs b WHERE b.sequence_key = ? AND (b.status IN ('pending', 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1))));
 
 -- enqueue: a batch a duplicate key cut short (the rows read back)
-WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, scheduled, sequence_no, waiting)
-SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, v.column2, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, FALSE, NULL, 0
+WITH s AS (SELECT 0 AS none, ? AS c1, ? AS c2, ? AS c3, ? AS c4, ? AS c5, ? AS c6, ? AS c8, ? AS c9, ? AS c10, ? AS c11, ? AS c12, ? AS c13, ? AS c14, ? AS c15, ? AS c16) INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, idempotency_key, schema_hash, created_at, updated_at, sequence_key, sequence_hold, flow_key, cost, subject, trace, scheduled, sequence_no, waiting)
+SELECT v.column1, s.c1, s.c2, s.c3, 'pending', s.c4, 0, s.c5, s.c6, v.column2, s.c8, s.c9, s.c10, s.c11, s.c12, s.c13, s.c14, s.c15, s.c16, FALSE, NULL, 0
 FROM s, (VALUES (?, ?), (?, ?)) AS v
 WHERE TRUE
 ON CONFLICT DO NOTHING;
@@ -58,25 +58,25 @@ SET superseded = TRUE
 WHERE id = ? AND status IN ('pending', 'claimed') AND NOT superseded;
 
 -- jobs: one job
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace
 FROM outbox_jobs
 WHERE id = ?
 UNION ALL
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL, NULL
 FROM outbox_jobs_archive outbox_jobs
 WHERE id = ?;
 
 -- jobs: a list
 SELECT *
-FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1) FROM outbox_jobs WHERE TRUE ORDER BY id DESC LIMIT ?) j
+FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace FROM outbox_jobs WHERE TRUE ORDER BY id DESC LIMIT ?) j
 UNION ALL
 SELECT *
-FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1) FROM outbox_jobs_archive outbox_jobs WHERE TRUE ORDER BY id DESC LIMIT ?) a
+FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL, NULL FROM outbox_jobs_archive outbox_jobs WHERE TRUE ORDER BY id DESC LIMIT ?) a
 ORDER BY 1 DESC
 LIMIT ?;
 
 -- jobs: a list by status, kind, queue and sequence
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace
 FROM outbox_jobs
 WHERE TRUE AND status = ? AND kind = ? AND queue = ? AND sequence_key = ?
 ORDER BY sequence_no DESC
@@ -84,15 +84,15 @@ LIMIT ?;
 
 -- jobs: a page of a list by key, finished since a time
 SELECT *
-FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1) FROM outbox_jobs WHERE TRUE AND updated_at >= ? AND idempotency_key = ? AND id < ? ORDER BY id DESC LIMIT ?) j
+FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace FROM outbox_jobs WHERE TRUE AND updated_at >= ? AND idempotency_key = ? AND id < ? ORDER BY id DESC LIMIT ?) j
 UNION ALL
 SELECT *
-FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1) FROM outbox_jobs_archive outbox_jobs WHERE TRUE AND updated_at >= ? AND idempotency_key = ? AND id < ? ORDER BY id DESC LIMIT ?) a
+FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL, NULL FROM outbox_jobs_archive outbox_jobs WHERE TRUE AND updated_at >= ? AND idempotency_key = ? AND id < ? ORDER BY id DESC LIMIT ?) a
 ORDER BY 1 DESC
 LIMIT ?;
 
 -- jobs: stuck claims
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace
 FROM outbox_jobs
 WHERE status = 'claimed' AND lease_expires_at < ?
 ORDER BY lease_expires_at;
@@ -105,12 +105,29 @@ WHERE id = ? AND status IN ('failed', 'cancelled') AND (outbox_jobs.idempotency_
 -- jobs: retry the failed jobs of a kind and error
 UPDATE outbox_jobs
 SET status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, run_at = ?, updated_at = ?
-WHERE status = 'failed' AND id IN ( SELECT id FROM (SELECT f.id, ROW_NUMBER() OVER ( PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) ORDER BY f.updated_at DESC, f.id DESC) AS rn FROM outbox_jobs f WHERE f.status = 'failed' AND f.kind = ? AND f.last_error = ? AND (f.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind AND a.idempotency_key = f.idempotency_key AND a.status IN ('pending', 'claimed') AND NOT a.superseded))) r WHERE rn = 1);
+WHERE status IN ('failed') AND id IN ( SELECT id FROM (SELECT f.id, ROW_NUMBER() OVER ( PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) ORDER BY f.updated_at DESC, f.id DESC) AS rn FROM outbox_jobs f WHERE f.status IN ('failed') AND f.kind = ? AND f.last_error = ? AND (f.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind AND a.idempotency_key = f.idempotency_key AND a.status IN ('pending', 'claimed') AND NOT a.superseded))) r WHERE rn = 1);
 
 -- jobs: cancel
 UPDATE outbox_jobs
 SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' THEN sequence_hold ELSE 2 END, updated_at = ?
 WHERE id = ? AND (status = 'pending' OR (status IN ('failed', 'cancelled') AND sequence_key IS NOT NULL AND sequence_hold = 1));
+
+-- jobs: a list by subject
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace
+FROM outbox_jobs
+WHERE TRUE AND subject = ?
+ORDER BY id DESC
+LIMIT ?;
+
+-- jobs: cancel the jobs of a subject
+UPDATE outbox_jobs
+SET status = 'cancelled', updated_at = ?
+WHERE subject = ? AND status = 'pending';
+
+-- jobs: retry the jobs of a subject
+UPDATE outbox_jobs
+SET status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, run_at = ?, updated_at = ?
+WHERE status IN ('failed', 'cancelled') AND id IN ( SELECT id FROM (SELECT f.id, ROW_NUMBER() OVER ( PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) ORDER BY f.updated_at DESC, f.id DESC) AS rn FROM outbox_jobs f WHERE f.status IN ('failed', 'cancelled') AND f.subject = ? AND (f.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind AND a.idempotency_key = f.idempotency_key AND a.status IN ('pending', 'claimed') AND NOT a.superseded))) r WHERE rn = 1);
 
 -- jobs: delete
 DELETE
@@ -205,18 +222,18 @@ ORDER BY queue;
 SELECT COUNT(*)
 FROM outbox_jobs
 WHERE sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1 AND NOT EXISTS (SELECT 1 FROM outbox_jobs e WHERE e.sequence_key = outbox_jobs.sequence_key AND e.sequence_no < outbox_jobs.sequence_no AND (e.status IN ('pending', 'claimed') OR (e.status IN ('failed', 'cancelled') AND e.sequence_hold = 1)));
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), (SELECT COUNT(*) FROM outbox_jobs w WHERE w.sequence_key = outbox_jobs.sequence_key AND w.status = 'pending' AND w.waiting)
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace, (SELECT COUNT(*) FROM outbox_jobs w WHERE w.sequence_key = outbox_jobs.sequence_key AND w.status = 'pending' AND w.waiting)
 FROM outbox_jobs
 WHERE sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1 AND NOT EXISTS (SELECT 1 FROM outbox_jobs e WHERE e.sequence_key = outbox_jobs.sequence_key AND e.sequence_no < outbox_jobs.sequence_no AND (e.status IN ('pending', 'claimed') OR (e.status IN ('failed', 'cancelled') AND e.sequence_hold = 1)))
 ORDER BY updated_at
 LIMIT ?;
 
 -- events: a job's history
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace
 FROM outbox_jobs
 WHERE id = ?
 UNION ALL
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1)
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL, NULL
 FROM outbox_jobs_archive outbox_jobs
 WHERE id = ?;
 SELECT at, event, attempt, worker, error, claimed_at, completed_at
@@ -242,18 +259,18 @@ ORDER BY id
 LIMIT ?;
 
 -- kinds: record
-INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost, subject)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (name) DO UPDATE
-SET schema = excluded.schema, schema_hash = excluded.schema_hash, queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, is_unique = excluded.is_unique, key_fields = excluded.key_fields, recorded_by = excluded.recorded_by, updated_at = excluded.updated_at, sequence = excluded.sequence, on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency, rate = excluded.rate, rate_key = excluded.rate_key, fair = excluded.fair, cost = excluded.cost;
+SET schema = excluded.schema, schema_hash = excluded.schema_hash, queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, is_unique = excluded.is_unique, key_fields = excluded.key_fields, recorded_by = excluded.recorded_by, updated_at = excluded.updated_at, sequence = excluded.sequence, on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency, rate = excluded.rate, rate_key = excluded.rate_key, fair = excluded.fair, cost = excluded.cost, subject = excluded.subject;
 
 -- kinds: list
-SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost
+SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost, subject
 FROM outbox_kinds
 ORDER BY name;
 
 -- kinds: one
-SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost
+SELECT name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, cost, subject
 FROM outbox_kinds
 WHERE name = ?
 ORDER BY name;
@@ -417,43 +434,43 @@ WHERE status = 'claimed' AND kind IN (SELECT value FROM json_each(?1));
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
 
 -- worker: claim: several kinds from every queue
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND ?6 IS NULL AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
 
 -- worker: claim: kinds from some queues
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN json_each(?6) AS q CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND queue = q.value AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
 
 -- worker: claim: one kind from every queue, paused queues passed over
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
 
 -- worker: claim: several kinds from every queue, paused queues passed over
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND ?6 IS NULL AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
 
 -- worker: claim: kinds from some queues, paused queues passed over
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN json_each(?6) AS q CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND queue = q.value AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
 
 -- worker: claim: rows a controlled kind's plan chose
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE rowid IN (SELECT value FROM json_each(?4)) AND status = 'pending' AND (?6 IS NULL OR TRUE) LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
 
 -- worker: claim: fail a row that cannot be read
 UPDATE outbox_jobs

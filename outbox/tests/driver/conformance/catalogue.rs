@@ -133,6 +133,12 @@ async fn every_statement_is_in_the_engine_s_catalogue(db: &DatabaseConnection) -
     c.section("jobs: retry the failed jobs of a kind and error");
     jobs::cancel(db, "b4", T0 + 6).await?;
     c.section("jobs: cancel");
+    jobs::list(db, &JobFilter { subject: Some("order:1".into()), ..Default::default() }).await?;
+    c.section("jobs: a list by subject");
+    jobs::cancel_subject(db, "order:1", T0 + 6).await?;
+    c.section("jobs: cancel the jobs of a subject");
+    jobs::retry_subject(db, "order:1", T0 + 6).await?;
+    c.section("jobs: retry the jobs of a subject");
     jobs::delete(db, "b4").await?;
     c.section("jobs: delete");
     jobs::purge(db, &[JobStatus::Completed], T0 + 10_000).await?;

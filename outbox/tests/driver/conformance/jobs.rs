@@ -24,6 +24,7 @@ driver_tests!(
     purge_deletes_old_finished_jobs,
     delete_removes_one_finished_job,
     purge_takes_the_events_of_jobs_deleted_as_they_completed,
+    subjects_list_cancel_and_retry_their_jobs,
 );
 
 async fn get_of_an_unknown_id_is_none(db: &DatabaseConnection) -> Result<()> {
@@ -189,5 +190,29 @@ async fn purge_takes_the_events_of_jobs_deleted_as_they_completed(db: &DatabaseC
         .map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?)))
         .collect::<std::result::Result<_, sea_orm::DbErr>>()?;
     assert_eq!(left, Vec::<(String, String)>::new(), "events left behind by the purge");
+    Ok(())
+}
+
+async fn subjects_list_cancel_and_retry_their_jobs(db: &DatabaseConnection) -> Result<()> {
+    let about = |id: &str, subject: &str| NewJob { subject: Some(subject.into()), ..job(id) };
+    add(db, &[about("a", "order:1"), about("b", "order:1"), about("c", "order:2"), job("d"), about("e", "order:1")])
+        .await?;
+    mark_failed(db, "b", "boom", T0 + 1).await?;
+    mark_claimed(db, "e", T0 + 1, T0 + 60_000).await?;
+    let of = |subject: &str| JobFilter { subject: Some(subject.into()), ..JobFilter::default() };
+    assert_eq!(ids(&jobs::list(db, &of("order:1")).await?), ["e", "b", "a"]);
+    assert_eq!(get(db, "a").await?.subject.as_deref(), Some("order:1"));
+    // Only the pending job goes; the failed one and the running one stay as they are.
+    assert_eq!(jobs::cancel_subject(db, "order:1", T0 + 2).await?, 1);
+    let status = async |id: &str| get(db, id).await.map(|j| j.status);
+    assert_eq!(
+        [status("a").await?, status("b").await?, status("c").await?, status("e").await?],
+        [JobStatus::Cancelled, JobStatus::Failed, JobStatus::Pending, JobStatus::Claimed]
+    );
+    // The failed and the cancelled one go back; the other subject's and the unrelated job are untouched.
+    assert_eq!(jobs::retry_subject(db, "order:1", T0 + 3).await?, 2);
+    assert_eq!([status("a").await?, status("b").await?], [JobStatus::Pending, JobStatus::Pending]);
+    assert_eq!(jobs::cancel_subject(db, "order:9", T0 + 4).await?, 0);
+    assert_eq!(status("d").await?, JobStatus::Pending);
     Ok(())
 }

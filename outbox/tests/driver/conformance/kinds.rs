@@ -23,6 +23,7 @@ pub(super) fn kind_row(name: &str) -> KindRow {
         on_sequence_failure: "hold",
         concurrency: Some(4),
         flow: Default::default(),
+        subject: Some("order:{id}".into()),
     }
 }
 

@@ -164,6 +164,8 @@ fn job(id: &str) -> NewJob {
         scheduled: false,
         flow_key: None,
         cost: None,
+        subject: None,
+        trace: None,
     }
 }
 

@@ -90,7 +90,8 @@ async fn schema_file_is_what_the_migrations_make(db: &DatabaseConnection) -> Res
 async fn a_database_the_dated_migrations_made_is_taken_over_with_its_jobs(db: &DatabaseConnection) -> Result<()> {
     let d = Dialect::of(db)?;
     let Some((old, _owned)) = dated_database(d, "dated", DATED.len()).await else { return Ok(()) };
-    // Written as the dated schema's columns take it: this build's enqueue writes the flow columns of `002_flow`.
+    // Written as the dated schema's columns take it: this build's enqueue writes the columns of `002_flow` and
+    // `003_subject`.
     let insert = format!(
         "INSERT INTO outbox_jobs (id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, \
          schema_hash, created_at, updated_at) VALUES ('kept', 'k', 'default', {}, 'pending', 0, 0, 3, {t}, 'hash', {t}, {t})",
@@ -100,13 +101,13 @@ async fn a_database_the_dated_migrations_made_is_taken_over_with_its_jobs(db: &D
     old.execute_raw(d.stmt(insert, vec![r#"{"n":1}"#.into(), T0.into()])).await?;
     assert_eq!(
         crate::pending_migrations(&old).await?,
-        ["001_schema", "002_flow"],
+        ["001_schema", "002_flow", "003_subject"],
         "taking over, then this build's migrations"
     );
     crate::migrate(&old).await?;
     let records = old.query_all_raw(d.stmt("SELECT version FROM outbox_migrations ORDER BY 1", vec![])).await?;
     let records: Vec<String> = records.iter().map(|r| r.try_get_by_index(0)).collect::<std::result::Result<_, _>>()?;
-    assert_eq!(records, ["001_schema", "002_flow"]);
+    assert_eq!(records, ["001_schema", "002_flow", "003_subject"]);
     assert!(crate::pending_migrations(&old).await?.is_empty());
     assert_same(&catalog(db).await?, &catalog(&old).await?, "a new database", "a database taken over");
     assert_eq!(get(&old, "kept").await?.status.as_str(), "pending", "the job enqueued before stays");
@@ -119,7 +120,7 @@ async fn a_database_the_dated_migrations_made_is_taken_over_with_its_jobs(db: &D
     crate::migrate(&old).await?;
     let records = old.query_all_raw(d.stmt("SELECT version FROM outbox_migrations ORDER BY 1", vec![])).await?;
     let records: Vec<String> = records.iter().map(|r| r.try_get_by_index(0)).collect::<std::result::Result<_, _>>()?;
-    assert_eq!(records, ["001_schema", "002_flow"], "the stale record is gone");
+    assert_eq!(records, ["001_schema", "002_flow", "003_subject"], "the stale record is gone");
     old.close().await?;
     Ok(())
 }

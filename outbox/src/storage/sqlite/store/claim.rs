@@ -207,7 +207,8 @@ pub(in crate::storage::sqlite) const CLAIM_ROWS: &str = "UPDATE outbox_jobs SET 
      attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, \
      updated_at = ?2, event_flip = 1 - event_flip WHERE rowid IN (SELECT rowid FROM outbox_jobs \
      WHERE rowid IN (SELECT value FROM json_each(?4)) AND status = 'pending' AND (?6 IS NULL OR TRUE) LIMIT ?5 + 0) \
-     RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid";
+     RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, \
+     trace";
 
 /// [`claim_statement`] passing over the jobs of the paused queues `?7` (a JSON array).
 pub(in crate::storage::sqlite) fn claim_statement_except(one_kind: bool, by_queue: bool) -> String {
@@ -246,7 +247,7 @@ pub(in crate::storage::sqlite) fn claim_statement(one_kind: bool, by_queue: bool
          claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip \
          WHERE rowid IN ({pick}) \
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
-         sequence_key IS NOT NULL, rowid"
+         sequence_key IS NOT NULL, rowid, trace"
     )
 }
 
@@ -263,7 +264,15 @@ fn claimed_row(row: &rusqlite::Row<'_>) -> std::result::Result<ClaimedJob, Unrea
         schema_hash: text(row, 6).map_err(at("schema_hash"))?,
         run: int(row, 7).map_err(at("runs"))?,
         sequenced: int(row, 8).map_err(at("sequence_key"))? != 0,
+        trace: maybe_text(row, 10).map_err(at("trace"))?,
     })
+}
+
+fn maybe_text(row: &rusqlite::Row<'_>, i: usize) -> std::result::Result<Option<String>, String> {
+    match row.get_ref(i) {
+        Ok(ValueRef::Null) => Ok(None),
+        _ => text(row, i).map(Some),
+    }
 }
 
 fn text(row: &rusqlite::Row<'_>, i: usize) -> std::result::Result<String, String> {

@@ -1,0 +1,8 @@
+-- Subjects and traces: the domain row a job is about (`order:42`), and the trace context of the code that enqueued
+-- it (a W3C `traceparent`, then a space and the `tracestate` when there is one). Neither changes after enqueue, so
+-- claims and completions still update rows in place.
+ALTER TABLE outbox_jobs ADD COLUMN subject text COLLATE "C", ADD COLUMN trace text;
+-- The jobs of one subject, newest first.
+CREATE INDEX outbox_jobs_subject ON outbox_jobs (subject, id) WHERE subject IS NOT NULL;
+-- The template of a kind's subjects, for producers and tools without the Rust type.
+ALTER TABLE outbox_kinds ADD COLUMN subject text;
