@@ -87,9 +87,11 @@ impl Input<'_> {
 
         if let Shape::Struct { fields, .. } = &self.shape {
             let names: Vec<&str> = fields.iter().filter_map(|f| f.serialized_name.as_deref()).collect();
-            for (setting, what) in
-                [(&self.attrs.rate_key, "rate key"), (&self.attrs.fair, "fairness key"), (&self.attrs.subject, "subject")]
-            {
+            for (setting, what) in [
+                (&self.attrs.rate_key, "rate key"),
+                (&self.attrs.fair, "fairness key"),
+                (&self.attrs.subject, "subject"),
+            ] {
                 if let Some(setting) = setting
                     && let Err(message) = check_template(what, &setting.value, &names)
                 {

@@ -177,3 +177,17 @@ impl From<sea_orm::DbErr> for Error {
         Error::Database { context: "running a statement of the application".into(), source: Box::new(source) }
     }
 }
+
+/// An outbox call inside a sea-orm `ActiveModelBehavior` hook, whose error type is `DbErr`: `?` works there, and the
+/// hook's error aborts the save or delete with outbox's message. A database error keeps its own `DbErr`.
+impl From<Error> for sea_orm::DbErr {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Database { context, source } => match source.downcast::<sea_orm::DbErr>() {
+                Ok(db) => *db,
+                Err(other) => sea_orm::DbErr::Custom(format!("database error while {context}: {other}")),
+            },
+            other => sea_orm::DbErr::Custom(other.to_string()),
+        }
+    }
+}

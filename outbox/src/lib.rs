@@ -39,8 +39,8 @@ pub use error::{Error, Result};
 pub use id::new_job_id;
 pub use job::{Job, KindOpts, SequenceFailure, Violation};
 pub use kind::{DEFAULT_MAX_PAYLOAD_BYTES, Kind, MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_SUBJECT_BYTES};
-pub use ops::check_subject;
 pub use migration::{Migrator, migrate, pending_migrations};
+pub use ops::check_subject;
 pub use outbox_macros::Job;
 pub use periodic::{MissedTicks, Schedule};
 pub use record::{

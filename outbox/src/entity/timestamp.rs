@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{ArrayType, ColumnType, Nullable, ValueType, ValueTypeErr};
-use sea_orm::{ColIdx, ConnectionTrait, DbBackend, QueryResult, TryGetError, TryGetable, Value};
+use sea_orm::{ColIdx, ConnectionTrait, QueryResult, TryGetError, TryGetable, Value};
 
 /// A time of the outbox's tables: integer milliseconds since the Unix epoch on SQLite, `timestamptz` on PostgreSQL,
 /// read as a UTC time from either.
@@ -25,10 +25,7 @@ impl From<Timestamp> for DateTime<Utc> {
 /// (`job::Column::CreatedAt.gte(at(db, t))`). A bare `DateTime` would be bound as text on SQLite, which compares
 /// with the stored integers as no time does.
 pub fn at<C: ConnectionTrait + ?Sized>(conn: &C, t: DateTime<Utc>) -> Value {
-    match conn.get_database_backend() {
-        DbBackend::Sqlite => Value::BigInt(Some(t.timestamp_millis())),
-        _ => Value::ChronoDateTimeUtc(Some(t)),
-    }
+    crate::storage::Dialect::of(conn).map_or(Value::ChronoDateTimeUtc(Some(t)), |d| d.time_value(t))
 }
 
 impl TryGetable for Timestamp {

@@ -12,7 +12,9 @@ pub const MAX_SUBJECT_BYTES: usize = 256;
 pub(super) fn parse(text: &str, is_property: &dyn Fn(&str) -> bool) -> Result<Template, String> {
     let t = Template::parse(text).map_err(|e| e.replace("sequence template", "subject template"))?;
     if let Some(field) = t.fields().find(|f| !is_property(f)) {
-        return Err(format!("the subject template `{text}` reads `{field}`, which is not a property of the payload schema"));
+        return Err(format!(
+            "the subject template `{text}` reads `{field}`, which is not a property of the payload schema"
+        ));
     }
     Ok(t)
 }

@@ -101,6 +101,16 @@ impl Dialect {
         }
     }
 
+    /// `t` as a value compared with a time column as it is (no placeholder of [`Dialect::ts`] around it).
+    pub(crate) fn time_value(self, t: chrono::DateTime<chrono::Utc>) -> sea_orm::Value {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => sea_orm::Value::BigInt(Some(t.timestamp_millis())),
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => sea_orm::Value::ChronoDateTimeUtc(Some(t)),
+        }
+    }
+
     /// The time column (or the difference of two) `expr` as integer milliseconds since the epoch.
     pub(crate) fn ms(self, expr: &str) -> String {
         match self {

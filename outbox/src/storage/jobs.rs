@@ -74,6 +74,11 @@ pub(crate) async fn get<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Resu
 /// without a sequence, the archive. Each table is read in its own order up to the limit, then the two merged.
 pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilter) -> Result<Vec<JobRecord>> {
     let b = Dialect::of(conn)?;
+    records(conn, || "listing jobs".into(), list_statement(b, filter)).await
+}
+
+/// The statement of [`list`].
+pub(crate) fn list_statement(b: Dialect, filter: &JobFilter) -> sea_orm::Statement {
     let mut sql = " WHERE TRUE".to_owned();
     let mut p = Params::default();
     if let Some(status) = filter.status {
@@ -121,7 +126,7 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, filter: &JobFilt
     } else {
         jobs
     };
-    records(conn, || "listing jobs".into(), b.stmt(sql, p.0)).await
+    b.stmt(sql, p.0)
 }
 
 /// Claimed jobs whose lease ran out before `now`: their worker died or hung and no rescuer has run since. On
