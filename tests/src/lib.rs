@@ -7,6 +7,7 @@ mod claims;
 mod cluster;
 mod database;
 pub mod http;
+pub mod otel;
 mod secrets;
 mod served;
 mod tmpfs;

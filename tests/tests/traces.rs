@@ -1,0 +1,138 @@
+//! Traces that cross the outbox: the job a request enqueued runs, in a worker of another process, as a child of the
+//! enqueue's span in the request's trace; a retried run is a trace of its own linked to it; a caller's
+//! `traceparent` on `POST /api/jobs` is continued the same way. Spans are recorded by OpenTelemetry's in-memory
+//! exporter, in this process and in the worker's (which prints its own).
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use outbox::prelude::*;
+use outbox::{Kind, ops};
+use outbox_server::ServerOpts;
+use outbox_tests::otel::{Recorder, SpanRecord, TraceProbe};
+use outbox_tests::{ChildProcess, Served, TestDb, conformance, http_client};
+use serde_json::json;
+use tracing::Instrument;
+
+/// The trace id and span id a stored trace context names.
+fn ids(stored: &str) -> (String, String) {
+    let parts: Vec<&str> = stored.split(' ').next().unwrap_or_default().split('-').collect();
+    assert_eq!(parts.len(), 4, "a traceparent: {stored}");
+    (parts[1].to_owned(), parts[2].to_owned())
+}
+
+async fn stored_trace(t: &TestDb, id: &str) -> Option<String> {
+    ops::get(&t.db, id).await.expect("the job").trace
+}
+
+fn runs_of<'a>(spans: &'a [SpanRecord], job: &str) -> Vec<&'a SpanRecord> {
+    let mut runs: Vec<&SpanRecord> = spans.iter().filter(|s| s.job_id.as_deref() == Some(job)).collect();
+    runs.sort_by_key(|s| s.run);
+    runs
+}
+
+conformance!(a_job_continues_the_trace_that_enqueued_it_in_another_process);
+async fn a_job_continues_the_trace_that_enqueued_it_in_another_process(t: TestDb) {
+    let (recorder, subscriber) = Recorder::new();
+    let guard = tracing::subscriber::set_default(subscriber);
+    // Two requests of an application, each enqueuing a job in its span; the second job's first attempt fails.
+    let request = |path: &str| tracing::info_span!("request", otel.name = %path, otel.kind = "server");
+    let first = outbox::enqueue(&t.db, &TraceProbe { n: 1, fail_first: false }, EnqueueOpts::new())
+        .instrument(request("POST /orders/1"))
+        .await
+        .expect("enqueue");
+    let retried = outbox::enqueue(&t.db, &TraceProbe { n: 2, fail_first: true }, EnqueueOpts::new())
+        .instrument(request("POST /orders/2"))
+        .await
+        .expect("enqueue");
+    drop(guard);
+    // A caller of the HTTP API with a trace context of its own, and one whose header is malformed (ignored).
+    ops::record_kind(&t.db, &Kind::of::<TraceProbe>().expect("kind"), "test").await.expect("record the kind");
+    let served = Served::start(&t.db, ServerOpts::new()).await;
+    let caller = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let post = async |n: u64, traceparent: &str| {
+        let answer = http_client()
+            .post(served.url("/api/jobs"))
+            .header("traceparent", traceparent)
+            .header("tracestate", "congo=t61rcWkgMzE")
+            .json(&json!({"kind": "test.trace_probe", "payload": {"n": n, "fail_first": false}}))
+            .send()
+            .await
+            .expect("POST /api/jobs");
+        assert_eq!(answer.status(), 201);
+        answer.json::<serde_json::Value>().await.expect("json")["id"].as_str().expect("id").to_owned()
+    };
+    let through_api = post(3, &format!("00-{}-{}-01", caller.0, caller.1)).await;
+    let malformed = post(4, "00-not-a-trace-context").await;
+
+    // In this process: each request span holds its enqueue span, whose context the job stores.
+    let mine = recorder.spans();
+    let mut enqueues = Vec::new();
+    for (job, path) in [(first.id(), "POST /orders/1"), (retried.id(), "POST /orders/2")] {
+        let stored = stored_trace(&t, job).await.expect("a stored trace context");
+        let (trace, span) = ids(&stored);
+        let enqueue = mine.iter().find(|s| s.span_id == span).expect("the stored span is one of this process's");
+        assert_eq!((enqueue.name.as_str(), enqueue.trace_id.as_str()), ("enqueue test.trace_probe", trace.as_str()));
+        let parent = mine.iter().find(|s| Some(&s.span_id) == enqueue.parent.as_ref()).expect("its parent");
+        assert_eq!((parent.name.as_str(), parent.trace_id.as_str()), (path, trace.as_str()));
+        enqueues.push((trace, span));
+    }
+    assert_eq!(
+        stored_trace(&t, &through_api).await.as_deref(),
+        Some(format!("00-{}-{}-01 congo=t61rcWkgMzE", caller.0, caller.1).as_str())
+    );
+    assert_eq!(stored_trace(&t, &malformed).await, None, "a malformed traceparent is ignored");
+
+    // The worker of another process runs the four jobs and prints its spans.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-otel-worker"));
+    command.args([&t.url, "4"]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let output = ChildProcess::spawn(&mut command).output_within(Duration::from_secs(90));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the worker failed: {stderr}");
+    let theirs: Vec<SpanRecord> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("a span line: {e}: {line}")))
+        .collect();
+
+    // The first run of each job is the child of its enqueue span, in the request's trace.
+    let [(first_trace, first_enqueue), (retried_trace, retried_enqueue)] = &enqueues[..] else { unreachable!() };
+    let run = runs_of(&theirs, first.id());
+    assert_eq!(run.len(), 1, "{run:?}");
+    assert_eq!((run[0].name.as_str(), run[0].run), ("process test.trace_probe", Some(1)));
+    assert_eq!((&run[0].trace_id, run[0].parent.as_ref()), (first_trace, Some(first_enqueue)));
+    let runs = runs_of(&theirs, retried.id());
+    assert_eq!(runs.len(), 2, "a failed run and its retry: {runs:?}");
+    assert_eq!((&runs[0].trace_id, runs[0].parent.as_ref()), (retried_trace, Some(retried_enqueue)));
+    // The retry is a trace of its own, linked to the enqueue: it does not stretch the request's trace.
+    assert_ne!(&runs[1].trace_id, retried_trace);
+    assert_eq!(runs[1].parent, None);
+    assert_eq!(runs[1].links, vec![(retried_trace.clone(), retried_enqueue.clone())]);
+    // Through the HTTP API, the caller's span is the parent; without a valid context the run is a root.
+    let run = runs_of(&theirs, &through_api);
+    assert_eq!((run[0].trace_id.as_str(), run[0].parent.as_deref()), (caller.0, Some(caller.1)));
+    let run = runs_of(&theirs, &malformed);
+    assert_eq!((run[0].parent.as_ref(), run[0].links.len()), (None, 0));
+}
+
+/// Built without its `otel` feature, outbox depends on nothing of OpenTelemetry; with it, on the API and the
+/// `tracing` bridge alone (never the SDK, which is the application's choice).
+#[test]
+fn without_the_feature_nothing_of_opentelemetry_is_compiled() {
+    let tree = |features: &[&str]| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let output = Command::new(cargo)
+            .args(["tree", "--offline", "-p", "outbox", "-e", "normal", "--prefix", "none", "--manifest-path"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
+            .args(features)
+            .output()
+            .expect("cargo tree");
+        assert!(output.status.success(), "cargo tree: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let without = tree(&[]);
+    assert!(without.contains("sea-orm v"), "the tree is outbox's: {without}");
+    assert!(!without.contains("opentelemetry"), "{without}");
+    let with = tree(&["--features", "otel"]);
+    assert!(with.contains("opentelemetry v0.33") && with.contains("tracing-opentelemetry v"), "{with}");
+    assert!(!with.contains("opentelemetry_sdk"), "{with}");
+}
