@@ -116,6 +116,8 @@ mod feed;
 mod kinds;
 mod metrics;
 mod opts;
+#[cfg(feature = "otel")]
+mod otel;
 mod pages;
 mod routes;
 mod serve;
@@ -123,5 +125,7 @@ mod serve;
 pub use error::{Error, Result};
 pub use kinds::{KindSource, KnownKind, KnownKinds};
 pub use opts::{Role, ServerOpts, Token};
+#[cfg(feature = "otel")]
+pub use otel::{OtelMetrics, otel_metrics};
 pub use routes::{openapi_json, router};
 pub use serve::serve;

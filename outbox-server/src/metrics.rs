@@ -80,6 +80,9 @@ pub(crate) struct FleetCounters {
     failed: Family<KindQueue, Counter>,
     retried: Family<KindQueue, Counter>,
     durations: Family<KindLabel, Histogram, fn() -> Histogram>,
+    /// The same counts as OpenTelemetry instruments, when a meter asked for them.
+    #[cfg(feature = "otel")]
+    pub(crate) otel: Option<crate::otel::Counters>,
 }
 
 /// Claims whose completion has not been seen yet, by job id; past this many the oldest are forgotten (their
@@ -88,44 +91,57 @@ const OPEN_CLAIMS: usize = 100_000;
 
 impl FleetCounters {
     pub(crate) fn new() -> Arc<FleetCounters> {
-        Arc::new(FleetCounters {
+        Arc::new(FleetCounters::bare())
+    }
+
+    /// Counters that also count on OpenTelemetry's instruments.
+    #[cfg(feature = "otel")]
+    pub(crate) fn with_otel(otel: crate::otel::Counters) -> Arc<FleetCounters> {
+        Arc::new(FleetCounters { otel: Some(otel), ..FleetCounters::bare() })
+    }
+
+    fn bare() -> FleetCounters {
+        FleetCounters {
             enqueued: Family::default(),
             completed: Family::default(),
             failed: Family::default(),
             retried: Family::default(),
             durations: Family::new_with_constructor(duration_histogram),
-        })
+            #[cfg(feature = "otel")]
+            otel: None,
+        }
     }
 
     /// Follows the feed from its current end for as long as the server lives.
     pub(crate) fn follow(self: &Arc<Self>, db: DatabaseConnection, poll: Duration) {
-        let counters = Arc::clone(self);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!("no async runtime: the job counters of /metrics stay at zero");
             return;
         };
+        let counters = Arc::clone(self);
         runtime.spawn(async move {
-            // Held for the server's life: commits of other processes wake the event streams, the counters and
-            // waiting claims at once.
-            let _watch = match ops::watch(&db).await {
-                Ok(watch) => Some(watch),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch for other processes' commits; they are seen at the next poll");
-                    None
-                }
-            };
-            let mut tail = Tail::from_head(db, poll).await;
-            let mut claims: HashMap<String, chrono::DateTime<chrono::Utc>> = HashMap::new();
-            loop {
-                for event in tail.next_page().await {
-                    counters.count(&event, &mut claims);
-                }
-            }
+            let start = Following::start(db, poll).await;
+            counters.count_from(start).await;
         });
+    }
+
+    /// Counts each event after `start` for as long as the task lives.
+    pub(crate) async fn count_from(self: Arc<Self>, start: Following) {
+        let Following { watch: _watch, mut tail } = start;
+        let mut claims: HashMap<String, chrono::DateTime<chrono::Utc>> = HashMap::new();
+        loop {
+            for event in tail.next_page().await {
+                self.count(&event, &mut claims);
+            }
+        }
     }
 
     fn count(&self, e: &FeedEvent, claims: &mut HashMap<String, chrono::DateTime<chrono::Utc>>) {
         let labels = || KindQueue { kind: e.kind.clone(), queue: e.queue.clone() };
+        #[cfg(feature = "otel")]
+        if let Some(otel) = &self.otel {
+            otel.count(e, claims.get(&e.job_id).copied());
+        }
         match e.event {
             JobEventKind::Enqueued => {
                 self.enqueued.get_or_create(&labels()).inc();
@@ -158,6 +174,26 @@ impl FleetCounters {
     }
 }
 
+/// Where a follower of the feed starts: its current end, and a watch of other processes' commits, held for as long
+/// as it follows (commits wake the event streams, the counters and waiting claims at once).
+pub(crate) struct Following {
+    watch: Option<outbox::Watch>,
+    tail: Tail,
+}
+
+impl Following {
+    pub(crate) async fn start(db: DatabaseConnection, poll: Duration) -> Following {
+        let watch = match ops::watch(&db).await {
+            Ok(watch) => Some(watch),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch for other processes' commits; they are seen at the next poll");
+                None
+            }
+        };
+        Following { watch, tail: Tail::from_head(db, poll).await }
+    }
+}
+
 /// The scrape: the feed's counters plus gauges read now.
 pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) -> outbox::Result<String> {
     let mut registry = Registry::with_prefix("outbox");
@@ -175,43 +211,22 @@ pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) ->
         counters.durations.clone(),
     );
 
+    let gauges = Gauges::read(db).await?;
     let jobs = Family::<KindStatus, Gauge>::default();
-    for c in ops::counts(db).await? {
-        jobs.get_or_create(&KindStatus { kind: c.kind, status: c.status.to_string() })
-            .set(i64::try_from(c.count).unwrap_or(i64::MAX));
+    for (kind, status, n) in &gauges.jobs {
+        jobs.get_or_create(&KindStatus { kind: kind.clone(), status: status.clone() }).set(*n);
     }
     registry.register("jobs", "Jobs in the database by kind and status", jobs);
-
     let queues = Family::<QueueState, Gauge>::default();
-    let now = chrono::Utc::now();
-    let mut oldest: Option<chrono::DateTime<chrono::Utc>> = None;
-    for q in ops::queues(db).await? {
-        let states = [
-            ("available", q.available),
-            ("scheduled", q.scheduled),
-            ("waiting", q.waiting),
-            ("claimed", q.claimed),
-            ("stuck", q.stuck),
-            ("completed", q.completed),
-            ("failed", q.failed),
-            ("cancelled", q.cancelled),
-        ];
-        for (state, n) in states {
-            queues
-                .get_or_create(&QueueState { queue: q.queue.clone(), state: state.to_owned() })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
-        oldest = match (oldest, q.oldest_available) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+    for (queue, state, n) in &gauges.queues {
+        queues.get_or_create(&QueueState { queue: queue.clone(), state: state.clone() }).set(*n);
     }
     registry.register("queue_jobs", "Jobs of each queue by state (available: pending and due)", queues);
     let age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-    age.set(oldest.map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0));
+    age.set(gauges.oldest_age_seconds);
     registry.register("oldest_pending_age_seconds", "How long the oldest due pending job has waited", age);
     let workers = Gauge::<i64>::default();
-    workers.set(i64::try_from(ops::workers(db).await?.len()).unwrap_or(i64::MAX));
+    workers.set(gauges.workers);
     registry.register("workers", "Live workers (in-process and remote) in the registry", workers);
 
     flow_metrics(db, &mut registry).await?;
@@ -220,6 +235,51 @@ pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) ->
     prometheus_client::encoding::text::encode(&mut text, &registry)
         .map_err(|e| outbox::Error::Internal(format!("encoding metrics: {e}")))?;
     Ok(text)
+}
+
+/// The gauges read from the database at a scrape (or an OpenTelemetry collection): jobs by kind and status, by
+/// queue and state, the oldest due pending job's age, the live workers.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Gauges {
+    pub(crate) jobs: Vec<(String, String, i64)>,
+    pub(crate) queues: Vec<(String, String, i64)>,
+    pub(crate) oldest_age_seconds: f64,
+    pub(crate) workers: i64,
+}
+
+impl Gauges {
+    pub(crate) async fn read(db: &DatabaseConnection) -> outbox::Result<Gauges> {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let jobs = ops::counts(db).await?.into_iter().map(|c| (c.kind, c.status.to_string(), n(c.count))).collect();
+        let mut queues = Vec::new();
+        let now = chrono::Utc::now();
+        let mut oldest: Option<chrono::DateTime<chrono::Utc>> = None;
+        for q in ops::queues(db).await? {
+            let states = [
+                ("available", q.available),
+                ("scheduled", q.scheduled),
+                ("waiting", q.waiting),
+                ("claimed", q.claimed),
+                ("stuck", q.stuck),
+                ("completed", q.completed),
+                ("failed", q.failed),
+                ("cancelled", q.cancelled),
+            ];
+            for (state, count) in states {
+                queues.push((q.queue.clone(), state.to_owned(), n(count)));
+            }
+            oldest = match (oldest, q.oldest_available) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(Gauges {
+            jobs,
+            queues,
+            oldest_age_seconds: oldest.map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
+            workers: i64::try_from(ops::workers(db).await?.len()).unwrap_or(i64::MAX),
+        })
+    }
 }
 
 /// Flow control's gauges: what is paused or held (and for how long still), each rate's bucket, each fair kind's

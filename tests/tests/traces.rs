@@ -136,3 +136,64 @@ fn without_the_feature_nothing_of_opentelemetry_is_compiled() {
     assert!(with.contains("opentelemetry v0.33") && with.contains("tracing-opentelemetry v"), "{with}");
     assert!(!with.contains("opentelemetry_sdk"), "{with}");
 }
+
+/// The value of the sum or gauge `name` at the data point whose attributes include `with`, in the newest export.
+fn exported(
+    exporter: &opentelemetry_sdk::metrics::InMemoryMetricExporter,
+    name: &str,
+    with: (&str, &str),
+) -> Option<i64> {
+    use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+    let has = |mut attributes: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
+        Iterator::any(&mut attributes, |kv| kv.key.as_str() == with.0 && kv.value.as_str() == with.1)
+    };
+    let exports = exporter.get_finished_metrics().expect("metrics");
+    let metric =
+        exports.iter().rev().flat_map(|r| r.scope_metrics()).flat_map(|s| s.metrics()).find(|m| m.name() == name)?;
+    match metric.data() {
+        AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+            sum.data_points().find(|p| has(&mut p.attributes())).map(|p| i64::try_from(p.value()).unwrap_or(i64::MAX))
+        }
+        AggregatedMetrics::I64(MetricData::Gauge(gauge)) => {
+            gauge.data_points().find(|p| has(&mut p.attributes())).map(|p| p.value())
+        }
+        _ => None,
+    }
+}
+
+conformance!(the_metrics_reach_an_opentelemetry_meter);
+/// `otel_metrics` publishes what `/metrics` shows through a meter: the feed's counters (jobs enqueued and
+/// completed, by kind and queue) and the gauges read from the database (jobs by kind and status).
+async fn the_metrics_reach_an_opentelemetry_meter(t: TestDb) {
+    use opentelemetry::metrics::MeterProvider;
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder().with_reader(PeriodicReader::builder(exporter.clone()).build()).build();
+    let metrics =
+        outbox_server::otel_metrics(t.db.clone(), &provider.meter("outbox-tests"), Duration::from_millis(20)).await;
+    for n in 1..=3 {
+        outbox::enqueue(&t.db, &outbox_tests::Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
+    }
+    let worker = Worker::builder(&t.db)
+        .register(|_job: outbox_tests::Probe, _ctx: JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build");
+    worker.drain().await.expect("drain");
+    let probe = ("kind", "probe");
+    let counted = outbox_tests::eventually(Duration::from_secs(20), || async {
+        provider.force_flush().expect("flush");
+        exported(&exporter, "outbox.jobs.completed", probe) == Some(3)
+            && exported(&exporter, "outbox.jobs", ("status", "completed")) == Some(3)
+    })
+    .await;
+    assert!(
+        counted,
+        "completed: {:?}, gauge: {:?}",
+        exported(&exporter, "outbox.jobs.completed", probe),
+        exported(&exporter, "outbox.jobs", ("status", "completed"))
+    );
+    assert_eq!(exported(&exporter, "outbox.jobs.enqueued", probe), Some(3));
+    drop(metrics);
+    provider.shutdown().expect("shutdown");
+}
