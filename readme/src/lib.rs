@@ -59,6 +59,10 @@ pub struct GuidesSequencesAndLimits;
 #[cfg(doctest)]
 pub struct GuidesSqlite;
 
+#[doc = include_str!("../../docs/guides/subjects-entities-and-traces.md")]
+#[cfg(doctest)]
+pub struct GuidesSubjectsEntitiesAndTraces;
+
 #[doc = include_str!("../../docs/guides/testing.md")]
 #[cfg(doctest)]
 pub struct GuidesTesting;

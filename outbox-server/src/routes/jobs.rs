@@ -67,7 +67,9 @@ pub(super) async fn list(State(state): State<AppState>, Query(params): Query<Lis
         queue: given(params.queue),
         since,
         key: given(params.key),
-        subject: given(params.subject).map(|s| subject_param("subject", s)).transpose()?,
+        subject: given(params.subject)
+            .map(|s| outbox::check_subject(&s).map(|()| s).map_err(|e| param_error("subject", &e.to_string())))
+            .transpose()?,
         before: given(params.before),
         limit,
         ..JobFilter::default()
