@@ -163,6 +163,10 @@ fn run() -> Result<(), BoxError> {
         return reconcile_child(&argv[1..]);
     }
     let args = parse_args()?;
+    // Built with `--features otel`: the outbox's spans are recorded as an application's tracer would record them
+    // (sampled, ended, handed to a provider that exports nothing), so `process` measures the feature's cost.
+    #[cfg(feature = "otel")]
+    let _tracer = otel::install()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let backends: Vec<Backend> = [Backend::Sqlite, Backend::Postgres]
         .into_iter()
@@ -201,6 +205,21 @@ fn run() -> Result<(), BoxError> {
         }
     }
     Ok(())
+}
+
+#[cfg(feature = "otel")]
+mod otel {
+    use opentelemetry::trace::TracerProvider;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// Installs a tracer recording every span; the provider is kept for the run.
+    pub(super) fn install() -> Result<SdkTracerProvider, super::BoxError> {
+        let provider = SdkTracerProvider::builder().build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("outbox-bench"));
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))?;
+        Ok(provider)
+    }
 }
 
 fn main() -> ExitCode {

@@ -179,6 +179,7 @@ fn defaults() {
             rate_key: None,
             fair: None,
             cost: None,
+            subject: None,
         }
     );
     assert_eq!(serde_json::to_value(Ping { at: 5 }).expect("serializes"), json!({"at": 5}));
@@ -207,4 +208,20 @@ fn options_from_macro_fragments() {
     assert_eq!(FromMacro::KIND, "from_macro");
     assert_eq!(FromMacro::OPTS, KindOpts { priority: -3, key_fields: &["id"], ..KindOpts::DEFAULT });
     assert_keys_are_properties(&FromMacro { id: 1 });
+}
+
+/// A confirmation about its order: the subject template reads a serialized field.
+#[derive(Job, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[job(kind = "order.confirm", subject = "order:{orderId}")]
+struct ConfirmOrder {
+    order_id: u64,
+}
+
+#[test]
+fn subject_template() {
+    assert_eq!(ConfirmOrder::OPTS, KindOpts { subject: Some("order:{orderId}"), ..KindOpts::DEFAULT });
+    let kind = outbox::Kind::of::<ConfirmOrder>().expect("kind");
+    assert_eq!(kind.subject(), Some("order:{orderId}"));
+    assert_eq!(serde_json::to_value(ConfirmOrder { order_id: 42 }).expect("serializes"), json!({"orderId": 42}));
 }

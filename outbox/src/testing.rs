@@ -285,7 +285,8 @@ async fn run(worker: &Worker, attempt: Attempt, payload: String, schema_hash: St
         cancel: cancel.clone(),
         store: worker.store.clone(),
     };
-    let mut task = tokio::spawn((registered.handler)(payload, schema_hash, ctx));
+    let span = crate::trace::job_span(&attempt.id, &attempt.kind, &attempt.queue, attempt.attempt, attempt.run, None);
+    let mut task = tokio::spawn(tracing::Instrument::instrument((registered.handler)(payload, schema_hash, ctx), span));
     let mut timed_out = None;
     let result = match registered.timeout {
         None => task.await,

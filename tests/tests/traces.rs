@@ -197,3 +197,36 @@ async fn the_metrics_reach_an_opentelemetry_meter(t: TestDb) {
     drop(metrics);
     provider.shutdown().expect("shutdown");
 }
+
+conformance!(a_remote_worker_s_claim_carries_the_jobs_trace_context);
+/// A remote worker's claim gives each job the trace context it was enqueued in, as the two W3C headers, to
+/// continue the trace in another language; a job without one gives nulls.
+async fn a_remote_worker_s_claim_carries_the_jobs_trace_context(t: TestDb) {
+    let stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 congo=t61rcWkgMzE";
+    let traced = outbox::enqueue(&t.db, &TraceProbe { n: 1, fail_first: false }, EnqueueOpts::new().trace(stored))
+        .await
+        .expect("enqueue");
+    let plain =
+        outbox::enqueue(&t.db, &TraceProbe { n: 2, fail_first: false }, EnqueueOpts::new()).await.expect("enqueue");
+    let bad = outbox::enqueue(&t.db, &TraceProbe { n: 3, fail_first: false }, EnqueueOpts::new().trace("00-zz"));
+    let err = bad.await.expect_err("a malformed context set by code is refused");
+    assert!(err.to_string().contains("is not a W3C traceparent"), "{err}");
+    ops::record_kind(&t.db, &Kind::of::<TraceProbe>().expect("kind"), "test").await.expect("record the kind");
+    let served = Served::start(&t.db, ServerOpts::new()).await;
+    let answer: serde_json::Value = http_client()
+        .post(served.url("/api/work/claim"))
+        .json(&json!({"worker": "elsewhere", "kinds": ["test.trace_probe"], "limit": 10}))
+        .send()
+        .await
+        .expect("claim")
+        .json()
+        .await
+        .expect("json");
+    let jobs = answer["jobs"].as_array().expect("jobs");
+    let of = |id: &str| jobs.iter().find(|j| j["id"] == id).unwrap_or_else(|| panic!("{id} in {answer}"));
+    let traced = of(traced.id());
+    assert_eq!(traced["traceparent"], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    assert_eq!((traced["tracestate"].as_str(), traced["run"].as_i64()), (Some("congo=t61rcWkgMzE"), Some(1)));
+    let plain = of(plain.id());
+    assert!(plain["traceparent"].is_null() && plain["tracestate"].is_null(), "{plain}");
+}
