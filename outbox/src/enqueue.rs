@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
+use sea_orm::ConnectionTrait;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -455,48 +455,4 @@ enum Slot {
     Duplicate(usize),
     /// The `i`-th job written alone, in order (a keyed job of a sequence).
     Alone(usize),
-}
-
-/// Opens a write transaction that is safe on every backend: where the database is an embedded file it takes
-/// the write lock at once (`BEGIN IMMEDIATE`, waiting out other writers), so reading before writing cannot
-/// fail with "database is locked" the way a plain `db.begin()` does there under concurrency. Commit it yourself; [`transaction`] does
-/// that for you and also wakes this process's workers at once.
-pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
-    storage::begin_write(db).await
-}
-
-/// Runs `f` in a write transaction opened by [`begin`], commits when it returns `Ok`, rolls back otherwise,
-/// and wakes this process's workers after a commit. `f` is an async closure called once; its error type is
-/// yours, as long as it converts from [`Error`] (and, to use `?` on sea-orm calls, from `sea_orm::DbErr`,
-/// as [`Error`] itself does).
-///
-/// ```
-/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), outbox::Error> {
-/// use outbox::sea_orm::ConnectionTrait;
-/// let note = String::from("hello");
-/// let rows = outbox::transaction(db, async |txn| {
-///     let done = txn.execute_unprepared(&format!("SELECT '{note}'")).await?;
-///     Ok::<_, outbox::Error>(done.rows_affected())
-/// })
-/// .await?;
-/// # let _ = rows; Ok(()) }
-/// ```
-pub async fn transaction<T, E, F>(db: &DatabaseConnection, f: F) -> std::result::Result<T, E>
-where
-    F: AsyncFnOnce(&DatabaseTransaction) -> std::result::Result<T, E>,
-    E: From<Error>,
-{
-    let txn = begin(db).await?;
-    let value = match f(&txn).await {
-        Ok(value) => value,
-        Err(e) => {
-            if let Err(rb) = txn.rollback().await {
-                tracing::warn!(error = %rb, "rolling back a failed transaction");
-            }
-            return Err(e);
-        }
-    };
-    txn.commit().await.map_err(|e| E::from(Error::db("committing a transaction")(e)))?;
-    wake::wake();
-    Ok(value)
 }

@@ -30,11 +30,12 @@ mod storage;
 pub mod testing;
 mod time;
 pub mod trace;
+mod transaction;
 mod wake;
 mod worker;
 
 pub use connect::{ConnectOpts, connect, connect_with};
-pub use enqueue::{EnqueueOpts, Enqueued, begin, enqueue, enqueue_batch, enqueue_batch_raw, enqueue_raw, transaction};
+pub use enqueue::{EnqueueOpts, Enqueued, enqueue, enqueue_batch, enqueue_batch_raw, enqueue_raw};
 pub use error::{Error, Result};
 pub use id::new_job_id;
 pub use job::{Job, KindOpts, SequenceFailure, Violation};
@@ -48,6 +49,7 @@ pub use record::{
     ScheduleRecord, WorkerRecord,
 };
 pub use retention::Retention;
+pub use transaction::{begin, transaction};
 pub use wake::Watch;
 pub use worker::{IntoOutput, JobContext, JobError, RetryPolicy, Worker, WorkerBuilder, WorkerHandle, shutdown_signal};
 

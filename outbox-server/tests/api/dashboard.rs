@@ -176,6 +176,43 @@ async fn the_jobs_page_is_live_and_its_filters_narrow_it(t: TestDb) {
     dash.no_console_errors("the jobs and job pages").await;
 }
 
+sqlite_only!(a_subject_s_jobs_are_listed_cancelled_and_retried_together);
+/// The jobs page filtered by subject lists that subject's jobs alone; its buttons cancel what has not started and
+/// put it back, and a job's page links to its subject.
+async fn a_subject_s_jobs_are_listed_cancelled_and_retried_together(t: TestDb) {
+    for (n, subject) in [(1, "order:42"), (2, "order:42"), (3, "order:7")] {
+        outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new().subject(subject)).await.expect("enqueue");
+    }
+    let name = "a_subject_s_jobs_are_listed_cancelled_and_retried_together";
+    let Some(dash) = Dash::open(&t, name, OPERATE).await else { return };
+    dash.visit("#/jobs?subject=order%3A42", "Jobs").await;
+    dash.browser
+        .until("the subject's two jobs", "return document.querySelectorAll('tr[data-job-id]').length === 2;")
+        .await;
+    let status = |s: &'static str| {
+        format!(
+            "const rows = [...document.querySelectorAll('tr[data-job-id]')]; \
+             return rows.length === 2 && rows.every((r) => r.dataset.status === '{s}');"
+        )
+    };
+    dash.browser.click("#cancel-subject").await;
+    dash.browser.text_of("#status", |s| s.contains("Cancelled 2 jobs of order:42")).await;
+    dash.browser.until("both cancelled", &status("cancelled")).await;
+    let other = ops::by_subject(&t.db, "order:7", 10).await.expect("by subject");
+    assert_eq!(other[0].status, JobStatus::Pending, "another subject's job is untouched");
+    dash.browser.click("#retry-subject").await;
+    dash.browser.text_of("#status", |s| s.contains("Retried 2 jobs of order:42")).await;
+    dash.browser.until("both pending again", &status("pending")).await;
+    // A job's page shows its subject, linking to the subject's jobs.
+    let id = ops::by_subject(&t.db, "order:7", 10).await.expect("by subject")[0].id.clone();
+    dash.visit(&format!("#/jobs/{id}"), &id).await;
+    dash.browser.click("a[href='#/jobs?subject=order%3A7']").await;
+    dash.browser
+        .until("the other subject's job", "return document.querySelectorAll('tr[data-job-id]').length === 1;")
+        .await;
+    dash.no_console_errors("the jobs page by subject").await;
+}
+
 sqlite_only!(retry_on_a_failed_job_makes_it_pending);
 async fn retry_on_a_failed_job_makes_it_pending(t: TestDb) {
     let ids = some_of_everything(&t).await;

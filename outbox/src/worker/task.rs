@@ -66,9 +66,8 @@ pub(super) fn in_span(fut: super::handler::HandlerFuture, span: tracing::Span) -
     Box::pin(
         async move {
             let result = fut.await;
-            match &result {
-                Err(JobError::Retry(e) | JobError::Permanent(e)) => crate::trace::failed(&record, e),
-                Ok(_) | Err(_) => {}
+            if let Err(JobError::Retry(e) | JobError::Permanent(e)) = &result {
+                crate::trace::failed(&record, e);
             }
             result
         }
