@@ -88,7 +88,7 @@ pub struct KindOpts {
     pub cost: Option<&'static str>,
     /// The template of the domain row each job is about (`"order:{orderId}"`), like a sequence template: stored
     /// with the job and indexed, so the jobs of one order can be listed, cancelled and retried together
-    /// ([`crate::ops::JobFilter::subject`]). An enqueue can name its own ([`crate::EnqueueOpts::subject`]).
+    /// ([`crate::JobFilter::subject`]). An enqueue can name its own ([`crate::EnqueueOpts::subject`]).
     pub subject: Option<&'static str>,
 }
 
