@@ -34,9 +34,11 @@ impl Counters {
             completed: counter("outbox.jobs.completed", "Jobs completed"),
             failed: counter("outbox.jobs.failed", "Jobs failed for good"),
             retried: counter("outbox.jobs.retried", "Attempts that failed (or lost their lease) and will run again"),
+            // The buckets of `/metrics`' histogram: 1 ms to about 4.7 hours, doubling.
             duration: meter
                 .f64_histogram("outbox.job.duration")
                 .with_unit("s")
+                .with_boundaries((0..25).map(|i| 0.001 * f64::from(1_u32 << i)).collect())
                 .with_description("Time from claim to completion of completed jobs")
                 .build(),
         }
@@ -61,10 +63,11 @@ impl Counters {
     }
 }
 
-/// The tasks that feed a meter; they stop when this is dropped.
+/// The tasks that feed a meter; they stop when this is dropped, and the gauges then observe nothing.
 #[must_use = "the metrics stop when this is dropped"]
 pub struct OtelMetrics {
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    snapshot: Arc<Mutex<Option<Gauges>>>,
 }
 
 impl Drop for OtelMetrics {
@@ -72,19 +75,26 @@ impl Drop for OtelMetrics {
         for task in &self.tasks {
             task.abort();
         }
+        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 
 /// Publishes the figures of `GET /metrics` on `meter`: counters and the duration histogram from the event feed
-/// (every event after this call returns, polled every `refresh` and woken by commits), gauges read every
-/// `refresh`. Keep what it returns for as long as the metrics should flow.
+/// (every event after this call returns, polled every `refresh` and woken by commits), gauges read before it
+/// returns and every `refresh` after. Keep what it returns for as long as the metrics should flow.
 pub async fn otel_metrics(db: DatabaseConnection, meter: &Meter, refresh: Duration) -> OtelMetrics {
     let start = Following::start(db.clone(), refresh).await;
     let counters = FleetCounters::with_otel(Counters::new(meter));
-    let snapshot: Arc<Mutex<Gauges>> = Arc::default();
+    // No reading yet (or none any more) observes nothing, rather than zeros an alert would take for the fleet's.
+    let first = Gauges::read(&db).await.inspect_err(|e| tracing::warn!(error = %e, "reading the gauges")).ok();
+    let snapshot: Arc<Mutex<Option<Gauges>>> = Arc::new(Mutex::new(first));
     let read = {
         let snapshot = Arc::clone(&snapshot);
-        move || snapshot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        move || snapshot.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
+    };
+    let observed = {
+        let snapshot = Arc::clone(&snapshot);
+        move || snapshot.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     };
     let jobs = read.clone();
     meter
@@ -111,24 +121,35 @@ pub async fn otel_metrics(db: DatabaseConnection, meter: &Meter, refresh: Durati
         .f64_observable_gauge("outbox.oldest_pending_age")
         .with_unit("s")
         .with_description("How long the oldest due pending job has waited")
-        .with_callback(move |o| o.observe(age().oldest_age_seconds, &[]))
+        .with_callback({
+            let observed = observed.clone();
+            move |o| {
+                if observed() {
+                    o.observe(age().oldest_age_seconds, &[]);
+                }
+            }
+        })
         .build();
     meter
         .i64_observable_gauge("outbox.workers")
         .with_description("Live workers (in-process and remote) in the registry")
-        .with_callback(move |o| o.observe(read().workers, &[]))
+        .with_callback(move |o| {
+            if observed() {
+                o.observe(read().workers, &[]);
+            }
+        })
         .build();
     let refresher = {
-        let db = db.clone();
+        let (db, snapshot) = (db.clone(), Arc::clone(&snapshot));
         tokio::spawn(async move {
             loop {
+                tokio::time::sleep(refresh).await;
                 match Gauges::read(&db).await {
-                    Ok(gauges) => *snapshot.lock().unwrap_or_else(|e| e.into_inner()) = gauges,
+                    Ok(gauges) => *snapshot.lock().unwrap_or_else(|e| e.into_inner()) = Some(gauges),
                     Err(e) => tracing::warn!(error = %e, "reading the gauges for OpenTelemetry"),
                 }
-                tokio::time::sleep(refresh).await;
             }
         })
     };
-    OtelMetrics { tasks: vec![tokio::spawn(counters.count_from(start)), refresher] }
+    OtelMetrics { tasks: vec![tokio::spawn(counters.count_from(start)), refresher], snapshot }
 }

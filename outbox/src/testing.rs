@@ -217,6 +217,7 @@ pub async fn run_job<C: ConnectionTrait>(worker: &Worker, conn: &C, id: &str) ->
         attempt: job.attempts + 1,
         max_attempts: job.max_attempts,
         run: job.runs + 1,
+        trace: job.trace,
     };
     run(worker, attempt, job.payload.to_string(), job.schema_hash).await
 }
@@ -245,6 +246,7 @@ pub async fn perform_attempt<J: Job>(worker: &Worker, payload: &J, attempt: i32,
         attempt,
         max_attempts,
         run: attempt,
+        trace: None,
     };
     let hash = registered.kind.schema_hash().to_owned();
     run(worker, attempt, text, hash).await
@@ -258,6 +260,8 @@ struct Attempt {
     attempt: i32,
     max_attempts: i32,
     run: i32,
+    /// The trace context the job was enqueued in, which its span continues.
+    trace: Option<String>,
 }
 
 fn registered<'w>(worker: &'w Worker, kind: &str) -> Result<&'w crate::worker::Registered> {
@@ -285,8 +289,9 @@ async fn run(worker: &Worker, attempt: Attempt, payload: String, schema_hash: St
         cancel: cancel.clone(),
         store: worker.store.clone(),
     };
-    let span = crate::trace::job_span(&attempt.id, &attempt.kind, &attempt.queue, attempt.attempt, attempt.run, None);
-    let mut task = tokio::spawn(tracing::Instrument::instrument((registered.handler)(payload, schema_hash, ctx), span));
+    let trace = attempt.trace.as_deref();
+    let span = crate::trace::job_span(&attempt.id, &attempt.kind, &attempt.queue, attempt.attempt, attempt.run, trace);
+    let mut task = tokio::spawn(crate::worker::in_span((registered.handler)(payload, schema_hash, ctx), span));
     let mut timed_out = None;
     let result = match registered.timeout {
         None => task.await,

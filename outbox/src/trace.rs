@@ -7,6 +7,9 @@
 //! first run, a new trace linked to it on every later one (a retry, a rescue, a snooze), so a job retried for an
 //! hour does not stretch the trace of the request that enqueued it. Without the feature nothing of
 //! OpenTelemetry is compiled and no context is stored, unless an enqueue names one ([`crate::EnqueueOpts::trace`]).
+//!
+//! Both are INFO spans of the target `outbox::trace`. A filter that drops them still lets an enqueue store its
+//! caller's context, but a worker whose filter drops `outbox.job` runs the handler outside the trace.
 
 use tracing::Span;
 use tracing::field::Empty;
@@ -43,7 +46,7 @@ pub(crate) fn context_of(span: &Span, explicit: Option<&str>) -> Option<String> 
 pub(crate) fn job_span(id: &str, kind: &str, queue: &str, attempt: i32, run: i32, trace: Option<&str>) -> Span {
     let span = tracing::info_span!("outbox.job", otel.name = %format!("process {kind}"), otel.kind = "consumer",
         job.id = %id, job.kind = %kind, job.queue = %queue, job.attempt = attempt, job.run = run,
-        otel.status_code = Empty, otel.status_message = Empty);
+        otel.status_code = Empty, otel.status_description = Empty);
     #[cfg(feature = "otel")]
     otel::continue_trace(&span, run, trace);
     #[cfg(not(feature = "otel"))]
@@ -54,7 +57,7 @@ pub(crate) fn job_span(id: &str, kind: &str, queue: &str, attempt: i32, run: i32
 /// Marks `span` failed with `error`.
 pub(crate) fn failed(span: &Span, error: &str) {
     span.record("otel.status_code", "error");
-    span.record("otel.status_message", error);
+    span.record("otel.status_description", error);
 }
 
 /// What is wrong with `text` as a stored trace context (`traceparent`, then optionally a space and the
@@ -122,11 +125,14 @@ pub fn from_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Opti
     let parent = traceparent?.trim();
     parse_parent(parent)?;
     let state = tracestate.map(str::trim).filter(|s| !s.is_empty());
-    let text = match state {
-        Some(state) => format!("{parent} {state}"),
-        None => parent.to_owned(),
-    };
-    check(&text).ok().map(|()| text)
+    if let Some(state) = state {
+        let text = format!("{parent} {state}");
+        if check(&text).is_ok() {
+            return Some(text);
+        }
+    }
+    // A `tracestate` that cannot be kept is dropped alone, as W3C Trace Context asks.
+    Some(parent.to_owned())
 }
 
 #[cfg(feature = "otel")]
@@ -137,12 +143,14 @@ mod otel {
     use tracing::Span;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-    /// The span's trace context as stored, when its caller is in a trace (the current span has a valid context).
+    /// The span's trace context as stored, when its caller is in a trace (the current span has a valid context);
+    /// the caller's own when the enqueue span is filtered out (`outbox::trace` below INFO).
     pub(super) fn header(span: &Span) -> Option<String> {
-        if !Span::current().context().span().span_context().is_valid() {
+        let caller = Span::current().context();
+        if !caller.span().span_context().is_valid() {
             return None;
         }
-        let cx = span.context();
+        let cx = if span.is_disabled() { caller } else { span.context() };
         let sc = cx.span().span_context().clone();
         if !sc.is_valid() {
             return None;
@@ -210,5 +218,8 @@ mod tests {
         assert_eq!(from_headers(Some(PARENT), Some("")).as_deref(), Some(PARENT));
         assert_eq!(from_headers(Some("00-zz"), Some("a=b")), None);
         assert_eq!(from_headers(None, Some("a=b")), None);
+        // A tracestate that cannot be kept is dropped; the traceparent is not.
+        assert_eq!(from_headers(Some(PARENT), Some(&"a=b,".repeat(400))).as_deref(), Some(PARENT));
+        assert_eq!(from_headers(Some(PARENT), Some("a=\u{7}")).as_deref(), Some(PARENT));
     }
 }

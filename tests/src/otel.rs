@@ -56,6 +56,8 @@ pub struct SpanRecord {
     pub job_id: Option<String>,
     /// Its `job.run` attribute.
     pub run: Option<i64>,
+    /// The description of its error status, when it ended in error.
+    pub error: Option<String>,
 }
 
 impl SpanRecord {
@@ -77,6 +79,10 @@ impl SpanRecord {
                 opentelemetry::Value::I64(n) => Some(n),
                 _ => None,
             }),
+            error: match &span.status {
+                opentelemetry::trace::Status::Error { description } => Some(description.to_string()),
+                _ => None,
+            },
         }
     }
 }

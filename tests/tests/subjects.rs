@@ -144,7 +144,7 @@ async fn orders_join_their_jobs_by_subject(t: TestDb) {
         .await
         .expect("by time");
     assert_eq!(recent.len(), 5);
-    // The history joins too.
+    // The feed rows that name the job join too (its enqueue; claims and completions list many jobs in one row).
     let (job, events) = job::Entity::find_by_id(first.id.clone())
         .find_with_related(outbox::entity::job_event::Entity)
         .all(&t.db)

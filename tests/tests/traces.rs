@@ -45,11 +45,27 @@ async fn a_job_continues_the_trace_that_enqueued_it_in_another_process(t: TestDb
         .instrument(request("POST /orders/2"))
         .await
         .expect("enqueue");
-    drop(guard);
-    // A caller of the HTTP API with a trace context of its own, and one whose header is malformed (ignored).
+    // A caller of the HTTP API, handled by a server that records spans too (the router called in this task, under
+    // this subscriber): the server's request span is the caller's child, and the job continues its enqueue span.
     ops::record_kind(&t.db, &Kind::of::<TraceProbe>().expect("kind"), "test").await.expect("record the kind");
-    let served = Served::start(&t.db, ServerOpts::new()).await;
     let caller = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let traced_server = {
+        use tower::ServiceExt;
+        let request = axum::http::Request::post("/api/jobs")
+            .header("content-type", "application/json")
+            .header("traceparent", format!("00-{}-{}-01", caller.0, caller.1))
+            .body(axum::body::Body::from(r#"{"kind": "test.trace_probe", "payload": {"n": 5, "fail_first": false}}"#))
+            .expect("request");
+        let answer = outbox_server::router(t.db.clone(), ServerOpts::new()).oneshot(request).await.expect("answer");
+        assert_eq!(answer.status(), 201);
+        let body = http_body_util::BodyExt::collect(answer.into_body()).await.expect("body").to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        body["id"].as_str().expect("id").to_owned()
+    };
+    drop(guard);
+    // A caller of the HTTP API with a trace context of its own, and one whose header is malformed (ignored), to a
+    // server without an OpenTelemetry layer: the context is stored as it came.
+    let served = Served::start(&t.db, ServerOpts::new()).await;
     let post = async |n: u64, traceparent: &str| {
         let answer = http_client()
             .post(served.url("/api/jobs"))
@@ -82,10 +98,15 @@ async fn a_job_continues_the_trace_that_enqueued_it_in_another_process(t: TestDb
         Some(format!("00-{}-{}-01 congo=t61rcWkgMzE", caller.0, caller.1).as_str())
     );
     assert_eq!(stored_trace(&t, &malformed).await, None, "a malformed traceparent is ignored");
+    let (server_trace, server_enqueue) = ids(&stored_trace(&t, &traced_server).await.expect("a stored context"));
+    assert_eq!(server_trace, caller.0, "the server continued the caller's trace");
+    let enqueue = mine.iter().find(|s| s.span_id == server_enqueue).expect("the server's enqueue span");
+    let request = mine.iter().find(|s| Some(&s.span_id) == enqueue.parent.as_ref()).expect("its parent");
+    assert_eq!((request.name.as_str(), request.parent.as_deref()), ("POST /api/jobs", Some(caller.1)));
 
-    // The worker of another process runs the four jobs and prints its spans.
+    // The worker of another process runs the five jobs and prints its spans.
     let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-otel-worker"));
-    command.args([&t.url, "4"]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.args([&t.url, "5"]).stdout(Stdio::piped()).stderr(Stdio::piped());
     let output = ChildProcess::spawn(&mut command).output_within(Duration::from_secs(90));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "the worker failed: {stderr}");
@@ -112,6 +133,11 @@ async fn a_job_continues_the_trace_that_enqueued_it_in_another_process(t: TestDb
     assert_eq!((run[0].trace_id.as_str(), run[0].parent.as_deref()), (caller.0, Some(caller.1)));
     let run = runs_of(&theirs, &malformed);
     assert_eq!((run[0].parent.as_ref(), run[0].links.len()), (None, 0));
+    let run = runs_of(&theirs, &traced_server);
+    assert_eq!((run[0].trace_id.as_str(), run[0].parent.as_ref()), (caller.0, Some(&server_enqueue)));
+    // A failed run says why on its span.
+    assert_eq!(runs[0].error.as_deref(), Some("the first attempt fails"));
+    assert_eq!(runs[1].error, None);
 }
 
 /// Built without its `otel` feature, outbox depends on nothing of OpenTelemetry; with it, on the API and the

@@ -180,3 +180,50 @@ async fn actions_follow_the_lifecycle(t: TestDb) {
     let bare = server.operate(Method::POST, "/api/jobs/retry-failed", None).await;
     assert_eq!(bare.ok(200), &json!({"retried": 1}));
 }
+
+conformance!(subjects_list_cancel_and_retry_a_row_s_jobs);
+/// A subject given on `POST /api/jobs` or derived by a recorded kind's template; `GET /api/jobs?subject=` lists that
+/// subject's jobs alone; `cancel-subject` and `retry-subject` act on them; a subject no job could carry is a 400
+/// naming the field or parameter, with nothing written.
+async fn subjects_list_cancel_and_retry_a_row_s_jobs(t: TestDb) {
+    let schema = json!({"type": "object", "properties": {"id": {"type": "integer"}}});
+    let opts = outbox::KindOpts { subject: Some("order:{id}"), ..outbox::KindOpts::DEFAULT };
+    let kind = outbox::Kind::from_schema("order.confirm", schema, opts).expect("kind");
+    ops::record_kind(&t.db, &kind, "elsewhere").await.expect("record the kind");
+    let server = Server::start(&t).await;
+    let derived = server.enqueue(json!({"kind": "order.confirm", "payload": {"id": 7}})).await;
+    let derived = derived.ok(201)["id"].as_str().expect("id").to_owned();
+    assert_eq!(ops::get(&t.db, &derived).await.expect("get").subject.as_deref(), Some("order:7"), "from the template");
+    let given = server.enqueue(json!({"kind": "probe", "payload": {"n": 1}, "subject": "order:7"})).await;
+    given.ok(201);
+    server.enqueue(json!({"kind": "probe", "payload": {"n": 2}, "subject": "order:8"})).await.ok(201);
+
+    let listed = server.get("/api/jobs?subject=order:7").await;
+    let subjects: Vec<&str> =
+        listed.ok(200)["jobs"].as_array().expect("jobs").iter().map(|j| j["subject"].as_str().expect("s")).collect();
+    assert_eq!(subjects, ["order:7", "order:7"]);
+
+    let cancelled = server.operate(Method::POST, "/api/jobs/cancel-subject", Some(json!({"subject": "order:7"}))).await;
+    assert_eq!(cancelled.ok(200), &json!({"cancelled": 2}));
+    assert_eq!(ops::get(&t.db, &derived).await.expect("get").status, outbox::JobStatus::Cancelled);
+    let retried = server.operate(Method::POST, "/api/jobs/retry-subject", Some(json!({"subject": "order:7"}))).await;
+    assert_eq!(retried.ok(200), &json!({"retried": 2}));
+    let other = ops::by_subject(&t.db, "order:8", 10).await.expect("by subject");
+    assert_eq!(other[0].status, outbox::JobStatus::Pending, "another subject's job is untouched");
+
+    // Refusals name what is at fault, and write nothing.
+    let long = "x".repeat(257);
+    let refused = server.enqueue(json!({"kind": "probe", "payload": {"n": 3}, "subject": ""})).await;
+    assert!(refused.error(400, "invalid_request").contains("field `subject`: the subject is empty"));
+    // A payload the template cannot make a subject of: the field is named.
+    let refused = server.enqueue(json!({"kind": "order.confirm", "payload": {}})).await;
+    let message = refused.error(422, "invalid_payload");
+    assert!(message.contains("/id") && message.contains("the subject `order:{id}` needs it"), "{message}");
+    let refused = server.get(&format!("/api/jobs?subject={long}")).await;
+    assert!(refused.error(400, "invalid_request").contains("query parameter `subject`: the subject is 257 bytes"));
+    for route in ["/api/jobs/cancel-subject", "/api/jobs/retry-subject"] {
+        let refused = server.operate(Method::POST, route, Some(json!({"subject": "a\u{0}b"}))).await;
+        assert!(refused.error(400, "invalid_request").contains("field `subject`"), "{route}: {:?}", refused.body);
+    }
+    assert_eq!(ops::list(&t.db, &Default::default()).await.expect("list").len(), 3, "nothing written");
+}

@@ -50,10 +50,12 @@ pub struct Model {
     pub updated_at: Timestamp,
 }
 
-/// A job's history.
+/// A job's own rows of the event feed.
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {
-    /// Its events, oldest first by id.
+    /// The event rows that name the job (its enqueue on SQLite, operators' actions, rescues, ...). A worker's claims
+    /// and completions are rows of their own that list many jobs (`job_id` empty): [`crate::ops::history`] reads a
+    /// job's whole history.
     #[sea_orm(has_many = "super::job_event::Entity")]
     Events,
 }

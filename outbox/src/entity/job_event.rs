@@ -1,5 +1,6 @@
-//! `outbox_job_events`, read-only: each job's history and the event feed, one row per transition, in commit order.
-//! A worker's claim or completion of many jobs writes one row of its own (`job_id` empty), listing them in `jobs`.
+//! `outbox_job_events`, read-only: the event feed, a row per transition of one job, or one row for a worker's claim
+//! or completion of many (`job_id` empty, the jobs listed in its `jobs` column, which this entity leaves out).
+//! [`crate::ops::history`] reads one job's whole history and [`crate::ops::feed`] the feed in commit order.
 
 use sea_orm::entity::prelude::*;
 

@@ -1,5 +1,5 @@
 //! The outbox's tables as read-only sea-orm entities, for an application's own queries and joins: "the failed jobs
-//! of order 42", "orders whose confirmation has not run", a job's history.
+//! of order 42", "orders whose confirmation has not run", the feed's rows of a job.
 //!
 //! Read them, join them, count them; write through the library ([`crate::enqueue`], [`crate::ops`]), which keeps
 //! what the rows must agree on (sequences, keys, leases, the event feed). An active model of these entities refuses

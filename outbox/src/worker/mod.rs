@@ -26,7 +26,7 @@ pub use run::shutdown_signal;
 /// How a worker words a failed attempt and a handler dropped at its timeout, for `testing` to say the same.
 #[cfg(feature = "testing")]
 pub(crate) use {
-    task::panic_message,
+    task::{in_span, panic_message},
     watchdog::{failure as failed_attempt, timeout_message},
 };
 

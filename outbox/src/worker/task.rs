@@ -60,7 +60,7 @@ pub(super) fn outcome(
 }
 
 /// `fut` run in the job's span, which records how it failed.
-pub(super) fn in_span(fut: super::handler::HandlerFuture, span: tracing::Span) -> super::handler::HandlerFuture {
+pub(crate) fn in_span(fut: super::handler::HandlerFuture, span: tracing::Span) -> super::handler::HandlerFuture {
     use tracing::Instrument;
     let record = span.clone();
     Box::pin(

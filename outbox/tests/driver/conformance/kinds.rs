@@ -28,8 +28,14 @@ pub(super) fn kind_row(name: &str) -> KindRow {
 }
 
 async fn kinds_are_recorded_and_listed(db: &DatabaseConnection) -> Result<()> {
-    let b =
-        KindRow { unique: false, sequence: None, on_sequence_failure: "continue", concurrency: None, ..kind_row("b") };
+    let b = KindRow {
+        unique: false,
+        sequence: None,
+        on_sequence_failure: "continue",
+        concurrency: None,
+        subject: None,
+        ..kind_row("b")
+    };
     kinds::record(db, &[b, kind_row("a")], "w1", T0).await?;
     let all = kinds::list(db, None).await?;
     assert_eq!(all.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
@@ -43,6 +49,7 @@ async fn kinds_are_recorded_and_listed(db: &DatabaseConnection) -> Result<()> {
         (true, Some("s:{id}"), Some(4), 1, 5)
     );
     assert_eq!((a.recorded_by.as_deref(), a.first_seen_at, a.updated_at), (Some("w1"), from_ms(T0), from_ms(T0)));
+    assert_eq!((a.subject.as_deref(), all[1].subject.as_deref()), (Some("order:{id}"), None));
     let b = kinds::list(db, Some("b")).await?;
     assert_eq!(b.len(), 1);
     assert_eq!(

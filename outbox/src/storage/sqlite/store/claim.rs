@@ -264,7 +264,11 @@ fn claimed_row(row: &rusqlite::Row<'_>) -> std::result::Result<ClaimedJob, Unrea
         schema_hash: text(row, 6).map_err(at("schema_hash"))?,
         run: int(row, 7).map_err(at("runs"))?,
         sequenced: int(row, 8).map_err(at("sequence_key"))? != 0,
-        trace: maybe_text(row, 10).map_err(at("trace"))?,
+        // Metadata: a value nothing could have meant as a context is passed over, not the job failed for it.
+        trace: maybe_text(row, 10).unwrap_or_else(|found| {
+            tracing::warn!(job_id = %shown(row, 0), found = %found, "a job's trace context is unreadable; ignored");
+            None
+        }),
     })
 }
 
