@@ -829,3 +829,48 @@ fn the_openapi_document_is_printed_without_a_database() {
     assert!(doc["paths"]["/api/work/claim"]["post"].is_object(), "{doc}");
     assert!(!env.db.exists(), "printing the document opened no database");
 }
+
+/// `--subject` on enqueue, list, cancel and retry: a subject's jobs listed, cancelled and put back together, the
+/// others untouched; a subject no job could carry exits 2 naming it, with nothing written.
+#[test]
+fn subjects_are_enqueued_listed_cancelled_and_retried() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let enqueue = |path: &str, subject: &str| {
+        let payload = json!({ "path": path, "content": "x\n" }).to_string();
+        let run = env.ok(&["enqueue", "create_file", "--payload", &payload, "--subject", subject, "--format", "json"]);
+        run.json()["id"].as_str().expect("id").to_owned()
+    };
+    let (a, b, c) = (enqueue("a.txt", "order:42"), enqueue("b.txt", "order:42"), enqueue("c.txt", "order:7"));
+    assert!(env.ok(&["get", &a]).stdout.contains("subject       order:42"));
+    let listed = env.ok(&["list", "--subject", "order:42", "--format", "json"]).json();
+    let ids: Vec<&str> = listed.as_array().expect("jobs").iter().map(|j| j["id"].as_str().expect("id")).collect();
+    assert_eq!(ids, [b.as_str(), a.as_str()]);
+
+    let cancelled = env.ok(&["cancel", "--subject", "order:42", "--format", "json"]).json();
+    assert_eq!(cancelled, json!({"cancelled": 2, "subject": "order:42"}));
+    assert_eq!(
+        (status_of(&env, &a), status_of(&env, &b), status_of(&env, &c)),
+        ("cancelled".into(), "cancelled".into(), "pending".into())
+    );
+    assert!(
+        env.ok(&["retry", "--subject", "order:42"])
+            .stdout
+            .contains("retried 2 failed or cancelled job(s) about order:42")
+    );
+    assert_eq!(status_of(&env, &a), "pending");
+
+    for args in [
+        vec!["enqueue", "create_file", "--payload", r#"{"path": "d.txt", "content": "x"}"#, "--subject", ""],
+        vec!["list", "--subject", ""],
+        vec!["cancel", "--subject", ""],
+        vec!["retry", "--subject", ""],
+    ] {
+        let run = env.run(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}{}", run.stdout, run.stderr);
+        run.error_naming("the subject is empty");
+    }
+    let run = env.run(&["cancel", &a, "--subject", "order:42"]);
+    assert_eq!(run.code, 2, "an id and a subject: {}", run.stderr);
+    assert_eq!(env.ok(&["list", "--format", "json"]).json().as_array().expect("jobs").len(), 3, "nothing written");
+}

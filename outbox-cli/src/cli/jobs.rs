@@ -39,7 +39,7 @@ pub(crate) struct EnqueueArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = cost_arg)]
     pub(crate) cost: Option<u32>,
     /// The domain row the job is about (`order:42`; default: the kind's subject template).
-    #[arg(long)]
+    #[arg(long, value_parser = subject_arg)]
     pub(crate) subject: Option<String>,
     /// Wait for the job to end, up to this long (forever when no duration is given), and print it as it
     /// ended: exit 0 when completed, 7 when failed or cancelled.
@@ -68,7 +68,7 @@ pub(crate) struct ListArgs {
     #[arg(long)]
     pub(crate) key: Option<String>,
     /// Only jobs about this subject (`order:42`).
-    #[arg(long)]
+    #[arg(long, value_parser = subject_arg)]
     pub(crate) subject: Option<String>,
     /// Only jobs older than this job id: the next page after a page that ended with it.
     #[arg(long, value_name = "ID")]
@@ -90,7 +90,7 @@ pub(crate) struct RetryArgs {
     #[arg(long, requires = "failed")]
     pub(crate) kind: Option<String>,
     /// Retry every failed or cancelled job about this subject (`order:42`) instead.
-    #[arg(long, conflicts_with = "id")]
+    #[arg(long, conflicts_with = "id", value_parser = subject_arg)]
     pub(crate) subject: Option<String>,
 }
 
@@ -100,6 +100,11 @@ pub(crate) struct CancelArgs {
     #[arg(required_unless_present = "subject")]
     pub(crate) id: Option<String>,
     /// Cancel every pending job about this subject (`order:42`) instead.
-    #[arg(long, conflicts_with = "id")]
+    #[arg(long, conflicts_with = "id", value_parser = subject_arg)]
     pub(crate) subject: Option<String>,
+}
+
+/// A subject a job could carry (`order:42`).
+fn subject_arg(text: &str) -> Result<String, String> {
+    outbox::check_subject(text).map(|()| text.to_owned()).map_err(|e| e.to_string())
 }

@@ -76,9 +76,6 @@ pub(super) fn job_rows(jobs: &[JobRecord]) -> Vec<Vec<String>> {
 const JOB_HEADERS: [&str; 7] = ["ID", "KIND", "QUEUE", "STATUS", "ATTEMPTS", "UPDATED", "ERROR"];
 
 pub(super) async fn list(db: &DatabaseConnection, args: ListArgs, format: Format) -> Result<u8> {
-    if let Some(subject) = &args.subject {
-        outbox::check_subject(subject)?;
-    }
     let filter = JobFilter {
         status: args.status,
         kind: args.kind,
