@@ -3,9 +3,10 @@
 //!
 //! Every enqueue runs in an `outbox.enqueue` span and every handler in an `outbox.job` span, whatever the build.
 //! With the `otel` feature, enqueue stores the enqueue span's trace context with the job (a `traceparent`, then a
-//! space and the `tracestate` when there is one), and the handler's span continues it: its child on the job's
-//! first run, a new trace linked to it on every later one (a retry, a rescue, a snooze), so a job retried for an
-//! hour does not stretch the trace of the request that enqueued it. Without the feature nothing of
+//! space and the `tracestate` when there is one) when its caller is in a trace, and the handler's span continues it:
+//! its child on the job's first claim (`run` 1), a new trace linked to it on every later one (a retry, a rescue, a
+//! snooze, a claim given back unrun), so a job retried for an hour does not stretch the trace of the request that
+//! enqueued it. Without the feature nothing of
 //! OpenTelemetry is compiled and no context is stored, unless an enqueue names one ([`crate::EnqueueOpts::trace`]).
 //!
 //! Both are INFO spans of the target `outbox::trace`. A filter that drops them still lets an enqueue store its
