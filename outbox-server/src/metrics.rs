@@ -239,7 +239,7 @@ pub(crate) async fn render(db: &DatabaseConnection, counters: &FleetCounters) ->
 
 /// The gauges read from the database at a scrape (or an OpenTelemetry collection): jobs by kind and status, by
 /// queue and state, the oldest due pending job's age, the live workers.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Gauges {
     pub(crate) jobs: Vec<(String, String, i64)>,
     pub(crate) queues: Vec<(String, String, i64)>,

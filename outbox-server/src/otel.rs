@@ -88,20 +88,17 @@ pub async fn otel_metrics(db: DatabaseConnection, meter: &Meter, refresh: Durati
     // No reading yet (or none any more) observes nothing, rather than zeros an alert would take for the fleet's.
     let first = Gauges::read(&db).await.inspect_err(|e| tracing::warn!(error = %e, "reading the gauges")).ok();
     let snapshot: Arc<Mutex<Option<Gauges>>> = Arc::new(Mutex::new(first));
+    // Each collection observes the latest reading; none before the first or after the handle is dropped.
     let read = {
         let snapshot = Arc::clone(&snapshot);
-        move || snapshot.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
-    };
-    let observed = {
-        let snapshot = Arc::clone(&snapshot);
-        move || snapshot.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        move || snapshot.lock().unwrap_or_else(|e| e.into_inner()).clone()
     };
     let jobs = read.clone();
     meter
         .i64_observable_gauge("outbox.jobs")
         .with_description("Jobs in the database by kind and status")
         .with_callback(move |o| {
-            for (kind, status, n) in jobs().jobs {
+            for (kind, status, n) in jobs().map(|g| g.jobs).unwrap_or_default() {
                 o.observe(n, &[KeyValue::new("kind", kind), KeyValue::new("status", status)]);
             }
         })
@@ -111,7 +108,7 @@ pub async fn otel_metrics(db: DatabaseConnection, meter: &Meter, refresh: Durati
         .i64_observable_gauge("outbox.queue.jobs")
         .with_description("Jobs of each queue by state (available: pending and due)")
         .with_callback(move |o| {
-            for (queue, state, n) in queues().queues {
+            for (queue, state, n) in queues().map(|g| g.queues).unwrap_or_default() {
                 o.observe(n, &[KeyValue::new("queue", queue), KeyValue::new("state", state)]);
             }
         })
@@ -121,12 +118,9 @@ pub async fn otel_metrics(db: DatabaseConnection, meter: &Meter, refresh: Durati
         .f64_observable_gauge("outbox.oldest_pending_age")
         .with_unit("s")
         .with_description("How long the oldest due pending job has waited")
-        .with_callback({
-            let observed = observed.clone();
-            move |o| {
-                if observed() {
-                    o.observe(age().oldest_age_seconds, &[]);
-                }
+        .with_callback(move |o| {
+            if let Some(g) = age() {
+                o.observe(g.oldest_age_seconds, &[]);
             }
         })
         .build();
@@ -134,8 +128,8 @@ pub async fn otel_metrics(db: DatabaseConnection, meter: &Meter, refresh: Durati
         .i64_observable_gauge("outbox.workers")
         .with_description("Live workers (in-process and remote) in the registry")
         .with_callback(move |o| {
-            if observed() {
-                o.observe(read().workers, &[]);
+            if let Some(g) = read() {
+                o.observe(g.workers, &[]);
             }
         })
         .build();

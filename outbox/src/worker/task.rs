@@ -59,9 +59,13 @@ pub(super) fn outcome(
     }
 }
 
-/// `fut` run in the job's span, which records how it failed.
+/// `fut` run in the job's span, which records how it failed. A span no subscriber records (the usual worker without
+/// tracing installed) leaves `fut` as it is: no second box per job.
 pub(crate) fn in_span(fut: super::handler::HandlerFuture, span: tracing::Span) -> super::handler::HandlerFuture {
     use tracing::Instrument;
+    if span.is_disabled() {
+        return fut;
+    }
     let record = span.clone();
     Box::pin(
         async move {
