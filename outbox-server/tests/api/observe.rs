@@ -24,7 +24,7 @@ async fn health_tells_when_the_schema_is_not_current(t: TestDb) {
     let health = server.send(server.request(Method::GET, "/api/health", None)).await;
     assert_eq!(health.status, 503, "{:?}", health.body);
     assert_eq!(health.body["status"], "unhealthy");
-    assert_eq!(health.body["migrations"]["pending"], json!(["001_schema", "002_flow", "003_subject"]));
+    assert_eq!(health.body["migrations"]["pending"], json!(["001_schema", "002_flow", "003_subject", "004_workflow"]));
 }
 
 conformance!(workers_and_metrics_show_the_fleet);

@@ -12,7 +12,7 @@ use super::{Dialect, on_engine};
 use crate::error::{Error, Result};
 
 /// The migrations' names, in the order they apply.
-pub(crate) const MIGRATIONS: [&str; 3] = ["001_schema", "002_flow", "003_subject"];
+pub(crate) const MIGRATIONS: [&str; 4] = ["001_schema", "002_flow", "003_subject", "004_workflow"];
 
 /// The dated migrations of the builds before `001_schema`, in order. A database that applied them all has this
 /// build's schema (held by a test) but for what [`Engine::ADOPT_DATED`] changes.

@@ -8,7 +8,7 @@ use crate::storage::engine::Migration;
 pub(super) const HAS_MIGRATIONS_TABLE: &str =
     "SELECT COUNT(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'outbox_migrations'";
 
-/// The migrations. Undoing the third drops the subject and trace columns; undoing the second drops the flow tables and columns; undoing the first drops every outbox table, with the jobs in them.
+/// The migrations. Undoing the fourth drops the workflow tables and columns and restores the sequence triggers; undoing the third drops the subject and trace columns; undoing the second drops the flow tables and columns; undoing the first drops every outbox table, with the jobs in them.
 pub(super) const MIGRATIONS: &[Migration] = &[
     Migration {
         up: include_str!("migrations/001_schema.sql"),
@@ -33,6 +33,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         up: include_str!("migrations/003_subject.sql"),
         down: "DROP INDEX IF EXISTS outbox_jobs_subject; ALTER TABLE outbox_kinds DROP COLUMN IF EXISTS subject; \
            ALTER TABLE outbox_jobs DROP COLUMN IF EXISTS trace, DROP COLUMN IF EXISTS subject;",
+    },
+    Migration {
+        up: include_str!("migrations/004_workflow.sql"),
+        down: include_str!("migrations/004_workflow_down.sql"),
     },
 ];
 

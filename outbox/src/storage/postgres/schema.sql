@@ -73,7 +73,16 @@ CREATE TABLE outbox_jobs (
     -- The domain row the job is about (`order:42`), and the trace context of the code that enqueued it (a W3C
     -- `traceparent`, then a space and the `tracestate` when there is one). Neither changes after enqueue either.
     subject text COLLATE "C",
-    trace text
+    trace text,
+    -- Workflows: the step's workflow and name, how many of its parents are still to finish, what a parent that fails
+    -- for good or is cancelled does to it (0 cancels it, 1 lets it run, 2 runs it on the first such parent and
+    -- cancels it once every parent completed), and whether it has children (the workflow triggers fire for no other
+    -- job). A step waits (`waiting`) while a parent is left. Only `workflow_id` is indexed, and it never changes.
+    workflow_id text COLLATE "C",
+    step text,
+    parents_left integer NOT NULL DEFAULT 0,
+    on_parent_failure smallint NOT NULL DEFAULT 0,
+    has_children boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 40);
 CREATE SEQUENCE outbox_jobs_sequence_no;
 
@@ -87,6 +96,8 @@ CREATE INDEX outbox_jobs_flow_keys ON outbox_jobs (kind, flow_key, priority DESC
     WHERE open AND flow_key IS NOT NULL;
 -- The jobs of one subject, newest first.
 CREATE INDEX outbox_jobs_subject ON outbox_jobs (subject, id) WHERE subject IS NOT NULL;
+-- The steps of one workflow.
+CREATE INDEX outbox_jobs_workflow ON outbox_jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
 CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, active_key) WHERE active_key IS NOT NULL;
 CREATE INDEX outbox_jobs_sequence ON outbox_jobs (sequence_key, sequence_no) WHERE sequence_key IS NOT NULL;
 CREATE INDEX outbox_jobs_sequence_blocking ON outbox_jobs (sequence_key, sequence_no) WHERE blocks;
@@ -166,7 +177,7 @@ BEGIN
     UPDATE outbox_jobs w SET waiting = false FROM unnest(locked) AS s(k)
         WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks
             ORDER BY h.sequence_no LIMIT 1)
-        AND w.status = 'pending' AND w.waiting;
+        AND w.status = 'pending' AND w.waiting AND w.parents_left = 0;
     GET DIAGNOSTICS released = ROW_COUNT;
     IF released > 0 THEN PERFORM pg_notify('outbox_jobs', TG_TABLE_SCHEMA); END IF;
     RETURN NULL;
@@ -187,7 +198,7 @@ BEGIN
     UPDATE outbox_jobs w SET waiting = false
         WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = NEW.sequence_key AND h.blocks
             ORDER BY h.sequence_no LIMIT 1)
-        AND w.status = 'pending' AND w.waiting
+        AND w.status = 'pending' AND w.waiting AND w.parents_left = 0
         AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = NEW.sequence_key
             AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)));
     IF FOUND THEN PERFORM pg_notify('outbox_jobs', TG_TABLE_SCHEMA); END IF;
@@ -488,3 +499,108 @@ CREATE TABLE outbox_fair (
     pass double precision NOT NULL DEFAULT 0,
     PRIMARY KEY (name, key)
 );
+
+-- Workflows and batches by name.
+CREATE TABLE outbox_workflows (
+    id text COLLATE "C" PRIMARY KEY,
+    name text NOT NULL,
+    created_at timestamptz NOT NULL
+);
+
+-- The edges: `child_id` waits for `parent_id`, which it knows as `parent_step`. `done` once the parent's outcome
+-- was counted (a completion; a failure or cancellation the child goes on after).
+CREATE TABLE outbox_job_deps (
+    parent_id text COLLATE "C" NOT NULL,
+    child_id text COLLATE "C" NOT NULL,
+    parent_step text NOT NULL,
+    done boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE INDEX outbox_job_deps_child ON outbox_job_deps (child_id, parent_id);
+
+-- A parent finished: each child counts it. A completion counts for every child but a first-failure one, which it
+-- cancels once every parent completed; a failure or cancellation counts for the children that go on, lets a
+-- first-failure child go, and cancels the other children that wait (whose own trigger reaches down the graph). A
+-- child that counted its last parent goes: at once without a sequence (the workers are woken), through its
+-- sequence's head with one (noted for `outbox_jobs_sequence_next`, which runs at the end of the statement). A
+-- parent of a kind that keeps nothing (or keeps in the archive) leaves in the statement that completes it, still
+-- claimed: that counts as a completion. A parent deleted otherwise is not counted: its children wait until the
+-- workflow is cancelled.
+CREATE FUNCTION outbox_jobs_workflow_done() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE parent text; outcome text; at timestamptz; noted text; released boolean;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        parent := OLD.id; outcome := 'completed'; at := OLD.updated_at;
+    ELSE
+        parent := NEW.id; outcome := NEW.status; at := NEW.updated_at;
+    END IF;
+    WITH counted AS (
+        UPDATE outbox_jobs c SET
+            parents_left = CASE WHEN c.on_parent_failure = 2 AND outcome <> 'completed' THEN 0
+                ELSE c.parents_left - 1 END,
+            waiting = CASE WHEN c.sequence_key IS NULL AND c.status = 'pending'
+                AND ((c.parents_left = 1 AND c.on_parent_failure <> 2)
+                    OR (c.on_parent_failure = 2 AND outcome <> 'completed')) THEN false ELSE c.waiting END,
+            status = CASE WHEN c.on_parent_failure = 2 AND outcome = 'completed' AND c.parents_left = 1
+                THEN 'cancelled' ELSE c.status END,
+            last_error = CASE WHEN c.on_parent_failure = 2 AND outcome = 'completed' AND c.parents_left = 1
+                THEN 'not run: every parent completed' ELSE c.last_error END,
+            updated_at = CASE WHEN c.on_parent_failure = 2 AND outcome = 'completed' AND c.parents_left = 1
+                THEN at ELSE c.updated_at END
+        FROM outbox_job_deps d
+        WHERE d.parent_id = parent AND NOT d.done AND c.id = d.child_id AND c.parents_left > 0
+            AND (outcome = 'completed' OR c.on_parent_failure <> 0)
+            AND (c.on_parent_failure <> 2 OR c.status = 'pending')
+        RETURNING c.sequence_key, c.parents_left, c.status, c.waiting)
+    SELECT string_agg(sequence_key || chr(30), '')
+            FILTER (WHERE sequence_key IS NOT NULL AND parents_left = 0 AND status = 'pending'),
+        bool_or(parents_left = 0 AND status = 'pending' AND NOT waiting)
+        INTO noted, released FROM counted;
+    UPDATE outbox_job_deps d SET done = true FROM outbox_jobs c
+        WHERE d.parent_id = parent AND NOT d.done AND c.id = d.child_id
+            AND (outcome = 'completed' OR c.on_parent_failure <> 0);
+    -- The children that cannot run without this parent; their edges to it stay, for a retry of the parent.
+    IF outcome <> 'completed' THEN
+        UPDATE outbox_jobs c SET status = 'cancelled', updated_at = at,
+            last_error = 'cancelled: parent ' || parent || ' ' || outcome
+        FROM outbox_job_deps d
+        WHERE d.parent_id = parent AND NOT d.done AND c.id = d.child_id AND c.on_parent_failure = 0
+            AND c.status = 'pending' AND c.parents_left > 0;
+    END IF;
+    IF noted IS NOT NULL THEN
+        PERFORM set_config('outbox.sequences', COALESCE(current_setting('outbox.sequences', true), '') || noted, true);
+    END IF;
+    IF released THEN PERFORM pg_notify('outbox_jobs', TG_TABLE_SCHEMA); END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER outbox_jobs_workflow_done AFTER UPDATE OF status ON outbox_jobs
+    FOR EACH ROW WHEN (NEW.has_children AND OLD.status <> NEW.status
+        AND NEW.status IN ('completed', 'failed', 'cancelled'))
+    EXECUTE FUNCTION outbox_jobs_workflow_done();
+CREATE TRIGGER outbox_jobs_workflow_gone AFTER DELETE ON outbox_jobs
+    FOR EACH ROW WHEN (OLD.has_children AND OLD.status = 'claimed')
+    EXECUTE FUNCTION outbox_jobs_workflow_done();
+
+-- An operator's retry of a parent that failed or was cancelled brings back the steps its failure cancelled, which
+-- wait for it again (their edges to it were left as they were); their own trigger brings back the steps below.
+CREATE FUNCTION outbox_jobs_workflow_retried() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE outbox_jobs c SET status = 'pending', waiting = true, last_error = NULL, attempts = 0,
+        updated_at = NEW.updated_at
+    FROM outbox_job_deps d
+    WHERE d.parent_id = NEW.id AND NOT d.done AND c.id = d.child_id AND c.status = 'cancelled'
+        AND c.last_error LIKE 'cancelled: parent %';
+    RETURN NULL;
+END $$;
+CREATE TRIGGER outbox_jobs_workflow_retried AFTER UPDATE OF status ON outbox_jobs
+    FOR EACH ROW WHEN (NEW.has_children AND NEW.status = 'pending' AND OLD.status IN ('failed', 'cancelled'))
+    EXECUTE FUNCTION outbox_jobs_workflow_retried();
+
+-- A step deleted takes its edges to its parents with it.
+CREATE FUNCTION outbox_jobs_workflow_purged() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM outbox_job_deps WHERE child_id = OLD.id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER outbox_jobs_workflow_purged AFTER DELETE ON outbox_jobs
+    FOR EACH ROW WHEN (OLD.workflow_id IS NOT NULL) EXECUTE FUNCTION outbox_jobs_workflow_purged();

@@ -581,7 +581,7 @@ WHERE pg_try_advisory_xact_lock(hashtextextended($1 || ' outbox sequence ' || k,
 UPDATE outbox_jobs w
 SET waiting = false
 FROM unnest($1::text[]) AS s(k)
-WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k AND c.blocks AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)));
+WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting AND w.parents_left = 0 AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k AND c.blocks AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)));
 
 -- worker: rescue: expired claims
 WITH x AS (SELECT id, jobs FROM outbox_claims WHERE lease_expires_at < (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond') FOR UPDATE SKIP LOCKED),

@@ -169,7 +169,7 @@ async fn release(
 /// READ`, `SERIALIZABLE`) goes in waiting whatever it saw (`outbox_jobs_sequence_insert` in `schema.sql`); the sweep catches both.
 pub(in crate::storage::postgres) const SWEEP: &str = "UPDATE outbox_jobs w SET waiting = false FROM unnest($1::text[]) AS s(k) \
      WHERE w.id = (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = s.k AND h.blocks \
-     ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting \
+     ORDER BY h.sequence_no LIMIT 1) AND w.status = 'pending' AND w.waiting AND w.parents_left = 0 \
      AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = s.k AND c.blocks \
      AND (c.status = 'claimed' OR (c.status = 'pending' AND NOT c.waiting)))";
 

@@ -8,7 +8,7 @@ use crate::storage::engine::Migration;
 pub(super) const HAS_MIGRATIONS_TABLE: &str =
     "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox_migrations'";
 
-/// The migrations. Undoing the third drops the subject and trace columns; undoing the second drops the flow tables and columns; undoing the first drops every outbox table, with the jobs in them; the archive's partitions,
+/// The migrations. Undoing the fourth drops the workflow tables and columns and restores the sequence triggers; undoing the third drops the subject and trace columns; undoing the second drops the flow tables and columns; undoing the first drops every outbox table, with the jobs in them; the archive's partitions,
 /// tables retention named, are dropped before it (`archive.rs`).
 pub(super) const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -31,6 +31,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         up: include_str!("migrations/003_subject.sql"),
         down: "DROP INDEX IF EXISTS outbox_jobs_subject; ALTER TABLE outbox_kinds DROP COLUMN subject; \
            ALTER TABLE outbox_jobs DROP COLUMN trace; ALTER TABLE outbox_jobs DROP COLUMN subject;",
+    },
+    Migration {
+        up: include_str!("migrations/004_workflow.sql"),
+        down: include_str!("migrations/004_workflow_down.sql"),
     },
 ];
 

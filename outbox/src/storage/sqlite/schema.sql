@@ -53,6 +53,15 @@ CREATE TABLE outbox_jobs (
     -- `traceparent`, then a space and the `tracestate` when there is one).
     subject TEXT,
     trace TEXT,
+    -- Workflows: the step's workflow and name, how many of its parents are still to finish, what a parent that
+    -- fails for good or is cancelled does to it (0 cancels it, 1 lets it run, 2 runs it on the first such parent
+    -- and cancels it once every parent completed), and whether it has children (the workflow triggers fire for
+    -- no other job). A step waits (`waiting` 1) while a parent is left.
+    workflow_id TEXT,
+    step TEXT,
+    parents_left INTEGER NOT NULL DEFAULT 0,
+    on_parent_failure INTEGER NOT NULL DEFAULT 0,
+    has_children INTEGER NOT NULL DEFAULT 0,
     CHECK (typeof(payload) = 'text'),
     CHECK (output IS NULL OR typeof(output) = 'text'),
     CHECK (attempts BETWEEN 0 AND 1000000000 AND runs BETWEEN 0 AND 1000000000)
@@ -70,6 +79,8 @@ CREATE INDEX outbox_jobs_flow_keys ON outbox_jobs (kind, flow_key, priority DESC
     WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND flow_key IS NOT NULL;
 -- The jobs of one subject, newest first.
 CREATE INDEX outbox_jobs_subject ON outbox_jobs (subject, id) WHERE subject IS NOT NULL;
+-- The steps of one workflow.
+CREATE INDEX outbox_jobs_workflow ON outbox_jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
 CREATE UNIQUE INDEX outbox_jobs_active_key ON outbox_jobs (kind, idempotency_key)
     WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL AND superseded = 0;
 CREATE INDEX outbox_jobs_lease ON outbox_jobs (lease_expires_at) WHERE status = 'claimed';
@@ -91,7 +102,7 @@ BEGIN
     UPDATE outbox_jobs SET waiting = 0 WHERE id = (SELECT h.id FROM outbox_jobs h
         WHERE h.sequence_key = OLD.sequence_key
             AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1))
-        ORDER BY h.sequence_no LIMIT 1) AND status = 'pending' AND waiting = 1;
+        ORDER BY h.sequence_no LIMIT 1) AND status = 'pending' AND waiting = 1 AND parents_left = 0;
 END;
 CREATE TRIGGER outbox_jobs_sequence_purged AFTER DELETE ON outbox_jobs
     WHEN OLD.sequence_key IS NOT NULL
@@ -100,15 +111,16 @@ BEGIN
     UPDATE outbox_jobs SET waiting = 0 WHERE id = (SELECT h.id FROM outbox_jobs h
         WHERE h.sequence_key = OLD.sequence_key
             AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1))
-        ORDER BY h.sequence_no LIMIT 1) AND status = 'pending' AND waiting = 1;
+        ORDER BY h.sequence_no LIMIT 1) AND status = 'pending' AND waiting = 1 AND parents_left = 0;
 END;
 -- A finished job put back to pending rejoins its sequence behind whatever blocks it, and behind a later job
--- that is running or free to run (a job retried after its sequence went on never runs beside another).
+-- that is running or free to run (a job retried after its sequence went on never runs beside another); a step
+-- waits for its parents as well.
 CREATE TRIGGER outbox_jobs_sequence_rejoin AFTER UPDATE OF status ON outbox_jobs
     WHEN NEW.sequence_key IS NOT NULL AND NEW.status = 'pending'
         AND OLD.status IN ('completed', 'failed', 'cancelled')
 BEGIN
-    UPDATE outbox_jobs SET waiting = EXISTS (SELECT 1 FROM outbox_jobs b
+    UPDATE outbox_jobs SET waiting = parents_left > 0 OR EXISTS (SELECT 1 FROM outbox_jobs b
         WHERE b.sequence_key = NEW.sequence_key AND b.id <> NEW.id
             AND ((b.sequence_no < NEW.sequence_no
                     AND (b.status IN ('pending', 'claimed') OR (b.status IN ('failed', 'cancelled') AND b.sequence_hold = 1)))
@@ -317,3 +329,153 @@ CREATE TABLE outbox_fair (
     pass REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (name, key)
 ) STRICT;
+
+-- Workflows and batches by name.
+CREATE TABLE outbox_workflows (
+    id TEXT PRIMARY KEY NOT NULL,
+    name TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+) STRICT;
+
+-- The edges: `child_id` waits for `parent_id`, which it knows as `parent_step`. `done` once the parent's outcome
+-- was counted (a completion; a failure or cancellation the child goes on after).
+CREATE TABLE outbox_job_deps (
+    parent_id TEXT NOT NULL,
+    child_id TEXT NOT NULL,
+    parent_step TEXT NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (parent_id, child_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX outbox_job_deps_child ON outbox_job_deps (child_id, parent_id);
+
+-- A parent finished: each child counts it. A completion counts for every child but a first-failure one, which it
+-- cancels once every parent completed; a failure or cancellation counts for the children that go on, lets a
+-- first-failure child go, and cancels the other children that wait, and through them every step below that is
+-- cancelled in turn (`doomed`: SQLite fires no trigger from inside itself, so this one reaches down the graph).
+-- A child that counted its last parent goes, through its sequence's head when it has a sequence (the rule of
+-- `outbox_jobs_sequence_next`).
+CREATE TRIGGER outbox_jobs_workflow_done AFTER UPDATE OF status ON outbox_jobs
+    WHEN NEW.has_children = 1 AND OLD.status <> NEW.status AND NEW.status IN ('completed', 'failed', 'cancelled')
+BEGIN
+    -- Children that go on count the parents this finished (a completion counts for all but first-failure ones).
+    UPDATE outbox_jobs SET parents_left = parents_left - (SELECT COUNT(*) FROM outbox_job_deps d
+        WHERE d.child_id = outbox_jobs.id AND d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT id FROM doomed)))
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT id FROM doomed)))
+        AND (on_parent_failure = 1 OR (NEW.status = 'completed' AND on_parent_failure = 0)) AND parents_left > 0;
+    -- First-failure children: a completion counts, and cancels the child that counted its last; a failure lets it go.
+    UPDATE outbox_jobs SET
+        parents_left = CASE WHEN NEW.status = 'completed' THEN parents_left - 1 ELSE 0 END,
+        status = CASE WHEN NEW.status = 'completed' AND parents_left = 1 THEN 'cancelled' ELSE status END,
+        last_error = CASE WHEN NEW.status = 'completed' AND parents_left = 1
+            THEN 'not run: every parent completed' ELSE last_error END,
+        updated_at = NEW.updated_at
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT id FROM doomed))) AND on_parent_failure = 2 AND status = 'pending' AND parents_left > 0;
+    -- Children with no parent left go: at once without a sequence, through their sequence's head with one.
+    UPDATE outbox_jobs SET waiting = 0
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT id FROM doomed))) AND parents_left = 0 AND status = 'pending' AND waiting = 1 AND sequence_key IS NULL;
+    UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h
+            WHERE h.sequence_key = c.sequence_key
+                AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1))
+            ORDER BY h.sequence_no LIMIT 1)
+        FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT id FROM doomed))) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
+        AND status = 'pending' AND waiting = 1 AND parents_left = 0;
+    -- The edges counted are done; those of the children cancelled below stay, for a retry of the parent.
+    UPDATE outbox_job_deps SET done = 1 WHERE done = 0 AND child_id IN (SELECT c.id FROM outbox_jobs c
+            WHERE c.id = outbox_job_deps.child_id AND (NEW.status = 'completed' OR c.on_parent_failure <> 0))
+        AND (parent_id = NEW.id OR parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT id FROM doomed));
+    -- The children that cannot run without this parent, and the steps below them that cannot either.
+    UPDATE outbox_jobs SET status = 'cancelled', updated_at = NEW.updated_at,
+        last_error = 'cancelled: parent ' || NEW.id || ' ' || NEW.status
+    WHERE id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT id FROM doomed);
+END;
+-- A parent a kind that keeps nothing (or keeps in the archive) completed leaves in the statement that completes it,
+-- still claimed: its children count it as a completion. A parent deleted otherwise is not counted: its children wait
+-- until the workflow is cancelled.
+CREATE TRIGGER outbox_jobs_workflow_gone AFTER DELETE ON outbox_jobs
+    WHEN OLD.has_children = 1 AND OLD.status = 'claimed'
+BEGIN
+    UPDATE outbox_jobs SET parents_left = parents_left - 1
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND on_parent_failure IN (0, 1) AND parents_left > 0;
+    UPDATE outbox_jobs SET parents_left = parents_left - 1,
+        status = CASE WHEN parents_left = 1 THEN 'cancelled' ELSE status END,
+        last_error = CASE WHEN parents_left = 1 THEN 'not run: every parent completed' ELSE last_error END,
+        updated_at = OLD.updated_at
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND on_parent_failure = 2 AND status = 'pending' AND parents_left > 0;
+    UPDATE outbox_jobs SET waiting = 0
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND parents_left = 0 AND status = 'pending' AND waiting = 1 AND sequence_key IS NULL;
+    UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h
+            WHERE h.sequence_key = c.sequence_key
+                AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1))
+            ORDER BY h.sequence_no LIMIT 1)
+        FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
+        AND status = 'pending' AND waiting = 1 AND parents_left = 0;
+    UPDATE outbox_job_deps SET done = 1 WHERE parent_id = OLD.id AND done = 0;
+END;
+-- An operator's retry of a parent that failed or was cancelled brings back the steps its failure cancelled, which
+-- wait for it again (their edges to it were left as they were), and the steps below them.
+CREATE TRIGGER outbox_jobs_workflow_retried AFTER UPDATE OF status ON outbox_jobs
+    WHEN NEW.has_children = 1 AND NEW.status = 'pending' AND OLD.status IN ('failed', 'cancelled')
+BEGIN
+    UPDATE outbox_jobs SET status = 'pending', waiting = 1, last_error = NULL, attempts = 0, updated_at = NEW.updated_at
+    WHERE id IN (WITH RECURSIVE revived(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND d.done = 0 AND c.status = 'cancelled'
+                    AND c.last_error LIKE 'cancelled: parent %'
+            UNION SELECT d.child_id FROM revived JOIN outbox_job_deps d ON d.parent_id = revived.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.status = 'cancelled' AND c.last_error LIKE 'cancelled: parent %')
+        SELECT id FROM revived);
+END;
+-- A step deleted takes its edges to its parents with it.
+CREATE TRIGGER outbox_jobs_workflow_purged AFTER DELETE ON outbox_jobs WHEN OLD.workflow_id IS NOT NULL BEGIN
+    DELETE FROM outbox_job_deps WHERE child_id = OLD.id;
+END;

@@ -609,7 +609,7 @@ WHERE status = 'claimed' AND locked_by = ?2 AND id IN (SELECT value FROM json_ea
 -- worker: rescue: let go stranded sequences
 UPDATE outbox_jobs
 SET waiting = 0
-WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = k.sequence_key AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT w.sequence_key FROM outbox_jobs w WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = w.sequence_key AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) AND status = 'pending' AND waiting = 1;
+WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = k.sequence_key AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) FROM (SELECT DISTINCT w.sequence_key FROM outbox_jobs w WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = w.sequence_key AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) AND status = 'pending' AND waiting = 1 AND parents_left = 0;
 
 -- worker: rescue: expired claims
 UPDATE outbox_jobs

@@ -101,13 +101,13 @@ async fn a_database_the_dated_migrations_made_is_taken_over_with_its_jobs(db: &D
     old.execute_raw(d.stmt(insert, vec![r#"{"n":1}"#.into(), T0.into()])).await?;
     assert_eq!(
         crate::pending_migrations(&old).await?,
-        ["001_schema", "002_flow", "003_subject"],
+        ["001_schema", "002_flow", "003_subject", "004_workflow"],
         "taking over, then this build's migrations"
     );
     crate::migrate(&old).await?;
     let records = old.query_all_raw(d.stmt("SELECT version FROM outbox_migrations ORDER BY 1", vec![])).await?;
     let records: Vec<String> = records.iter().map(|r| r.try_get_by_index(0)).collect::<std::result::Result<_, _>>()?;
-    assert_eq!(records, ["001_schema", "002_flow", "003_subject"]);
+    assert_eq!(records, ["001_schema", "002_flow", "003_subject", "004_workflow"]);
     assert!(crate::pending_migrations(&old).await?.is_empty());
     assert_same(&catalog(db).await?, &catalog(&old).await?, "a new database", "a database taken over");
     assert_eq!(get(&old, "kept").await?.status.as_str(), "pending", "the job enqueued before stays");
@@ -120,7 +120,7 @@ async fn a_database_the_dated_migrations_made_is_taken_over_with_its_jobs(db: &D
     crate::migrate(&old).await?;
     let records = old.query_all_raw(d.stmt("SELECT version FROM outbox_migrations ORDER BY 1", vec![])).await?;
     let records: Vec<String> = records.iter().map(|r| r.try_get_by_index(0)).collect::<std::result::Result<_, _>>()?;
-    assert_eq!(records, ["001_schema", "002_flow", "003_subject"], "the stale record is gone");
+    assert_eq!(records, ["001_schema", "002_flow", "003_subject", "004_workflow"], "the stale record is gone");
     old.close().await?;
     Ok(())
 }

@@ -14,7 +14,7 @@ pub(super) const RELEASE_STRANDED: &str = "UPDATE outbox_jobs SET waiting = 0 WH
      w.sequence_key FROM outbox_jobs w WHERE w.status = 'pending' AND w.waiting = 1 AND NOT EXISTS \
      (SELECT 1 FROM outbox_jobs c WHERE c.sequence_key = w.sequence_key \
      AND (c.status = 'claimed' OR (c.status = 'pending' AND c.waiting = 0)))) k) \
-     AND status = 'pending' AND waiting = 1";
+     AND status = 'pending' AND waiting = 1 AND parents_left = 0";
 
 /// The claims whose lease ran out before `?1`, put back to pending (or failed, with no attempts left).
 pub(super) const RESCUE: &str = "UPDATE outbox_jobs SET \
