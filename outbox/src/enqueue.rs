@@ -198,7 +198,7 @@ fn too_deep(payload: &Value) -> Option<Violation> {
 
 /// Validates and prepares one row, refusing before any SQL whatever the database would refuse: a caller's
 /// transaction never sees a failed statement of ours (a failed statement aborts a server-side transaction).
-fn prepare(
+pub(crate) fn prepare(
     backend: Dialect,
     kind: &Kind,
     payload: &Value,

@@ -102,6 +102,15 @@ pub enum Error {
         /// Which statuses allow it.
         hint: &'static str,
     },
+    /// A workflow that cannot be enqueued, with every problem found (a cycle, a duplicate or unknown step, a payload
+    /// its kind refuses, a job waited for that is unknown or finished). Nothing was written.
+    #[error("invalid workflow `{workflow}`: {reason}")]
+    InvalidWorkflow {
+        /// The workflow's name.
+        workflow: String,
+        /// Every problem, separated by `; `.
+        reason: String,
+    },
     /// The database is not one the framework supports for this operation.
     #[error("unsupported database: {0}")]
     Unsupported(String),

@@ -33,6 +33,7 @@ pub mod trace;
 mod transaction;
 mod wake;
 mod worker;
+mod workflow;
 
 pub use connect::{ConnectOpts, connect, connect_with};
 pub use enqueue::{EnqueueOpts, Enqueued, enqueue, enqueue_batch, enqueue_batch_raw, enqueue_raw};
@@ -52,6 +53,10 @@ pub use retention::Retention;
 pub use transaction::{begin, transaction};
 pub use wake::Watch;
 pub use worker::{IntoOutput, JobContext, JobError, RetryPolicy, Worker, WorkerBuilder, WorkerHandle, shutdown_signal};
+pub use workflow::{
+    Batch, BatchSummary, EnqueuedWorkflow, Parent, ParentFailure, Parents, Step, StepState, Workflow, WorkflowGraph,
+    WorkflowStep, enqueue_workflow,
+};
 
 /// The crates a job kind and its caller need, at the versions outbox uses: one `outbox` dependency (plus
 /// `serde` for its derives) is enough, and a version mismatch cannot show up as trait errors far from the cause.

@@ -295,6 +295,23 @@ pub fn check_subject(subject: &str) -> Result<()> {
     crate::kind::subject::check(subject).map_err(Error::Invalid)
 }
 
+/// The graph of workflow `id` (or batch): its steps, what each waits for, and where the workflow stands.
+pub async fn workflow<C: ConnectionTrait>(conn: &C, id: &str) -> Result<crate::WorkflowGraph> {
+    crate::workflow::workflow_graph(conn, id).await
+}
+
+/// Cancels every step of workflow `id` not yet started (running steps finish); the number cancelled.
+pub async fn cancel_workflow<C: ConnectionTrait>(conn: &C, id: &str) -> Result<u64> {
+    let cancelled = crate::workflow::cancel_workflow(conn, id).await?;
+    wake::wake();
+    Ok(cancelled)
+}
+
+/// The parents and children of job `id` (empty for a job in no workflow), each with its step name and status.
+pub async fn links<C: ConnectionTrait>(conn: &C, id: &str) -> Result<(Vec<crate::Parent>, Vec<crate::Parent>)> {
+    crate::workflow::links(conn, id).await
+}
+
 /// Deletes one finished job (completed, failed or cancelled) and its history. Refused for an active job,
 /// and for a failed or cancelled one that holds its sequence: retry it, or cancel it to let the sequence go.
 pub async fn delete<C: ConnectionTrait>(conn: &C, id: &str) -> Result<()> {

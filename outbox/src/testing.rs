@@ -288,6 +288,7 @@ async fn run(worker: &Worker, attempt: Attempt, payload: String, schema_hash: St
         run: attempt.run,
         cancel: cancel.clone(),
         store: worker.store.clone(),
+        db: worker.db.clone(),
     };
     let trace = attempt.trace.as_deref();
     let span = crate::trace::job_span(&attempt.id, &attempt.kind, &attempt.queue, attempt.attempt, attempt.run, trace);

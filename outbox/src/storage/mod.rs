@@ -33,6 +33,7 @@ pub(crate) mod stats;
 pub(crate) mod transient;
 mod worker_store;
 pub(crate) mod workers;
+pub(crate) mod workflows;
 
 // The engines, each behind its Cargo feature.
 #[cfg(feature = "postgres")]

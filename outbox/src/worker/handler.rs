@@ -104,6 +104,7 @@ pub struct JobContext {
     pub(crate) run: i32,
     pub(crate) cancel: CancellationToken,
     pub(crate) store: Store,
+    pub(crate) db: sea_orm::DatabaseConnection,
 }
 
 impl fmt::Debug for JobContext {
@@ -161,6 +162,12 @@ impl JobContext {
     pub async fn extend_lease(&self, by: Duration) -> Result<()> {
         let until = crate::time::ms_after(now_ms(), by);
         self.store.extend(vec![self.id.clone()], until).await.map(|_| ())
+    }
+    /// The job's parents, when it is a step of a workflow that waits for others (none otherwise): each one's step
+    /// name, status and output. Read [`Parents::output`](crate::Parents::output) for a parent's output as its type,
+    /// and [`Parents::summary`](crate::Parents::summary) for how a batch ended.
+    pub async fn parents(&self) -> Result<crate::Parents> {
+        crate::workflow::parents_of(&self.db, &self.id).await
     }
 }
 

@@ -266,6 +266,7 @@ impl Loop {
             run: job.run,
             cancel: cancel.clone(),
             store: self.worker.store.clone(),
+            db: self.worker.db.clone(),
         };
         let fut = (registered.handler)(job.payload.clone(), job.schema_hash.clone(), ctx);
         let span = crate::trace::job_span(&job.id, &job.kind, &job.queue, job.attempt, job.run, job.trace.as_deref());
