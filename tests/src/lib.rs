@@ -83,6 +83,32 @@ pub struct Step {
     pub sleep_ms: u64,
 }
 
+/// A step of the workflow tests' fleets: its workflow and step number (the diamond's a, b, c, d are 0 to 3; a batch's
+/// members are 0 and its callback 9). Its handler reads every parent's output and completes with what it read.
+#[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[job(kind = "node", unique = false, max_attempts = 25)]
+pub struct Node {
+    /// The workflow it belongs to, as the test numbers them.
+    pub wf: u32,
+    /// Its step.
+    pub step: u32,
+    /// Handler sleep in milliseconds.
+    pub sleep_ms: u64,
+}
+
+/// What a [`Node`] completes with.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeOutput {
+    /// Its workflow.
+    pub wf: u32,
+    /// Its step.
+    pub step: u32,
+    /// The step numbers of the parents whose outputs it read, in order.
+    pub read: Vec<u32>,
+    /// How many parents had completed, failed, been cancelled, or had not finished.
+    pub summary: [usize; 4],
+}
+
 /// A sequenced job whose failures let its sequence go on (`on_sequence_failure = "continue"`).
 #[derive(Job, Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[job(kind = "onward", unique = false, max_attempts = 1, sequence = "onward:{key}", on_sequence_failure = "continue")]

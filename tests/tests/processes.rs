@@ -1,6 +1,8 @@
 //! Real worker processes: a worker killed with SIGKILL mid-handler (SQLite and PostgreSQL), and a claim race
 //! on one SQLite file (its PostgreSQL counterpart, eight processes on 20,000 jobs, is `pg_fleet.rs`).
 
+// The shared module also reads the begin and end marks, which these tests do not use.
+#[allow(dead_code)]
 mod fleet;
 
 use std::path::PathBuf;

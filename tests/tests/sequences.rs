@@ -10,56 +10,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use fleet::Spawn;
+use fleet::{Run, Spawn, runs};
 use outbox::EnqueueOpts;
 use outbox_tests::{Backend, ChildProcess, Limited, Step, TestDb, conformance, monotonic_ns, scalar};
 
 const KEYS: u32 = 500;
 const STEPS: u32 = 20;
-
-/// One handler run: when it began, and when it ended unless its process was killed first.
-#[derive(Debug, Clone)]
-struct Run {
-    job: String,
-    key: u64,
-    seq: u32,
-    pid: u32,
-    begin: u64,
-    end: Option<u64>,
-}
-
-/// The runs in a log of `B`/`E` lines, in order of their beginning.
-fn runs(log: &Path) -> Vec<Run> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut open: HashMap<(String, u32), usize> = HashMap::new();
-    let mut runs: Vec<Run> = Vec::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [what, job, key, seq, pid, at] = f.as_slice() else { panic!("malformed run line {line:?}") };
-        let (pid, at): (u32, u64) = (pid.parse().expect("pid"), at.parse().expect("time"));
-        match *what {
-            "B" => {
-                open.insert(((*job).to_owned(), pid), runs.len());
-                runs.push(Run {
-                    job: (*job).to_owned(),
-                    key: key.parse().expect("key"),
-                    seq: seq.parse().expect("seq"),
-                    pid,
-                    begin: at,
-                    end: None,
-                });
-            }
-            "E" => {
-                let i =
-                    open.remove(&((*job).to_owned(), pid)).unwrap_or_else(|| panic!("an end without a begin: {line}"));
-                runs[i].end = Some(at);
-            }
-            other => panic!("unknown mark {other:?} in {line:?}"),
-        }
-    }
-    runs.sort_by_key(|r| r.begin);
-    runs
-}
 
 /// Starts `n` serving workers.
 fn fleet(t: &TestDb, log: &Path, n: usize, lease_ms: u64) -> Vec<ChildProcess> {

@@ -281,3 +281,32 @@ async fn a_step_can_wait_for_a_step_of_another_workflow(t: TestDb) {
     let parents = ops::links(&t.db, z).await.expect("links").0;
     assert_eq!(parents[0].step, "d", "an outside parent is known by its own step name");
 }
+
+conformance!(a_cancelled_branch_reaches_down_the_graph_and_runs_what_runs_anyway);
+/// B fails; C waits for B and is cancelled; D waits for A and C and runs anyway: it counts C's cancellation, which
+/// only a trigger reaching down the graph can tell it. A first-failure step of a workflow that never failed is
+/// cancelled once its parents completed.
+async fn a_cancelled_branch_reaches_down_the_graph_and_runs_what_runs_anyway(t: TestDb) {
+    let log: Log = Arc::default();
+    let failing: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(vec!["b".into()]));
+    let mut wf = Workflow::new("down the graph");
+    wf.step("a", &step("a", 1));
+    wf.step("b", &step("b", 10)).after(["a"]);
+    wf.step("c", &step("c", 100)).after(["b"]);
+    wf.step("d", &step("d", 1000)).after(["a", "c"]).on_parent_failure(ParentFailure::Run);
+    wf.step("e", &step("e", 0)).after(["d"]);
+    wf.step("alarm", &step("alarm", 0)).after(["a"]).on_parent_failure(ParentFailure::RunOnFirstFailure);
+    let wf = enqueue(&t, &wf).await;
+    let id = |name: &str| wf.step(name).expect("step").to_owned();
+    let w = worker(&t, &log, &failing).await;
+    assert!(wait_status(&t.db, &id("e"), JobStatus::Completed, WAIT).await, "e did not run");
+    assert!(wait_status(&t.db, &id("alarm"), JobStatus::Cancelled, WAIT).await, "alarm was not cancelled");
+    w.shutdown().await.expect("shutdown");
+    let c = ops::get(&t.db, &id("c")).await.expect("get");
+    assert_eq!((c.status, c.attempts), (JobStatus::Cancelled, 0));
+    // d = 1000 + a's 1; c was cancelled.
+    assert_eq!(output(&t, &id("d")).await, json!({ "n": 1001 }));
+    let alarm = ops::get(&t.db, &id("alarm")).await.expect("get");
+    assert_eq!(alarm.last_error.as_deref(), Some("not run: every parent completed"));
+    assert_eq!(log.lock().expect("lock").iter().filter(|(n, _)| n == "alarm").count(), 0);
+}

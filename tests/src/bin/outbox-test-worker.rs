@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use outbox::{JobContext, JobError, Schedule, Worker};
 use outbox_tests::{
-    FairWork, Limited, Metered, MeteredPerTenant, Paced, Race, Step, Ticked, Weighted, monotonic_ns, sqlite_url,
+    FairWork, Limited, Metered, MeteredPerTenant, Node, NodeOutput, Paced, Race, Step, Ticked, Weighted, monotonic_ns,
+    sqlite_url,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
@@ -63,6 +64,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let limited_log = Arc::clone(&log);
     let metered_log = Arc::clone(&log);
     let paced_log = Arc::clone(&log);
+    let node_log = Arc::clone(&log);
     let mut builder = Worker::builder(&db);
     if mode == "schedule" {
         let schedule =
@@ -100,6 +102,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tokio::time::sleep(Duration::from_millis(job.sleep_ms)).await;
                 mark(&log, 'E', ctx.id(), job.key.into(), job.seq, pid)?;
                 Ok::<_, JobError>(())
+            }
+        })
+        .register(move |job: Node, ctx: JobContext| {
+            let log = Arc::clone(&node_log);
+            async move {
+                mark(&log, 'B', ctx.id(), job.wf.into(), job.step, pid)?;
+                let parents = ctx.parents().await.map_err(JobError::retry)?;
+                let mut read = Vec::new();
+                // A batch's callback counts its members; a step of a diamond reads every parent's output.
+                if job.step != 9 {
+                    for p in parents.iter() {
+                        let out: NodeOutput = parents.output(&p.step).map_err(JobError::permanent)?;
+                        if out.wf != job.wf {
+                            return Err(JobError::permanent(format!("parent {} is of workflow {}", p.id, out.wf)));
+                        }
+                        read.push(out.step);
+                    }
+                }
+                let s = parents.summary();
+                tokio::time::sleep(Duration::from_millis(job.sleep_ms)).await;
+                mark(&log, 'E', ctx.id(), job.wf.into(), job.step, pid)?;
+                let summary = [s.completed, s.failed, s.cancelled, s.unfinished];
+                Ok::<_, JobError>(serde_json::to_value(NodeOutput { wf: job.wf, step: job.step, read, summary })?)
             }
         })
         .register(move |job: Limited, ctx: JobContext| {

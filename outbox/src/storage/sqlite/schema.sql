@@ -348,89 +348,99 @@ CREATE TABLE outbox_job_deps (
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX outbox_job_deps_child ON outbox_job_deps (child_id, parent_id);
 
--- A parent finished: each child counts it. A completion counts for every child but a first-failure one, which it
--- cancels once every parent completed; a failure or cancellation counts for the children that go on, lets a
--- first-failure child go, and cancels the other children that wait, and through them every step below that is
--- cancelled in turn (`doomed`: SQLite fires no trigger from inside itself, so this one reaches down the graph).
--- A child that counted its last parent goes, through its sequence's head when it has a sequence (the rule of
--- `outbox_jobs_sequence_next`).
+-- A parent completed: each child counts it, and a child that counted its last goes (through its sequence's head
+-- when it has a sequence: the rule of `outbox_jobs_sequence_next`).
 CREATE TRIGGER outbox_jobs_workflow_done AFTER UPDATE OF status ON outbox_jobs
-    WHEN NEW.has_children = 1 AND OLD.status <> NEW.status AND NEW.status IN ('completed', 'failed', 'cancelled')
+    WHEN NEW.has_children = 1 AND OLD.status <> NEW.status AND NEW.status = 'completed'
 BEGIN
-    -- Children that go on count the parents this finished (a completion counts for all but first-failure ones).
-    UPDATE outbox_jobs SET parents_left = parents_left - (SELECT COUNT(*) FROM outbox_job_deps d
-        WHERE d.child_id = outbox_jobs.id AND d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
-            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
-                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
-            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
-                JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
-        SELECT id FROM doomed)))
-    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
-            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
-                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
-            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
-                JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
-        SELECT id FROM doomed)))
-        AND (on_parent_failure = 1 OR (NEW.status = 'completed' AND on_parent_failure = 0)) AND parents_left > 0;
-    -- First-failure children: a completion counts, and cancels the child that counted its last; a failure lets it go.
-    UPDATE outbox_jobs SET
-        parents_left = CASE WHEN NEW.status = 'completed' THEN parents_left - 1 ELSE 0 END,
-        status = CASE WHEN NEW.status = 'completed' AND parents_left = 1 THEN 'cancelled' ELSE status END,
-        last_error = CASE WHEN NEW.status = 'completed' AND parents_left = 1
-            THEN 'not run: every parent completed' ELSE last_error END,
+    UPDATE outbox_jobs SET parents_left = parents_left - 1
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND on_parent_failure IN (0, 1) AND parents_left > 0;
+    -- A first-failure child that counted its last parent is not run: every parent completed.
+    UPDATE outbox_jobs SET parents_left = parents_left - 1,
+        status = CASE WHEN parents_left = 1 THEN 'cancelled' ELSE status END,
+        last_error = CASE WHEN parents_left = 1 THEN 'not run: every parent completed' ELSE last_error END,
         updated_at = NEW.updated_at
-    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
-            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
-                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
-            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
-                JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
-        SELECT id FROM doomed))) AND on_parent_failure = 2 AND status = 'pending' AND parents_left > 0;
-    -- Children with no parent left go: at once without a sequence, through their sequence's head with one.
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND on_parent_failure = 2 AND status = 'pending' AND parents_left > 0;
     UPDATE outbox_jobs SET waiting = 0
-    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
-            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
-                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
-            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
-                JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
-        SELECT id FROM doomed))) AND parents_left = 0 AND status = 'pending' AND waiting = 1 AND sequence_key IS NULL;
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND parents_left = 0 AND status = 'pending' AND waiting = 1 AND sequence_key IS NULL;
     UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h
             WHERE h.sequence_key = c.sequence_key
                 AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1))
             ORDER BY h.sequence_no LIMIT 1)
-        FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND (d.parent_id = NEW.id OR d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+        FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
+        AND status = 'pending' AND waiting = 1 AND parents_left = 0;
+    UPDATE outbox_job_deps SET done = 1 WHERE parent_id = NEW.id AND done = 0;
+END;
+-- A parent failed for good or was cancelled: the children that run anyway count it, a first-failure child goes, and
+-- the children that cannot run without it are cancelled, with every step below them that is cancelled in turn
+-- (`doomed`: SQLite fires no trigger from inside itself, so this one reaches down the graph, and counts the doomed
+-- steps for their own children that run anyway).
+CREATE TRIGGER outbox_jobs_workflow_failed AFTER UPDATE OF status ON outbox_jobs
+    WHEN NEW.has_children = 1 AND OLD.status <> NEW.status AND NEW.status IN ('failed', 'cancelled')
+BEGIN
+    UPDATE outbox_jobs SET parents_left = parents_left - (SELECT COUNT(*) FROM outbox_job_deps d
+        WHERE d.child_id = outbox_jobs.id AND d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
             SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                WHERE d.parent_id = NEW.id AND d.done = 0
                     AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
             UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
                 JOIN outbox_jobs c ON c.id = d.child_id
                 WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
-        SELECT id FROM doomed))) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
+        SELECT NEW.id UNION SELECT id FROM doomed))
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT NEW.id UNION SELECT id FROM doomed)) AND on_parent_failure = 1 AND parents_left > 0;
+    UPDATE outbox_jobs SET parents_left = 0
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT NEW.id UNION SELECT id FROM doomed)) AND on_parent_failure = 2 AND status = 'pending' AND parents_left > 0;
+    UPDATE outbox_jobs SET waiting = 0
+    WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT NEW.id UNION SELECT id FROM doomed)) AND parents_left = 0 AND status = 'pending' AND waiting = 1 AND sequence_key IS NULL;
+    UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h
+            WHERE h.sequence_key = c.sequence_key
+                AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1))
+            ORDER BY h.sequence_no LIMIT 1)
+        FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT NEW.id UNION SELECT id FROM doomed)) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
         AND status = 'pending' AND waiting = 1 AND parents_left = 0;
     -- The edges counted are done; those of the children cancelled below stay, for a retry of the parent.
-    UPDATE outbox_job_deps SET done = 1 WHERE done = 0 AND child_id IN (SELECT c.id FROM outbox_jobs c
-            WHERE c.id = outbox_job_deps.child_id AND (NEW.status = 'completed' OR c.on_parent_failure <> 0))
-        AND (parent_id = NEW.id OR parent_id IN (WITH RECURSIVE doomed(id) AS (
+    UPDATE outbox_job_deps SET done = 1 WHERE done = 0 AND parent_id IN (WITH RECURSIVE doomed(id) AS (
             SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                WHERE d.parent_id = NEW.id AND d.done = 0
                     AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
             UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
                 JOIN outbox_jobs c ON c.id = d.child_id
                 WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
-        SELECT id FROM doomed));
-    -- The children that cannot run without this parent, and the steps below them that cannot either.
+        SELECT NEW.id UNION SELECT id FROM doomed)
+        AND (SELECT c.on_parent_failure FROM outbox_jobs c WHERE c.id = outbox_job_deps.child_id) <> 0;
     UPDATE outbox_jobs SET status = 'cancelled', updated_at = NEW.updated_at,
         last_error = 'cancelled: parent ' || NEW.id || ' ' || NEW.status
     WHERE id IN (WITH RECURSIVE doomed(id) AS (
             SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.parent_id = NEW.id AND NEW.status <> 'completed' AND d.done = 0
+                WHERE d.parent_id = NEW.id AND d.done = 0
                     AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
             UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
                 JOIN outbox_jobs c ON c.id = d.child_id

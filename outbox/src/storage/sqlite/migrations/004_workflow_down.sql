@@ -3,6 +3,7 @@
 DROP TRIGGER IF EXISTS outbox_jobs_workflow_purged;
 DROP TRIGGER IF EXISTS outbox_jobs_workflow_retried;
 DROP TRIGGER IF EXISTS outbox_jobs_workflow_gone;
+DROP TRIGGER IF EXISTS outbox_jobs_workflow_failed;
 DROP TRIGGER IF EXISTS outbox_jobs_workflow_done;
 DROP TABLE IF EXISTS outbox_job_deps;
 DROP TABLE IF EXISTS outbox_workflows;
