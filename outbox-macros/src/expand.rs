@@ -112,6 +112,17 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
         }
     });
 
+    let output = attrs.output.as_ref().map(|setting| {
+        let output = &setting.value;
+        quote! {
+            fn output_schema() -> ::core::option::Option<::outbox::serde_json::Value> {
+                ::core::option::Option::Some(
+                    ::outbox::schemars::SchemaGenerator::default().into_root_schema_for::<#output>().to_value(),
+                )
+            }
+        }
+    });
+
     quote! {
         const _: () = {
             #[automatically_derived]
@@ -119,6 +130,7 @@ fn impl_job(input: &Input, kind: &str) -> TokenStream {
                 const KIND: &'static str = #kind;
                 const OPTS: ::outbox::KindOpts = #opts;
                 #validate
+                #output
             }
         };
     }

@@ -37,6 +37,7 @@
 //! | `fair = "{t}"`       | claims share out between the keys of this template by weight       | none        |
 //! | `cost = 10`          | what one job counts against the rate, or a field: `"{tokens}"`     | `1`         |
 //! | `subject = "o:{id}"` | the domain row each job is about (`order:{orderId}`), indexed      | none        |
+//! | `output = T`         | the type of the handler's output; one that breaks its schema fails | none        |
 //!
 //! The options may be split over several `#[job(...)]` attributes, each given at most once. A kind name is
 //! non-empty and uses only ASCII letters, digits and `_` `.` `:` `/` `-`. It must stay the same when the Rust

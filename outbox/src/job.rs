@@ -43,6 +43,13 @@ pub trait Job: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static
     fn validate(&self) -> Result<(), Vec<Violation>> {
         Ok(())
     }
+
+    /// The JSON Schema of what the kind's handler completes with, set by `#[job(output = T)]`: an output that breaks
+    /// it fails the job for good, naming each JSON path, before it is written (a workflow's children never read
+    /// it). `None` (the default) checks nothing.
+    fn output_schema() -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Per-kind defaults, set with `#[job(...)]` on the payload type.

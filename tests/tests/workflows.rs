@@ -20,7 +20,7 @@ struct WfStep {
 }
 
 /// What a step completes with, and what its children read.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct Sum {
     n: i64,
 }
@@ -309,4 +309,46 @@ async fn a_cancelled_branch_reaches_down_the_graph_and_runs_what_runs_anyway(t: 
     let alarm = ops::get(&t.db, &id("alarm")).await.expect("get");
     assert_eq!(alarm.last_error.as_deref(), Some("not run: every parent completed"));
     assert_eq!(log.lock().expect("lock").iter().filter(|(n, _)| n == "alarm").count(), 0);
+}
+
+/// A step whose output has a schema: `{"n": integer}`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Job)]
+#[job(kind = "test.wf_typed", max_attempts = 3, output = Sum)]
+struct Typed {
+    /// Completes with `{"n": "not a number"}` when set.
+    wrong: bool,
+}
+
+conformance!(an_output_that_breaks_its_schema_fails_the_step_and_its_children_follow_policy);
+async fn an_output_that_breaks_its_schema_fails_the_step_and_its_children_follow_policy(t: TestDb) {
+    let log: Log = Arc::default();
+    let mut wf = Workflow::new("typed");
+    wf.step("good", &Typed { wrong: false });
+    wf.step("bad", &Typed { wrong: true });
+    wf.step("after_bad", &step("after_bad", 0)).after(["bad"]);
+    wf.step("after_both", &step("after_both", 0)).after(["good", "bad"]).on_parent_failure(ParentFailure::Run);
+    let wf = enqueue(&t, &wf).await;
+    let id = |name: &str| wf.step(name).expect("step").to_owned();
+    let (log2, failing) = (Arc::clone(&log), Arc::new(Mutex::new(Vec::new())));
+    let typed = outbox::Worker::builder(&t.db)
+        .poll_interval(Duration::from_millis(20))
+        .register(|job: Typed, _: JobContext| async move {
+            Ok::<_, JobError>(if job.wrong { json!({ "n": "not a number" }) } else { json!({ "n": 7 }) })
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    let w = worker(&t, &log2, &failing).await;
+    assert!(wait_status(&t.db, &id("after_both"), JobStatus::Completed, WAIT).await);
+    assert!(wait_status(&t.db, &id("after_bad"), JobStatus::Cancelled, WAIT).await);
+    w.shutdown().await.expect("shutdown");
+    typed.shutdown().await.expect("shutdown");
+    let bad = ops::get(&t.db, &id("bad")).await.expect("get");
+    assert_eq!((bad.status, bad.attempts), (JobStatus::Failed, 1), "an invalid output fails for good: {bad:?}");
+    let error = bad.last_error.expect("an error");
+    assert!(error.contains("invalid output for kind `test.wf_typed`") && error.contains("/n"), "{error}");
+    assert!(bad.output.is_none(), "the invalid output was not written");
+    // after_both = 0 + good's 7; bad failed.
+    assert_eq!(output(&t, &id("after_both")).await, json!({ "n": 7 }));
 }

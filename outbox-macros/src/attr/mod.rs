@@ -13,11 +13,11 @@ use std::collections::BTreeSet;
 use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Error, Expr, LitStr, Result, Token, token};
 pub(crate) use value::Cost;
-use value::{boolean, cost, duration, fn_path, int, rate, sequence_failure, string};
+use value::{boolean, cost, duration, fn_path, int, rate, sequence_failure, string, type_of};
 
 /// The options accepted in the container attribute, as listed in error messages.
 const CONTAINER_OPTIONS: &str = "`kind`, `queue`, `priority`, `max_attempts`, `unique`, `validate`, `sequence`, \
-     `on_sequence_failure`, `concurrency`, `timeout`, `rate`, `rate_key`, `fair`, `cost`, `subject`";
+     `on_sequence_failure`, `concurrency`, `timeout`, `rate`, `rate_key`, `fair`, `cost`, `subject`, `output`";
 
 /// One option of the container attribute: its parsed value and where it was written.
 pub(crate) struct Setting<T> {
@@ -63,6 +63,8 @@ pub(crate) struct ContainerAttrs {
     pub(crate) cost: Option<Setting<Cost>>,
     /// `#[job(subject = "order:{orderId}")]`: the template of the domain row each job is about.
     pub(crate) subject: Option<Setting<String>>,
+    /// `#[job(output = Extracted)]`: the type the handler completes with, whose JSON Schema every output must fit.
+    pub(crate) output: Option<Setting<syn::Type>>,
     /// Every option name written, valid or not, to tell duplicates and a mistyped `kind` from a missing one.
     pub(crate) written: BTreeSet<String>,
 }
@@ -143,6 +145,8 @@ pub(crate) fn container(attrs: &[Attribute], errors: &mut Errors) -> ContainerAt
                 "subject" => {
                     setting(&mut out.subject, &mut out.written, &meta, errors, "subject = \"order:{orderId}\"", string)
                 }
+                // #[job(output = Extracted)], #[job(output = "Vec<Extracted>")]
+                "output" => setting(&mut out.output, &mut out.written, &meta, errors, "output = Extracted", type_of),
                 // #[job(validate = Self::check)], #[job(validate = "check")]
                 "validate" => {
                     setting(&mut out.validate, &mut out.written, &meta, errors, "validate = Self::check", fn_path)
@@ -204,6 +208,7 @@ pub(crate) fn field<'a>(attrs: &'a [Attribute], errors: &mut Errors) -> FieldAtt
                     | "fair"
                     | "cost"
                     | "subject"
+                    | "output"
             ) {
                 format!("`{name}` goes on the type, not on a field; the only field option is #[job(key)]")
             } else {

@@ -72,13 +72,13 @@ fn reports_every_problem_at_once() {
             "expected a string literal: #[job(kind = \"send_email\")]",
             "expected an integer literal: #[job(priority = 10)]",
             "unknown job option `colour`: expected one of `kind`, `queue`, `priority`, `max_attempts`, `unique`, \
-             `validate`, `sequence`, `on_sequence_failure`, `concurrency`, `timeout`, `rate`, `rate_key`, `fair`, `cost`, `subject`",
+             `validate`, `sequence`, `on_sequence_failure`, `concurrency`, `timeout`, `rate`, `rate_key`, `fair`, `cost`, `subject`, `output`",
             "duplicate job option `queue`",
             "`max_attempts` must fit in an i32 (-2147483648..=2147483647)",
             "expected `true` or `false`: #[job(unique = false)]",
             "#[job(key)] goes on a field, not on the type; the type takes `kind`, `queue`, `priority`, \
              `max_attempts`, `unique`, `validate`, `sequence`, `on_sequence_failure`, `concurrency`, `timeout`, `rate`, \
-             `rate_key`, `fair`, `cost`, `subject`",
+             `rate_key`, `fair`, `cost`, `subject`, `output`",
             "duplicate job option `priority`",
             "`priority` is an i32: drop the `u8` suffix",
             "duplicate job option `unique`",

@@ -29,6 +29,18 @@ pub(crate) fn fn_path(expr: &Expr, _name: &str, usage: &str) -> Result<syn::Expr
     }
 }
 
+/// A type, written as a path (`Extracted`) or in a string (`"Vec<Extracted>"`).
+pub(crate) fn type_of(expr: &Expr, _name: &str, usage: &str) -> Result<syn::Type> {
+    let wrong = || Error::new_spanned(expr, format!("expected a type: #[job({usage})]"));
+    match ungroup(expr) {
+        Expr::Path(path) if path.qself.is_none() => {
+            Ok(syn::Type::Path(syn::TypePath { qself: None, path: path.path.clone() }))
+        }
+        Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => lit.parse::<syn::Type>().map_err(|_| wrong()),
+        _ => Err(wrong()),
+    }
+}
+
 /// A duration in a string, `"500ms"`, `"30s"`, `"5m"` or `"2h"`, as whole milliseconds of at least one.
 pub(crate) fn duration(expr: &Expr, name: &str, usage: &str) -> Result<u64> {
     let text = string(expr, name, usage)?;

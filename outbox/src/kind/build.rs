@@ -65,7 +65,11 @@ impl Kind {
             return Ok(Arc::clone(kind));
         }
         let schema = schemars::SchemaGenerator::default().into_root_schema_for::<J>().to_value();
-        let kind = Arc::new(Kind { rules: Some(typed_rules::<J>), ..Kind::from_schema(J::KIND, schema, J::OPTS)? });
+        let mut kind = Kind { rules: Some(typed_rules::<J>), ..Kind::from_schema(J::KIND, schema, J::OPTS)? };
+        if let Some(output) = J::output_schema() {
+            kind = kind.with_output(output)?;
+        }
+        let kind = Arc::new(kind);
         typed_kinds().write().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::clone(&kind));
         Ok(kind)
     }
@@ -181,11 +185,8 @@ impl Kind {
                 "concurrency is 0: no job of the kind could ever run; leave it unset for no limit".into(),
             ));
         }
-        // Formats (`email`, `uuid`, `date-time`, ...) are asserted: a schema that names one means it.
-        let validator = jsonschema::options()
-            .should_validate_formats(true)
-            .build(&schema)
-            .map_err(|e| invalid(format!("its json schema does not compile: {e}")))?;
+        let validator =
+            super::compile(&schema).map_err(|e| invalid(format!("its json schema does not compile: {e}")))?;
         let is_property = |field: &str| schema.get("properties").and_then(|p| p.get(field)).is_some();
         for field in &key_fields {
             if !is_property(field) {
@@ -219,6 +220,7 @@ impl Kind {
             schema,
             schema_hash,
             validator,
+            output: None,
             rules: None,
         })
     }

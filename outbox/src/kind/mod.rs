@@ -1,5 +1,7 @@
 //! The runtime description of a job kind: its options, JSON Schema, schema hash and compiled validator.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::error::{Error, Result, pointer_token};
@@ -46,6 +48,8 @@ pub struct Kind {
     schema: Value,
     schema_hash: String,
     validator: jsonschema::Validator,
+    /// The schema of what its handler completes with (`#[job(output = T)]`), checked before the output is written.
+    output: Option<Arc<(Value, jsonschema::Validator)>>,
     /// The typed kind's own rules ([`Job::validate`]), run on payloads the schema accepts.
     rules: Option<fn(&Value) -> Vec<Violation>>,
 }
@@ -197,17 +201,30 @@ impl Kind {
         if self.validator.is_valid(payload) {
             return self.rules.map(|rules| rules(payload)).unwrap_or_default();
         }
-        self.validator
-            .iter_errors(payload)
-            .map(|e| {
-                let mut path = e.instance_path().to_string();
-                // A missing property is reported at its parent; name the property itself.
-                if let jsonschema::error::ValidationErrorKind::Required { property: Value::String(name) } = e.kind() {
-                    path = format!("{path}/{}", pointer_token(name));
-                }
-                Violation { path, message: e.to_string() }
-            })
-            .collect()
+        violations_of(&self.validator, payload)
+    }
+
+    /// The JSON Schema of the kind's outputs, when it declares one (`#[job(output = T)]`).
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.output.as_deref().map(|(schema, _)| schema)
+    }
+
+    /// Every violation of the kind's output schema by `output` (none without a schema), each with its JSON path.
+    pub fn output_violations(&self, output: &Value) -> Vec<Violation> {
+        match self.output.as_deref() {
+            Some((_, validator)) if !validator.is_valid(output) => violations_of(validator, output),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The kind with `schema` as the schema of its outputs.
+    pub(crate) fn with_output(mut self, schema: Value) -> Result<Kind> {
+        let validator = compile(&schema).map_err(|e| Error::InvalidKind {
+            kind: self.name.clone(),
+            reason: format!("its output schema does not compile: {e}"),
+        })?;
+        self.output = Some(Arc::new((schema, validator)));
+        Ok(self)
     }
 
     /// Validates a payload, naming every violation.
@@ -218,6 +235,28 @@ impl Kind {
         }
         Err(Error::InvalidPayload { kind: self.name.clone(), violations })
     }
+}
+
+/// Every violation of `validator` by `value`, each at its JSON path.
+fn violations_of(validator: &jsonschema::Validator, value: &Value) -> Vec<Violation> {
+    validator
+        .iter_errors(value)
+        .map(|e| {
+            let mut path = e.instance_path().to_string();
+            // A missing property is reported at its parent; name the property itself.
+            if let jsonschema::error::ValidationErrorKind::Required { property: Value::String(name) } = e.kind() {
+                path = format!("{path}/{}", pointer_token(name));
+            }
+            Violation { path, message: e.to_string() }
+        })
+        .collect()
+}
+
+/// A JSON Schema compiled; formats (`email`, `uuid`, `date-time`, ...) are asserted: a schema that names one means it.
+pub(crate) fn compile(
+    schema: &Value,
+) -> std::result::Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
+    jsonschema::options().should_validate_formats(true).build(schema)
 }
 
 #[cfg(test)]

@@ -187,11 +187,26 @@ where
     Arc::new(move |payload: String, schema_hash: String, ctx: JobContext| {
         let decoded = decode::<J>(&kind, &payload, &schema_hash);
         let handler = Arc::clone(&handler);
+        let kind = Arc::clone(&kind);
         Box::pin(async move {
             let job = decoded.map_err(JobError::Permanent)?;
-            handler(job, ctx).await.map(IntoOutput::into_output)
+            let output = handler(job, ctx).await.map(IntoOutput::into_output)?;
+            checked_output(&kind, output)
         })
     })
+}
+
+/// The handler's output when it fits the kind's output schema; otherwise a permanent failure naming each JSON path.
+/// No output is checked as `null`.
+fn checked_output(kind: &Kind, output: Option<Value>) -> std::result::Result<Option<Value>, JobError> {
+    if kind.output_schema().is_none() {
+        return Ok(output);
+    }
+    let violations = kind.output_violations(output.as_ref().unwrap_or(&Value::Null));
+    if violations.is_empty() {
+        return Ok(output);
+    }
+    Err(JobError::Permanent(format!("invalid output for kind `{}`: {}", kind.name(), join_violations(&violations))))
 }
 
 /// The payload as `J`, or why it can never be: a payload that fails here fails permanently.
