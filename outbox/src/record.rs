@@ -194,6 +194,8 @@ pub enum JobEventKind {
     Cancelled,
     /// Put back to pending by an operator.
     RetriedByOperator,
+    /// A workflow step whose last parent finished: it may run now.
+    Ready,
 }
 
 impl JobEventKind {
@@ -210,6 +212,7 @@ impl JobEventKind {
         JobEventKind::RescuedFailed,
         JobEventKind::Cancelled,
         JobEventKind::RetriedByOperator,
+        JobEventKind::Ready,
     ];
 
     /// The stored name (`retried_by_operator`).
@@ -226,6 +229,7 @@ impl JobEventKind {
             JobEventKind::RescuedFailed => "rescued_failed",
             JobEventKind::Cancelled => "cancelled",
             JobEventKind::RetriedByOperator => "retried_by_operator",
+            JobEventKind::Ready => "ready",
         }
     }
 }

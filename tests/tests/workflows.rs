@@ -121,6 +121,11 @@ async fn a_diamond_runs_its_join_after_both_branches_with_their_outputs(t: TestD
     assert_eq!(parents.iter().map(|p| p.step.as_str()).collect::<Vec<_>>(), ["a"]);
     assert_eq!(children.iter().map(|p| p.step.as_str()).collect::<Vec<_>>(), ["d"]);
     assert_eq!(ops::workflow(&t.db, wf.id()).await.expect("graph").state, "completed");
+    // D's history says when its last parent let it go: after it was enqueued, before it was claimed.
+    let events: Vec<outbox::JobEventKind> =
+        ops::history(&t.db, d).await.expect("history").iter().map(|e| e.event).collect();
+    use outbox::JobEventKind::{Claimed, Completed, Enqueued, Ready};
+    assert_eq!(events, [Enqueued, Ready, Claimed, Completed], "{events:?}");
 }
 
 conformance!(a_workflow_whose_transaction_rolls_back_leaves_no_row);

@@ -369,6 +369,10 @@ BEGIN
             ORDER BY h.sequence_no LIMIT 1)
         FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
         AND status = 'pending' AND waiting = 1 AND parents_left = 0;
+    -- The event feed's `ready` for each child this let go (it counted its last parent just now).
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+    SELECT c.id, c.kind, c.queue, NEW.updated_at, 'ready', 0 FROM outbox_jobs c
+    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND c.parents_left = 0 AND c.status = 'pending';
     UPDATE outbox_job_deps SET done = 1 WHERE parent_id = NEW.id AND done = 0;
 END;
 -- A parent failed for good or was cancelled: the children that run anyway count it, a first-failure child goes, and
@@ -426,6 +430,16 @@ BEGIN
                 WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
         SELECT NEW.id UNION SELECT id FROM doomed)) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
         AND status = 'pending' AND waiting = 1 AND parents_left = 0;
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+    SELECT c.id, c.kind, c.queue, NEW.updated_at, 'ready', 0 FROM outbox_jobs c
+    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT NEW.id UNION SELECT id FROM doomed)) AND c.parents_left = 0 AND c.status = 'pending';
     -- The edges counted are done; those of the children cancelled below stay, for a retry of the parent.
     UPDATE outbox_job_deps SET done = 1 WHERE done = 0 AND parent_id IN (WITH RECURSIVE doomed(id) AS (
             SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
@@ -468,6 +482,9 @@ BEGIN
             ORDER BY h.sequence_no LIMIT 1)
         FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
         AND status = 'pending' AND waiting = 1 AND parents_left = 0;
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+    SELECT c.id, c.kind, c.queue, OLD.updated_at, 'ready', 0 FROM outbox_jobs c
+    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND c.parents_left = 0 AND c.status = 'pending';
     UPDATE outbox_job_deps SET done = 1 WHERE parent_id = OLD.id AND done = 0;
 END;
 -- An operator's retry of a parent that failed or was cancelled brings back the steps its failure cancelled, which

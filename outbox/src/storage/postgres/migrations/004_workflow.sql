@@ -31,11 +31,11 @@ CREATE INDEX outbox_job_deps_child ON outbox_job_deps (child_id, parent_id);
 -- A parent finished: each child counts it. A completion counts for every child but a first-failure one, which it
 -- cancels once every parent completed; a failure or cancellation counts for the children that go on, lets a
 -- first-failure child go, and cancels the other children that wait (whose own trigger reaches down the graph). A
--- child that counted its last parent goes: at once without a sequence (the workers are woken), through its
--- sequence's head with one (noted for `outbox_jobs_sequence_next`, which runs at the end of the statement). A
--- parent of a kind that keeps nothing (or keeps in the archive) leaves in the statement that completes it, still
--- claimed: that counts as a completion. A parent deleted otherwise is not counted: its children wait until the
--- workflow is cancelled.
+-- child that counted its last parent goes, recorded as its `ready` event: at once without a sequence (the workers
+-- are woken), through its sequence's head with one (noted for `outbox_jobs_sequence_next`, which runs at the end of
+-- the statement). A parent of a kind that keeps nothing (or keeps in the archive) leaves in the statement that
+-- completes it, still claimed: that counts as a completion. A parent deleted otherwise is not counted: its children
+-- wait until the workflow is cancelled.
 CREATE FUNCTION outbox_jobs_workflow_done() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE parent text; outcome text; at timestamptz; noted text; released boolean;
 BEGIN
@@ -61,7 +61,9 @@ BEGIN
         WHERE d.parent_id = parent AND NOT d.done AND c.id = d.child_id AND c.parents_left > 0
             AND (outcome = 'completed' OR c.on_parent_failure <> 0)
             AND (c.on_parent_failure <> 2 OR c.status = 'pending')
-        RETURNING c.sequence_key, c.parents_left, c.status, c.waiting)
+        RETURNING c.id, c.kind, c.queue, c.sequence_key, c.parents_left, c.status, c.waiting)
+    , ready AS (INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+        SELECT id, kind, queue, at, 'ready', 0 FROM counted WHERE parents_left = 0 AND status = 'pending')
     SELECT string_agg(sequence_key || chr(30), '')
             FILTER (WHERE sequence_key IS NOT NULL AND parents_left = 0 AND status = 'pending'),
         bool_or(parents_left = 0 AND status = 'pending' AND NOT waiting)
