@@ -98,6 +98,7 @@ impl From<outbox::Error> for ApiError {
             E::InvalidPayload { violations, .. } => {
                 ApiError { violations, ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_payload", message) }
             }
+            E::InvalidWorkflow { .. } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_workflow", message),
             E::Serde { .. } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_payload", message),
             E::PayloadTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message),
             E::InvalidOpts { .. } | E::Invalid(_) => ApiError::invalid(message),

@@ -13,7 +13,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ErrorBody {
     /// Stable: `invalid_request`, `invalid_payload`, `unauthorized`, `forbidden`, `not_found`, `unknown_kind`,
-    /// `conflict`, `stale_claim`, `method_not_allowed`, `timeout`, `payload_too_large`,
+    /// `invalid_workflow`, `conflict`, `stale_claim`, `method_not_allowed`, `timeout`, `payload_too_large`,
     /// `unsupported_media_type`, `unavailable` or `internal`.
     code: String,
     /// What went wrong, naming the field, parameter or job at fault.
@@ -56,6 +56,7 @@ pub(crate) struct JobPath {
     tags(
         (name = "jobs", description = "List, read, enqueue, retry, cancel and delete jobs"),
         (name = "overview", description = "Statistics, queues, kinds, workers and schedules"),
+        (name = "workflows", description = "Workflows and batches: create one, read its graph and state, cancel it"),
         (name = "events", description = "The event feed as Server-Sent Events"),
         (name = "flow", description = "Flow control: pauses and holds, rates and their use, fair shares and weights"),
         (name = "work", description = "Remote workers: claim, heartbeat, complete, fail, snooze"),

@@ -80,11 +80,15 @@ pub(super) async fn list(State(state): State<AppState>, Query(params): Query<Lis
     Ok(axum::Json(JobPage { jobs, next }).into_response())
 }
 
-/// A job and its lifecycle, oldest event first.
+/// A job and its lifecycle, oldest event first; for a workflow step, the jobs it waits for and those waiting for it.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct JobDetail {
     job: JobRecord,
     history: Vec<JobEvent>,
+    /// The jobs it waits for, each with the step name it knows it by and its status (empty outside workflows).
+    parents: Vec<outbox::Parent>,
+    /// The steps that wait for it.
+    children: Vec<outbox::Parent>,
 }
 
 /// One job with its history.
@@ -93,7 +97,8 @@ pub(crate) struct JobDetail {
 pub(super) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     let job = ops::get(&state.db, &id).await?;
     let history = ops::history(&state.db, &id).await?;
-    Ok(axum::Json(JobDetail { job, history }).into_response())
+    let (parents, children) = ops::links(&state.db, &id).await?;
+    Ok(axum::Json(JobDetail { job, history, parents, children }).into_response())
 }
 
 /// `POST /api/jobs`.

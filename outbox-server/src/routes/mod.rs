@@ -8,6 +8,7 @@ mod health;
 mod jobs;
 mod overview;
 mod work;
+mod workflows;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -102,6 +103,7 @@ fn api(auth: &Arc<Auth>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(overview::kind))
         .routes(routes!(jobs::list))
         .routes(routes!(jobs::get))
+        .routes(routes!(workflows::get))
         .routes(routes!(health::workers))
         .routes(routes!(health::schedules))
         .routes(routes!(events::events))
@@ -110,6 +112,8 @@ fn api(auth: &Arc<Auth>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health::metrics));
     let operate = OpenApiRouter::new()
         .routes(routes!(jobs::enqueue))
+        .routes(routes!(workflows::create))
+        .routes(routes!(workflows::cancel))
         .routes(routes!(jobs::retry_failed))
         .routes(routes!(jobs::cancel_subject))
         .routes(routes!(jobs::retry_subject))

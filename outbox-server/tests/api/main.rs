@@ -11,3 +11,4 @@ mod malformed;
 mod observe;
 mod openapi;
 mod overview;
+mod workflows;
