@@ -80,6 +80,9 @@ impl From<outbox::Error> for Failure {
                 Failure::invalid(message).hint(format!("`outbox schema {kind}` prints the kind's JSON Schema"))
             }
             E::InvalidOpts { .. } | E::InvalidKind { .. } | E::Invalid(_) => Failure::invalid(message),
+            E::InvalidWorkflow { .. } => {
+                Failure::invalid(message).hint("nothing was written; `outbox schema KIND` prints a kind's JSON Schema")
+            }
             E::NotFound { .. } => Failure::new(code::NOT_FOUND, message)
                 .hint("`outbox list` shows job ids; an id is 26 characters (a ULID)"),
             E::InvalidTransition { id, .. } => {
@@ -105,6 +108,9 @@ impl From<outbox_server::Error> for Failure {
             outbox_server::Error::InvalidToken { .. }
             | outbox_server::Error::InvalidOrigin { .. }
             | outbox_server::Error::Unprotected { .. } => Failure::invalid(e.to_string()),
+            outbox_server::Error::InvalidField { .. } => {
+                Failure::invalid(e.to_string()).hint("`outbox workflow create --help` lists the fields")
+            }
             other => Failure::error(other.to_string()),
         }
     }

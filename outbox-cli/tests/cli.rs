@@ -874,3 +874,60 @@ fn subjects_are_enqueued_listed_cancelled_and_retried() {
     assert_eq!(run.code, 2, "an id and a subject: {}", run.stderr);
     assert_eq!(env.ok(&["list", "--format", "json"]).json().as_array().expect("jobs").len(), 3, "nothing written");
 }
+
+/// `outbox workflow create` writes a fan-out of files and a step after them, `outbox work` runs the step only once
+/// both files are there, `workflow show` and `get` tell what waits for what; a spec that does not read names the
+/// field, and a workflow the queue refuses names every problem: both exit 2 with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_are_created_shown_run_and_cancelled() {
+    let env = Env::new();
+    env.ok(&["migrate"]);
+    let file = |path: &str| json!({ "kind": "create_file", "payload": { "path": path, "content": "x\n" } });
+    let mut index = file("index.txt");
+    index["name"] = json!("index");
+    index["after"] = json!(["a", "b"]);
+    let (mut a, mut b) = (file("a.txt"), file("b.txt"));
+    a["name"] = json!("a");
+    b["name"] = json!("b");
+    let spec = json!({ "name": "files then index", "steps": [a, b, index] });
+    let spec_path = env.dir.path().join("wf.json");
+    std::fs::write(&spec_path, spec.to_string()).expect("write spec");
+    let created = env.ok(&["workflow", "create", &format!("@{}", spec_path.display()), "--format", "json"]).json();
+    let id = created["id"].as_str().expect("id").to_owned();
+    let index_job = created["steps"]["index"].as_str().expect("index job").to_owned();
+    let shown = env.ok(&["workflow", "show", &id]).stdout;
+    assert!(shown.contains("files then index") && shown.contains("waiting") && shown.contains("a, b"), "{shown}");
+    let got = env.ok(&["get", &index_job]).stdout;
+    assert!(got.contains("parents") && got.contains("waiting for it"), "{got}");
+
+    let (done, _) = work_until(&env, || async { status_of(&env, &index_job) == "completed" }).await;
+    assert!(done, "the index step did not complete");
+    let graph = env.ok(&["workflow", "show", &id, "--format", "json"]).json();
+    assert_eq!(graph["state"], "completed");
+    let history = env.ok(&["get", &index_job, "--format", "json"]).json();
+    let events: Vec<&str> =
+        history["history"].as_array().expect("history").iter().map(|e| e["event"].as_str().expect("e")).collect();
+    assert_eq!(events.first().copied(), Some("enqueued"));
+    assert!(events.contains(&"ready"), "{events:?}");
+
+    let again = env.ok(&["workflow", "create", &spec.to_string(), "--format", "json"]).json();
+    let cancelled = env.ok(&["workflow", "cancel", again["id"].as_str().expect("id"), "--format", "json"]).json();
+    assert_eq!(cancelled, json!({ "cancelled": 3 }));
+
+    let before = env.ok(&["list", "--format", "json"]).json().as_array().expect("jobs").len();
+    let unreadable = env.run(&["workflow", "create", r#"{"name": "x", "steps": [{"name": "a"}]}"#]);
+    assert_eq!(unreadable.code, 2, "{}", unreadable.stderr);
+    unreadable.error_naming("steps[0]");
+    let cycle = json!({ "name": "cycle", "steps": [
+        { "name": "a", "kind": "create_file", "payload": { "path": "c.txt", "content": "" }, "after": ["b"] },
+        { "name": "b", "kind": "create_file", "payload": { "path": "d.txt", "content": "" }, "after": ["a"] },
+    ]});
+    let refused = env.run(&["workflow", "create", &cycle.to_string()]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    refused.error_naming("cycle: a, b");
+    let bad_delay = json!({ "name": "delay", "steps": [
+        { "name": "a", "kind": "create_file", "payload": { "path": "e.txt", "content": "" }, "delay": "soon" },
+    ]});
+    env.run(&["workflow", "create", &bad_delay.to_string()]).error_naming("steps[0].delay");
+    assert_eq!(env.ok(&["list", "--format", "json"]).json().as_array().expect("jobs").len(), before, "nothing written");
+}

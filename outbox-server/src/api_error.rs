@@ -121,6 +121,7 @@ impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         match e {
             Error::UnknownKind { .. } => ApiError::new(StatusCode::NOT_FOUND, "unknown_kind", e.to_string()),
+            Error::InvalidField { .. } => ApiError::invalid(e.to_string()),
             Error::Outbox(e) => e.into(),
             e => ApiError::internal(&e),
         }

@@ -51,6 +51,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A field of a request or file cannot be read (`steps[2].delay` of a workflow).
+    #[error("field `{field}`: {reason}")]
+    InvalidField {
+        /// The field, as a path into the document.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The queue failed (the database, a recorded kind that does not compile).
     #[error(transparent)]
     Outbox(#[from] outbox::Error),

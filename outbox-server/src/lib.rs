@@ -121,6 +121,7 @@ mod otel;
 mod pages;
 mod routes;
 mod serve;
+mod workflow_spec;
 
 pub use error::{Error, Result};
 pub use kinds::{KindSource, KnownKind, KnownKinds};
@@ -129,3 +130,4 @@ pub use opts::{Role, ServerOpts, Token};
 pub use otel::{OtelMetrics, otel_metrics};
 pub use routes::{openapi_json, router};
 pub use serve::serve;
+pub use workflow_spec::{StepSpec, WorkflowSpec};

@@ -126,6 +126,9 @@ pub(crate) enum Command {
     Flow(FlowArgs),
     /// Set the fair-share weight of one key of a kind (1 unless set).
     Weight(WeightArgs),
+    /// Create a workflow or batch from JSON, show one's steps and what each waits for, or cancel it.
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
     /// Serve the HTTP API (JSON) and the dashboard (at /) until Ctrl-C or SIGTERM.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
@@ -137,6 +140,28 @@ pub(crate) enum Command {
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+}
+
+/// What `outbox workflow` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum WorkflowCommand {
+    /// Write a workflow in one transaction, or nothing: `{"name", "steps": [{"name", "kind", "payload", "after",
+    /// "after_jobs", "on_parent_failure", "queue", "priority", "max_attempts", "delay", "subject"}]}` (the body of
+    /// `POST /api/workflows`). Prints its id and each step's job id.
+    Create {
+        /// The workflow as JSON text, `@path` to read a file, or `-` for stdin.
+        spec: String,
+    },
+    /// Show a workflow's steps, their state and what each waits for.
+    Show {
+        /// The workflow id.
+        id: String,
+    },
+    /// Cancel every step of a workflow that has not started; running steps finish.
+    Cancel {
+        /// The workflow id.
+        id: String,
     },
 }
 

@@ -116,8 +116,9 @@ fn sequence_line(job: &JobRecord) -> String {
 pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Result<u8> {
     let job = ops::get(db, id).await?;
     let history = ops::history(db, id).await?;
+    let (parents, children) = ops::links(db, id).await?;
     if format == Format::Json {
-        render::json(&json!({ "job": job, "history": history }))?;
+        render::json(&json!({ "job": job, "history": history, "parents": parents, "children": children }))?;
         return Ok(code::OK);
     }
     let fields = [
@@ -160,6 +161,26 @@ pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Re
         })
         .collect();
     print!("{}", table(&["AT", "EVENT", "ATTEMPT", "WORKER", "ERROR"], &rows));
+    // A workflow step: what it waits for (parents not yet counted) and what waits for it.
+    for (title, links) in [("parents", &parents), ("children", &children)] {
+        if links.is_empty() {
+            continue;
+        }
+        println!("\n{title}");
+        let rows: Vec<Vec<String>> = links
+            .iter()
+            .map(|p| {
+                let status = p.status.map_or_else(|| "gone".to_owned(), |s| s.to_string());
+                let waits = if title == "parents" && !p.counted && job.status == outbox::JobStatus::Pending {
+                    "waiting for it"
+                } else {
+                    ""
+                };
+                vec![p.step.clone(), p.kind.clone().unwrap_or_else(|| "-".into()), status, p.id.clone(), waits.into()]
+            })
+            .collect();
+        print!("{}", table(&["STEP", "KIND", "STATUS", "JOB", ""], &rows));
+    }
     Ok(code::OK)
 }
 

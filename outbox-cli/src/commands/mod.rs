@@ -7,6 +7,7 @@ mod jobs;
 mod reconcile;
 mod serve;
 mod work;
+mod workflows;
 
 use sea_orm::DatabaseConnection;
 
@@ -68,6 +69,7 @@ pub(crate) async fn run(cli: Cli) -> Result<u8> {
         Command::Pause(args) => flow::pause(&db, args, format).await,
         Command::Resume(args) => flow::resume(&db, args, format).await,
         Command::Flow(args) => flow::show(&db, args, format).await,
+        Command::Workflow(command) => workflows::run(&db, command, format).await,
         Command::Weight(args) => flow::weight(&db, args, format).await,
         // Run above, before the database is opened.
         Command::Serve(_) | Command::Openapi | Command::Completions { .. } => Ok(code::OK),
