@@ -116,3 +116,80 @@ fn serves_with_tokens_from_the_environment_and_stops_on_sigterm() {
     assert!(logs.contains("SIGTERM") && logs.contains("server stopped"), "{logs}");
     assert!(!logs.contains(READ) && !logs.contains(OPERATE), "a token was logged: {logs}");
 }
+
+/// `examples/workflow.py`, a program in another language, creates the README's workflow over HTTP from `outbox
+/// serve` and through `outbox workflow create`: the same ten steps and edges both ways.
+#[test]
+fn the_python_example_creates_the_readme_workflow_over_http_and_through_the_cli() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("queue.db");
+    assert!(outbox(&db, &["migrate"]).output().expect("migrate").status.success());
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/workflow.py");
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_outbox")).parent().expect("bin dir").to_owned();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let python = |args: &[&str]| {
+        let out = Command::new("python3")
+            .arg(&example)
+            .args(args)
+            .env("PATH", &path)
+            .env("OUTBOX_DATABASE_URL", outbox_tests::sqlite_url(&db))
+            .env("OUTBOX_TOKEN", OPERATE)
+            .output()
+            .expect("run python3");
+        assert!(out.status.success(), "workflow.py {args:?}: {}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
+    };
+    let via_cli = python(&["cli"]);
+
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let child = ChildProcess::spawn(
+        outbox(&db, &["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .env("OUTBOX_TOKENS", format!("read:{READ}, operate:{OPERATE}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(port, "/api/queues", READ).is_none() {
+        assert!(Instant::now() < deadline, "outbox serve did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let via_http = python(&["http", &format!("http://127.0.0.1:{port}")]);
+    let graph = |id: &str| {
+        let (status, answer) = get(port, &format!("/api/workflows/{id}"), READ).expect("graph");
+        assert_eq!(status, 200, "{answer}");
+        let body = answer.split("\r\n\r\n").nth(1).expect("body");
+        let graph: serde_json::Value = serde_json::from_str(body).expect("json graph");
+        let steps = graph["steps"].as_array().expect("steps").clone();
+        let ids: std::collections::HashMap<String, String> = steps
+            .iter()
+            .map(|s| (s["id"].as_str().expect("id").to_owned(), s["step"].as_str().expect("step").to_owned()))
+            .collect();
+        let mut shape: Vec<(String, Vec<String>, String)> = steps
+            .iter()
+            .map(|s| {
+                let mut after: Vec<String> = s["parents"]
+                    .as_array()
+                    .expect("parents")
+                    .iter()
+                    .map(|p| ids[p.as_str().expect("p")].clone())
+                    .collect();
+                after.sort();
+                (s["step"].as_str().expect("step").to_owned(), after, s["state"].as_str().expect("state").to_owned())
+            })
+            .collect();
+        shape.sort();
+        shape
+    };
+    let (cli_shape, http_shape) =
+        (graph(via_cli["id"].as_str().expect("id")), graph(via_http["id"].as_str().expect("id")));
+    drop(stop(child));
+    assert_eq!(cli_shape, http_shape, "the same workflow both ways");
+    assert_eq!(cli_shape.len(), 10);
+    let index = cli_shape.iter().find(|(step, _, _)| step == "index").expect("the index step");
+    assert_eq!(index.1, ["publish-contract-7", "publish-contract-8", "publish-contract-9"]);
+    assert_eq!(index.2, "waiting");
+    let writes = cli_shape
+        .iter()
+        .filter(|(step, after, state)| step.starts_with("write-") && after.is_empty() && state == "pending");
+    assert_eq!(writes.count(), 3);
+}
