@@ -22,12 +22,15 @@ impl Runner {
             | Case::Latency
             | Case::LatencyLoaded
             | Case::LatencyCross
+            | Case::LatencyWorkflow
             | Case::IdleCpu
             | Case::Million
             | Case::Stall => {
                 return Err(format!("the {} case has no baseline", case.name()).into());
             }
-            Case::ClaimFlow => return Err("the claim_flow case measures its baseline within its own run".into()),
+            Case::ClaimFlow | Case::ClaimWorkflow => {
+                return Err(format!("the {} case measures its baseline within its own run", case.name()).into());
+            }
             Case::HeldSnapshot => {
                 return Ok(self.rt.block_on(subject::held_snapshot(target, n, self.concurrency_for(case), false))?.0);
             }

@@ -35,9 +35,11 @@ pub(crate) enum Case {
     HeldSnapshot,
     LatencyCross,
     IdleCpu,
+    ClaimWorkflow,
+    LatencyWorkflow,
 }
 
-pub(crate) const CASES: [Case; 22] = [
+pub(crate) const CASES: [Case; 24] = [
     Case::Enqueue,
     Case::EnqueueOrmCeiling,
     Case::EnqueueBatch,
@@ -60,6 +62,8 @@ pub(crate) const CASES: [Case; 22] = [
     Case::HeldSnapshot,
     Case::LatencyCross,
     Case::IdleCpu,
+    Case::ClaimWorkflow,
+    Case::LatencyWorkflow,
 ];
 
 /// `--case` takes a case by its row name.
@@ -101,6 +105,8 @@ impl Case {
             Case::HeldSnapshot => "held_snapshot",
             Case::LatencyCross => "latency_cross",
             Case::IdleCpu => "idle_cpu",
+            Case::ClaimWorkflow => "claim_workflow",
+            Case::LatencyWorkflow => "latency_workflow",
         }
     }
 
@@ -117,7 +123,8 @@ impl Case {
             | Case::Million
             | Case::Stall
             | Case::HeldSnapshot
-            | Case::IdleCpu => &[SyncMode::Full],
+            | Case::IdleCpu
+            | Case::ClaimWorkflow => &[SyncMode::Full],
             _ => &[SyncMode::Full, SyncMode::Normal],
         }
     }
@@ -136,7 +143,8 @@ impl Case {
                 _,
             ) => base,
             (Case::Retention | Case::RetentionPartitioned, _) => base,
-            (Case::Latency | Case::LatencyLoaded | Case::LatencyCross, _) => LATENCY_JOBS,
+            (Case::Latency | Case::LatencyLoaded | Case::LatencyCross | Case::LatencyWorkflow, _) => LATENCY_JOBS,
+            (Case::ClaimWorkflow, _) => base,
             (Case::IdleCpu, _) => 1,
             (Case::Million, _) => million::BIG,
             (Case::Stall, _) => stall::ROUNDS,
@@ -186,6 +194,9 @@ impl Case {
                 Some("outbox process: as many unsequenced jobs, same worker, same run")
             }
             (_, Case::ClaimSequenced) => Some("the same claim of 100 over as many unsequenced pending jobs"),
+            (_, Case::ClaimWorkflow) => {
+                Some("the same claim of 100 over as many ready jobs without the 100,000 waiting steps, same run")
+            }
             (_, Case::ClaimFlow) => {
                 Some("the worker's claim of 100 over as many pending jobs of a kind without flow control, same run")
             }
@@ -197,6 +208,7 @@ impl Case {
                 | Case::Latency
                 | Case::LatencyLoaded
                 | Case::LatencyCross
+                | Case::LatencyWorkflow
                 | Case::IdleCpu
                 | Case::Stall,
             ) => None,

@@ -72,6 +72,7 @@ mod stall;
 mod stats;
 mod subject;
 mod work;
+mod workflow;
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -122,6 +122,17 @@ impl Runner {
                     self.rt.block_on(subject::process_sequenced(&target, n, FEW_KEYS, self.concurrency_for(case)))?
                 }
                 Case::ClaimSequenced => self.claim_run(&target, n, true)?,
+                Case::ClaimWorkflow => {
+                    // Its baseline (the claim without waiting steps) runs inside the same run.
+                    let (with, without) = self.claim_workflow_run(&target, n)?;
+                    theirs.push(without.jobs_per_sec());
+                    with
+                }
+                Case::LatencyWorkflow => {
+                    let (measure, l) = self.rt.block_on(crate::workflow::latency(&target, n))?;
+                    starts.push(l);
+                    measure
+                }
                 Case::ProcessFair => self.rt.block_on(flow::process_fair(&target, n, self.concurrency_for(case)))?,
                 Case::ClaimFlow => {
                     // The plain claim alternates with it run by run, so their ratio sees the same machine.
@@ -194,7 +205,10 @@ impl Runner {
             ours.push(measure.jobs_per_sec());
             if baseline.is_some()
                 && cached.is_none()
-                && !matches!(case, Case::Http | Case::Million | Case::HeldSnapshot | Case::ClaimFlow)
+                && !matches!(
+                    case,
+                    Case::Http | Case::Million | Case::HeldSnapshot | Case::ClaimFlow | Case::ClaimWorkflow
+                )
             {
                 theirs.push(self.baseline_run(case, &target, n)?.jobs_per_sec());
             }
@@ -219,6 +233,7 @@ impl Runner {
                 | Case::ProcessFair
                 | Case::ClaimSequenced
                 | Case::ClaimFlow
+                | Case::ClaimWorkflow
                 | Case::Retention
                 | Case::RetentionPartitioned
                 | Case::Million

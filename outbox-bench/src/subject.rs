@@ -36,6 +36,12 @@ pub(crate) struct Noop {
     n: u64,
 }
 
+impl Noop {
+    pub(crate) fn new(n: u64) -> Noop {
+        Noop { n }
+    }
+}
+
 impl Job for Noop {
     const KIND: &'static str = "noop";
     const OPTS: KindOpts = KindOpts { unique: false, ..KindOpts::DEFAULT };

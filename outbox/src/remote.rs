@@ -248,6 +248,7 @@ pub async fn release(db: &DatabaseConnection, worker: &str, jobs: &[RemoteJob]) 
             run: job.run,
             outcome: Outcome::Released,
             keep: Keep::Row,
+            parent: false,
         };
         if storage::remote::finish(db, worker, f).await? {
             released += 1;
@@ -289,6 +290,7 @@ fn finished(job: &crate::record::JobRecord, run: i32, outcome: Outcome) -> Finis
         run,
         outcome,
         keep: Keep::Row,
+        parent: false,
     }
 }
 

@@ -124,6 +124,9 @@ pub(crate) struct ClaimedJob {
     pub(crate) sequenced: bool,
     /// The enqueuer's trace context, as stored (`traceparent`, then a space and the `tracestate`).
     pub(crate) trace: Option<String>,
+    /// Whether workflow steps wait for it: its outcome may let them go, so the worker claims again once it is
+    /// written.
+    pub(crate) has_children: bool,
 }
 
 impl ClaimedJob {
@@ -137,6 +140,7 @@ impl ClaimedJob {
             run: self.run,
             outcome,
             keep: Keep::Row,
+            parent: self.has_children,
         }
     }
 }
@@ -236,6 +240,9 @@ pub(crate) struct Finished {
     pub(crate) outcome: Outcome,
     /// Where a completion leaves the job. Ignored for other outcomes.
     pub(crate) keep: Keep,
+    /// Whether workflow steps wait for it: once its outcome is written, this process's workers claim again (the
+    /// outcome may have let them go).
+    pub(crate) parent: bool,
 }
 
 /// Where a completed job goes: a job with a sequence key always stays in the jobs table (the store checks that

@@ -449,7 +449,7 @@ impl Loop {
         };
         let Some(InFlight { job, ticket, .. }) = self.in_flight.remove(&id) else { return Ok(()) };
         self.running.store(self.in_flight.len(), Ordering::Relaxed);
-        self.freed |= job.sequenced || self.worker.limited.contains(&job.kind);
+        self.freed |= job.sequenced || job.has_children || self.worker.limited.contains(&job.kind);
         // Decided as the handler ended (its task called `returned` then); here only for a panic or an abort.
         let ours = ticket.as_ref().is_none_or(|t| {
             let ours = t.returned();

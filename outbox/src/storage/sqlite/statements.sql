@@ -434,43 +434,43 @@ WHERE status = 'claimed' AND kind IN (SELECT value FROM json_each(?1));
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace, has_children;
 
 -- worker: claim: several kinds from every queue
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND ?6 IS NULL AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace, has_children;
 
 -- worker: claim: kinds from some queues
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN json_each(?6) AS q CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND queue = q.value AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace, has_children;
 
 -- worker: claim: one kind from every queue, paused queues passed over
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = json_extract(?4, '$[0]') AND ?6 IS NULL AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace, has_children;
 
 -- worker: claim: several kinds from every queue, paused queues passed over
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND ?6 IS NULL AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace, has_children;
 
 -- worker: claim: kinds from some queues, paused queues passed over
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT j.rowid FROM json_each(?4) AS k CROSS JOIN json_each(?6) AS q CROSS JOIN outbox_jobs AS j WHERE j.rowid IN (SELECT rowid FROM outbox_jobs WHERE status = 'pending' AND waiting = 0 AND scheduled = 0 AND kind = k.value AND queue = q.value AND queue NOT IN (SELECT value FROM json_each(?7)) AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?5 + 0) ORDER BY j.priority DESC, j.run_at, j.id LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace, has_children;
 
 -- worker: claim: rows a controlled kind's plan chose
 UPDATE outbox_jobs
 SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, locked_by = ?1, locked_at = ?2, claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip
 WHERE rowid IN (SELECT rowid FROM outbox_jobs WHERE rowid IN (SELECT value FROM json_each(?4)) AND status = 'pending' AND (?6 IS NULL OR TRUE) LIMIT ?5 + 0)
-RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace;
+RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, trace, has_children;
 
 -- worker: claim: fail a row that cannot be read
 UPDATE outbox_jobs

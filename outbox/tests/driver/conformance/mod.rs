@@ -230,7 +230,16 @@ fn opts(worker: &str, kinds: &[&str]) -> WorkerStoreOpts {
 /// The outcome of job `id`'s claim of run `run`, its first attempt since (its attempt is its run: no test that
 /// tells them apart uses this).
 fn finished(id: &str, run: i32, outcome: Outcome) -> Finished {
-    Finished { id: id.into(), kind: "k".into(), queue: "default".into(), attempt: run, run, outcome, keep: Keep::Row }
+    Finished {
+        id: id.into(),
+        kind: "k".into(),
+        queue: "default".into(),
+        attempt: run,
+        run,
+        outcome,
+        keep: Keep::Row,
+        parent: false,
+    }
 }
 
 fn completed() -> Outcome {

@@ -51,6 +51,11 @@ BEGIN
             waiting = CASE WHEN c.sequence_key IS NULL AND c.status = 'pending'
                 AND ((c.parents_left = 1 AND c.on_parent_failure <> 2)
                     OR (c.on_parent_failure = 2 AND outcome <> 'completed')) THEN false ELSE c.waiting END,
+            -- Ready from its release: it sorts among the ready jobs by when it became ready, as a job enqueued then
+            -- would (a claim reading on from where the last one ended finds it).
+            run_at = CASE WHEN c.status = 'pending' AND ((c.parents_left = 1 AND c.on_parent_failure <> 2)
+                    OR (c.on_parent_failure = 2 AND outcome <> 'completed')) THEN GREATEST(c.run_at, at)
+                ELSE c.run_at END,
             status = CASE WHEN c.on_parent_failure = 2 AND outcome = 'completed' AND c.parents_left = 1
                 THEN 'cancelled' ELSE c.status END,
             last_error = CASE WHEN c.on_parent_failure = 2 AND outcome = 'completed' AND c.parents_left = 1

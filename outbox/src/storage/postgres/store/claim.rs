@@ -53,14 +53,14 @@ macro_rules! claim_sql {
             ", event_flip = NOT j.event_flip WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) \
              RETURNING j.id, j.kind, j.queue, j.payload::text AS payload, j.attempts, j.max_attempts, \
              j.schema_hash, j.runs, j.sequence_key IS NOT NULL AS sequenced, j.priority, \
-             (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms, j.trace), \
+             (EXTRACT(EPOCH FROM j.run_at) * 1000)::int8 AS run_at_ms, j.trace, j.has_children), \
              l AS (INSERT INTO outbox_claims (worker, lease_expires_at, jobs) SELECT $1, ",
             ts!("$3"),
             ", array_agg(id) FROM u HAVING count(*) > 0 RETURNING id), \
              e AS (",
             feed_row!("$2", "claimed", "$1", ""),
             ") SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequenced, priority, \
-             run_at_ms, (SELECT id FROM l) AS claim, trace FROM u"
+             run_at_ms, (SELECT id FROM l) AS claim, trace, has_children FROM u"
         )
     };
     // Each kind in each queue is read from its own range of the ready index, so the claim reads nothing of the
@@ -416,6 +416,7 @@ pub(super) fn claimed_jobs(store: &PgStore, rows: Vec<sqlx::postgres::PgRow>) ->
                     run,
                     outcome: Outcome::Failed { error },
                     keep: Keep::Row,
+                    parent: false,
                 };
                 if let Err(e) = store.finish(finished) {
                     tracing::warn!(error = %e, "cannot fail an unreadable job; its lease will run out");
@@ -451,5 +452,6 @@ pub(in crate::storage::postgres) fn claimed_job(
         run: row.try_get(7).map_err(at("runs"))?,
         sequenced: row.try_get(8).map_err(at("sequence_key"))?,
         trace: row.try_get(12).map_err(at("trace"))?,
+        has_children: row.try_get(13).map_err(at("has_children"))?,
     })
 }

@@ -137,6 +137,7 @@ async fn plans_read_rows_by_id(db: &DatabaseConnection) -> Result<()> {
             run: 1,
             outcome: Outcome::Completed { output: None },
             keep: [Keep::Row, Keep::Nothing, Keep::Archive][n % 3],
+            parent: false,
         })
         .collect();
     let (ids, map, sql) = outcome_literals(&batch, true);

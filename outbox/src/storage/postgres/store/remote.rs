@@ -44,6 +44,7 @@ pub(in crate::storage::postgres) async fn remote_claim(
                     run,
                     outcome: Outcome::Failed { error },
                     keep: Keep::Row,
+                    parent: false,
                 };
                 remote_finish(db, &c.worker_id, failed).await?;
             }

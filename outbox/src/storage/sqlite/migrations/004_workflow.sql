@@ -30,7 +30,8 @@ CREATE TABLE outbox_job_deps (
 CREATE INDEX outbox_job_deps_child ON outbox_job_deps (child_id, parent_id);
 
 -- A parent completed: each child counts it, and a child that counted its last goes (through its sequence's head
--- when it has a sequence: the rule of `outbox_jobs_sequence_next`).
+-- when it has a sequence: the rule of `outbox_jobs_sequence_next`), due from then on: it is ready from its release,
+-- so it sorts among the ready jobs by when it became ready, as a job enqueued then would.
 CREATE TRIGGER outbox_jobs_workflow_done AFTER UPDATE OF status ON outbox_jobs
     WHEN NEW.has_children = 1 AND OLD.status <> NEW.status AND NEW.status = 'completed'
 BEGIN
@@ -42,7 +43,7 @@ BEGIN
         last_error = CASE WHEN parents_left = 1 THEN 'not run: every parent completed' ELSE last_error END,
         updated_at = NEW.updated_at
     WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND on_parent_failure = 2 AND status = 'pending' AND parents_left > 0;
-    UPDATE outbox_jobs SET waiting = 0
+    UPDATE outbox_jobs SET waiting = 0, run_at = MAX(run_at, NEW.updated_at)
     WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND parents_left = 0 AND status = 'pending' AND waiting = 1 AND sequence_key IS NULL;
     UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h
             WHERE h.sequence_key = c.sequence_key
@@ -89,7 +90,7 @@ BEGIN
                 JOIN outbox_jobs c ON c.id = d.child_id
                 WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
         SELECT NEW.id UNION SELECT id FROM doomed)) AND on_parent_failure = 2 AND status = 'pending' AND parents_left > 0;
-    UPDATE outbox_jobs SET waiting = 0
+    UPDATE outbox_jobs SET waiting = 0, run_at = MAX(run_at, NEW.updated_at)
     WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
             SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
                 WHERE d.parent_id = NEW.id AND d.done = 0
@@ -155,7 +156,7 @@ BEGIN
         last_error = CASE WHEN parents_left = 1 THEN 'not run: every parent completed' ELSE last_error END,
         updated_at = OLD.updated_at
     WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND on_parent_failure = 2 AND status = 'pending' AND parents_left > 0;
-    UPDATE outbox_jobs SET waiting = 0
+    UPDATE outbox_jobs SET waiting = 0, run_at = MAX(run_at, OLD.updated_at)
     WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND parents_left = 0 AND status = 'pending' AND waiting = 1 AND sequence_key IS NULL;
     UPDATE outbox_jobs SET waiting = 0 WHERE id IN (SELECT (SELECT h.id FROM outbox_jobs h
             WHERE h.sequence_key = c.sequence_key

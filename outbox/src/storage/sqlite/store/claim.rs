@@ -208,7 +208,7 @@ pub(in crate::storage::sqlite) const CLAIM_ROWS: &str = "UPDATE outbox_jobs SET 
      updated_at = ?2, event_flip = 1 - event_flip WHERE rowid IN (SELECT rowid FROM outbox_jobs \
      WHERE rowid IN (SELECT value FROM json_each(?4)) AND status = 'pending' AND (?6 IS NULL OR TRUE) LIMIT ?5 + 0) \
      RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, sequence_key IS NOT NULL, rowid, \
-     trace";
+     trace, has_children";
 
 /// [`claim_statement`] passing over the jobs of the paused queues `?7` (a JSON array).
 pub(in crate::storage::sqlite) fn claim_statement_except(one_kind: bool, by_queue: bool) -> String {
@@ -247,7 +247,7 @@ pub(in crate::storage::sqlite) fn claim_statement(one_kind: bool, by_queue: bool
          claimed_at = ?2, lease_expires_at = ?3, updated_at = ?2, event_flip = 1 - event_flip \
          WHERE rowid IN ({pick}) \
          RETURNING id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
-         sequence_key IS NOT NULL, rowid, trace"
+         sequence_key IS NOT NULL, rowid, trace, has_children"
     )
 }
 
@@ -264,6 +264,7 @@ fn claimed_row(row: &rusqlite::Row<'_>) -> std::result::Result<ClaimedJob, Unrea
         schema_hash: text(row, 6).map_err(at("schema_hash"))?,
         run: int(row, 7).map_err(at("runs"))?,
         sequenced: int(row, 8).map_err(at("sequence_key"))? != 0,
+        has_children: int(row, 11).map_err(at("has_children"))? != 0,
         // Metadata: a value nothing could have meant as a context is passed over, not the job failed for it.
         trace: maybe_text(row, 10).unwrap_or_else(|found| {
             tracing::warn!(job_id = %shown(row, 0), found = %found, "a job's trace context is unreadable; ignored");

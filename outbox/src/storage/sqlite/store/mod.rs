@@ -285,6 +285,7 @@ impl Actor {
                 if !finished.is_empty() || !unreadable.is_empty() {
                     crate::wake::outcome_written();
                 }
+                crate::wake::parents_written(&finished);
                 for (c, jobs) in claims.into_iter().zip(claimed) {
                     let _ = c.reply.send(Ok(jobs));
                 }
@@ -342,6 +343,7 @@ impl Actor {
                         crate::storage::log_finished(f, ok, worker_id);
                     }
                     crate::wake::outcome_written();
+                    crate::wake::parents_written(&batch);
                     return;
                 }
                 // Refused for good (a trigger or constraint an operator added, a statement this build got wrong):
