@@ -79,6 +79,10 @@ pub struct GuidesTroubleshooting;
 #[cfg(doctest)]
 pub struct GuidesWorkersAndHandlers;
 
+#[doc = include_str!("../../docs/guides/workflows.md")]
+#[cfg(doctest)]
+pub struct GuidesWorkflows;
+
 #[doc = include_str!("../../docs/internals/README.md")]
 #[cfg(doctest)]
 pub struct InternalsReadme;
