@@ -285,6 +285,7 @@
     else if (parts[0] === 'failures') view = failures();
     else if (parts[0] === 'kinds') view = kinds();
     else if (parts[0] === 'flow') view = flowPage();
+    else if (parts[0] === 'workflows' && parts.length === 2) view = workflowPage(parts[1]);
     else view = { page: null, title: 'Not found', refresh: async () => render(el('h1', { text: 'No such page' })) };
     for (const link of document.querySelectorAll('#nav a')) {
       if (link.dataset.page === view.page) link.setAttribute('aria-current', 'page');
@@ -502,7 +503,7 @@
       }
     };
     view.refresh = async () => {
-      const { job: j, history } = await api('api/jobs/' + encodeURIComponent(id));
+      const { job: j, history, workflow, step, parents, children } = await api('api/jobs/' + encodeURIComponent(id));
       if (state.view !== view) return;
       const field = (label, value) => [el('dt', { text: label }), el('dd', {}, value === null || value === undefined || value === '' ? '—' : value)];
       const actions = [];
@@ -527,6 +528,10 @@
           j.waiting_for ? field('Waiting for', jobLink(j.waiting_for)) : null),
         j.last_error ? el('section', { 'aria-labelledby': 'error-h' },
           el('h2', { id: 'error-h', text: 'Last error' }), el('pre', { class: 'error-text', text: j.last_error })) : null,
+        workflow ? el('section', { 'aria-labelledby': 'workflow-h', id: 'workflow-links' },
+          el('h2', { id: 'workflow-h' }, 'Step ', el('strong', { text: step }), ' of ',
+            el('a', { href: '#/workflows/' + encodeURIComponent(workflow), class: 'mono', text: workflow })),
+          links('Waits for', parents, j.status === 'pending'), links('Waited for by', children, false)) : null,
         el('section', { 'aria-labelledby': 'payload-h' }, el('h2', { id: 'payload-h', text: 'Payload' }), json(j.payload)),
         j.output === null || j.output === undefined ? null
           : el('section', { 'aria-labelledby': 'output-h' }, el('h2', { id: 'output-h', text: 'Output' }), json(j.output)),
@@ -537,6 +542,90 @@
             el('strong', { text: h.event.replace(/_/g, ' ') }),
             ` · attempt ${h.attempt}`, h.worker ? ` · ${h.worker}` : '',
             h.error ? el('pre', { class: 'error-text', text: h.error }) : null)))));
+    };
+    return view;
+  }
+
+  /** A step's parents or children: each one's step name, status and job; `open` marks the parents not counted yet. */
+  function links(title, list, open) {
+    if (!list || list.length === 0) return null;
+    return el('div', { class: 'links', 'data-links': title },
+      el('h3', { text: title }),
+      el('ul', {}, list.map((p) => el('li', { 'data-step': p.step },
+        el('strong', { text: p.step }), ' ', statusBadge(p.status || 'gone'), ' ', jobLink(p.id),
+        open && !p.counted ? ' · waiting for it' : ''))));
+  }
+
+  // ---- one workflow ----
+
+  /** A workflow's steps in columns by depth (a step is one column right of its deepest parent), its edges as lines. */
+  function workflowPage(id) {
+    // Any event may be one of its steps' (a worker's claim lists its jobs in one event): it refreshes at most once
+    // a second.
+    const view = { page: null, title: 'Workflow ' + id, wants: () => true };
+    view.refresh = async () => {
+      const g = await api('api/workflows/' + encodeURIComponent(id));
+      if (state.view !== view) return;
+      const byId = new Map(g.steps.map((s) => [s.id, s]));
+      const depth = new Map();
+      const depthOf = (s, seen) => {
+        if (depth.has(s.id)) return depth.get(s.id);
+        if (seen.has(s.id)) return 0;
+        seen.add(s.id);
+        const inside = s.parents.map((p) => byId.get(p)).filter(Boolean);
+        const d = inside.length ? 1 + Math.max(...inside.map((p) => depthOf(p, seen))) : 0;
+        depth.set(s.id, d);
+        return d;
+      };
+      const columns = [];
+      for (const s of g.steps) {
+        const d = depthOf(s, new Set());
+        (columns[d] = columns[d] || []).push(s);
+      }
+      const [w, h, gapX, gapY] = [170, 46, 60, 18];
+      const at = new Map();
+      columns.forEach((col, x) => col.forEach((s, y) => at.set(s.id, { x: 10 + x * (w + gapX), y: 10 + y * (h + gapY) })));
+      const width = 20 + columns.length * (w + gapX) - gapX;
+      const height = 20 + Math.max(...columns.map((c) => c.length)) * (h + gapY) - gapY;
+      const picture = svg('svg', { id: 'workflow-graph', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
+        'aria-label': `The steps of workflow ${g.name} and what each waits for` });
+      for (const s of g.steps) {
+        for (const p of s.parents) {
+          const [from, to] = [at.get(p), at.get(s.id)];
+          if (!from || !to) continue;
+          picture.append(svg('line', { class: 'edge', 'data-edge': `${byId.get(p).step}→${s.step}`,
+            x1: from.x + w, y1: from.y + h / 2, x2: to.x, y2: to.y + h / 2 }));
+        }
+      }
+      for (const s of g.steps) {
+        const { x, y } = at.get(s.id);
+        const node = svg('a', { href: '#/jobs/' + encodeURIComponent(s.id) });
+        const box = svg('g', { class: 'step state-' + s.state, 'data-step': s.step, 'data-state': s.state });
+        box.append(svg('rect', { x, y, width: w, height: h, rx: 6 }),
+          svg('text', { x: x + 8, y: y + 18, class: 'step-name', text: s.step }),
+          svg('text', { x: x + 8, y: y + 36, class: 'step-state', text: `${s.state} · ${s.kind}` }));
+        node.append(box);
+        picture.append(node);
+      }
+      const cancel = async () => {
+        try {
+          const answer = await api('api/workflows/' + encodeURIComponent(id) + '/cancel', { method: 'POST' });
+          say(`Cancelled ${answer.cancelled} ${answer.cancelled === 1 ? 'step' : 'steps'} of ${g.name}.`);
+          await view.refresh();
+        } catch (e) {
+          failed(e);
+        }
+      };
+      render(
+        el('h1', {}, 'Workflow ', el('span', { text: g.name })),
+        el('p', {}, statusBadge(g.state), ' ', el('span', { class: 'mono', text: g.id }), ' · enqueued ', time(g.created_at),
+          canOperate() && g.state === 'running'
+            ? el('span', { class: 'actions' }, el('button', { id: 'cancel-workflow', type: 'button', text: 'Cancel the steps not started', onclick: cancel }))
+            : null),
+        el('div', { class: 'graph' }, picture),
+        table(['Step', 'Kind', 'State', 'Waits for', 'Job', 'Last error'], g.steps.map((s) => [
+          s.step, s.kind, statusBadge(s.state), s.parents.map((p) => (byId.get(p) || { step: p }).step).join(', ') || '—',
+          jobLink(s.id), s.last_error || '—'])));
     };
     return view;
   }

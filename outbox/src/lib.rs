@@ -54,8 +54,8 @@ pub use transaction::{begin, transaction};
 pub use wake::Watch;
 pub use worker::{IntoOutput, JobContext, JobError, RetryPolicy, Worker, WorkerBuilder, WorkerHandle, shutdown_signal};
 pub use workflow::{
-    Batch, BatchSummary, EnqueuedWorkflow, Parent, ParentFailure, Parents, Step, StepState, Workflow, WorkflowGraph,
-    WorkflowStep, enqueue_workflow,
+    Batch, BatchSummary, EnqueuedWorkflow, Links, Parent, ParentFailure, Parents, Step, StepState, Workflow,
+    WorkflowGraph, WorkflowStep, enqueue_workflow,
 };
 
 /// The crates a job kind and its caller need, at the versions outbox uses: one `outbox` dependency (plus

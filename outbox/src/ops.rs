@@ -307,8 +307,9 @@ pub async fn cancel_workflow<C: ConnectionTrait>(conn: &C, id: &str) -> Result<u
     Ok(cancelled)
 }
 
-/// The parents and children of job `id` (empty for a job in no workflow), each with its step name and status.
-pub async fn links<C: ConnectionTrait>(conn: &C, id: &str) -> Result<(Vec<crate::Parent>, Vec<crate::Parent>)> {
+/// The workflow and step of job `id`, its parents and its children (empty for a job in no workflow), each with its
+/// step name and status.
+pub async fn links<C: ConnectionTrait>(conn: &C, id: &str) -> Result<crate::Links> {
     crate::workflow::links(conn, id).await
 }
 

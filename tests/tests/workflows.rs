@@ -117,9 +117,10 @@ async fn a_diamond_runs_its_join_after_both_branches_with_their_outputs(t: TestD
     assert!(position(&log, "b", "start") > position(&log, "a", "end"));
     // d = 1000 + (10 + 1) + (100 + 1)
     assert_eq!(output(&t, d).await, json!({ "n": 1112 }));
-    let (parents, children) = ops::links(&t.db, wf.step("b").expect("b")).await.expect("links");
-    assert_eq!(parents.iter().map(|p| p.step.as_str()).collect::<Vec<_>>(), ["a"]);
-    assert_eq!(children.iter().map(|p| p.step.as_str()).collect::<Vec<_>>(), ["d"]);
+    let links = ops::links(&t.db, wf.step("b").expect("b")).await.expect("links");
+    assert_eq!((links.workflow.as_deref(), links.step.as_deref()), (Some(wf.id()), Some("b")));
+    assert_eq!(links.parents.iter().map(|p| p.step.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert_eq!(links.children.iter().map(|p| p.step.as_str()).collect::<Vec<_>>(), ["d"]);
     assert_eq!(ops::workflow(&t.db, wf.id()).await.expect("graph").state, "completed");
     // D's history says when its last parent let it go: after it was enqueued, before it was claimed.
     let events: Vec<outbox::JobEventKind> =
@@ -201,7 +202,7 @@ async fn a_batch_runs_each_callback_once_with_its_summary(t: TestDb) {
     w.shutdown().await.expect("shutdown");
     // 39 members completed with 1 each.
     assert_eq!(output(&t, finished).await, json!({ "n": 39 }));
-    let parents = outbox::ops::links(&t.db, finished).await.expect("links").0;
+    let parents = outbox::ops::links(&t.db, finished).await.expect("links").parents;
     assert_eq!(parents.len(), 40);
     let log = log.lock().expect("lock");
     let starts = |name: &str| log.iter().filter(|(n, w)| n == name && *w == "start").count();
@@ -283,7 +284,7 @@ async fn a_step_can_wait_for_a_step_of_another_workflow(t: TestDb) {
     assert!(wait_status(&t.db, z, JobStatus::Completed, WAIT).await);
     w.shutdown().await.expect("shutdown");
     assert_eq!(output(&t, z).await, json!({ "n": 1117 }));
-    let parents = ops::links(&t.db, z).await.expect("links").0;
+    let parents = ops::links(&t.db, z).await.expect("links").parents;
     assert_eq!(parents[0].step, "d", "an outside parent is known by its own step name");
 }
 

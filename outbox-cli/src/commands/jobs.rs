@@ -116,9 +116,12 @@ fn sequence_line(job: &JobRecord) -> String {
 pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Result<u8> {
     let job = ops::get(db, id).await?;
     let history = ops::history(db, id).await?;
-    let (parents, children) = ops::links(db, id).await?;
+    let links = ops::links(db, id).await?;
     if format == Format::Json {
-        render::json(&json!({ "job": job, "history": history, "parents": parents, "children": children }))?;
+        render::json(&json!({
+            "job": job, "history": history, "workflow": links.workflow, "step": links.step,
+            "parents": links.parents, "children": links.children,
+        }))?;
         return Ok(code::OK);
     }
     let fields = [
@@ -162,7 +165,10 @@ pub(super) async fn get(db: &DatabaseConnection, id: &str, format: Format) -> Re
         .collect();
     print!("{}", table(&["AT", "EVENT", "ATTEMPT", "WORKER", "ERROR"], &rows));
     // A workflow step: what it waits for (parents not yet counted) and what waits for it.
-    for (title, links) in [("parents", &parents), ("children", &children)] {
+    if let (Some(workflow), Some(step)) = (&links.workflow, &links.step) {
+        println!("\nstep          {step} of workflow {workflow}");
+    }
+    for (title, links) in [("parents", &links.parents), ("children", &links.children)] {
         if links.is_empty() {
             continue;
         }

@@ -85,10 +85,10 @@ pub(super) async fn list(State(state): State<AppState>, Query(params): Query<Lis
 pub(crate) struct JobDetail {
     job: JobRecord,
     history: Vec<JobEvent>,
-    /// The jobs it waits for, each with the step name it knows it by and its status (empty outside workflows).
-    parents: Vec<outbox::Parent>,
-    /// The steps that wait for it.
-    children: Vec<outbox::Parent>,
+    /// For a workflow step: its workflow and step name, the jobs it waits for (each with the step name it knows it
+    /// by and its status) and the steps that wait for it.
+    #[serde(flatten)]
+    links: outbox::Links,
 }
 
 /// One job with its history.
@@ -97,8 +97,8 @@ pub(crate) struct JobDetail {
 pub(super) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     let job = ops::get(&state.db, &id).await?;
     let history = ops::history(&state.db, &id).await?;
-    let (parents, children) = ops::links(&state.db, &id).await?;
-    Ok(axum::Json(JobDetail { job, history, parents, children }).into_response())
+    let links = ops::links(&state.db, &id).await?;
+    Ok(axum::Json(JobDetail { job, history, links }).into_response())
 }
 
 /// `POST /api/jobs`.

@@ -348,3 +348,83 @@ async fn every_page_shows_without_console_errors_at_both_widths(t: TestDb) {
     dash.browser.text_of("#view h1", |h| h == "Kinds").await;
     dash.no_console_errors("the keyboard walk").await;
 }
+
+sqlite_only!(a_workflow_is_drawn_live_and_cancelled_from_its_page);
+/// A diamond's page draws its four steps in three columns with their four edges; a step's page links to its parents
+/// and to its workflow; the steps follow the workers live; cancelling from the page cancels what has not started.
+async fn a_workflow_is_drawn_live_and_cancelled_from_its_page(t: TestDb) {
+    let diamond = |first: u64| {
+        let mut wf = outbox::Workflow::new("diamond");
+        wf.step("a", &Probe { n: first });
+        wf.step("b", &Probe { n: first + 1 }).after(["a"]);
+        wf.step("c", &Probe { n: first + 2 }).after(["a"]);
+        wf.step("d", &Probe { n: first + 3 }).after(["b", "c"]);
+        wf
+    };
+    let enqueue = |wf: outbox::Workflow| {
+        let db = t.db.clone();
+        async move {
+            let txn = outbox::begin(&db).await.expect("begin");
+            let enqueued = outbox::enqueue_workflow(&txn, &wf).await.expect("enqueue");
+            txn.commit().await.expect("commit");
+            enqueued
+        }
+    };
+    let first = enqueue(diamond(1)).await;
+    let name = "a_workflow_is_drawn_live_and_cancelled_from_its_page";
+    let Some(dash) = Dash::open(&t, name, OPERATE).await else { return };
+    dash.visit(&format!("#/workflows/{}", first.id()), "Workflow diamond").await;
+    dash.browser
+        .until("four steps", "return document.querySelectorAll('#workflow-graph g[data-step]').length === 4;")
+        .await;
+    dash.browser
+        .until("four edges", "return document.querySelectorAll('#workflow-graph line.edge').length === 4;")
+        .await;
+    let columns = dash
+        .browser
+        .client
+        .execute(
+            "const x = (s) => Number(document.querySelector(`#workflow-graph g[data-step='${s}'] rect`).getAttribute('x')); \
+             return [x('a'), x('b'), x('c'), x('d')];",
+            vec![],
+        )
+        .await
+        .expect("columns");
+    let columns: Vec<f64> = columns.as_array().expect("xs").iter().map(|v| v.as_f64().expect("x")).collect();
+    assert!(columns[0] < columns[1] && columns[1] == columns[2] && columns[2] < columns[3], "{columns:?}");
+    let state = |step: &str, s: &str| {
+        format!("return document.querySelector(\"#workflow-graph g[data-step='{step}']\")?.dataset.state === '{s}';")
+    };
+    dash.browser.until("a pending", &state("a", "pending")).await;
+    dash.browser.until("d waiting", &state("d", "waiting")).await;
+    dash.screenshot("workflow").await;
+
+    // A step's page: its workflow and its parents.
+    let d = first.step("d").expect("d").to_owned();
+    dash.visit(&format!("#/jobs/{d}"), &d).await;
+    dash.browser
+        .until("d's two parents", "return document.querySelectorAll(\"[data-links='Waits for'] li\").length === 2;")
+        .await;
+    dash.browser.click(&format!("#workflow-links a[href='#/workflows/{}']", first.id())).await;
+    dash.browser.text_of("#view h1", |h| h.contains("Workflow diamond")).await;
+
+    // Live: a worker runs the steps, and the page follows without a reload.
+    dash.mark().await;
+    let worker = Worker::builder(&t.db)
+        .register(|_: Probe, _: outbox::JobContext| async { Ok::<_, JobError>(()) })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    dash.browser.until("d completed", &state("d", "completed")).await;
+    dash.still_marked().await;
+    worker.shutdown().await.expect("shutdown");
+
+    // Cancelled from its page: every step of a second diamond, none of which started.
+    let second = enqueue(diamond(11)).await;
+    dash.visit(&format!("#/workflows/{}", second.id()), "Workflow diamond").await;
+    dash.browser.click("#cancel-workflow").await;
+    dash.browser.text_of("#status", |s| s.contains("Cancelled 4 steps of diamond")).await;
+    dash.browser.until("d cancelled", &state("d", "cancelled")).await;
+    dash.no_console_errors("the workflow page").await;
+}

@@ -207,6 +207,20 @@ pub(crate) async fn children<C: ConnectionTrait + ?Sized>(conn: &C, parent: &str
     rows.iter().map(|r| linked(r, d)).collect()
 }
 
+/// The workflow and step name of the job `id`, when it is a step.
+pub(crate) async fn step_of<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<(String, String)>> {
+    let d = Dialect::of(conn)?;
+    let sql = "SELECT workflow_id, step FROM outbox_jobs WHERE id = $1 AND workflow_id IS NOT NULL";
+    let row = conn
+        .query_one_raw(d.stmt(sql, vec![Value::from(id)]))
+        .await
+        .map_err(Error::db(format!("reading the workflow of job `{id}`")))?;
+    let Some(row) = row else { return Ok(None) };
+    let read = || Error::db(format!("reading the workflow of job `{id}`"));
+    let step: Option<String> = row.try_get_by_index(1).map_err(read())?;
+    Ok(Some((row.try_get_by_index(0).map_err(read())?, step.unwrap_or_default())))
+}
+
 /// A workflow's record: its name and when it was made.
 pub(crate) async fn workflow<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Option<(String, i64)>> {
     let d = Dialect::of(conn)?;

@@ -140,11 +140,26 @@ pub(crate) async fn parents_of<C: ConnectionTrait + ?Sized>(conn: &C, child: &st
     Ok(Parents { child: child.to_owned(), list })
 }
 
-/// A job's parents and children (`outbox get`).
-pub(crate) async fn links<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<(Vec<Parent>, Vec<Parent>)> {
+/// Where a job stands in a workflow: the workflow and step it is, the jobs it waits for, the steps that wait for it.
+#[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Links {
+    /// Its workflow's id; `None` for a job in no workflow.
+    pub workflow: Option<String>,
+    /// Its step name.
+    pub step: Option<String>,
+    /// The jobs it waits for, by the step name it knows each by.
+    pub parents: Vec<Parent>,
+    /// The steps that wait for it.
+    pub children: Vec<Parent>,
+}
+
+/// A job's workflow, step, parents and children (`outbox get`, `GET /api/jobs/{id}`).
+pub(crate) async fn links<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Result<Links> {
+    let (workflow, step) = workflows::step_of(conn, id).await?.unzip();
     let parents = workflows::parents(conn, id).await?.into_iter().map(parent).collect::<Result<_>>()?;
     let children = workflows::children(conn, id).await?.into_iter().map(parent).collect::<Result<_>>()?;
-    Ok((parents, children))
+    Ok(Links { workflow, step, parents, children })
 }
 
 /// Where a step stands, as a workflow's graph shows it.

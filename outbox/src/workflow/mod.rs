@@ -42,7 +42,7 @@ use crate::job::Job;
 use crate::kind::Kind;
 
 pub use enqueue::{EnqueuedWorkflow, enqueue_workflow};
-pub use graph::{BatchSummary, Parent, Parents, StepState, WorkflowGraph, WorkflowStep};
+pub use graph::{BatchSummary, Links, Parent, Parents, StepState, WorkflowGraph, WorkflowStep};
 pub(crate) use graph::{cancel_workflow, links, parents_of, workflow_graph};
 
 /// What a step does when a parent fails for good or is cancelled.

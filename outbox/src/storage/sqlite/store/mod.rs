@@ -343,7 +343,7 @@ impl Actor {
                         crate::storage::log_finished(f, ok, worker_id);
                     }
                     crate::wake::outcome_written();
-                    crate::wake::parents_written(&batch);
+                    crate::wake::parents_written(batch);
                     return;
                 }
                 // Refused for good (a trigger or constraint an operator added, a statement this build got wrong):
