@@ -586,7 +586,7 @@
       const at = new Map();
       columns.forEach((col, x) => col.forEach((s, y) => at.set(s.id, { x: 10 + x * (w + gapX), y: 10 + y * (h + gapY) })));
       const width = 20 + columns.length * (w + gapX) - gapX;
-      const height = 20 + Math.max(...columns.map((c) => c.length)) * (h + gapY) - gapY;
+      const height = 20 + Math.max(1, ...columns.map((c) => c.length)) * (h + gapY) - gapY;
       const picture = svg('svg', { id: 'workflow-graph', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
         'aria-label': `The steps of workflow ${g.name} and what each waits for` });
       for (const s of g.steps) {

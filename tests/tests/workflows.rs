@@ -256,6 +256,10 @@ async fn bad_workflows_are_refused_with_every_problem_named_and_write_nothing(t:
     unknown.step("a", &step("a", 1)).after_job("no-such-job");
     let e = refused(unknown).await;
     assert!(e.contains("job `no-such-job`, which does not exist"), "{e}");
+    let mut alarm = Workflow::new("alarm");
+    alarm.step("alarm", &step("alarm", 1)).on_parent_failure(ParentFailure::RunOnFirstFailure);
+    let e = refused(alarm).await;
+    assert!(e.contains("runs on its first parent's failure but waits for no parent"), "{e}");
     let done = enqueue(&t, &{
         let mut w = Workflow::new("done");
         w.step("x", &step("x", 1));
@@ -357,4 +361,74 @@ async fn an_output_that_breaks_its_schema_fails_the_step_and_its_children_follow
     assert!(bad.output.is_none(), "the invalid output was not written");
     // after_both = 0 + good's 7; bad failed.
     assert_eq!(output(&t, &id("after_both")).await, json!({ "n": 7 }));
+}
+
+conformance!(a_cancelled_step_retried_after_its_parent_completed_runs);
+/// A step cancelled while it waited, whose parent then completed, runs when an operator retries it (it was left
+/// waiting with no parent to let it go).
+async fn a_cancelled_step_retried_after_its_parent_completed_runs(t: TestDb) {
+    let log: Log = Arc::default();
+    let mut wf = Workflow::new("a then b");
+    wf.step("a", &step("a", 1));
+    wf.step("b", &step("b", 10)).after(["a"]);
+    let wf = enqueue(&t, &wf).await;
+    let id = |name: &str| wf.step(name).expect("step").to_owned();
+    ops::cancel(&t.db, &id("b")).await.expect("cancel b");
+    let w = worker(&t, &log, &Arc::default()).await;
+    assert!(wait_status(&t.db, &id("a"), JobStatus::Completed, WAIT).await);
+    ops::retry(&t.db, &id("b")).await.expect("retry b");
+    assert!(wait_status(&t.db, &id("b"), JobStatus::Completed, WAIT).await, "the retried step never ran");
+    w.shutdown().await.expect("shutdown");
+    assert_eq!(output(&t, &id("b")).await, json!({ "n": 11 }));
+}
+
+conformance!(a_retry_of_one_failed_parent_leaves_a_step_another_failed_parent_holds);
+/// `ship` waits for `charge` and `stock`; both fail. Retrying `charge` alone does not bring `ship` back (`stock`
+/// still failed); retrying `stock` then does, and `ship` runs once both completed.
+async fn a_retry_of_one_failed_parent_leaves_a_step_another_failed_parent_holds(t: TestDb) {
+    let log: Log = Arc::default();
+    let failing: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(vec!["charge".into(), "stock".into()]));
+    let mut wf = Workflow::new("order");
+    wf.step("charge", &step("charge", 1));
+    wf.step("stock", &step("stock", 10));
+    wf.step("ship", &step("ship", 100)).after(["charge", "stock"]);
+    let wf = enqueue(&t, &wf).await;
+    let id = |name: &str| wf.step(name).expect("step").to_owned();
+    let w = worker(&t, &log, &failing).await;
+    assert!(wait_status(&t.db, &id("charge"), JobStatus::Failed, WAIT).await);
+    assert!(wait_status(&t.db, &id("stock"), JobStatus::Failed, WAIT).await);
+    assert!(wait_status(&t.db, &id("ship"), JobStatus::Cancelled, WAIT).await);
+    failing.lock().expect("lock").clear();
+    ops::retry(&t.db, &id("charge")).await.expect("retry charge");
+    assert!(wait_status(&t.db, &id("charge"), JobStatus::Completed, WAIT).await);
+    let ship = ops::get(&t.db, &id("ship")).await.expect("get");
+    assert_eq!(ship.status, JobStatus::Cancelled, "stock still failed: ship stays cancelled");
+    ops::retry(&t.db, &id("stock")).await.expect("retry stock");
+    assert!(wait_status(&t.db, &id("ship"), JobStatus::Completed, WAIT).await, "ship did not run");
+    w.shutdown().await.expect("shutdown");
+    assert_eq!(output(&t, &id("ship")).await, json!({ "n": 111 }));
+}
+
+conformance!(a_chain_of_a_thousand_steps_is_cancelled_and_brought_back_whole);
+/// The head of a chain of 1,000 steps fails: the 999 below are cancelled by the one statement that failed it, however
+/// deep the graph; the head's retry brings them all back, and the chain then runs to its end.
+async fn a_chain_of_a_thousand_steps_is_cancelled_and_brought_back_whole(t: TestDb) {
+    let log: Log = Arc::default();
+    let failing: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(vec!["s0".into()]));
+    let mut wf = Workflow::new("chain");
+    wf.step("s0", &step("s0", 1));
+    for i in 1..1_000 {
+        wf.step(format!("s{i}"), &step(&format!("s{i}"), 1)).after([format!("s{}", i - 1)]);
+    }
+    let wf = enqueue(&t, &wf).await;
+    let id = |name: &str| wf.step(name).expect("step").to_owned();
+    let w = worker(&t, &log, &failing).await;
+    assert!(wait_status(&t.db, &id("s0"), JobStatus::Failed, WAIT).await);
+    let cancelled = "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'cancelled' AND attempts = 0";
+    assert_eq!(scalar(&t.db, cancelled).await, 999, "every step below the failed head is cancelled");
+    failing.lock().expect("lock").clear();
+    ops::retry(&t.db, &id("s0")).await.expect("retry the head");
+    assert!(wait_status(&t.db, &id("s999"), JobStatus::Completed, Duration::from_secs(120)).await, "the chain stopped");
+    w.shutdown().await.expect("shutdown");
+    assert_eq!(output(&t, &id("s999")).await, json!({ "n": 1000 }));
 }

@@ -144,9 +144,11 @@ pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Re
 }
 
 /// What an operator's retry sets: back to pending now with its attempts reset, taking duplicates of its key
-/// again, and a released hold restored.
+/// again, and a released hold restored. A workflow step cancelled while it waited goes at once when no parent is
+/// left to count, and waits for the ones left otherwise (a sequenced job's wait is the sequence triggers' to set).
 const RETRY_SET: &str = "status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, \
-     sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL";
+     sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, \
+     waiting = CASE WHEN sequence_key IS NULL THEN parents_left > 0 ELSE waiting END";
 
 /// No job of the same kind holds the key of the job `j` (see [`super::enqueue::holds_key`]).
 fn key_free(b: Dialect, j: &str) -> String {

@@ -104,6 +104,12 @@ fn check(wf: &Workflow) -> Result<Vec<usize>> {
                 problems.push(format!("step `{}` waits for `{parent}`, which is no step of the workflow", step.name));
             }
         }
+        if step.on_parent_failure == super::ParentFailure::RunOnFirstFailure
+            && step.after.is_empty()
+            && step.after_jobs.is_empty()
+        {
+            problems.push(format!("step `{}` runs on its first parent's failure but waits for no parent", step.name));
+        }
         for id in &step.after_jobs {
             if id.is_empty() || id.contains('\0') || id.len() > MAX_NAME_BYTES {
                 problems.push(format!("step `{}` waits for job {id:?}, which is no job id", step.name));

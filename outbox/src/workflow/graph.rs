@@ -119,7 +119,8 @@ impl Parents {
     }
 
     /// How the parents ended: a batch callback's summary of its batch. A parent whose row is gone counts as
-    /// completed (only a completion by a kind that keeps nothing removes a row the child was waiting on).
+    /// completed: a kind that keeps nothing removes its row as it completes (a parent deleted by an operator or by
+    /// retention after it ended is counted so too).
     pub fn summary(&self) -> BatchSummary {
         let mut s = BatchSummary { total: self.list.len(), ..BatchSummary::default() };
         for p in &self.list {

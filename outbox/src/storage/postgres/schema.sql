@@ -520,7 +520,7 @@ CREATE INDEX outbox_job_deps_child ON outbox_job_deps (child_id, parent_id);
 
 -- A parent finished: each child counts it. A completion counts for every child but a first-failure one, which it
 -- cancels once every parent completed; a failure or cancellation counts for the children that go on, lets a
--- first-failure child go, and cancels the other children that wait (whose own trigger reaches down the graph). A
+-- first-failure child go, and cancels the other children that wait and the steps below them. A
 -- child that counted its last parent goes, recorded as its `ready` event: at once without a sequence (the workers
 -- are woken), through its sequence's head with one (noted for `outbox_jobs_sequence_next`, which runs at the end of
 -- the statement). A parent of a kind that keeps nothing (or keeps in the archive) leaves in the statement that
@@ -566,13 +566,20 @@ BEGIN
     UPDATE outbox_job_deps d SET done = true FROM outbox_jobs c
         WHERE d.parent_id = parent AND NOT d.done AND c.id = d.child_id
             AND (outcome = 'completed' OR c.on_parent_failure <> 0);
-    -- The children that cannot run without this parent; their edges to it stay, for a retry of the parent.
+    -- The children that cannot run without this parent, and every step below them that cannot either, in one
+    -- statement (their own triggers, one level down, count them for their children that run anyway and find the
+    -- rest cancelled: the nesting stays two deep whatever the graph's depth). Their edges stay, for a retry.
     IF outcome <> 'completed' THEN
         UPDATE outbox_jobs c SET status = 'cancelled', updated_at = at,
             last_error = 'cancelled: parent ' || parent || ' ' || outcome
-        FROM outbox_job_deps d
-        WHERE d.parent_id = parent AND NOT d.done AND c.id = d.child_id AND c.on_parent_failure = 0
-            AND c.status = 'pending' AND c.parents_left > 0;
+        WHERE c.id IN (WITH RECURSIVE doomed(id) AS (
+                SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs k ON k.id = d.child_id
+                    WHERE d.parent_id = parent AND NOT d.done AND k.on_parent_failure = 0 AND k.status = 'pending'
+                        AND k.parents_left > 0
+                UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                    JOIN outbox_jobs k ON k.id = d.child_id
+                    WHERE NOT d.done AND k.on_parent_failure = 0 AND k.status = 'pending' AND k.parents_left > 0)
+            SELECT id FROM doomed);
     END IF;
     IF noted IS NOT NULL THEN
         PERFORM set_config('outbox.sequences', COALESCE(current_setting('outbox.sequences', true), '') || noted, true);
@@ -589,14 +596,26 @@ CREATE TRIGGER outbox_jobs_workflow_gone AFTER DELETE ON outbox_jobs
     EXECUTE FUNCTION outbox_jobs_workflow_done();
 
 -- An operator's retry of a parent that failed or was cancelled brings back the steps its failure cancelled, which
--- wait for it again (their edges to it were left as they were); their own trigger brings back the steps below.
+-- wait for it again (their edges to it were left as they were), and the steps below them, in one statement; not a
+-- step another parent that failed or was cancelled still holds (its retry brings the step back).
 CREATE FUNCTION outbox_jobs_workflow_retried() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE outbox_jobs c SET status = 'pending', waiting = true, last_error = NULL, attempts = 0,
         updated_at = NEW.updated_at
-    FROM outbox_job_deps d
-    WHERE d.parent_id = NEW.id AND NOT d.done AND c.id = d.child_id AND c.status = 'cancelled'
-        AND c.last_error LIKE 'cancelled: parent %';
+    WHERE c.id IN (WITH RECURSIVE revived(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs k ON k.id = d.child_id
+                WHERE d.parent_id = NEW.id AND NOT d.done AND k.status = 'cancelled'
+                    AND k.last_error LIKE 'cancelled: parent %'
+                        AND NOT EXISTS (SELECT 1 FROM outbox_job_deps o JOIN outbox_jobs q ON q.id = o.parent_id
+                            WHERE o.child_id = k.id AND NOT o.done AND o.parent_id <> d.parent_id
+                                AND q.status IN ('failed', 'cancelled'))
+            UNION SELECT d.child_id FROM revived JOIN outbox_job_deps d ON d.parent_id = revived.id
+                JOIN outbox_jobs k ON k.id = d.child_id
+                WHERE NOT d.done AND k.status = 'cancelled' AND k.last_error LIKE 'cancelled: parent %'
+                        AND NOT EXISTS (SELECT 1 FROM outbox_job_deps o JOIN outbox_jobs q ON q.id = o.parent_id
+                            WHERE o.child_id = k.id AND NOT o.done AND o.parent_id <> d.parent_id
+                                AND q.status IN ('failed', 'cancelled')))
+        SELECT id FROM revived);
     RETURN NULL;
 END $$;
 CREATE TRIGGER outbox_jobs_workflow_retried AFTER UPDATE OF status ON outbox_jobs

@@ -99,12 +99,12 @@ ORDER BY lease_expires_at;
 
 -- jobs: retry one
 UPDATE outbox_jobs
-SET status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, run_at = ?, updated_at = ?
+SET status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, waiting = CASE WHEN sequence_key IS NULL THEN parents_left > 0 ELSE waiting END, run_at = ?, updated_at = ?
 WHERE id = ? AND status IN ('failed', 'cancelled') AND (outbox_jobs.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = outbox_jobs.kind AND a.idempotency_key = outbox_jobs.idempotency_key AND a.status IN ('pending', 'claimed') AND NOT a.superseded));
 
 -- jobs: retry the failed jobs of a kind and error
 UPDATE outbox_jobs
-SET status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, run_at = ?, updated_at = ?
+SET status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, waiting = CASE WHEN sequence_key IS NULL THEN parents_left > 0 ELSE waiting END, run_at = ?, updated_at = ?
 WHERE status IN ('failed') AND id IN ( SELECT id FROM (SELECT f.id, ROW_NUMBER() OVER ( PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) ORDER BY f.updated_at DESC, f.id DESC) AS rn FROM outbox_jobs f WHERE f.status IN ('failed') AND f.kind = ? AND f.last_error = ? AND (f.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind AND a.idempotency_key = f.idempotency_key AND a.status IN ('pending', 'claimed') AND NOT a.superseded))) r WHERE rn = 1);
 
 -- jobs: cancel
@@ -126,7 +126,7 @@ WHERE subject = ? AND status = 'pending';
 
 -- jobs: retry the jobs of a subject
 UPDATE outbox_jobs
-SET status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, run_at = ?, updated_at = ?
+SET status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, waiting = CASE WHEN sequence_key IS NULL THEN parents_left > 0 ELSE waiting END, run_at = ?, updated_at = ?
 WHERE status IN ('failed', 'cancelled') AND id IN ( SELECT id FROM (SELECT f.id, ROW_NUMBER() OVER ( PARTITION BY f.kind, f.idempotency_key IS NULL, COALESCE(f.idempotency_key, f.id) ORDER BY f.updated_at DESC, f.id DESC) AS rn FROM outbox_jobs f WHERE f.status IN ('failed', 'cancelled') AND f.subject = ? AND (f.idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox_jobs a WHERE a.kind = f.kind AND a.idempotency_key = f.idempotency_key AND a.status IN ('pending', 'claimed') AND NOT a.superseded))) r WHERE rn = 1);
 
 -- jobs: delete

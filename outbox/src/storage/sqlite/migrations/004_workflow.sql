@@ -35,6 +35,10 @@ CREATE INDEX outbox_job_deps_child ON outbox_job_deps (child_id, parent_id);
 CREATE TRIGGER outbox_jobs_workflow_done AFTER UPDATE OF status ON outbox_jobs
     WHEN NEW.has_children = 1 AND OLD.status <> NEW.status AND NEW.status = 'completed'
 BEGIN
+    -- The event feed's `ready` for each child whose last parent this is.
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+    SELECT c.id, c.kind, c.queue, NEW.updated_at, 'ready', 0 FROM outbox_jobs c
+    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND c.on_parent_failure IN (0, 1) AND c.parents_left = 1 AND c.status = 'pending';
     UPDATE outbox_jobs SET parents_left = parents_left - 1
     WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND on_parent_failure IN (0, 1) AND parents_left > 0;
     -- A first-failure child that counted its last parent is not run: every parent completed.
@@ -51,10 +55,6 @@ BEGIN
             ORDER BY h.sequence_no LIMIT 1)
         FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
         AND status = 'pending' AND waiting = 1 AND parents_left = 0;
-    -- The event feed's `ready` for each child this let go (it counted its last parent just now).
-    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
-    SELECT c.id, c.kind, c.queue, NEW.updated_at, 'ready', 0 FROM outbox_jobs c
-    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = NEW.id) AND c.parents_left = 0 AND c.status = 'pending';
     UPDATE outbox_job_deps SET done = 1 WHERE parent_id = NEW.id AND done = 0;
 END;
 -- A parent failed for good or was cancelled: the children that run anyway count it, a first-failure child goes, and
@@ -64,6 +64,27 @@ END;
 CREATE TRIGGER outbox_jobs_workflow_failed AFTER UPDATE OF status ON outbox_jobs
     WHEN NEW.has_children = 1 AND OLD.status <> NEW.status AND NEW.status IN ('failed', 'cancelled')
 BEGIN
+    -- The event feed's `ready` for each child this lets go: one that runs anyway and counts its last parents here,
+    -- or a first-failure child still waiting.
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+    SELECT c.id, c.kind, c.queue, NEW.updated_at, 'ready', 0 FROM outbox_jobs c
+    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT NEW.id UNION SELECT id FROM doomed)) AND c.status = 'pending' AND c.parents_left > 0
+        AND (c.on_parent_failure = 2 OR (c.on_parent_failure = 1 AND c.parents_left = (SELECT COUNT(*)
+            FROM outbox_job_deps d WHERE d.child_id = c.id AND d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
+            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.parent_id = NEW.id AND d.done = 0
+                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
+            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
+                JOIN outbox_jobs c ON c.id = d.child_id
+                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
+        SELECT NEW.id UNION SELECT id FROM doomed))));
     UPDATE outbox_jobs SET parents_left = parents_left - (SELECT COUNT(*) FROM outbox_job_deps d
         WHERE d.child_id = outbox_jobs.id AND d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
             SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
@@ -112,16 +133,6 @@ BEGIN
                 WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
         SELECT NEW.id UNION SELECT id FROM doomed)) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
         AND status = 'pending' AND waiting = 1 AND parents_left = 0;
-    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
-    SELECT c.id, c.kind, c.queue, NEW.updated_at, 'ready', 0 FROM outbox_jobs c
-    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id IN (WITH RECURSIVE doomed(id) AS (
-            SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.parent_id = NEW.id AND d.done = 0
-                    AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0
-            UNION SELECT d.child_id FROM doomed JOIN outbox_job_deps d ON d.parent_id = doomed.id
-                JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.done = 0 AND c.on_parent_failure = 0 AND c.status = 'pending' AND c.parents_left > 0)
-        SELECT NEW.id UNION SELECT id FROM doomed)) AND c.parents_left = 0 AND c.status = 'pending';
     -- The edges counted are done; those of the children cancelled below stay, for a retry of the parent.
     UPDATE outbox_job_deps SET done = 1 WHERE done = 0 AND parent_id IN (WITH RECURSIVE doomed(id) AS (
             SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
@@ -149,6 +160,9 @@ END;
 CREATE TRIGGER outbox_jobs_workflow_gone AFTER DELETE ON outbox_jobs
     WHEN OLD.has_children = 1 AND OLD.status = 'claimed'
 BEGIN
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+    SELECT c.id, c.kind, c.queue, OLD.updated_at, 'ready', 0 FROM outbox_jobs c
+    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND c.on_parent_failure IN (0, 1) AND c.parents_left = 1 AND c.status = 'pending';
     UPDATE outbox_jobs SET parents_left = parents_left - 1
     WHERE id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND on_parent_failure IN (0, 1) AND parents_left > 0;
     UPDATE outbox_jobs SET parents_left = parents_left - 1,
@@ -164,13 +178,11 @@ BEGIN
             ORDER BY h.sequence_no LIMIT 1)
         FROM outbox_jobs c WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND c.sequence_key IS NOT NULL AND c.parents_left = 0)
         AND status = 'pending' AND waiting = 1 AND parents_left = 0;
-    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
-    SELECT c.id, c.kind, c.queue, OLD.updated_at, 'ready', 0 FROM outbox_jobs c
-    WHERE c.id IN (SELECT d.child_id FROM outbox_job_deps d WHERE d.done = 0 AND d.parent_id = OLD.id) AND c.parents_left = 0 AND c.status = 'pending';
     UPDATE outbox_job_deps SET done = 1 WHERE parent_id = OLD.id AND done = 0;
 END;
 -- An operator's retry of a parent that failed or was cancelled brings back the steps its failure cancelled, which
--- wait for it again (their edges to it were left as they were), and the steps below them.
+-- wait for it again (their edges to it were left as they were), and the steps below them; not a step another parent
+-- that failed or was cancelled still holds (its retry brings the step back).
 CREATE TRIGGER outbox_jobs_workflow_retried AFTER UPDATE OF status ON outbox_jobs
     WHEN NEW.has_children = 1 AND NEW.status = 'pending' AND OLD.status IN ('failed', 'cancelled')
 BEGIN
@@ -178,10 +190,16 @@ BEGIN
     WHERE id IN (WITH RECURSIVE revived(id) AS (
             SELECT d.child_id FROM outbox_job_deps d JOIN outbox_jobs c ON c.id = d.child_id
                 WHERE d.parent_id = NEW.id AND d.done = 0 AND c.status = 'cancelled'
-                    AND c.last_error LIKE 'cancelled: parent %'
+                    AND c.last_error LIKE 'cancelled: parent %' AND NOT EXISTS (SELECT 1 FROM outbox_job_deps o
+                        JOIN outbox_jobs q ON q.id = o.parent_id
+                        WHERE o.child_id = c.id AND o.done = 0 AND o.parent_id <> d.parent_id
+                            AND q.status IN ('failed', 'cancelled'))
             UNION SELECT d.child_id FROM revived JOIN outbox_job_deps d ON d.parent_id = revived.id
                 JOIN outbox_jobs c ON c.id = d.child_id
-                WHERE d.done = 0 AND c.status = 'cancelled' AND c.last_error LIKE 'cancelled: parent %')
+                WHERE d.done = 0 AND c.status = 'cancelled' AND c.last_error LIKE 'cancelled: parent %' AND NOT EXISTS (SELECT 1 FROM outbox_job_deps o
+                        JOIN outbox_jobs q ON q.id = o.parent_id
+                        WHERE o.child_id = c.id AND o.done = 0 AND o.parent_id <> d.parent_id
+                            AND q.status IN ('failed', 'cancelled')))
         SELECT id FROM revived);
 END;
 -- A step deleted takes its edges to its parents with it.
