@@ -31,7 +31,7 @@ pub(crate) struct CreatedWorkflow {
 }
 
 /// Create a workflow: every step checked (names, edges, cycles, payloads) before anything is written.
-#[utoipa::path(post, path = "/api/workflows", tag = "workflows", request_body = WorkflowSpec, security(("token" = [])),
+#[utoipa::path(post, path = "/api/workflows", operation_id = "create_workflow", tag = "workflows", request_body = WorkflowSpec, security(("token" = [])),
     responses((status = 201, description = "The workflow was written", body = CreatedWorkflow),
         (status = 400, description = "A field is invalid: the message names it", body = ErrorBody),
         (status = 404, description = "`unknown_kind`: a step's kind is neither built in nor recorded", body = ErrorBody),
@@ -46,7 +46,7 @@ pub(super) async fn create(State(state): State<AppState>, Json(spec): Json<Workf
 }
 
 /// A workflow's steps, what each waits for, and where it stands.
-#[utoipa::path(get, path = "/api/workflows/{id}", tag = "workflows", params(WorkflowPath), security(("token" = [])),
+#[utoipa::path(get, path = "/api/workflows/{id}", operation_id = "get_workflow", tag = "workflows", params(WorkflowPath), security(("token" = [])),
     responses((status = 200, description = "Success", body = WorkflowGraph), (status = 404, description = "No workflow has this id", body = ErrorBody)))]
 pub(super) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     let graph = ops::workflow(&state.db, &id).await?;
@@ -60,7 +60,7 @@ pub(crate) struct CancelledSteps {
 }
 
 /// Cancel every step of a workflow not yet started; running steps finish.
-#[utoipa::path(post, path = "/api/workflows/{id}/cancel", tag = "workflows", params(WorkflowPath), security(("token" = [])),
+#[utoipa::path(post, path = "/api/workflows/{id}/cancel", operation_id = "cancel_workflow", tag = "workflows", params(WorkflowPath), security(("token" = [])),
     responses((status = 200, description = "Success", body = CancelledSteps), (status = 404, description = "No workflow has this id", body = ErrorBody)))]
 pub(super) async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Reply {
     let cancelled = ops::cancel_workflow(&state.db, &id).await?;
