@@ -213,3 +213,22 @@ async fn the_printed_document_is_the_served_one(t: TestDb) {
         serde_json::from_str(&outbox_server::openapi_json().expect("the document serializes")).expect("json");
     assert_eq!(printed, document(&server).await);
 }
+
+/// Every operation has an id of its own: generators name client methods by it, and the specification requires it
+/// (two handlers both named `get` once gave two operations the id `get`).
+#[test]
+fn every_operation_id_is_unique() {
+    let doc: Value =
+        serde_json::from_str(&outbox_server::openapi_json().expect("the document serializes")).expect("json");
+    let mut seen = std::collections::HashMap::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            if let Some(id) = op.get("operationId").and_then(Value::as_str) {
+                if let Some(other) = seen.insert(id.to_owned(), format!("{method} {path}")) {
+                    panic!("operation id `{id}` of {method} {path} is also {other}'s");
+                }
+            }
+        }
+    }
+    assert!(seen.len() > 30, "{seen:?}");
+}
