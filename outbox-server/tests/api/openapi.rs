@@ -223,10 +223,10 @@ fn every_operation_id_is_unique() {
     let mut seen = std::collections::HashMap::new();
     for (path, item) in doc["paths"].as_object().expect("paths") {
         for (method, op) in item.as_object().expect("path item") {
-            if let Some(id) = op.get("operationId").and_then(Value::as_str) {
-                if let Some(other) = seen.insert(id.to_owned(), format!("{method} {path}")) {
-                    panic!("operation id `{id}` of {method} {path} is also {other}'s");
-                }
+            if let Some(id) = op.get("operationId").and_then(Value::as_str)
+                && let Some(other) = seen.insert(id.to_owned(), format!("{method} {path}"))
+            {
+                panic!("operation id `{id}` of {method} {path} is also {other}'s");
             }
         }
     }
