@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fleet::{Run, Spawn, runs};
 use outbox::EnqueueOpts;
-use outbox_tests::{Backend, ChildProcess, Limited, Step, TestDb, conformance, monotonic_ns, scalar};
+use outbox_tests::{Backend, ChildProcess, Limited, Step, TestDb, conformance, scalar};
 
 const KEYS: u32 = 500;
 const STEPS: u32 = 20;
@@ -34,28 +34,10 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
     }
     let log = t.dir.path().join("steps.log");
     let mut children = fleet(&t, &log, processes, 1_000);
-    // (pid, when) of every SIGKILL.
-    let mut kills: Vec<(u32, u64)> = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
     let total = i64::from(KEYS * STEPS);
-    let mut victim = 0;
-    loop {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let done = scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await;
-        if done == total {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "only {done} of {total} jobs completed in time");
-        let child = &mut children[victim];
-        let pid = child.id();
-        child.kill().expect("SIGKILL");
-        kills.push((pid, monotonic_ns()));
-        child.wait().expect("reap");
-        // The killed process's claims stay claimed until their leases run out: each must be one a rescue finds.
-        outbox_tests::assert_every_claim_rescuable(&t.db, false, "after a SIGKILL").await;
-        *child = Spawn { url: &t.url, log: &log, mode: "serve", lease_ms: 1_000, concurrency: 8, stderr: None }.start();
-        victim = (victim + 1) % processes;
-    }
+    let respawn =
+        || Spawn { url: &t.url, log: &log, mode: "serve", lease_ms: 1_000, concurrency: 8, stderr: None }.start();
+    let kills = fleet::kill_every_300_ms(&t.db, &mut children, total, respawn).await;
     for status in fleet::wait_all(&mut children, Duration::from_secs(120)).await {
         assert!(status.success(), "a worker process failed: {status}");
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fleet::{Run, Spawn, runs};
 use outbox::{Batch, JobEventKind, ParentFailure, Workflow};
-use outbox_tests::{ChildProcess, Node, NodeOutput, TestDb, conformance, monotonic_ns, scalar};
+use outbox_tests::{ChildProcess, Node, NodeOutput, TestDb, conformance, scalar};
 
 const DIAMONDS: u32 = 1_000;
 
@@ -49,24 +49,8 @@ async fn diamonds_hold_their_order_while_workers_are_killed_every_300_ms(t: Test
     let log = t.dir.path().join("nodes.log");
     let processes = 4;
     let mut children: Vec<ChildProcess> = (0..processes).map(|_| spawn(&t, &log)).collect();
-    let mut kills: Vec<(u32, u64)> = Vec::new();
     let total = i64::from(DIAMONDS * 4);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    let mut victim = 0;
-    loop {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let done = scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await;
-        if done == total {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "only {done} of {total} steps completed in time");
-        let child = &mut children[victim];
-        kills.push((child.id(), monotonic_ns()));
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap");
-        children[victim] = spawn(&t, &log);
-        victim = (victim + 1) % processes;
-    }
+    let kills = fleet::kill_every_300_ms(&t.db, &mut children, total, || spawn(&t, &log)).await;
     for status in fleet::wait_all(&mut children, Duration::from_secs(120)).await {
         assert!(status.success(), "a worker process failed: {status}");
     }

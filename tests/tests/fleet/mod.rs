@@ -139,3 +139,34 @@ pub(crate) fn runs(log: &Path) -> Vec<Run> {
     runs.sort_by_key(|r| r.begin);
     runs
 }
+
+/// Every 300 ms until `total` jobs completed (240 s at most), SIGKILLs the next of `children` and starts `respawn()`
+/// in its place, after checking that each claim the killed process left is one a rescue finds; the (pid, time) of
+/// every kill, for telling the reruns a kill explains.
+pub(crate) async fn kill_every_300_ms(
+    db: &sea_orm::DatabaseConnection,
+    children: &mut [ChildProcess],
+    total: i64,
+    respawn: impl Fn() -> ChildProcess,
+) -> Vec<(u32, u64)> {
+    let mut kills: Vec<(u32, u64)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let mut victim = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let done = outbox_tests::scalar(db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await;
+        if done == total {
+            return kills;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "only {done} of {total} jobs completed in time");
+        let child = &mut children[victim];
+        let pid = child.id();
+        child.kill().expect("SIGKILL");
+        kills.push((pid, outbox_tests::monotonic_ns()));
+        child.wait().expect("reap");
+        // The killed process's claims stay claimed until their leases run out: each must be one a rescue finds.
+        outbox_tests::assert_every_claim_rescuable(db, false, "after a SIGKILL").await;
+        *child = respawn();
+        victim = (victim + 1) % children.len();
+    }
+}

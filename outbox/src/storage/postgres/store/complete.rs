@@ -337,7 +337,6 @@ async fn write_with_retries(pool: &PgPool, owner: &str, claims: &Claims, batch: 
                     crate::storage::log_finished(f, applied(&written, f), owner);
                 }
                 crate::wake::outcome_written();
-                crate::wake::parents_written(&batch);
                 return;
             }
             Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => {
@@ -374,7 +373,6 @@ async fn write_alone(pool: &PgPool, owner: &str, claims: &Claims, f: Finished) {
                 claim_counts(claims).written([(item.id.as_str(), item.run)]);
                 crate::storage::log_finished(&item, applied(&written, &item), owner);
                 crate::wake::outcome_written();
-                crate::wake::parents_written(std::slice::from_ref(&item));
                 return;
             }
             Err(e) if transient::sqlx(&e) && started.elapsed() < FINISH_GIVE_UP => retry.sleep().await,
