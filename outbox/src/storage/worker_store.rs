@@ -241,7 +241,8 @@ pub(crate) struct Finished {
     /// Where a completion leaves the job. Ignored for other outcomes.
     pub(crate) keep: Keep,
     /// Whether workflow steps wait for it: once its outcome is written, this process's workers claim again (the
-    /// outcome may have let them go).
+    /// outcome may have let them go). Only SQLite's writer reads it: PostgreSQL's wakes the workers after every write.
+    #[cfg_attr(not(feature = "sqlite"), expect(dead_code, reason = "read by SQLite's writer only"))]
     pub(crate) parent: bool,
 }
 

@@ -66,6 +66,7 @@ pub(crate) fn outcome_written() {
 /// Wakes this process's workers when any of `finished` was a workflow step's parent: the statement that wrote its
 /// outcome may have let steps go, which a claim now finds (another process hears the commit through its watch).
 /// SQLite's writer calls it; PostgreSQL's wakes the workers after every write it makes.
+#[cfg(feature = "sqlite")]
 pub(crate) fn parents_written(finished: &[crate::storage::Finished]) {
     if finished.iter().any(|f| f.parent) {
         wake();
