@@ -52,6 +52,7 @@
 mod baseline;
 mod case;
 mod claim;
+mod commits;
 mod dashboard;
 mod engine;
 mod flow;
@@ -168,6 +169,11 @@ fn run() -> Result<(), BoxError> {
     // (sampled, ended, handed to a provider that exports nothing), so `process` measures the feature's cost.
     #[cfg(feature = "otel")]
     let _tracer = otel::install()?;
+    // `latency_workflow` times a step from its parent's completion commit, which the store's writer logs.
+    #[cfg(not(feature = "otel"))]
+    if args.case.is_none_or(|c| c == Case::LatencyWorkflow) {
+        commits::install()?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let backends: Vec<Backend> = [Backend::Sqlite, Backend::Postgres]
         .into_iter()
@@ -218,7 +224,9 @@ mod otel {
     pub(super) fn install() -> Result<SdkTracerProvider, super::BoxError> {
         let provider = SdkTracerProvider::builder().build();
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("outbox-bench"));
-        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))?;
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(layer).with(super::commits::layer()),
+        )?;
         Ok(provider)
     }
 }

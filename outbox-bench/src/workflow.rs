@@ -1,7 +1,7 @@
 //! Cases `claim_workflow` and `latency_workflow`: what waiting workflow steps cost a claim of ready jobs (the
 //! worker's claim of 100 over ready `noop` jobs beside 100,000 waiting `noop` steps, against the same claim without
 //! them, run by run), and how long a step waits once its last parent completed (one parent and one child per
-//! workflow, the child timed from its parent's handler returning to its own handler starting, in process).
+//! workflow, the child timed from its parent's completion commit returning to its own handler starting, in process).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -89,10 +89,12 @@ async fn waiting_steps(db: &sea_orm::DatabaseConnection, n: u64) -> Result<(), B
 }
 
 /// One run of `latency_workflow`: a worker at its defaults, idle; `n` workflows of a parent and a child enqueued
-/// one per transaction, [`gap`] apart; each child timed from its parent's completion being written (the time the
-/// completion statement records, in milliseconds) to its own handler starting, on the wall clock.
+/// one per transaction, [`gap`] apart; each child timed from its parent's completion commit returning (the store's
+/// writer logs it right after the commit, see [`crate::commits`]) to its own handler starting, on the wall clock, as
+/// `latency` times a job from its enqueue's commit returning.
 pub(crate) async fn latency(target: &Target, n: u64) -> Result<(Measure, Latency), BoxError> {
     let scratch = Scratch::new(target).await?;
+    crate::commits::start()?;
     let starts: Arc<Mutex<Vec<Option<i64>>>> = Arc::new(Mutex::new(vec![None; n as usize]));
     let seen = Arc::clone(&starts);
     let worker = Worker::builder(&scratch.db)
@@ -132,13 +134,14 @@ pub(crate) async fn latency(target: &Target, n: u64) -> Result<(Measure, Latency
     }
     let secs = begin.elapsed().as_secs_f64();
     worker.shutdown().await?;
+    crate::commits::stop();
     let starts = starts.lock().map_err(|_| "lock poisoned")?.clone();
     let mut ms = Vec::with_capacity(n as usize);
     for (i, (parent, start)) in parents.iter().zip(starts).enumerate() {
-        let completed = outbox::ops::get(&scratch.db, parent).await?.completed_at;
-        match (completed, start) {
-            (Some(done), Some(start)) => ms.push(((start - done.timestamp_millis() * 1_000).max(0)) as f64 / 1000.0),
-            _ => return Err(format!("latency_workflow: the child of workflow {i} never started").into()),
+        match (crate::commits::of(parent)?, start) {
+            (Some(committed), Some(start)) => ms.push(((start - committed).max(0)) as f64 / 1000.0),
+            (None, _) => return Err(format!("latency_workflow: no completion commit seen for parent {parent}").into()),
+            (_, None) => return Err(format!("latency_workflow: the child of workflow {i} never started").into()),
         }
     }
     scratch.remove().await?;
