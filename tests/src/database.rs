@@ -202,7 +202,7 @@ async fn connect_pg_sized(url: &str, max_connections: u32) -> DatabaseConnection
 }
 
 /// 64 random bits in hex, for names that must not collide across test processes.
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     format!("{:016x}", fastrand::u64(..))
 }
 

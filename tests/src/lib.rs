@@ -7,6 +7,7 @@ mod claims;
 mod cluster;
 mod database;
 pub mod http;
+mod mariadb;
 pub mod otel;
 mod secrets;
 mod served;
@@ -26,6 +27,7 @@ pub use database::{
     Backend, TestDb, TestSchema, assert_every_claim_rescuable, connect_to, exec, fresh, fresh_db, pg_server, run,
     scalar, sqlite_url, try_exec, unrescuable,
 };
+pub use mariadb::{MYSQL_VAR, TestMariaDb, database_exists, mariadb_server};
 pub use rustix::process::Signal;
 pub use secrets::{Captured, ChildRun, job_rows, leaks, run_child};
 pub use served::{Served, SseEvent, SseReader, http_client};

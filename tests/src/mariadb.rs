@@ -1,0 +1,132 @@
+//! A MariaDB server for the tests that run on it, and a database of a test's own there, dropped with it.
+//!
+//! The server is the one `OUTBOX_TEST_MYSQL_URL` names (CI starts a throwaway one from Debian's packages). Unset,
+//! a test that needs it is skipped with a visible message, and fails instead under `CI`.
+
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbErr};
+
+/// The variable naming the MariaDB server the tests run against.
+pub const MYSQL_VAR: &str = "OUTBOX_TEST_MYSQL_URL";
+
+/// The MariaDB server the tests run against, from `OUTBOX_TEST_MYSQL_URL`. Unset, `test` is skipped with a
+/// visible message (`None`); under `CI`, a missing server is a failure.
+pub fn mariadb_server(test: &str) -> Option<String> {
+    crate::required_server(
+        MYSQL_VAR,
+        "a MariaDB server",
+        "set it to a server's URL, such as mysql://outbox@127.0.0.1:3306/outbox",
+        test,
+    )
+}
+
+/// A database of a test's own on the MariaDB server (`t_<random hex>`), dropped when this is: at the end of the
+/// test, and while a failing test unwinds.
+#[derive(Debug)]
+pub struct TestMariaDb {
+    /// A pool on the test's database.
+    pub db: DatabaseConnection,
+    /// The URL of the test's database, for more pools on it.
+    pub url: String,
+    name: String,
+    server: String,
+}
+
+impl TestMariaDb {
+    /// A fresh, empty database on the server `OUTBOX_TEST_MYSQL_URL` names, for the test named `test`; `None`
+    /// (after a visible `SKIPPED` line) when the variable is unset outside CI.
+    pub async fn fresh(test: &str) -> Option<TestMariaDb> {
+        let server = mariadb_server(test)?;
+        let name = format!("t_{}", crate::database::random_hex());
+        let admin = connect(&server, 1).await;
+        admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.expect("create the test's database");
+        let _ = admin.close().await;
+        let url = with_database(&server, &name);
+        let db = connect(&url, 5).await;
+        Some(TestMariaDb { db, url, name, server })
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Another pool on the test's database, of `max` connections.
+    pub async fn connect(&self, max: u32) -> DatabaseConnection {
+        connect(&self.url, max).await
+    }
+}
+
+impl Drop for TestMariaDb {
+    fn drop(&mut self) {
+        // On a thread and runtime of its own: the test's runtime may be the one unwinding, or shutting down.
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            runtime.block_on(drop_database(&server, &name)).map_err(std::io::Error::other)
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("could not drop the test database {}: {e}", self.name),
+            Err(_) => eprintln!("could not drop the test database {}: connecting to the server panicked", self.name),
+        }
+    }
+}
+
+/// Whether the server holds a database named `name`.
+pub async fn database_exists(server: &str, name: &str) -> Result<bool, DbErr> {
+    let admin = connect(server, 1).await;
+    let found = admin
+        .query_one_raw(sea_orm::Statement::from_sql_and_values(
+            sea_orm::DbBackend::MySql,
+            "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?",
+            [name.into()],
+        ))
+        .await?
+        .map(|row| row.try_get_by_index::<i64>(0))
+        .transpose()?
+        .unwrap_or(0);
+    let _ = admin.close().await;
+    Ok(found == 1)
+}
+
+/// Drops the database `name`. Connections a failed test left holding locks in it are killed first, so the drop
+/// does not wait for them.
+async fn drop_database(server: &str, name: &str) -> Result<(), DbErr> {
+    let admin = connect(server, 1).await;
+    let holders = admin
+        .query_all_raw(sea_orm::Statement::from_sql_and_values(
+            sea_orm::DbBackend::MySql,
+            "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
+            [name.into()],
+        ))
+        .await?;
+    for row in holders {
+        let id: i64 = row.try_get_by_index(0)?;
+        // Gone since it was listed is as good as killed.
+        let _ = admin.execute_unprepared(&format!("KILL CONNECTION {id}")).await;
+    }
+    let dropped = admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await.map(|_| ());
+    let _ = admin.close().await;
+    dropped
+}
+
+/// `server` (a URL naming any database) with `database` as its database.
+fn with_database(server: &str, database: &str) -> String {
+    let (base, query) = server.split_once('?').map_or((server, None), |(b, q)| (b, Some(q)));
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{database}?{q}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+async fn connect(url: &str, max: u32) -> DatabaseConnection {
+    let mut options = ConnectOptions::new(url);
+    options.max_connections(max).min_connections(0).sqlx_logging(false);
+    Database::connect(options).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
