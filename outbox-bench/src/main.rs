@@ -59,6 +59,7 @@ mod flow;
 mod http;
 mod idle_cpu;
 mod latency;
+mod mariadb_wake;
 mod memory;
 mod million;
 mod process_memory;
@@ -163,6 +164,9 @@ fn run() -> Result<(), BoxError> {
     }
     if argv.first().is_some_and(|a| a == RECONCILE_CHILD) {
         return reconcile_child(&argv[1..]);
+    }
+    if argv.first().is_some_and(|a| a == mariadb_wake::MARIADB_WAKE) {
+        return mariadb_wake::mariadb_wake(&argv[1..]);
     }
     let args = parse_args()?;
     // Built with `--features otel`: the outbox's spans are recorded as an application's tracer would record them
