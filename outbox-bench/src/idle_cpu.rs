@@ -56,7 +56,7 @@ pub(crate) async fn idle_cpu(target: &Target) -> Result<f64, BoxError> {
 pub(crate) const IDLE_SECS: u64 = 60;
 
 /// User and system CPU time of process `pid` so far, in clock ticks (`/proc/<pid>/stat`, fields 14 and 15).
-fn cpu_ticks(pid: u32) -> Result<u64, BoxError> {
+pub(crate) fn cpu_ticks(pid: u32) -> Result<u64, BoxError> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let fields: Vec<&str> = stat.rsplit_once(')').ok_or("unreadable /proc stat")?.1.split_whitespace().collect();
     let field = |n: usize| -> Result<u64, BoxError> { Ok(fields.get(n - 3).ok_or("short /proc stat")?.parse()?) };

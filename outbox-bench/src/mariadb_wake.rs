@@ -25,6 +25,7 @@ use sea_orm::sqlx::mysql::MySqlConnection;
 use sea_orm::sqlx::{self, Connection, Row};
 
 use crate::BoxError;
+use crate::idle_cpu::cpu_ticks;
 use crate::latency::{Latency, epoch_us};
 
 /// The command-line name of this measurement.
@@ -262,10 +263,10 @@ async fn idle_cost(url: &str, interval: Duration) -> Result<(f64, f64), BoxError
         tokio::spawn(async move { watch(&url, interval, &stop, from, |_| Ok::<_, ()>(())).await })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (own_before, server_before) = (ticks(std::process::id())?, ticks(server)?);
+    let (own_before, server_before) = (cpu_ticks(std::process::id())?, cpu_ticks(server)?);
     let began = Instant::now();
     tokio::time::sleep(IDLE).await;
-    let (own, srv) = (ticks(std::process::id())? - own_before, ticks(server)? - server_before);
+    let (own, srv) = (cpu_ticks(std::process::id())? - own_before, cpu_ticks(server)? - server_before);
     let secs = began.elapsed().as_secs_f64();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     watcher.await??;
@@ -276,14 +277,6 @@ async fn idle_cost(url: &str, interval: Duration) -> Result<(f64, f64), BoxError
 /// The last `seq` of the MEMORY log.
 async fn logged_through(conn: &mut MySqlConnection) -> Result<i64, BoxError> {
     Ok(sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM wake_log").fetch_one(conn).await?.try_get(0)?)
-}
-
-/// User and system CPU ticks of process `pid`.
-fn ticks(pid: u32) -> Result<u64, BoxError> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat.rsplit_once(')').ok_or("unreadable /proc stat")?.1.split_whitespace().collect();
-    let field = |n: usize| -> Result<u64, BoxError> { Ok(fields.get(n - 3).ok_or("short /proc stat")?.parse()?) };
-    Ok(field(14)? + field(15)?)
 }
 
 /// `server` (a URL naming any database) with `database` as its database.

@@ -171,18 +171,27 @@ impl Drop for TestSchema {
             eprintln!("kept the failed test's schema {} (OUTBOX_TEST_KEEP_SCHEMAS is set)", self.name);
             return;
         }
-        // On a thread and runtime of its own: the test's runtime may be the one unwinding, or shutting down.
         let (server, name) = (self.server.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            runtime.block_on(drop_schema(&server, &name)).map_err(std::io::Error::other)
-        })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("could not drop the test schema {}: {e}", self.name),
-            Err(_) => eprintln!("could not drop the test schema {}: connecting to the server panicked", self.name),
-        }
+        drop_on_own_runtime("schema", &self.name, async move { drop_schema(&server, &name).await });
+    }
+}
+
+/// Runs `drop` (of the test's `what` called `name`) to its end on a thread and runtime of its own: the test's
+/// runtime may be the one unwinding, or shutting down. A failure is printed, not raised: the test's own outcome
+/// stands.
+pub(crate) fn drop_on_own_runtime<F>(what: &str, name: &str, drop: F)
+where
+    F: Future<Output = Result<(), DbErr>> + Send + 'static,
+{
+    let dropped = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(drop).map_err(std::io::Error::other)
+    })
+    .join();
+    match dropped {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("could not drop the test {what} {name}: {e}"),
+        Err(_) => eprintln!("could not drop the test {what} {name}: connecting to the server panicked"),
     }
 }
 

@@ -58,18 +58,12 @@ impl TestMariaDb {
 
 impl Drop for TestMariaDb {
     fn drop(&mut self) {
-        // On a thread and runtime of its own: the test's runtime may be the one unwinding, or shutting down.
         let (server, name) = (self.server.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            runtime.block_on(drop_database(&server, &name)).map_err(std::io::Error::other)
-        })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("could not drop the test database {}: {e}", self.name),
-            Err(_) => eprintln!("could not drop the test database {}: connecting to the server panicked", self.name),
-        }
+        crate::database::drop_on_own_runtime(
+            "database",
+            &self.name,
+            async move { drop_database(&server, &name).await },
+        );
     }
 }
 
@@ -77,11 +71,7 @@ impl Drop for TestMariaDb {
 pub async fn database_exists(server: &str, name: &str) -> Result<bool, DbErr> {
     let admin = connect(server, 1).await;
     let found = admin
-        .query_one_raw(sea_orm::Statement::from_sql_and_values(
-            sea_orm::DbBackend::MySql,
-            "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?",
-            [name.into()],
-        ))
+        .query_one_raw(with_name("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?", name))
         .await?
         .map(|row| row.try_get_by_index::<i64>(0))
         .transpose()?
@@ -95,10 +85,9 @@ pub async fn database_exists(server: &str, name: &str) -> Result<bool, DbErr> {
 async fn drop_database(server: &str, name: &str) -> Result<(), DbErr> {
     let admin = connect(server, 1).await;
     let holders = admin
-        .query_all_raw(sea_orm::Statement::from_sql_and_values(
-            sea_orm::DbBackend::MySql,
+        .query_all_raw(with_name(
             "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
-            [name.into()],
+            name,
         ))
         .await?;
     for row in holders {
@@ -109,6 +98,11 @@ async fn drop_database(server: &str, name: &str) -> Result<(), DbErr> {
     let dropped = admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await.map(|_| ());
     let _ = admin.close().await;
     dropped
+}
+
+/// `sql` with `name` bound to its one placeholder.
+fn with_name(sql: &str, name: &str) -> sea_orm::Statement {
+    sea_orm::Statement::from_sql_and_values(sea_orm::DbBackend::MySql, sql, [name.into()])
 }
 
 /// `server` (a URL naming any database) with `database` as its database.
