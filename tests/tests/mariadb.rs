@@ -1,6 +1,9 @@
-//! The MariaDB server the third backend will run on, and what its claims will rest on: a test's database is its own
+//! The MariaDB server the third backend will run on, and what its engine will rest on: a test's database is its own
 //! and gone after the test, even one that panics; `FOR UPDATE SKIP LOCKED` passes over the rows another claim
-//! holds instead of waiting for them; commits are durable.
+//! holds instead of waiting for them; commits are durable. Then the schema as far as it is built
+//! (`outbox/src/storage/mariadb/schema.sql`): claims read their indexes in order with no sort, a key is unique per kind
+//! while its job is active, a payload must be JSON, and the wake-up log is written at once while a locking read waits
+//! for the enqueue to end.
 
 use outbox_tests::{TestMariaDb, database_exists, mariadb_server};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
@@ -84,4 +87,184 @@ async fn the_server_syncs_every_commit_and_is_recent_enough() {
     let number: Vec<u32> = version.split(['.', '-']).take(2).map(|p| p.parse().expect("a version number")).collect();
     assert!(version.contains("MariaDB") && number >= vec![10, 6], "MariaDB 10.6 or later, for SKIP LOCKED: {version}");
     assert_eq!(flush, 1, "every commit reaches the disk (innodb_flush_log_at_trx_commit = 1)");
+}
+
+/// The MariaDB schema as far as it is built (`outbox/src/storage/mariadb/schema.sql`), applied to `t`'s database.
+async fn with_schema(t: &TestMariaDb) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../outbox/src/storage/mariadb/schema.sql");
+    let sql = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    // Each statement ends a line with `;`; the file's comments are whole lines.
+    let text: String = sql.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
+    for statement in text.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
+        let statement = statement.trim_end_matches(';');
+        t.db.execute_unprepared(statement).await.unwrap_or_else(|e| panic!("{statement}\n: {e}"));
+    }
+}
+
+/// `n` jobs of kinds `a` and `b` (every third is `a`), half at priority 1, every fifth completed; those of kind `a`
+/// keyed by one of three flow keys.
+async fn jobs(t: &TestMariaDb, n: u32) {
+    let sql = format!(
+        "INSERT INTO outbox_jobs (id, kind, queue, payload, priority, schema_hash, created_at, run_at, updated_at, \
+         status, flow_key) SELECT LPAD(seq, 26, '0'), IF(seq % 3 = 0, 'a', 'b'), 'default', '{{}}', seq % 2, 'h', \
+         seq, seq, seq, IF(seq % 5 = 0, 'completed', 'pending'), IF(seq % 3 = 0, CONCAT('k', seq % 9), NULL) \
+         FROM seq_1_to_{n}"
+    );
+    t.db.execute_unprepared(&sql).await.expect("the jobs");
+    t.db.execute_unprepared("ANALYZE TABLE outbox_jobs").await.expect("analyze");
+}
+
+/// The ids `sql` selects, zero-padded numbers as [`jobs`] writes them, as numbers.
+async fn job_ids(conn: &impl ConnectionTrait, sql: &str) -> Vec<i64> {
+    conn.query_all_raw(Statement::from_string(DbBackend::MySql, sql))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|row| row.try_get_by_index::<String>(0).expect("an id").parse().expect("a number"))
+        .collect()
+}
+
+async fn plan(t: &TestMariaDb, sql: &str) -> String {
+    let row =
+        t.db.query_one_raw(Statement::from_string(DbBackend::MySql, format!("EXPLAIN FORMAT=JSON {sql}")))
+            .await
+            .unwrap_or_else(|e| panic!("explain {sql}: {e}"))
+            .expect("a plan");
+    row.try_get_by_index::<String>(0).expect("the plan's text")
+}
+
+#[tokio::test]
+async fn the_claims_read_their_indexes_in_order_with_no_sort() {
+    let Some(t) = TestMariaDb::fresh("the_claims_read_their_indexes_in_order_with_no_sort").await else {
+        return;
+    };
+    with_schema(&t).await;
+    jobs(&t, 20_000).await;
+    let ready = "SELECT id FROM outbox_jobs WHERE ready_queue = 'default' AND kind = 'a' AND status = 'pending' \
+                 ORDER BY priority DESC, run_at, id LIMIT 5 FOR UPDATE SKIP LOCKED";
+    let planned = plan(&t, ready).await;
+    assert!(planned.contains(r#""key": "outbox_jobs_ready_queue""#), "the ready index:\n{planned}");
+    assert!(!planned.contains("filesort"), "no sort:\n{planned}");
+    // Priority 1 first (odd numbers), then by run time; completed jobs (multiples of 5) are not in the index.
+    let first = t.db.begin().await.expect("begin");
+    assert_eq!(job_ids(&first, ready).await, vec![3, 9, 21, 27, 33]);
+    let other = t.connect(1).await;
+    let second = other.begin().await.expect("begin");
+    assert_eq!(job_ids(&second, ready).await, vec![39, 51, 57, 63, 69], "a second claim passes over the first's");
+    first.rollback().await.expect("rollback");
+    second.rollback().await.expect("rollback");
+
+    let head = "SELECT id FROM outbox_jobs WHERE ready_flow_head = UNHEX(MD5(CONCAT('a', CHAR(0), 'k3'))) \
+                AND kind = 'a' AND flow_key = 'k3' ORDER BY priority DESC, run_at, id LIMIT 3 FOR UPDATE SKIP LOCKED";
+    let planned = plan(&t, head).await;
+    assert!(planned.contains(r#""key": "outbox_jobs_flow_heads""#), "the flow heads' index:\n{planned}");
+    assert!(!planned.contains("filesort"), "no sort:\n{planned}");
+    assert_eq!(job_ids(&t.db, head).await, vec![3, 21, 39], "key k3's head: seq % 9 = 3, at priority 1 first");
+    let keys = "SELECT DISTINCT flow_key FROM outbox_jobs WHERE ready_flow_kind = 'a' ORDER BY flow_key";
+    let planned = plan(&t, keys).await;
+    assert!(planned.contains(r#""key": "outbox_jobs_flow_keys""#), "the keys' index:\n{planned}");
+    assert!(!planned.contains("filesort"), "no sort:\n{planned}");
+}
+
+#[tokio::test]
+async fn a_key_is_unique_per_kind_while_its_job_is_active_and_compares_bytewise() {
+    let Some(t) = TestMariaDb::fresh("a_key_is_unique_per_kind_while_its_job_is_active_and_compares_bytewise").await
+    else {
+        return;
+    };
+    with_schema(&t).await;
+    let insert = |id: &str, kind: &str, key: &str| {
+        format!(
+            "INSERT INTO outbox_jobs (id, kind, payload, schema_hash, created_at, run_at, updated_at, idempotency_key) \
+             VALUES ('{id}', '{kind}', '{{}}', 'h', 1, 1, 1, '{key}')"
+        )
+    };
+    t.db.execute_unprepared(&insert("1", "a", "k")).await.expect("the first keyed job");
+    let duplicate = t.db.execute_unprepared(&insert("2", "a", "k")).await.expect_err("a duplicate while active");
+    assert!(duplicate.to_string().contains("Duplicate entry"), "refused by the unique index: {duplicate}");
+    t.db.execute_unprepared(&insert("3", "b", "k")).await.expect("the same key of another kind");
+    t.db.execute_unprepared(&insert("4", "a", "k ")).await.expect("a key with a trailing space is another key");
+    t.db.execute_unprepared(&insert("5", "a", "K")).await.expect("keys compare by case");
+    t.db.execute_unprepared("UPDATE outbox_jobs SET status = 'completed' WHERE id = '1'").await.expect("complete");
+    t.db.execute_unprepared(&insert("6", "a", "k")).await.expect("the key again once its job finished");
+}
+
+#[tokio::test]
+async fn a_payload_must_be_json() {
+    let Some(t) = TestMariaDb::fresh("a_payload_must_be_json").await else {
+        return;
+    };
+    with_schema(&t).await;
+    let refused =
+        t.db.execute_unprepared(
+            "INSERT INTO outbox_jobs (id, kind, payload, schema_hash, created_at, run_at, updated_at) \
+             VALUES ('1', 'a', '{not json', 'h', 1, 1, 1)",
+        )
+        .await
+        .expect_err("not JSON");
+    assert!(refused.to_string().contains("payload"), "the check names the column: {refused}");
+}
+
+/// Waits until the connection `thread` (its `CONNECTION_ID()`) waits for a row lock (InnoDB lists its transaction
+/// as waiting), within 10 s. Its transaction is named by the connection: InnoDB's text of a waiting prepared
+/// statement can be another statement that connection prepared.
+async fn until_waiting(t: &TestMariaDb, thread: i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let waiting = format!(
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = {thread}"
+    );
+    while ids(&t.db, &waiting).await != vec![1] {
+        assert!(std::time::Instant::now() < deadline, "connection {thread} never waited for the enqueue's lock");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wake_log_is_written_at_once_and_a_locking_read_waits_for_the_enqueue_to_end() {
+    let Some(t) =
+        TestMariaDb::fresh("the_wake_log_is_written_at_once_and_a_locking_read_waits_for_the_enqueue_to_end").await
+    else {
+        return;
+    };
+    with_schema(&t).await;
+    // One connection: the one the locking read runs on.
+    let watcher = t.connect(1).await;
+    let thread = ids(&watcher, "SELECT CAST(CONNECTION_ID() AS SIGNED)").await[0];
+    for commits in [true, false] {
+        let id = if commits { "1" } else { "2" };
+        let enqueue = t.db.begin().await.expect("begin");
+        enqueue
+            .execute_unprepared(&format!(
+                "INSERT INTO outbox_jobs (id, kind, payload, schema_hash, created_at, run_at, updated_at) \
+                 VALUES ('{id}', 'a', '{{}}', 'h', 1, 1, 1)"
+            ))
+            .await
+            .expect("enqueue");
+        // Not committed, and already logged: the log is not transactional.
+        let logged = watcher
+            .query_all_raw(Statement::from_string(DbBackend::MySql, "SELECT job_id FROM outbox_wake_log ORDER BY seq"))
+            .await
+            .expect("the log")
+            .iter()
+            .map(|row| row.try_get_by_index::<String>(0).expect("an id"))
+            .collect::<Vec<_>>();
+        assert_eq!(logged.last().map(String::as_str), Some(id), "logged before the commit: {logged:?}");
+        assert!(ids(&watcher, &format!("SELECT COUNT(*) FROM outbox_jobs WHERE id = '{id}'")).await == vec![0]);
+        // The watcher's locking read waits for the enqueue to end, then sees the row if it committed.
+        let sql = format!("SELECT COUNT(*) FROM outbox_jobs WHERE id IN ('{id}') LOCK IN SHARE MODE");
+        let read = {
+            let watcher = watcher.clone();
+            let sql = sql.clone();
+            tokio::spawn(async move { ids(&watcher, &sql).await })
+        };
+        until_waiting(&t, thread).await;
+        assert!(!read.is_finished(), "the read waits while the enqueue is open");
+        if commits {
+            enqueue.commit().await.expect("commit");
+        } else {
+            enqueue.rollback().await.expect("rollback");
+        }
+        let seen = read.await.expect("the read");
+        assert_eq!(seen, vec![i64::from(commits)], "the row once the enqueue ended (committed: {commits})");
+    }
 }
