@@ -2,21 +2,22 @@
 //! enqueue, before the MariaDB backend is built on one (see `docs/internals/mariadb.md`).
 //!
 //! MariaDB has no `LISTEN`, and an enqueue commits in the caller's transaction, whose end outbox does not see: a
-//! signal can only be written inside the transaction, by a trigger. Two places for it are measured:
-//! - an InnoDB row, which the trigger's `UPDATE` holds locked until the enqueuer commits: concurrent enqueuers
-//!   queue behind one another;
-//! - a MEMORY table row, written at once and not rolled back: no lock outlives the statement, but a watcher may see
-//!   the signal before the job's row is committed. It then waits for that row with a locking read
-//!   (`SELECT ... LOCK IN SHARE MODE` by the id the signal carries), which returns when the enqueuer commits or
-//!   rolls back, so the wake-up is never early.
+//! signal can only be written inside the transaction, by a trigger. Three places for it are measured by what they
+//! cost 4 concurrent enqueuers (one job per transaction, durable), against no trigger:
+//! - an InnoDB row, which the trigger's `UPDATE` holds locked until the enqueuer commits: enqueuers queue behind
+//!   one another;
+//! - a MEMORY table row, written at once and not rolled back: no lock outlives the statement;
+//! - what the engine will use: a MEMORY ring of 32,768 slots, each job's id written at the next place a MEMORY
+//!   counter hands out, so a watcher sees every job logged since its last look (a single "last id" row would lose a
+//!   job whose enqueue commits after a later one's) and the log never outgrows the server's MEMORY table limit.
 //!
-//! A third form is what the engine will use: the trigger appends the job's id to a MEMORY log, and a watcher waits
-//! for every id logged since its last look, so a job whose transaction commits after a later one's is not missed.
+//! The log is written before the enqueue commits (or rolls back). The watcher takes no lock: it reads the logged
+//! jobs' rows as any reader does, and looks again for those not visible yet, 1, 2, 4, … ms later.
 //!
-//! Printed, one JSON line each: the enqueue rate of 4 concurrent enqueuers (one job per transaction, durable) with
-//! no trigger, the InnoDB signal row, the MEMORY signal row and the MEMORY log, medians of `runs` alternating runs; the wake-up latency
-//! (commit returned to the watcher knowing the row is committed) at poll intervals of 5 to 100 ms; and what an
-//! idle watcher costs at each interval (this process and the server, % of one core over 10 s).
+//! Printed, one JSON line each: the enqueue rates, medians of `runs` alternating runs; the wake-up latency (commit
+//! returned to the watcher seeing the committed row) at poll intervals of 5 to 100 ms; and what an idle watcher
+//! costs at each interval over 20 s, in % of one core: this process, and the server beyond its own idle use without
+//! a watcher (measured once, first).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,7 +41,7 @@ const WAKE_JOBS: u64 = 300;
 /// Poll intervals of the MEMORY signal.
 const INTERVALS_MS: [u64; 5] = [5, 10, 25, 50, 100];
 /// How long the idle watcher is measured.
-const IDLE: Duration = Duration::from_secs(10);
+const IDLE: Duration = Duration::from_secs(20);
 
 /// Where the trigger writes the signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +66,11 @@ impl Signal {
 /// Runs every measurement against the server `url` names (any database; a scratch one is made and dropped).
 pub(crate) fn mariadb_wake(argv: &[String]) -> Result<(), BoxError> {
     let url = argv.first().ok_or("usage: outbox-bench mariadb-wake mysql://USER@HOST:PORT/DB [RUNS]")?;
-    let runs: usize = argv.get(1).map(|r| r.parse()).transpose()?.unwrap_or(3);
+    let runs: usize = argv
+        .get(1)
+        .map(|r| r.parse().map_err(|e| format!("runs must be a number, not {r:?}: {e}")))
+        .transpose()?
+        .unwrap_or(3);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let scratch = format!("bench_{:016x}", fastrand::u64(..));
@@ -90,7 +95,9 @@ async fn measure(url: &str, runs: usize) -> Result<(), BoxError> {
         "CREATE TABLE jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload TEXT NOT NULL) ENGINE=InnoDB; \
          CREATE TABLE signal_innodb (id INT PRIMARY KEY, last_id BIGINT NOT NULL) ENGINE=InnoDB; \
          CREATE TABLE signal_memory (id INT PRIMARY KEY, last_id BIGINT NOT NULL) ENGINE=MEMORY; \
-         CREATE TABLE wake_log (seq BIGINT AUTO_INCREMENT, job_id BIGINT NOT NULL, PRIMARY KEY USING BTREE (seq)) ENGINE=MEMORY; \
+         CREATE TABLE wake_seq (id TINYINT PRIMARY KEY, n BIGINT NOT NULL) ENGINE=MEMORY; \
+         CREATE TABLE wake_log (slot INT NOT NULL, seq BIGINT NOT NULL, job_id BIGINT NOT NULL, \
+             PRIMARY KEY USING BTREE (slot), KEY seq USING BTREE (seq)) ENGINE=MEMORY; \
          INSERT INTO signal_innodb VALUES (1, 0); INSERT INTO signal_memory VALUES (1, 0)",
     )
     .execute(&mut conn)
@@ -119,8 +126,8 @@ async fn measure(url: &str, runs: usize) -> Result<(), BoxError> {
 
     // Wake-up latency through the MEMORY log, and an idle watcher's cost, at each poll interval.
     set_trigger(&mut conn, Signal::MemoryLog).await?;
-    // The engine keeps a minute of the log; the rate runs left thousands of rows.
-    sqlx::raw_sql("DELETE FROM wake_log").execute(&mut conn).await?;
+    // The log is a ring of 32,768 slots: what the rate runs left is overwritten, never pruned.
+    let idle_server = idle_baseline(url).await?;
     for interval in INTERVALS_MS {
         let mut p50 = Vec::new();
         let mut p99 = Vec::new();
@@ -134,7 +141,8 @@ async fn measure(url: &str, runs: usize) -> Result<(), BoxError> {
             "{}",
             serde_json::json!({"measure": "wake", "signal": "memory_log", "poll_ms": interval,
                 "p50_ms": round2(median(&p50)), "p99_ms": round2(median(&p99)), "p50_runs": p50, "p99_runs": p99,
-                "idle_watcher_cpu_pct": round2(own), "idle_server_cpu_pct": round2(server)})
+                "idle_watcher_cpu_pct": round2(own), "idle_server_cpu_pct": round2(server - idle_server),
+                "idle_server_baseline_pct": round2(idle_server), "idle_secs": IDLE.as_secs()})
         );
     }
     Ok(())
@@ -146,7 +154,13 @@ async fn set_trigger(conn: &mut MySqlConnection, signal: Signal) -> Result<(), B
         Signal::None => return Ok(()),
         Signal::Innodb => "UPDATE signal_innodb SET last_id = NEW.id WHERE id = 1",
         Signal::Memory => "UPDATE signal_memory SET last_id = NEW.id WHERE id = 1",
-        Signal::MemoryLog => "INSERT INTO wake_log (job_id) VALUES (NEW.id)",
+        Signal::MemoryLog => {
+            "BEGIN \
+             INSERT INTO wake_seq (id, n) VALUES (1, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE n = LAST_INSERT_ID(n + 1); \
+             INSERT INTO wake_log (slot, seq, job_id) VALUES (LAST_INSERT_ID() % 32768, LAST_INSERT_ID(), NEW.id) \
+             ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id); \
+             END"
+        }
     };
     let sql = format!("CREATE TRIGGER jobs_signal AFTER INSERT ON jobs FOR EACH ROW {write}");
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *conn).await?;
@@ -204,14 +218,28 @@ async fn wake_latency(url: &str, interval: Duration) -> Result<Latency, BoxError
     let mut ms = Vec::with_capacity(committed.len());
     for (id, at) in committed {
         let first = heard.iter().filter(|(h, _)| *h == id).map(|(_, t)| *t).min();
-        let first = first.ok_or_else(|| format!("mariadb-wake: job {id} was never heard"))?;
+        let Some(first) = first else {
+            let logged: Option<(i64, i64)> = sqlx::query_as("SELECT slot, seq FROM wake_log WHERE job_id = ?")
+                .bind(id)
+                .fetch_optional(&mut conn)
+                .await?;
+            return Err(format!(
+                "mariadb-wake: job {id} was never heard (logged at slot and seq {logged:?}, watched from seq {from}; \
+                 heard {} jobs)",
+                heard.len()
+            )
+            .into());
+        };
         ms.push((first - at).max(0) as f64 / 1000.0);
     }
     Ok(Latency::of(ms))
 }
 
-/// Polls the MEMORY log every `interval` until `stop`, from after `seen`; for the jobs logged since its last look, waits until each
-/// one's row is committed (or rolled back) and calls `heard` with each id.
+/// Polls the MEMORY log every `interval` until `stop`, from after `seen`, and calls `heard` with each logged job
+/// once its row is committed. It takes no lock: it reads the rows as any reader does, and a job logged but not yet
+/// visible (its enqueue has not committed) is looked for again 1, 2, 4, … ms later, up to `interval`, then at every
+/// poll, for a minute (a rolled-back enqueue's job never shows). A log that went back (the server restarted and
+/// emptied its MEMORY tables) starts over.
 async fn watch<E>(
     url: &str,
     interval: Duration,
@@ -220,43 +248,76 @@ async fn watch<E>(
     mut heard: impl FnMut(i64) -> Result<(), E>,
 ) -> Result<(), BoxError> {
     let mut conn = MySqlConnection::connect(url).await?;
+    let mut pending: Vec<(i64, Instant)> = Vec::new();
+    let mut backoff = Duration::from_millis(1);
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        let logged = sqlx::query("SELECT seq, job_id FROM wake_log WHERE seq > ? ORDER BY seq")
-            .bind(seen)
-            .fetch_all(&mut conn)
-            .await?;
-        if logged.is_empty() {
-            tokio::time::sleep(interval).await;
-            continue;
-        }
-        let mut ids = Vec::with_capacity(logged.len());
+        // One round trip: the entries after `seen`, and the counter only if it went back.
+        let logged = sqlx::query(
+            "SELECT seq, job_id FROM wake_log WHERE seq > ? UNION ALL SELECT -n, 0 FROM wake_seq WHERE n < ?",
+        )
+        .bind(seen)
+        .bind(seen)
+        .fetch_all(&mut conn)
+        .await?;
         for row in &logged {
-            seen = seen.max(row.try_get(0)?);
-            ids.push(row.try_get::<i64, _>(1)?);
-        }
-        // Blocks while an enqueuer's transaction holds one of the rows; autocommit ends the read's locks at once.
-        let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        let wait = format!("SELECT id FROM jobs WHERE id IN ({list}) LOCK IN SHARE MODE");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(wait)).execute(&mut conn).await?;
-        for id in ids {
-            if heard(id).is_err() {
-                return Err("lock poisoned".into());
+            let seq: i64 = row.try_get(0)?;
+            if seq < 0 {
+                seen = 0;
+                continue;
             }
+            seen = seen.max(seq);
+            pending.push((row.try_get(1)?, Instant::now()));
+        }
+        if !pending.is_empty() {
+            let list = pending.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(",");
+            let visible: Vec<i64> =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT id FROM jobs WHERE id IN ({list})")))
+                    .fetch_all(&mut conn)
+                    .await?;
+            for id in &visible {
+                if heard(*id).is_err() {
+                    return Err("lock poisoned".into());
+                }
+            }
+            pending.retain(|(id, at)| !visible.contains(id) && at.elapsed() < Duration::from_secs(60));
+        }
+        if pending.is_empty() {
+            backoff = Duration::from_millis(1);
+            tokio::time::sleep(interval).await;
+        } else {
+            tokio::time::sleep(backoff.min(interval)).await;
+            backoff *= 2;
         }
     }
     Ok(())
+}
+
+/// The server's own CPU use over [`IDLE`] with no watcher, in % of one core: what [`idle_cost`]'s server figure is
+/// taken beyond.
+async fn idle_baseline(url: &str) -> Result<f64, BoxError> {
+    let server = server_pid(url).await?;
+    let before = cpu_ticks(server)?;
+    let began = Instant::now();
+    tokio::time::sleep(IDLE).await;
+    let ticks = cpu_ticks(server)? - before;
+    Ok(ticks as f64 / rustix::param::clock_ticks_per_second() as f64 / began.elapsed().as_secs_f64() * 100.0)
+}
+
+/// The server's process id, from its pid file (the measurement runs on the server's machine).
+async fn server_pid(url: &str) -> Result<u32, BoxError> {
+    let mut conn = MySqlConnection::connect(url).await?;
+    let pid_file: String = sqlx::query("SELECT @@pid_file").fetch_one(&mut conn).await?.try_get(0)?;
+    let text = std::fs::read_to_string(&pid_file)
+        .map_err(|e| format!("the server's pid file {pid_file} (run on the server's machine): {e}"))?;
+    Ok(text.trim().parse().map_err(|e| format!("the server's pid file {pid_file} holds {text:?}: {e}"))?)
 }
 
 /// What a watcher polling every `interval` costs over [`IDLE`] with nothing enqueued: (this process, the server),
 /// each as a share of one core.
 async fn idle_cost(url: &str, interval: Duration) -> Result<(f64, f64), BoxError> {
     let mut conn = MySqlConnection::connect(url).await?;
-    let pid_file: String = sqlx::query("SELECT @@pid_file").fetch_one(&mut conn).await?.try_get(0)?;
     let from = logged_through(&mut conn).await?;
-    let server: u32 = std::fs::read_to_string(&pid_file)
-        .map_err(|e| format!("the server's pid file {pid_file} (run on the server's machine): {e}"))?
-        .trim()
-        .parse()?;
+    let server = server_pid(url).await?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = {
         let (url, stop) = (url.to_owned(), Arc::clone(&stop));
@@ -276,7 +337,7 @@ async fn idle_cost(url: &str, interval: Duration) -> Result<(f64, f64), BoxError
 
 /// The last `seq` of the MEMORY log.
 async fn logged_through(conn: &mut MySqlConnection) -> Result<i64, BoxError> {
-    Ok(sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM wake_log").fetch_one(conn).await?.try_get(0)?)
+    Ok(sqlx::query("SELECT COALESCE(MAX(n), 0) FROM wake_seq").fetch_one(conn).await?.try_get(0)?)
 }
 
 /// `server` (a URL naming any database) with `database` as its database.

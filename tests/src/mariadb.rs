@@ -27,8 +27,27 @@ pub struct TestMariaDb {
     pub db: DatabaseConnection,
     /// The URL of the test's database, for more pools on it.
     pub url: String,
+    /// Dropped after `db`: drops the database.
+    database: Dropped,
+}
+
+/// Drops the test's database when dropped, from the moment it was created: a test that fails setting up leaves
+/// none behind either.
+#[derive(Debug)]
+struct Dropped {
     name: String,
     server: String,
+}
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        let (server, name) = (self.server.clone(), self.name.clone());
+        crate::database::drop_on_own_runtime(
+            "database",
+            &self.name,
+            async move { drop_database(&server, &name).await },
+        );
+    }
 }
 
 impl TestMariaDb {
@@ -39,31 +58,21 @@ impl TestMariaDb {
         let name = format!("t_{}", crate::database::random_hex());
         let admin = connect(&server, 1).await;
         admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.expect("create the test's database");
+        let database = Dropped { name, server };
         let _ = admin.close().await;
-        let url = with_database(&server, &name);
+        let url = with_database(&database.server, &database.name);
         let db = connect(&url, 5).await;
-        Some(TestMariaDb { db, url, name, server })
+        Some(TestMariaDb { db, url, database })
     }
 
     /// The database's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.database.name
     }
 
     /// Another pool on the test's database, of `max` connections.
     pub async fn connect(&self, max: u32) -> DatabaseConnection {
         connect(&self.url, max).await
-    }
-}
-
-impl Drop for TestMariaDb {
-    fn drop(&mut self) {
-        let (server, name) = (self.server.clone(), self.name.clone());
-        crate::database::drop_on_own_runtime(
-            "database",
-            &self.name,
-            async move { drop_database(&server, &name).await },
-        );
     }
 }
 
@@ -95,6 +104,8 @@ async fn drop_database(server: &str, name: &str) -> Result<(), DbErr> {
         // Gone since it was listed is as good as killed.
         let _ = admin.execute_unprepared(&format!("KILL CONNECTION {id}")).await;
     }
+    // A connection that outlived its kill would hold the drop for the server's default wait, a year.
+    admin.execute_unprepared("SET SESSION lock_wait_timeout = 10").await?;
     let dropped = admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await.map(|_| ());
     let _ = admin.close().await;
     dropped

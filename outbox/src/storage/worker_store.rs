@@ -241,8 +241,9 @@ pub(crate) struct Finished {
     /// Where a completion leaves the job. Ignored for other outcomes.
     pub(crate) keep: Keep,
     /// Whether workflow steps wait for it: once its outcome is written, this process's workers claim again (the
-    /// outcome may have let them go). Only SQLite's writer reads it: PostgreSQL's wakes the workers after every write.
-    #[cfg_attr(not(feature = "sqlite"), expect(dead_code, reason = "read by SQLite's writer only"))]
+    /// outcome may have let them go). Only SQLite's writer reads it: PostgreSQL's wakes the workers after every write,
+    /// so a build of PostgreSQL alone never does.
+    #[allow(dead_code, reason = "read by SQLite's writer only; a build without SQLite does not read it")]
     pub(crate) parent: bool,
 }
 

@@ -63,16 +63,6 @@ pub(crate) fn outcome_written() {
     changes().notify_waiters();
 }
 
-/// Wakes this process's workers when any of `finished` was a workflow step's parent: the statement that wrote its
-/// outcome may have let steps go, which a claim now finds (another process hears the commit through its watch).
-/// SQLite's writer calls it; PostgreSQL's wakes the workers after every write it makes.
-#[cfg(feature = "sqlite")]
-pub(crate) fn parents_written(finished: &[crate::storage::Finished]) {
-    if finished.iter().any(|f| f.parent) {
-        wake();
-    }
-}
-
 /// While held, commits made by other processes to the database wake this process's workers, its
 /// [`crate::ops::wait`] calls and its [`crate::ops::changed`] readers at once instead of at their next poll.
 /// On SQLite (Linux) it watches the database file's directory, so a commit by any program, `sqlite3`

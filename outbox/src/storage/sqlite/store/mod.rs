@@ -285,7 +285,7 @@ impl Actor {
                 if !finished.is_empty() || !unreadable.is_empty() {
                     crate::wake::outcome_written();
                 }
-                crate::wake::parents_written(&finished);
+                parents_written(&finished);
                 for (c, jobs) in claims.into_iter().zip(claimed) {
                     let _ = c.reply.send(Ok(jobs));
                 }
@@ -343,7 +343,7 @@ impl Actor {
                         crate::storage::log_finished(f, ok, worker_id);
                     }
                     crate::wake::outcome_written();
-                    crate::wake::parents_written(batch);
+                    parents_written(batch);
                     return;
                 }
                 // Refused for good (a trigger or constraint an operator added, a statement this build got wrong):
@@ -419,3 +419,12 @@ pub(super) fn insert_batch_event<S: AsRef<str>>(
 #[cfg(test)]
 #[path = "../../../../tests/driver/sqlite_busy.rs"]
 mod tests;
+
+/// Wakes this process's workers when any of `finished` was a workflow step's parent: the statement that wrote its
+/// outcome may have let steps go, which a claim now finds (another process hears the commit through its watch).
+/// PostgreSQL's writer needs no such call: it wakes the workers after every write it makes.
+fn parents_written(finished: &[Finished]) {
+    if finished.iter().any(|f| f.parent) {
+        crate::wake::wake();
+    }
+}
