@@ -1,7 +1,7 @@
-//! When a worker's store committed each job's completion, for `latency_workflow`: the store's writer logs
-//! `job completed` (target `outbox::storage::worker_store`, level DEBUG) right after its transaction commits, and
-//! [`layer`] keeps the wall-clock time of each, by job id. Installed only for runs that include that case; a
-//! per-layer filter keeps every other event of the outbox off it.
+//! When a worker's store committed each job's completion, for `latency_workflow`: the in-process worker's writer
+//! (either engine's) logs `job completed` (target `outbox::storage::worker_store`, level DEBUG) right after its
+//! transaction commits, and [`layer`] keeps the wall-clock time of each, by job id. Installed only for runs that
+//! include that case; a per-layer filter keeps every other event of the outbox off it.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -137,12 +137,22 @@ pub(crate) async fn latency(target: &Target, n: u64) -> Result<(Measure, Latency
     crate::commits::stop();
     let starts = starts.lock().map_err(|_| "lock poisoned")?.clone();
     let mut ms = Vec::with_capacity(n as usize);
+    let mut early = 0;
     for (i, (parent, start)) in parents.iter().zip(starts).enumerate() {
         match (crate::commits::of(parent)?, start) {
-            (Some(committed), Some(start)) => ms.push(((start - committed).max(0)) as f64 / 1000.0),
+            (Some(committed), Some(start)) => {
+                // A child another claimer started between the commit and the writer's log line: counted as 0 ms.
+                early += usize::from(start < committed);
+                ms.push(((start - committed).max(0)) as f64 / 1000.0);
+            }
             (None, _) => return Err(format!("latency_workflow: no completion commit seen for parent {parent}").into()),
             (_, None) => return Err(format!("latency_workflow: the child of workflow {i} never started").into()),
         }
+    }
+    if early > 0 {
+        eprintln!(
+            "latency_workflow: {early} of {n} children started before their parent's commit was logged (counted as 0 ms)"
+        );
     }
     scratch.remove().await?;
     Ok((Measure { jobs: n, secs }, Latency::of(ms)))

@@ -2,8 +2,8 @@
 //! and gone after the test, even one that panics; `FOR UPDATE SKIP LOCKED` passes over the rows another claim
 //! holds instead of waiting for them; commits are durable. Then the schema as far as it is built
 //! (`outbox/src/storage/mariadb/schema.sql`): claims read their indexes in order with no sort, a key is unique per kind
-//! while its job is active, a payload must be JSON, and the wake-up log is written at once while a locking read waits
-//! for the enqueue to end.
+//! while its job is active, a payload must be JSON, and the wake-up log is written before the enqueue commits, is a
+//! bounded ring, and leaves the enqueuing session's `LAST_INSERT_ID()` alone.
 
 use outbox_tests::{TestMariaDb, database_exists, mariadb_server};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
@@ -93,12 +93,23 @@ async fn the_server_syncs_every_commit_and_is_recent_enough() {
 async fn with_schema(t: &TestMariaDb) {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../outbox/src/storage/mariadb/schema.sql");
     let sql = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    // Each statement ends a line with `;`; the file's comments are whole lines.
-    let text: String = sql.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
-    for statement in text.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
-        let statement = statement.trim_end_matches(';');
-        t.db.execute_unprepared(statement).await.unwrap_or_else(|e| panic!("{statement}\n: {e}"));
+    // Each statement ends a line with `;`, a trigger's body (from a line `BEGIN` on) at the line `END;`; the file's
+    // comments are whole lines.
+    let mut statement = String::new();
+    let mut in_body = false;
+    for line in sql.lines().filter(|l| !l.trim_start().starts_with("--")) {
+        statement.push_str(line);
+        statement.push('\n');
+        in_body |= line.trim() == "BEGIN";
+        let ends = if in_body { line.trim() == "END;" } else { line.trim_end().ends_with(';') };
+        if ends {
+            let sql = statement.trim().trim_end_matches(';');
+            t.db.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}\n: {e}"));
+            statement.clear();
+            in_body = false;
+        }
     }
+    assert!(statement.trim().is_empty(), "the schema ends inside a statement: {statement}");
 }
 
 /// `n` jobs of kinds `a` and `b` (every third is `a`), half at priority 1, every fifth completed; those of kind `a`
@@ -205,32 +216,26 @@ async fn a_payload_must_be_json() {
     assert!(refused.to_string().contains("payload"), "the check names the column: {refused}");
 }
 
-/// Waits until the connection `thread` (its `CONNECTION_ID()`) waits for a row lock (InnoDB lists its transaction
-/// as waiting), within 10 s. Its transaction is named by the connection: InnoDB's text of a waiting prepared
-/// statement can be another statement that connection prepared.
-async fn until_waiting(t: &TestMariaDb, thread: i64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let waiting = format!(
-        "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = {thread}"
-    );
-    while ids(&t.db, &waiting).await != vec![1] {
-        assert!(std::time::Instant::now() < deadline, "connection {thread} never waited for the enqueue's lock");
-        // Not a premise: the loop ends on the condition, and looks again a little later.
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
+/// The job ids of the wake-up log, oldest first.
+async fn logged(conn: &impl ConnectionTrait) -> Vec<String> {
+    conn.query_all_raw(Statement::from_string(DbBackend::MySql, "SELECT job_id FROM outbox_wake_log ORDER BY seq"))
+        .await
+        .expect("the log")
+        .iter()
+        .map(|row| row.try_get_by_index::<String>(0).expect("an id"))
+        .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_wake_log_is_written_at_once_and_a_locking_read_waits_for_the_enqueue_to_end() {
+#[tokio::test]
+async fn the_wake_log_is_written_before_the_commit_and_the_job_shows_once_it_commits_or_is_let_go() {
     let Some(t) =
-        TestMariaDb::fresh("the_wake_log_is_written_at_once_and_a_locking_read_waits_for_the_enqueue_to_end").await
+        TestMariaDb::fresh("the_wake_log_is_written_before_the_commit_and_the_job_shows_once_it_commits_or_is_let_go")
+            .await
     else {
         return;
     };
     with_schema(&t).await;
-    // One connection: the one the locking read runs on.
     let watcher = t.connect(1).await;
-    let thread = ids(&watcher, "SELECT CAST(CONNECTION_ID() AS SIGNED)").await[0];
     for commits in [true, false] {
         let id = if commits { "1" } else { "2" };
         let enqueue = t.db.begin().await.expect("begin");
@@ -241,31 +246,65 @@ async fn the_wake_log_is_written_at_once_and_a_locking_read_waits_for_the_enqueu
             ))
             .await
             .expect("enqueue");
-        // Not committed, and already logged: the log is not transactional.
-        let logged = watcher
-            .query_all_raw(Statement::from_string(DbBackend::MySql, "SELECT job_id FROM outbox_wake_log ORDER BY seq"))
-            .await
-            .expect("the log")
-            .iter()
-            .map(|row| row.try_get_by_index::<String>(0).expect("an id"))
-            .collect::<Vec<_>>();
-        assert_eq!(logged.last().map(String::as_str), Some(id), "logged before the commit: {logged:?}");
-        assert!(ids(&watcher, &format!("SELECT COUNT(*) FROM outbox_jobs WHERE id = '{id}'")).await == vec![0]);
-        // The watcher's locking read waits for the enqueue to end, then sees the row if it committed.
-        let sql = format!("SELECT COUNT(*) FROM outbox_jobs WHERE id IN ('{id}') LOCK IN SHARE MODE");
-        let read = {
-            let watcher = watcher.clone();
-            let sql = sql.clone();
-            tokio::spawn(async move { ids(&watcher, &sql).await })
-        };
-        until_waiting(&t, thread).await;
-        assert!(!read.is_finished(), "the read waits while the enqueue is open");
+        // Not committed, and already logged (the log is not transactional); the job's row is not seen yet.
+        let log = logged(&watcher).await;
+        assert_eq!(log.last().map(String::as_str), Some(id), "logged before the commit: {log:?}");
+        let shows = format!("SELECT COUNT(*) FROM outbox_jobs WHERE id = '{id}'");
+        assert_eq!(ids(&watcher, &shows).await, vec![0], "an uncommitted job is not seen");
         if commits {
             enqueue.commit().await.expect("commit");
         } else {
             enqueue.rollback().await.expect("rollback");
         }
-        let seen = read.await.expect("the read");
-        assert_eq!(seen, vec![i64::from(commits)], "the row once the enqueue ended (committed: {commits})");
+        assert_eq!(ids(&watcher, &shows).await, vec![i64::from(commits)], "seen once committed, never if rolled back");
+        assert_eq!(logged(&watcher).await.last().map(String::as_str), Some(id), "the log keeps a rolled-back job too");
     }
+    // A job an update lets go is logged as it turns ready, and only then: a claim of it logs nothing.
+    t.db.execute_unprepared("UPDATE outbox_jobs SET waiting = TRUE WHERE id = '1'").await.expect("held");
+    let before = logged(&t.db).await.len();
+    t.db.execute_unprepared("UPDATE outbox_jobs SET waiting = FALSE WHERE id = '1'").await.expect("let go");
+    let log = logged(&t.db).await;
+    assert_eq!((log.len(), log.last().map(String::as_str)), (before + 1, Some("1")), "logged once let go: {log:?}");
+    t.db.execute_unprepared("UPDATE outbox_jobs SET status = 'claimed' WHERE id = '1'").await.expect("claim");
+    assert_eq!(logged(&t.db).await.len(), before + 1, "a claim logs nothing");
+}
+
+#[tokio::test]
+async fn the_wake_log_is_a_bounded_ring_and_leaves_the_enqueuer_s_last_insert_id_alone() {
+    let Some(t) =
+        TestMariaDb::fresh("the_wake_log_is_a_bounded_ring_and_leaves_the_enqueuer_s_last_insert_id_alone").await
+    else {
+        return;
+    };
+    with_schema(&t).await;
+    // 40,000 jobs in one statement: more than the ring's 32,768 places, and no "table is full".
+    t.db.execute_unprepared(
+        "INSERT INTO outbox_jobs (id, kind, payload, schema_hash, created_at, run_at, updated_at) \
+         SELECT LPAD(seq, 26, '0'), 'a', '{}', 'h', 1, 1, 1 FROM seq_1_to_40000",
+    )
+    .await
+    .expect("40,000 jobs");
+    let sql = "SELECT COUNT(*), MIN(seq), MAX(seq), COUNT(DISTINCT job_id) FROM outbox_wake_log";
+    let row = t.db.query_one_raw(Statement::from_string(DbBackend::MySql, sql)).await.expect("the log").expect("a row");
+    let got: Vec<i64> = (0..4).map(|i| row.try_get_by_index::<i64>(i).expect("a number")).collect();
+    assert_eq!(got, vec![32_768, 40_000 - 32_768 + 1, 40_000, 32_768], "the newest 32,768 jobs, each once");
+    let newest = logged(&t.db).await.pop();
+    assert_eq!(newest.as_deref(), Some(format!("{:026}", 40_000).as_str()));
+
+    // An application's own AUTO_INCREMENT id, read after it enqueued in the same session, is still its own.
+    t.db.execute_unprepared("CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY) AUTO_INCREMENT = 700")
+        .await
+        .expect("orders");
+    let session = t.db.begin().await.expect("begin");
+    session.execute_unprepared("INSERT INTO orders VALUES (NULL)").await.expect("an order");
+    session
+        .execute_unprepared(
+            "INSERT INTO outbox_jobs (id, kind, payload, schema_hash, created_at, run_at, updated_at) \
+             VALUES ('x', 'a', '{}', 'h', 1, 1, 1)",
+        )
+        .await
+        .expect("enqueue");
+    let last = ids(&session, "SELECT CAST(LAST_INSERT_ID() AS SIGNED)").await;
+    assert_eq!(last, vec![700], "the order's id, not the log's counter (40,001)");
+    session.commit().await.expect("commit");
 }

@@ -1,8 +1,8 @@
 -- The outbox schema on MariaDB (10.6 and later), as far as it is built: the jobs table, its indexes and the wake-up
 -- log. This is step 2 of the third engine (`docs/internals/mariadb.md`): no migration applies it yet, and
--- `tests/tests/mariadb.rs` holds what the engine will rest on (the claim reads the ready index with no sort; a key
--- is unique per kind while its job is active; a payload must be JSON; the wake-up log is written at once and a
--- locking read waits for the enqueue's commit).
+-- `tests/tests/mariadb.rs` holds what the engine will rest on (the claims read their indexes with no sort; a key
+-- is unique per kind while its job is active; a payload must be JSON; the wake-up log is written before the enqueue
+-- commits, also for a job an update lets go, stays a bounded ring, and leaves the session's LAST_INSERT_ID alone).
 --
 -- Against the PostgreSQL schema (`storage/postgres/schema.sql`), the same columns in MariaDB's types:
 -- - Times are BIGINT milliseconds, as on SQLite: a DATETIME difference is digit arithmetic, and DATETIME and
@@ -92,19 +92,47 @@ CREATE TABLE outbox_jobs (
     CONSTRAINT outbox_jobs_cost_check CHECK (cost >= 0)
 ) ENGINE = InnoDB;
 
--- Wake-ups across processes. Every job inserted is appended to this log by the trigger below, in a MEMORY table:
--- not transactional, so the append takes no lock that outlives its statement and concurrent enqueuers do not queue
--- behind one another's commit (a signal row in InnoDB cost them 17 % of their rate; `outbox-bench mariadb-wake`).
--- A process's watcher reads what was logged since its last look and waits for those jobs' rows with a locking read,
--- which returns when each enqueue commits or rolls back: it never wakes its workers early, and a job committed after
--- a later one is not missed. Its primary key is a B-tree: a MEMORY table's default hash index would make the
--- watcher's range read a scan of the table.
-CREATE TABLE outbox_wake_log (
-    seq BIGINT NOT NULL AUTO_INCREMENT,
-    job_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
-    logged_at BIGINT NOT NULL,
-    PRIMARY KEY USING BTREE (seq)
+-- Wake-ups across processes. Every job inserted is written into this log by the trigger below, in MEMORY tables:
+-- not transactional, so the write takes no lock that outlives its statement and concurrent enqueuers do not queue
+-- behind one another's commit (a signal row in InnoDB cost 4 enqueuers a fifth of their rate; `outbox-bench
+-- mariadb-wake`). The log is a ring of 32,768 slots, each job at the place a counter hands out: it never outgrows
+-- the server's MEMORY table limit (`max_heap_table_size`, 16 MiB by default), and an enqueue never fails on it.
+-- A process's watcher reads the places after the last it read (the B-tree on `seq`: a MEMORY table's default hash
+-- index would make that read a scan), then reads those jobs' rows without a lock, and looks again shortly for
+-- those whose enqueue has not committed yet: it never wakes its workers early, and a job committed after a later
+-- one is not missed. A watcher that fell more than the ring behind, or finds the counter gone back (a restart
+-- empties MEMORY tables), claims once instead.
+CREATE TABLE outbox_wake_counter (
+    id TINYINT NOT NULL PRIMARY KEY,
+    n BIGINT NOT NULL
 ) ENGINE = MEMORY;
 
+CREATE TABLE outbox_wake_log (
+    slot INT NOT NULL,
+    seq BIGINT NOT NULL,
+    job_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
+    PRIMARY KEY USING BTREE (slot),
+    KEY outbox_wake_log_seq USING BTREE (seq)
+) ENGINE = MEMORY;
+
+-- The counter's value reaches the second statement through LAST_INSERT_ID(expr), which the server gives back to
+-- the enqueuing session as it was once the trigger ends.
 CREATE TRIGGER outbox_jobs_wake AFTER INSERT ON outbox_jobs FOR EACH ROW
-    INSERT INTO outbox_wake_log (job_id, logged_at) VALUES (NEW.id, NEW.created_at);
+BEGIN
+    INSERT INTO outbox_wake_counter (id, n) VALUES (1, LAST_INSERT_ID(1))
+        ON DUPLICATE KEY UPDATE n = LAST_INSERT_ID(n + 1);
+    INSERT INTO outbox_wake_log (slot, seq, job_id) VALUES (LAST_INSERT_ID() % 32768, LAST_INSERT_ID(), NEW.id)
+        ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id);
+END;
+
+-- A job an update makes ready (a sequence's next job, a workflow's step, a retry, a job whose pause ended) is logged
+-- as an inserted one is, whoever wrote the update: its ready queue goes from NULL to its queue.
+CREATE TRIGGER outbox_jobs_woken AFTER UPDATE ON outbox_jobs FOR EACH ROW
+BEGIN
+    IF OLD.ready_queue IS NULL AND NEW.ready_queue IS NOT NULL THEN
+        INSERT INTO outbox_wake_counter (id, n) VALUES (1, LAST_INSERT_ID(1))
+            ON DUPLICATE KEY UPDATE n = LAST_INSERT_ID(n + 1);
+        INSERT INTO outbox_wake_log (slot, seq, job_id) VALUES (LAST_INSERT_ID() % 32768, LAST_INSERT_ID(), NEW.id)
+            ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id);
+    END IF;
+END;
