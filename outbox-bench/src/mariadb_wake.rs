@@ -275,10 +275,12 @@ async fn watch<E>(
         }
         if !pending.is_empty() {
             let list = pending.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(",");
-            let visible: Vec<i64> =
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT id FROM jobs WHERE id IN ({list})")))
-                    .fetch_all(&mut conn)
-                    .await?;
+            // The text protocol, one packet: a statement prepared afresh for each list (prepare, then execute) waited
+            // about 50 ms for the server's delayed acknowledgement of the first packet.
+            let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SELECT id FROM jobs WHERE id IN ({list})")))
+                .fetch_all(&mut conn)
+                .await?;
+            let visible = rows.iter().map(|row| row.try_get::<i64, _>(0)).collect::<Result<Vec<_>, _>>()?;
             for id in &visible {
                 if heard(*id).is_err() {
                     return Err("lock poisoned".into());
