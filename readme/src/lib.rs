@@ -91,6 +91,10 @@ pub struct InternalsReadme;
 #[cfg(doctest)]
 pub struct InternalsLifecycle;
 
+#[doc = include_str!("../../docs/internals/mariadb.md")]
+#[cfg(doctest)]
+pub struct InternalsMariadb;
+
 #[doc = include_str!("../../docs/internals/postgres-write-path.md")]
 #[cfg(doctest)]
 pub struct InternalsPostgresWritePath;
