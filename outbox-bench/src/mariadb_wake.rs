@@ -28,6 +28,7 @@ use sea_orm::sqlx::{self, Connection, Row};
 use crate::BoxError;
 use crate::idle_cpu::cpu_ticks;
 use crate::latency::{Latency, epoch_us};
+use crate::stats::{median, round};
 
 /// The command-line name of this measurement.
 pub(crate) const MARIADB_WAKE: &str = "mariadb-wake";
@@ -71,6 +72,9 @@ pub(crate) fn mariadb_wake(argv: &[String]) -> Result<(), BoxError> {
         .map(|r| r.parse().map_err(|e| format!("runs must be a number, not {r:?}: {e}")))
         .transpose()?
         .unwrap_or(3);
+    if runs == 0 {
+        return Err("runs must be at least 1".into());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let scratch = format!("bench_{:016x}", fastrand::u64(..));
@@ -120,7 +124,7 @@ async fn measure(url: &str, runs: usize) -> Result<(), BoxError> {
         println!(
             "{}",
             serde_json::json!({"measure": "enqueue_rate", "signal": signal.name(), "enqueuers": ENQUEUERS,
-                "jobs_per_sec": round(m), "of_no_trigger": round2(m / none), "runs": measured.iter().map(|r| round(*r)).collect::<Vec<_>>()})
+                "jobs_per_sec": round(m, 1), "of_no_trigger": round(m / none, 2), "runs": measured.iter().map(|r| round(*r, 1)).collect::<Vec<_>>()})
         );
     }
 
@@ -140,9 +144,9 @@ async fn measure(url: &str, runs: usize) -> Result<(), BoxError> {
         println!(
             "{}",
             serde_json::json!({"measure": "wake", "signal": "memory_log", "poll_ms": interval,
-                "p50_ms": round2(median(&p50)), "p99_ms": round2(median(&p99)), "p50_runs": p50, "p99_runs": p99,
-                "idle_watcher_cpu_pct": round2(own), "idle_server_cpu_pct": round2(server - idle_server),
-                "idle_server_baseline_pct": round2(idle_server), "idle_secs": IDLE.as_secs()})
+                "p50_ms": round(median(&p50), 2), "p99_ms": round(median(&p99), 2), "p50_runs": p50, "p99_runs": p99,
+                "idle_watcher_cpu_pct": round(own, 2), "idle_server_cpu_pct": round(server - idle_server, 2),
+                "idle_server_baseline_pct": round(idle_server, 2), "idle_secs": IDLE.as_secs()})
         );
     }
     Ok(())
@@ -356,18 +360,4 @@ fn with_database(server: &str, database: &str) -> String {
         Some(q) => format!("{base}/{database}?{q}"),
         None => format!("{base}/{database}"),
     }
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
-}
-
-fn round(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
-
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
 }
