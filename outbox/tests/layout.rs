@@ -21,8 +21,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn names_an_engine(line: &str) -> bool {
     ["Dialect::", "Backend::"]
         .iter()
-        .any(|prefix| ["Sqlite", "Postgres"].iter().any(|engine| line.contains(&format!("{prefix}{engine}"))))
-        || ["feature = \"sqlite\"", "feature = \"postgres\""].iter().any(|f| line.contains(f))
+        .any(|prefix| ["Sqlite", "Postgres", "MySql"].iter().any(|engine| line.contains(&format!("{prefix}{engine}"))))
+        || ["feature = \"sqlite\"", "feature = \"postgres\"", "feature = \"mysql\""].iter().any(|f| line.contains(f))
 }
 
 #[test]
@@ -34,7 +34,7 @@ fn only_the_engine_folders_and_three_files_name_an_engine() {
         .iter()
         .filter(|f| {
             let rel = f.strip_prefix(&src).expect("under src");
-            !rel.starts_with("storage/sqlite") && !rel.starts_with("storage/postgres")
+            !["storage/sqlite", "storage/postgres", "storage/mysql"].iter().any(|engine| rel.starts_with(engine))
         })
         .filter(|f| std::fs::read_to_string(f).expect("a source file").lines().any(names_an_engine))
         .map(|f| f.strip_prefix(&src).expect("under src").display().to_string())
@@ -43,7 +43,7 @@ fn only_the_engine_folders_and_three_files_name_an_engine() {
     assert_eq!(
         naming,
         ["storage/dialect.rs", "storage/mod.rs", "storage/transient.rs"],
-        "an engine is named outside its folder (storage/sqlite/, storage/postgres/): move the branch into the \
+        "an engine is named outside its folder (storage/sqlite/, storage/postgres/, storage/mysql/): move the branch into the \
          engine's entry of the list (storage/engine.rs) or, for a spelling of SQL, into the dialect"
     );
 }

@@ -1,7 +1,8 @@
 //! The MariaDB server the third backend will run on, and what its engine will rest on: a test's database is its own
 //! and gone after the test, even one that panics; `FOR UPDATE SKIP LOCKED` passes over the rows another claim
-//! holds instead of waiting for them; commits are durable. Then the schema as far as it is built
-//! (`outbox/src/storage/mariadb/schema.sql`): claims read their indexes in order with no sort, a key is unique per kind
+//! holds instead of waiting for them; commits are durable. Then the schema as outbox's migrations make it
+//! (`outbox/src/storage/mysql/schema.sql`): migrating again changes nothing, text is Unicode whatever the server's
+//! default character set, claims read their indexes in order with no sort, a key is unique per kind
 //! while its job is active, a payload must be JSON, and the wake-up log is written before the enqueue commits, is a
 //! bounded ring, and leaves the enqueuing session's `LAST_INSERT_ID()` alone.
 
@@ -89,27 +90,9 @@ async fn the_server_syncs_every_commit_and_is_recent_enough() {
     assert_eq!(flush, 1, "every commit reaches the disk (innodb_flush_log_at_trx_commit = 1)");
 }
 
-/// The MariaDB schema as far as it is built (`outbox/src/storage/mariadb/schema.sql`), applied to `t`'s database.
+/// The MariaDB schema (`outbox/src/storage/mysql/schema.sql`), made in `t`'s database by outbox's migrations.
 async fn with_schema(t: &TestMariaDb) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../outbox/src/storage/mariadb/schema.sql");
-    let sql = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    // Each statement ends a line with `;`, a trigger's body (from a line `BEGIN` on) at the line `END;`; the file's
-    // comments are whole lines.
-    let mut statement = String::new();
-    let mut in_body = false;
-    for line in sql.lines().filter(|l| !l.trim_start().starts_with("--")) {
-        statement.push_str(line);
-        statement.push('\n');
-        in_body |= line.trim() == "BEGIN";
-        let ends = if in_body { line.trim() == "END;" } else { line.trim_end().ends_with(';') };
-        if ends {
-            let sql = statement.trim().trim_end_matches(';');
-            t.db.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}\n: {e}"));
-            statement.clear();
-            in_body = false;
-        }
-    }
-    assert!(statement.trim().is_empty(), "the schema ends inside a statement: {statement}");
+    outbox::migrate(&t.db).await.expect("the migrations");
 }
 
 /// `n` jobs of kinds `a` and `b` (every third is `a`), half at priority 1, every fifth completed; those of kind `a`
@@ -307,4 +290,31 @@ async fn the_wake_log_is_a_bounded_ring_and_leaves_the_enqueuer_s_last_insert_id
     let last = ids(&session, "SELECT CAST(LAST_INSERT_ID() AS SIGNED)").await;
     assert_eq!(last, vec![700], "the order's id, not the log's counter (40,001)");
     session.commit().await.expect("commit");
+}
+
+#[tokio::test]
+async fn migrating_again_changes_nothing_and_text_is_unicode_whatever_the_server_s_default() {
+    let Some(t) = TestMariaDb::fresh("unicode").await else { return };
+    with_schema(&t).await;
+    assert!(outbox::pending_migrations(&t.db).await.expect("pending").is_empty(), "nothing left to apply");
+    with_schema(&t).await;
+    let not_unicode = "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME, ' ', CHARACTER_SET_NAME) FROM information_schema.COLUMNS \
+                       WHERE TABLE_SCHEMA = DATABASE() AND CHARACTER_SET_NAME NOT IN ('utf8mb4', 'ascii') \
+                       AND TABLE_NAME <> 'outbox_migrations' ORDER BY 1";
+    let rows = t.db.query_all_raw(Statement::from_string(DbBackend::MySql, not_unicode)).await.expect("the columns");
+    let columns: Vec<String> = rows.iter().map(|r| r.try_get_by_index(0).expect("a column")).collect();
+    // A server started without a configuration file defaults to latin1, which would take these as `?`. The
+    // migrator's own table takes the database's default: it holds migration names, which are ASCII.
+    assert_eq!(columns, Vec::<String>::new(), "columns in a character set other than utf8mb4 or ascii");
+    let text = "kind ü 🙂 語";
+    let insert = Statement::from_sql_and_values(
+        DbBackend::MySql,
+        "INSERT INTO outbox_jobs (id, kind, queue, payload, schema_hash, created_at, run_at, updated_at, last_error, \
+         locked_by) VALUES ('01', ?, 'default', '{}', 'h', 0, 0, 0, ?, ?)",
+        [text.into(), text.into(), text.into()],
+    );
+    t.db.execute_raw(insert).await.expect("a job in any script");
+    let read = "SELECT CONCAT_WS('|', kind, last_error, locked_by) FROM outbox_jobs";
+    let row = t.db.query_one_raw(Statement::from_string(DbBackend::MySql, read)).await.expect("read").expect("a row");
+    assert_eq!(row.try_get_by_index::<String>(0).expect("text"), format!("{text}|{text}|{text}"));
 }

@@ -54,7 +54,11 @@ async fn workers_and_metrics_show_the_fleet(t: TestDb) {
         "# TYPE outbox_oldest_pending_age_seconds gauge",
     ];
     let missing = |text: &str| -> Vec<&str> {
-        expected.iter().copied().filter(|line| !text.lines().any(|l| l == *line || l.starts_with(&format!("{line} ")))).collect()
+        expected
+            .iter()
+            .copied()
+            .filter(|line| !text.lines().any(|l| l == *line || l.starts_with(&format!("{line} "))))
+            .collect()
     };
     let mut listed = false;
     let mut text = String::new();

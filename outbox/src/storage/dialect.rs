@@ -2,17 +2,18 @@
 //! a statement asks its connection's [`Dialect`] for each of these and nothing else (never which engine it runs on:
 //! what an engine does its own way is an entry of `engine.rs`):
 //!
-//! - placeholders are written `$1`, `$2`, ... everywhere ([`Dialect::stmt`] makes them plain `?` on SQLite);
-//! - times are integer milliseconds on SQLite and `timestamptz` on PostgreSQL: [`Dialect::ts`] turns a
+//! - placeholders are written `$1`, `$2`, ... everywhere ([`Dialect::stmt`] makes them plain `?` on SQLite and
+//!   MySQL);
+//! - times are integer milliseconds on SQLite and MySQL and `timestamptz` on PostgreSQL: [`Dialect::ts`] turns a
 //!   parameter of milliseconds into the column's type, [`Dialect::ms`] a column or interval back;
-//! - JSON is text on SQLite and `jsonb` on PostgreSQL: [`Dialect::json`] in, [`Dialect::text`] out;
-//! - the larger of two values is `MAX(a, b)` on SQLite and `GREATEST(a, b)` on PostgreSQL
-//!   ([`Dialect::greatest`]).
+//! - JSON is text on SQLite and MariaDB (MySQL 8 parses it) and `jsonb` on PostgreSQL: [`Dialect::json`] in,
+//!   [`Dialect::text`] out;
+//! - the larger of two values is `MAX(a, b)` on SQLite and `GREATEST(a, b)` elsewhere ([`Dialect::greatest`]).
 //!
 //! Conditions on the boolean `waiting` read the same on both (`NOT waiting`, `COUNT(*) FILTER (WHERE ...)`).
 
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-compile_error!("outbox needs one backend at least: enable the `sqlite` or `postgres` feature");
+#[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
+compile_error!("outbox needs one backend at least: enable the `sqlite`, `postgres` or `mysql` feature");
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
@@ -27,6 +28,10 @@ pub(crate) enum Dialect {
     Sqlite,
     #[cfg(feature = "postgres")]
     Postgres,
+    /// MariaDB (10.6 and later) and the MySQL family: shared statements keep to what MariaDB and MySQL 8 both
+    /// accept; which of the two a server is, its engine reads (`storage/mysql/`).
+    #[cfg(feature = "mysql")]
+    MySql,
 }
 
 impl Dialect {
@@ -37,6 +42,8 @@ impl Dialect {
             DbBackend::Sqlite => Ok(Dialect::Sqlite),
             #[cfg(feature = "postgres")]
             DbBackend::Postgres => Ok(Dialect::Postgres),
+            #[cfg(feature = "mysql")]
+            DbBackend::MySql => Ok(Dialect::MySql),
             other => Err(Error::Unsupported(format!(
                 "{other:?} is not supported by this build of outbox; it runs on {}",
                 Dialect::names()
@@ -52,6 +59,8 @@ impl Dialect {
             "sqlite" => Ok(Dialect::Sqlite),
             #[cfg(feature = "postgres")]
             "postgres" | "postgresql" => Ok(Dialect::Postgres),
+            #[cfg(feature = "mysql")]
+            "mysql" => Ok(Dialect::MySql),
             _ => Err(Error::Unsupported(format!(
                 "the database URL scheme `{scheme}:` is not supported by this build of outbox; it runs on {}",
                 Dialect::names()
@@ -64,9 +73,14 @@ impl Dialect {
         let names = [
             (cfg!(feature = "sqlite"), "SQLite (`sqlite:`)"),
             (cfg!(feature = "postgres"), "PostgreSQL (`postgres:`)"),
+            (cfg!(feature = "mysql"), "MariaDB and MySQL (`mysql:`)"),
         ];
         let on: Vec<&str> = names.iter().filter(|(on, _)| *on).map(|(_, name)| *name).collect();
-        format!("{} (its `sqlite` and `postgres` features choose)", on.join(" and "))
+        let on = match on.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => on.join(""),
+        };
+        format!("{on} (its `sqlite`, `postgres` and `mysql` features choose)")
     }
 
     fn db(self) -> DbBackend {
@@ -75,17 +89,21 @@ impl Dialect {
             Dialect::Sqlite => DbBackend::Sqlite,
             #[cfg(feature = "postgres")]
             Dialect::Postgres => DbBackend::Postgres,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => DbBackend::MySql,
         }
     }
 
-    /// A statement of this backend. Placeholders are written `$1`, `$2`, ...; on SQLite they become `?` with
-    /// the values in the order they appear ([`positional`]).
+    /// A statement of this backend. Placeholders are written `$1`, `$2`, ...; on SQLite and MySQL they become `?`
+    /// with the values in the order they appear ([`positional`]).
     pub(crate) fn stmt(self, sql: impl Into<String>, values: Vec<Value>) -> Statement {
         let (sql, values) = match self {
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => positional(sql.into(), values),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => (sql.into(), values),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => positional(sql.into(), values),
         };
         Statement::from_sql_and_values(self.db(), sql, values)
     }
@@ -98,6 +116,10 @@ impl Dialect {
             // Exact, unlike `to_timestamp`.
             #[cfg(feature = "postgres")]
             Dialect::Postgres => format!("(TIMESTAMPTZ 'epoch' + ({p})::int8 * INTERVAL '1 millisecond')"),
+            // BIGINT milliseconds: a DATETIME difference is digit arithmetic, and its conversions read the
+            // session's time zone, which the caller's connection owns.
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => p.to_owned(),
         }
     }
 
@@ -108,6 +130,8 @@ impl Dialect {
             Dialect::Sqlite => sea_orm::Value::BigInt(Some(t.timestamp_millis())),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => sea_orm::Value::ChronoDateTimeUtc(Some(t)),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => sea_orm::Value::BigInt(Some(t.timestamp_millis())),
         }
     }
 
@@ -118,6 +142,8 @@ impl Dialect {
             Dialect::Sqlite => expr.to_owned(),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => format!("(EXTRACT(EPOCH FROM {expr}) * 1000)::int8"),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => expr.to_owned(),
         }
     }
 
@@ -128,6 +154,9 @@ impl Dialect {
             Dialect::Sqlite => p.to_owned(),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => format!("{p}::jsonb"),
+            // A JSON column takes text (MariaDB keeps it as written, MySQL 8 parses it).
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => p.to_owned(),
         }
     }
 
@@ -138,6 +167,8 @@ impl Dialect {
             Dialect::Sqlite => col.to_owned(),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => format!("{col}::text"),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => col.to_owned(),
         }
     }
 
@@ -148,6 +179,8 @@ impl Dialect {
             Dialect::Sqlite => false,
             #[cfg(feature = "postgres")]
             Dialect::Postgres => true,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => false,
         }
     }
 
@@ -159,6 +192,9 @@ impl Dialect {
             Dialect::Sqlite => format!("json_each({array}) AS {alias}"),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => format!("json_array_elements({array}) AS {alias}"),
+            // A JSON column of JSON_TABLE returns arrays and objects as their text (a LONGTEXT one, NULL).
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("JSON_TABLE({array}, '$[*]' COLUMNS (value JSON PATH '$')) AS {alias}"),
         }
     }
 
@@ -169,6 +205,8 @@ impl Dialect {
             Dialect::Sqlite => format!("{alias}.value"),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => alias.to_owned(),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("{alias}.value"),
         }
     }
 
@@ -185,6 +223,10 @@ impl Dialect {
                 let op = if text { "#>>" } else { "#>" };
                 format!("(payload {op} string_to_array({}, '.'))", p.push(path_keys(json_path)?))
             }
+            #[cfg(feature = "mysql")]
+            Dialect::MySql if text => format!("JSON_UNQUOTE(JSON_EXTRACT(payload, {}))", p.push(json_path)),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("JSON_EXTRACT(payload, {})", p.push(json_path)),
         })
     }
 
@@ -198,16 +240,25 @@ impl Dialect {
                 let parts: Vec<String> = parts.iter().map(|v| format!("COALESCE({v}::text, 'null')")).collect();
                 format!("('[' || concat_ws(',', {}) || ']')", parts.join(", "))
             }
+            // JSON_ARRAY and JSON_EXTRACT write spaces after commas and colons: each part is compacted.
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let parts: Vec<String> = parts.iter().map(|v| format!("COALESCE(JSON_COMPACT({v}), 'null')")).collect();
+                format!("CONCAT('[', CONCAT_WS(',', {}), ']')", parts.join(", "))
+            }
         }
     }
 
-    /// The connection's temp schema, which holds scratch tables.
-    pub(crate) fn temp_schema(self) -> &'static str {
+    /// The scratch (temporary) table `name` as statements name it: in the connection's temp schema where there
+    /// is one; MySQL has none, a temporary table hides a table of the same name.
+    pub(crate) fn scratch_table(self, name: &str) -> String {
         match self {
             #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => "temp",
+            Dialect::Sqlite => format!("temp.{name}"),
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => "pg_temp",
+            Dialect::Postgres => format!("pg_temp.{name}"),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => name.to_owned(),
         }
     }
 
@@ -219,6 +270,9 @@ impl Dialect {
             Dialect::Sqlite => ("INTEGER", "", ""),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => ("BIGINT", " ON COMMIT DROP", " COLLATE \"C\""),
+            // A temporary table outlives the commit: the scan drops it first.
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => ("BIGINT", "", " COLLATE utf8mb4_nopad_bin"),
         }
     }
 
@@ -229,6 +283,8 @@ impl Dialect {
             Dialect::Sqlite => "MAX",
             #[cfg(feature = "postgres")]
             Dialect::Postgres => "GREATEST",
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => "GREATEST",
         }
     }
 }
@@ -264,7 +320,7 @@ impl Params {
 /// searches once per value it binds: a batch insert of 32,000 values ran eight times slower with them
 /// (measured); plain `?` have no names. Only placeholders have a `$` before a digit in the statements of this
 /// crate (JSON paths are values, never text).
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 fn positional(sql: String, values: Vec<Value>) -> (String, Vec<Value>) {
     if !sql.contains('$') {
         return (sql, values);

@@ -2,7 +2,7 @@
 //! named for what it answers (`enqueue`, `jobs`, `stats`, `events`, `kinds`, `workers`, `schedules`, `locks`,
 //! `retention`, `reconciliations`, `scan`, `remote`, `archive`), its statements spelled for the connection's
 //! [`Dialect`]. What an engine does its own way is one list, [`engine::Engine`], implemented once per engine in
-//! its folder (`sqlite/`, `postgres/`, whose files mirror each other by name); [`on_engine`] below is the only
+//! its folder (`sqlite/`, `postgres/`, `mysql/`, whose files mirror each other by name); [`on_engine`] below is the only
 //! match over the engines. The worker's claim and completion path is [`worker_store::WorkerStore`], which each
 //! engine runs on connections of its own (`store/`).
 //!
@@ -36,6 +36,8 @@ pub(crate) mod workers;
 pub(crate) mod workflows;
 
 // The engines, each behind its Cargo feature.
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -54,6 +56,11 @@ macro_rules! on_engine {
             #[cfg(feature = "postgres")]
             $crate::storage::Dialect::Postgres => {
                 type $E = $crate::storage::postgres::Postgres;
+                $body
+            }
+            #[cfg(feature = "mysql")]
+            $crate::storage::Dialect::MySql => {
+                type $E = $crate::storage::mysql::MySql;
                 $body
             }
         }

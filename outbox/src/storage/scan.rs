@@ -67,8 +67,8 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 ) -> Result<(u64, u64)> {
     let ctx = || Error::db("building the latest completed job per path");
     // An integer that is SQLite's rowid, a table gone with its transaction, bytewise order.
-    let (tmp, (int, create, bytewise)) = (b.temp_schema(), b.scratch_spelling());
-    let drop = format!("DROP TABLE IF EXISTS {tmp}.outbox_path_scan");
+    let (tmp, (int, create, bytewise)) = (b.scratch_table("outbox_path_scan"), b.scratch_spelling());
+    let drop = format!("DROP TABLE IF EXISTS {tmp}");
     conn.execute_raw(b.stmt(drop, vec![])).await.map_err(ctx())?;
     let table = format!(
         "CREATE TEMP TABLE outbox_path_scan (seq {int} PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, \
@@ -77,7 +77,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
     conn.execute_raw(b.stmt(table, vec![])).await.map_err(ctx())?;
     let marks: Vec<String> = kinds.iter().map(|k| p.push(*k)).collect();
     let sql = format!(
-        "INSERT INTO {tmp}.outbox_path_scan (seq, path, job_id, kind, output, completed_at, jobs) \
+        "INSERT INTO {tmp} (seq, path, job_id, kind, output, completed_at, jobs) \
          SELECT ROW_NUMBER() OVER (ORDER BY path{bytewise} NULLS FIRST), path, id, kind, output, completed_at, jobs \
          FROM (SELECT path, id, kind, {output} AS output, {completed} AS completed_at, \
                  ROW_NUMBER() OVER (PARTITION BY path \
@@ -90,7 +90,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
         completed = b.ms("completed_at"),
     );
     conn.execute_raw(b.stmt(sql, p.0)).await.map_err(ctx())?;
-    let count = format!("SELECT CAST(COALESCE(SUM(jobs), 0) AS BIGINT), COUNT(*) FROM {tmp}.outbox_path_scan");
+    let count = format!("SELECT CAST(COALESCE(SUM(jobs), 0) AS BIGINT), COUNT(*) FROM {tmp}");
     let row = conn
         .query_one_raw(b.stmt(count, vec![]))
         .await
@@ -104,9 +104,9 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
 pub(crate) async fn page<C: ConnectionTrait + ?Sized>(conn: &C, after: i64, limit: u64) -> Result<Vec<ScanRow>> {
     let b = Dialect::of(conn)?;
     let sql = format!(
-        "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM {}.outbox_path_scan \
+        "SELECT seq, path, job_id, kind, output, completed_at, jobs FROM {} \
          WHERE seq > $1 ORDER BY seq LIMIT $2",
-        b.temp_schema()
+        b.scratch_table("outbox_path_scan")
     );
     let rows = conn
         .query_all_raw(b.stmt(sql, vec![Value::from(after), limit_value(limit)]))

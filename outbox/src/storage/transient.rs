@@ -50,6 +50,14 @@ fn rusqlite(e: &rusqlite::Error) -> bool {
     }
 }
 
+/// MySQL's error numbers that a later try can get past: out of connections (1040), the server shutting down
+/// (1053), a lock wait timed out (1205), a deadlock (1213), a disk full (1021), a read-only server (1290, 1836: a
+/// replica during failover), a connection killed (1927), the server gone away (2006, 2013).
+#[cfg(feature = "mysql")]
+fn mysql_number(number: u16) -> bool {
+    matches!(number, 1021 | 1040 | 1053 | 1205 | 1213 | 1290 | 1836 | 1927 | 2006 | 2013)
+}
+
 /// Also what the PostgreSQL worker retries on a fresh connection.
 pub(crate) fn sqlx(e: &sqlx::Error) -> bool {
     match e {
@@ -58,6 +66,10 @@ pub(crate) fn sqlx(e: &sqlx::Error) -> bool {
             #[cfg(feature = "sqlite")]
             if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
                 return code.parse().is_ok_and(sqlite_code);
+            }
+            #[cfg(feature = "mysql")]
+            if let Some(e) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                return mysql_number(e.number());
             }
             // 08: connection exception; 40: serialization failure or deadlock; 53: insufficient resources
             // (disk full, out of connections); 57P: operator intervention (admin shutdown, terminated

@@ -70,6 +70,8 @@ async fn every_statement_is_in_the_engine_s_catalogue(db: &DatabaseConnection) -
         Dialect::Sqlite => "SQLite",
         #[cfg(feature = "postgres")]
         Dialect::Postgres => "PostgreSQL",
+        #[cfg(feature = "mysql")]
+        Dialect::MySql => "MySQL",
     };
     c.text.push_str(&format!(
         "-- Every statement outbox sends to {name}, rendered by the conformance suite's `catalogue.rs` (run it with\n\

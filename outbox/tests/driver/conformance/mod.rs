@@ -12,11 +12,16 @@ use super::{Dialect, Finished, Keep, Outcome, WorkerStoreOpts};
 use crate::error::Result;
 use crate::record::JobRecord;
 
-/// One test per body and backend, `<backend>::<body>`: the list of backends, each behind its feature.
+/// One test per body and backend, `<backend>::<body>`: the list of backends, each behind its feature. MySQL, whose
+/// engine is being built, runs the bodies listed after `mysql:` (an area joins once the engine does what it calls).
 macro_rules! driver_tests {
-    ($($test:ident),* $(,)?) => {
-        driver_tests!(@on "sqlite", sqlite, Sqlite; $($test),*);
-        driver_tests!(@on "postgres", postgres, Postgres; $($test),*);
+    ($($test:ident),+ ; mysql: $($my:ident),* $(,)?) => {
+        driver_tests!(@on "sqlite", sqlite, Sqlite; $($test),+);
+        driver_tests!(@on "postgres", postgres, Postgres; $($test),+);
+        driver_tests!(@on "mysql", mysql, MySql; $($my),*);
+    };
+    ($($test:ident),+ $(,)?) => {
+        driver_tests!($($test),+ ; mysql: );
     };
     (@on $feature:literal, $module:ident, $variant:ident; $($test:ident),*) => {
         #[cfg(feature = $feature)]
@@ -77,23 +82,96 @@ pub(super) async fn fresh(backend: Dialect, test: &str) -> Option<(DatabaseConne
             db.execute_unprepared(&format!("CREATE SCHEMA {}", schema.name)).await.expect("create the schema");
             (db, Box::new(schema))
         }
+        #[cfg(feature = "mysql")]
+        Dialect::MySql => {
+            let server = server(MYSQL_VAR, test)?;
+            let database = MySqlDatabase { name: format!("d_{:016x}", fastrand::u64(..)), server };
+            let opts = crate::ConnectOpts { max_connections: 1, ..Default::default() };
+            let admin = crate::connect_with(&database.server, opts).await.expect("connect to MySQL");
+            admin.execute_unprepared(&format!("CREATE DATABASE {}", database.name)).await.expect("create the database");
+            admin.close().await.expect("close");
+            let url = with_database(&database.server, &database.name);
+            let opts = crate::ConnectOpts { max_connections: 3, ..Default::default() };
+            (crate::connect_with(&url, opts).await.expect("connect to MySQL"), Box::new(database))
+        }
     })
 }
 
 #[cfg(feature = "postgres")]
 const PG_VAR: &str = "OUTBOX_TEST_PG_URL";
 
-/// The server of `OUTBOX_TEST_PG_URL`; unset, the test is skipped with a line past the harness's capture,
-/// and fails under CI.
+#[cfg(feature = "mysql")]
+const MYSQL_VAR: &str = "OUTBOX_TEST_MYSQL_URL";
+
+/// The server of `OUTBOX_TEST_PG_URL`.
 #[cfg(feature = "postgres")]
 fn pg_server(test: &str) -> Option<String> {
-    match std::env::var(PG_VAR) {
+    server(PG_VAR, test)
+}
+
+/// The server the variable `var` names; unset, the test is skipped with a line past the harness's capture, and
+/// fails under CI.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn server(var: &str, test: &str) -> Option<String> {
+    match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => panic!("{PG_VAR} is unset under CI"),
+        _ if std::env::var_os("CI").is_some() => panic!("{var} is unset under CI"),
         _ => {
             // Straight to stderr: the harness captures what `eprintln!` prints, and a skip must be seen.
-            let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("SKIPPED {test}: set {PG_VAR}\n"));
+            let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("SKIPPED {test}: set {var}\n"));
             None
+        }
+    }
+}
+
+/// `server` (a `mysql://` URL) naming the database `name` instead of its own.
+#[cfg(feature = "mysql")]
+fn with_database(server: &str, name: &str) -> String {
+    let (base, query) = server.split_once('?').map_or((server, None), |(b, q)| (b, Some(q)));
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let root = base[authority..].find('/').map_or(base.len(), |i| authority + i);
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    format!("{}/{name}{query}", &base[..root])
+}
+
+/// A test's database, dropped with this on a thread, runtime and connection of its own, as [`PgSchema`] is; the
+/// connections still in it (a failed test's transaction holding a lock) are killed first.
+#[cfg(feature = "mysql")]
+struct MySqlDatabase {
+    name: String,
+    server: String,
+}
+
+#[cfg(feature = "mysql")]
+impl Drop for MySqlDatabase {
+    fn drop(&mut self) {
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || -> std::result::Result<(), String> {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            runtime.map_err(|e| e.to_string())?.block_on(async {
+                let opts = crate::ConnectOpts { max_connections: 1, ..Default::default() };
+                let admin = crate::connect_with(&server, opts).await.map_err(|e| e.to_string())?;
+                let d = Dialect::MySql;
+                let holders = "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST \
+                               WHERE DB = $1 AND ID <> CONNECTION_ID()";
+                let rows = admin.query_all_raw(d.stmt(holders, vec![name.clone().into()])).await;
+                for row in rows.map_err(|e| e.to_string())? {
+                    let id: i64 = row.try_get_by_index(0).map_err(|e| e.to_string())?;
+                    // Gone already is as good.
+                    let _ = admin.execute_unprepared(&format!("KILL CONNECTION {id}")).await;
+                }
+                admin.execute_unprepared("SET SESSION lock_wait_timeout = 10").await.map_err(|e| e.to_string())?;
+                let drop = format!("DROP DATABASE IF EXISTS {name}");
+                admin.execute_unprepared(&drop).await.map_err(|e| e.to_string())?;
+                admin.close().await.map_err(|e| e.to_string())
+            })
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the dropping thread panicked".into()));
+        match dropped {
+            Ok(()) => {}
+            Err(e) if std::thread::panicking() => eprintln!("could not drop the test database {}: {e}", self.name),
+            Err(e) => panic!("could not drop the test database {}: {e}", self.name),
         }
     }
 }

@@ -15,7 +15,9 @@ driver_tests!(
     refuse_legacy_refuses_an_old_schema,
     schema_file_is_what_the_migrations_make,
     a_database_the_dated_migrations_made_is_taken_over_with_its_jobs,
-    a_database_the_dated_migrations_made_in_part_is_refused_and_left_as_it_was,
+    a_database_the_dated_migrations_made_in_part_is_refused_and_left_as_it_was;
+    // No build before `001_schema` ran on MySQL: there is no dated database to take over.
+    mysql: refuse_legacy_refuses_an_old_schema, schema_file_is_what_the_migrations_make,
 );
 
 async fn refuse_legacy_refuses_an_old_schema(db: &DatabaseConnection) -> Result<()> {
@@ -59,6 +61,8 @@ fn dated_statements(d: Dialect) -> &'static str {
             include_str!("../../fixtures/dated/postgres/finished_log.sql"),
             include_str!("../../fixtures/dated/postgres/snapshot_enqueue.sql"),
         ),
+        #[cfg(feature = "mysql")]
+        Dialect::MySql => unreachable!("no build before `001_schema` ran on MySQL"),
     }
 }
 
@@ -169,7 +173,46 @@ async fn catalog(db: &DatabaseConnection) -> Result<Vec<String>> {
         Dialect::Sqlite => sqlite_catalog(db).await,
         #[cfg(feature = "postgres")]
         Dialect::Postgres => postgres_catalog(db).await,
+        #[cfg(feature = "mysql")]
+        Dialect::MySql => mysql_catalog(db).await,
     }
+}
+
+/// MySQL's catalog of the connection's database, as [`catalog`] describes it, from `information_schema` (the
+/// database's own name, which views and triggers may spell, written `<db>`).
+#[cfg(feature = "mysql")]
+async fn mysql_catalog(db: &DatabaseConnection) -> Result<Vec<String>> {
+    let d = Dialect::MySql;
+    let queries: &[&str] = &[
+        "SELECT CONCAT_WS(' ', 'table', TABLE_NAME, TABLE_TYPE, COALESCE(ENGINE, ''), COALESCE(TABLE_COLLATION, ''), \
+             COALESCE(CREATE_OPTIONS, '')) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'outbox_migrations' ORDER BY 1",
+        "SELECT CONCAT_WS(' ', 'column', TABLE_NAME, ORDINAL_POSITION, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, \
+             COALESCE(COLUMN_DEFAULT, '-'), EXTRA, COALESCE(GENERATION_EXPRESSION, '-'), \
+             COALESCE(CHARACTER_SET_NAME, '-'), COALESCE(COLLATION_NAME, '-')) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'outbox_migrations' \
+             ORDER BY TABLE_NAME, ORDINAL_POSITION",
+        "SELECT CONCAT_WS(' ', 'index', TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, \
+             COALESCE(COLLATION, '-'), COALESCE(SUB_PART, '-'), INDEX_TYPE) FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'outbox_migrations' ORDER BY 1",
+        "SELECT CONCAT_WS(' ', 'check', TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE) \
+             FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = DATABASE() ORDER BY 1",
+        "SELECT CONCAT_WS(' ', 'trigger', TRIGGER_NAME, ACTION_TIMING, EVENT_MANIPULATION, EVENT_OBJECT_TABLE, \
+             ACTION_ORDER, SQL_MODE, REPLACE(ACTION_STATEMENT, DATABASE(), '<db>')) \
+             FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() ORDER BY 1",
+        "SELECT CONCAT_WS(' ', 'view', TABLE_NAME, REPLACE(VIEW_DEFINITION, DATABASE(), '<db>')) \
+             FROM information_schema.VIEWS WHERE TABLE_SCHEMA = DATABASE() ORDER BY 1",
+        "SELECT CONCAT_WS(' ', 'partition', TABLE_NAME, PARTITION_NAME, PARTITION_METHOD, PARTITION_EXPRESSION, \
+             PARTITION_DESCRIPTION) FROM information_schema.PARTITIONS \
+             WHERE TABLE_SCHEMA = DATABASE() AND PARTITION_NAME IS NOT NULL ORDER BY 1",
+    ];
+    let mut lines = Vec::new();
+    for sql in queries {
+        for row in db.query_all_raw(d.stmt(*sql, vec![])).await? {
+            lines.push(row.try_get_by_index::<String>(0)?);
+        }
+    }
+    Ok(lines)
 }
 
 /// PostgreSQL's catalog of the connection's schema, as [`catalog`] describes it.
@@ -281,4 +324,61 @@ fn split_top(body: &str) -> Vec<String> {
     }
     parts.push(part);
     parts
+}
+
+/// MySQL alone: the nesting its engine refuses before any SQL is where the server's `JSON` check starts refusing
+/// (31 levels are stored, 32 are not), and the refusal names the first value too deep.
+#[cfg(feature = "mysql")]
+mod mysql_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_nesting_refused_before_sql_is_the_server_s_limit() {
+        let name = "mysql::the_nesting_refused_before_sql_is_the_server_s_limit";
+        super::super::run(super::Dialect::MySql, name, super::nesting_limit).await;
+    }
+}
+
+#[cfg(feature = "mysql")]
+async fn nesting_limit(db: &DatabaseConnection) -> Result<()> {
+    let d = Dialect::MySql;
+    for depth in [30, 31, 32, 33] {
+        let text = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let payload: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let refused = crate::storage::unstorable(d, &payload, &text);
+        let insert = "INSERT INTO outbox_jobs (id, kind, queue, payload, schema_hash, created_at, run_at, updated_at) \
+                      VALUES ($1, 'k', 'default', $2, 'h', 0, 0, 0)";
+        let stored = db.execute_raw(d.stmt(insert, vec![format!("nested-{depth}").into(), text.into()])).await;
+        assert_eq!(refused.is_empty(), stored.is_ok(), "depth {depth}: refused {refused:?}, stored {stored:?}");
+        assert_eq!(refused.is_empty(), depth <= 31, "depth {depth}");
+    }
+    let deep = format!(r#"{{"a": [1, {{"b": {}{}}}]}}"#, "[".repeat(30), "]".repeat(30));
+    let payload: serde_json::Value = serde_json::from_str(&deep).expect("JSON");
+    let refused = crate::storage::unstorable(d, &payload, &deep);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].path, format!("/a/1/b{}", "/0".repeat(28)), "the first array past 31 levels");
+    Ok(())
+}
+
+/// MySQL alone: DDL commits each statement, so a migration cut short is completed by running it again. The schema
+/// run again over a migrated database with a job in it changes nothing and keeps the job.
+#[cfg(feature = "mysql")]
+mod mysql_again {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_schema_run_again_changes_nothing() {
+        let name = "mysql::the_schema_run_again_changes_nothing";
+        super::super::run(super::Dialect::MySql, name, super::run_again).await;
+    }
+}
+
+#[cfg(feature = "mysql")]
+async fn run_again(db: &DatabaseConnection) -> Result<()> {
+    let d = Dialect::MySql;
+    let insert = "INSERT INTO outbox_jobs (id, kind, queue, payload, schema_hash, created_at, run_at, updated_at) \
+                  VALUES ('kept', 'k', 'default', '{}', 'h', 0, 0, 0)";
+    db.execute_raw(d.stmt(insert, vec![])).await?;
+    let before = catalog(db).await?;
+    assert!(before.len() > 40, "the catalog read too little: {before:#?}");
+    db.execute_unprepared(on_engine!(d, E => E::SCHEMA)).await?;
+    assert_same(&before, &catalog(db).await?, "migrated", "run again");
+    assert_eq!(get(db, "kept").await?.status.as_str(), "pending", "the job stays");
+    Ok(())
 }

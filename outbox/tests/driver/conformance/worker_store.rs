@@ -187,7 +187,7 @@ async fn store_claims_each_job_once_and_a_later_higher_priority_within_a_second(
 /// The claimed jobs no rescue can see: on PostgreSQL, those no claim row lists at or before their own lease; on
 /// SQLite, those without a lease. Every claimed job must be rescuable, or a worker that dies with it strands it.
 pub(super) async fn unrescuable(db: &DatabaseConnection) -> Result<Vec<String>> {
-    let sql = match Dialect::of(db)? {
+    let sql: &str = match Dialect::of(db)? {
         #[cfg(feature = "sqlite")]
         Dialect::Sqlite => {
             "SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at IS NULL ORDER BY id"
@@ -198,6 +198,8 @@ pub(super) async fn unrescuable(db: &DatabaseConnection) -> Result<Vec<String>> 
              WHERE j.id = ANY(c.jobs) AND c.lease_expires_at <= COALESCE(j.lease_expires_at, TIMESTAMPTZ 'epoch')) \
              ORDER BY 1"
         }
+        #[cfg(feature = "mysql")]
+        Dialect::MySql => unreachable!("the claims: not on MySQL yet"),
     };
     let rows = db.query_all_raw(Dialect::of(db)?.stmt(sql, vec![])).await?;
     Ok(rows.iter().map(|r| r.try_get_by_index::<String>(0)).collect::<std::result::Result<_, _>>()?)

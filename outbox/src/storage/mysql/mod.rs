@@ -1,0 +1,183 @@
+//! MariaDB (10.6 and later) and the MySQL family: its entries of the engine list ([`Engine`]), each in the file of
+//! the same name as the other engines'. Times are `BIGINT` milliseconds and JSON is text, as on SQLite; identifiers
+//! compare bytewise (`utf8mb4_nopad_bin`), as on the other two.
+//!
+//! Under construction (`docs/internals/mariadb.md` has the plan, step by step): the connections (`conn.rs`) and the
+//! schema with its migrations (`schema.rs`) are in. The entries of the steps to come answer [`Error::Unsupported`]
+//! naming what is missing (workers, the event feed, retention, the archive); the shared statements of enqueue and
+//! the operator queries are not spelled for MySQL yet, and the server refuses them.
+
+mod conn;
+mod schema;
+
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, Value};
+
+use super::archive::{Done, Upkeep};
+use super::engine::{Engine, Migration};
+use super::enqueue::NewJob;
+use super::retention::{PruneRules, Pruned};
+use super::{ClaimedJob, Dialect, Finished, Store, WorkerStoreOpts};
+use crate::error::{Error, Result};
+use crate::job::Violation;
+use crate::wake::Watch;
+
+/// The refusal of what the engine does not do yet.
+fn not_yet(what: &str) -> Error {
+    Error::Unsupported(format!(
+        "{what} is not available on MariaDB or MySQL yet: the `mysql` feature of this build makes the schema and \
+         opens connections, and its engine is still being built"
+    ))
+}
+
+/// The MariaDB and MySQL engine.
+pub(crate) struct MySql;
+
+impl Engine for MySql {
+    /// How long a statement waits for a lock. `full_sync` has no session form here: durability is the server's
+    /// `innodb_flush_log_at_trx_commit` (1 syncs every commit), which the operator sets.
+    fn tune(options: &mut ConnectOptions, _full_sync: bool, busy_timeout: Duration) {
+        conn::tune(options, busy_timeout);
+    }
+
+    async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+        conn::begin_write(db).await
+    }
+
+    async fn begin_read(db: &DatabaseConnection) -> Result<DatabaseTransaction> {
+        conn::begin_read(db).await
+    }
+
+    async fn write_failed<C: ConnectionTrait + ?Sized>(
+        _conn: &C,
+        context: String,
+        err: DbErr,
+        started: Instant,
+    ) -> Error {
+        conn::write_failed(context, err, started)
+    }
+
+    fn own_pool(app: &DatabaseConnection, _worker_id: &str, max: u32) -> DatabaseConnection {
+        conn::own_pool(app, max)
+    }
+
+    fn unstorable(payload: &serde_json::Value, text: &str) -> Vec<Violation> {
+        conn::unstorable(payload, text)
+    }
+
+    async fn open_worker_store(
+        _db: &DatabaseConnection,
+        _opts: WorkerStoreOpts,
+        _bg: &tokio::runtime::Handle,
+    ) -> Result<Store> {
+        Err(not_yet("a worker"))
+    }
+
+    async fn watch(_db: &DatabaseConnection) -> Result<Watch> {
+        Err(not_yet("a watch of other processes' commits"))
+    }
+
+    /// Hearing other processes will take a connection of its own: nothing on the caller's.
+    async fn watch_connection<C: ConnectionTrait + ?Sized>(_conn: &C) -> Watch {
+        Watch::default()
+    }
+
+    async fn remote_claim(
+        _db: &DatabaseConnection,
+        _opts: WorkerStoreOpts,
+        _limit: usize,
+        _now: i64,
+        _lease_until: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        Err(not_yet("a remote worker's claim"))
+    }
+
+    async fn remote_finish(_db: &DatabaseConnection, _owner: &str, _finished: Finished) -> Result<bool> {
+        Err(not_yet("a remote worker's outcome"))
+    }
+
+    #[cfg(test)]
+    async fn finish_batch(_db: &DatabaseConnection, _owner: &str, _batch: Vec<Finished>) -> Result<Vec<bool>> {
+        Err(not_yet("a batch of outcomes"))
+    }
+
+    const MIGRATIONS: &'static [Migration] = schema::MIGRATIONS;
+
+    const HAS_MIGRATIONS_TABLE: &'static str = schema::HAS_MIGRATIONS_TABLE;
+
+    const ADOPT_DATED: &'static str = schema::ADOPT_DATED;
+
+    #[cfg(test)]
+    const SCHEMA: &'static str = schema::SCHEMA;
+
+    /// Written once the catalogue test runs here, with enqueue.
+    #[cfg(test)]
+    const STATEMENTS_FILE: &'static str = "src/storage/mysql/statements.sql";
+
+    #[cfg(test)]
+    fn statements() -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// Nothing: partitions and triggers go with their tables.
+    async fn before_undo<C: ConnectionTrait + ?Sized>(_conn: &C) -> Result<()> {
+        Ok(())
+    }
+
+    /// The plain `VALUES` form, which the engine's enqueue starts from; the conflict clause the shared enqueue adds
+    /// is not MySQL's yet, so the server refuses the statement.
+    fn insert(jobs: &[&NewJob]) -> (String, Vec<Value>) {
+        super::enqueue::insert_values(Dialect::MySql, jobs, None)
+    }
+
+    fn alone(_job: &NewJob) -> bool {
+        false
+    }
+
+    /// The unique index of active keys reads the generated column `active_key`.
+    fn holds_key(j: &str, key: &str) -> String {
+        format!("{j}.active_key = {key}")
+    }
+
+    fn feed_after(_row: &str, _after: &str, _rows: i64) -> Result<(String, Vec<Value>, String)> {
+        Err(not_yet("the event feed"))
+    }
+
+    /// A position no reader resumes from: [`MySql::feed_after`] refuses every position.
+    const FEED_HEAD: &'static str = "SELECT 'none'";
+
+    fn stuck_through(_d: Dialect) -> String {
+        String::new()
+    }
+
+    async fn after_purge<C: ConnectionTrait + ?Sized>(_conn: &C, _before: i64) -> Result<()> {
+        Err(not_yet("a purge of finished jobs"))
+    }
+
+    async fn prune<C: ConnectionTrait + ?Sized>(
+        _conn: &C,
+        _rules: &PruneRules,
+        _now: i64,
+        _batch: u64,
+    ) -> Result<Pruned> {
+        Err(not_yet("retention"))
+    }
+
+    async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(_conn: &C, _since: i64) -> Result<String> {
+        Err(not_yet("reading the archive"))
+    }
+
+    async fn upkeep<C: ConnectionTrait + ?Sized>(
+        _conn: &C,
+        _plan: &Upkeep,
+        _ahead: (bool, u64),
+        _now: i64,
+    ) -> Result<Done> {
+        Err(not_yet("the archive's upkeep"))
+    }
+
+    async fn archive_tables<C: ConnectionTrait + ?Sized>(_conn: &C) -> Result<Vec<String>> {
+        Err(not_yet("the archive"))
+    }
+}

@@ -1,0 +1,412 @@
+-- The outbox schema on MariaDB (10.6 and later), whole: the first migration applies this file as it is
+-- (`schema.rs` says why), and `tests/tests/mariadb.rs` holds what the engine rests on (the claims read their indexes
+-- with no sort; a key is unique per kind while its job is active; a payload must be JSON; the wake-up log is written
+-- before the enqueue commits, also for a job an update lets go, stays a bounded ring, and leaves the session's
+-- LAST_INSERT_ID alone). DDL commits each statement here, so each is written to be run again.
+--
+-- Against the PostgreSQL schema (`storage/postgres/schema.sql`), the same tables in MariaDB's types:
+-- - Times are BIGINT milliseconds, as on SQLite: a DATETIME difference is digit arithmetic, and DATETIME and
+--   FROM_UNIXTIME read the session's time zone, which the caller's connection owns.
+-- - Text is utf8mb4 whatever the server's default (MariaDB's is latin1), and identifiers and keys compare
+--   bytewise without padding (`utf8mb4_nopad_bin`): under `utf8mb4_bin`, 'a ' = 'a'.
+-- - JSON is MariaDB's JSON type: LONGTEXT with a JSON_VALID check, the text kept as written.
+-- - Partial indexes become stored generated columns that are NULL outside the predicate, indexed: InnoDB keeps an
+--   entry for every row, NULL keys included, but a claim (pending to claimed) changes none of the values an index
+--   reads.
+-- - Triggers are per row (there are none per statement), one per table and event, each section of its body one of
+--   PostgreSQL's triggers. A trigger here cannot write the table that fired it (error 1442): what PostgreSQL's
+--   sequence and workflow triggers do to other jobs comes with the engine's enqueue and worker steps
+--   (`docs/internals/mariadb.md`).
+
+CREATE TABLE IF NOT EXISTS outbox_jobs (
+    id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL PRIMARY KEY,
+    kind VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    queue VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT 'default',
+    payload JSON NOT NULL,
+    priority INT NOT NULL DEFAULT 0,
+    max_attempts INT NOT NULL DEFAULT 3,
+    idempotency_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,
+    schema_hash VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    created_at BIGINT NOT NULL,
+    sequence_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,
+    sequence_no BIGINT,
+    sequence_hold SMALLINT NOT NULL DEFAULT 1,
+    waiting BOOLEAN NOT NULL DEFAULT FALSE,
+    superseded BOOLEAN NOT NULL DEFAULT FALSE,
+    scheduled BOOLEAN NOT NULL DEFAULT FALSE,
+    run_at BIGINT NOT NULL,
+    last_error TEXT,
+    output JSON,
+    attempts INT NOT NULL DEFAULT 0,
+    runs INT NOT NULL DEFAULT 0,
+    locked_by VARCHAR(255),
+    locked_at BIGINT,
+    claimed_at BIGINT,
+    status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'pending',
+    completed_at BIGINT,
+    lease_expires_at BIGINT,
+    updated_at BIGINT NOT NULL,
+    event_flip BOOLEAN NOT NULL DEFAULT FALSE,
+    flow_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,
+    cost INT,
+    subject VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,
+    trace TEXT,
+    workflow_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin,
+    step VARCHAR(255),
+    parents_left INT NOT NULL DEFAULT 0,
+    on_parent_failure SMALLINT NOT NULL DEFAULT 0,
+    has_children BOOLEAN NOT NULL DEFAULT FALSE,
+    -- The key an active job holds, which the unique index of keys reads (NULLs never conflict).
+    active_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin
+        AS (CASE WHEN status IN ('pending', 'claimed') AND NOT superseded THEN idempotency_key END) STORED,
+    -- The queue of a job in the ready index (pending or claimed, neither waiting nor due later), else NULL.
+    ready_queue VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin
+        AS (CASE WHEN status IN ('pending', 'claimed') AND NOT waiting AND NOT scheduled THEN queue END) STORED,
+    -- The kind of a ready job of a keyed kind, else NULL: the index a claim walks the keys with ready jobs by.
+    ready_flow_kind VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin
+        AS (CASE WHEN status IN ('pending', 'claimed') AND NOT waiting AND NOT scheduled AND flow_key IS NOT NULL
+            THEN kind END) STORED,
+    -- The same job's kind and key as one 16-byte digest: the index a claim reads each key's head by. Kind (1,020
+    -- bytes reserved) and key (2,048) leave no room in a 3,072-byte index key for the order that follows them; the
+    -- claim compares kind and key too, so a collision of digests costs a row read, never a wrong job.
+    ready_flow_head BINARY(16)
+        AS (CASE WHEN status IN ('pending', 'claimed') AND NOT waiting AND NOT scheduled AND flow_key IS NOT NULL
+            THEN UNHEX(MD5(CONCAT(kind, CHAR(0), flow_key))) END) STORED,
+    -- A scheduled job's run time, which the claim's promotion reads.
+    due_at BIGINT AS (CASE WHEN status = 'pending' AND scheduled THEN run_at END) STORED,
+    -- A finished job's last change.
+    finished_at BIGINT AS (CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN updated_at END) STORED,
+    -- Whether a job of a sequence holds back the later ones (TRUE, or NULL).
+    blocks BOOLEAN AS (CASE WHEN sequence_key IS NOT NULL AND (status IN ('pending', 'claimed')
+        OR (status IN ('failed', 'cancelled') AND sequence_hold = 1)) THEN TRUE END) STORED,
+    -- The sequence of a blocking job, else NULL: the blocking index.
+    blocking_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin
+        AS (CASE WHEN sequence_key IS NOT NULL AND (status IN ('pending', 'claimed')
+            OR (status IN ('failed', 'cancelled') AND sequence_hold = 1)) THEN sequence_key END) STORED,
+    KEY outbox_jobs_ready_queue (ready_queue, kind, priority DESC, run_at, id),
+    KEY outbox_jobs_scheduled (due_at),
+    KEY outbox_jobs_flow_keys (ready_flow_kind, flow_key),
+    KEY outbox_jobs_flow_heads (ready_flow_head, priority DESC, run_at, id),
+    KEY outbox_jobs_subject (subject, id),
+    KEY outbox_jobs_workflow (workflow_id, id),
+    UNIQUE KEY outbox_jobs_active_key (kind, active_key),
+    KEY outbox_jobs_sequence (sequence_key, sequence_no),
+    KEY outbox_jobs_sequence_blocking (blocking_key, sequence_no),
+    CONSTRAINT outbox_jobs_max_attempts_check CHECK (max_attempts >= 1),
+    CONSTRAINT outbox_jobs_status_check CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
+    CONSTRAINT outbox_jobs_cost_check CHECK (cost >= 0)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+
+-- The history of every job and the event feed (see `storage/events.rs`). A worker's claim and completion write one
+-- row for their jobs (`job_id` empty, the jobs in `jobs`); every other writer's changes are recorded by the
+-- triggers below, one row per job.
+CREATE TABLE IF NOT EXISTS outbox_job_events (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    job_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
+    kind VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT '',
+    queue VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT '',
+    at BIGINT NOT NULL,
+    event VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    attempt INT NOT NULL,
+    worker VARCHAR(255),
+    error TEXT,
+    jobs JSON,
+    claimed_at BIGINT,
+    completed_at BIGINT,
+    KEY outbox_job_events_job (job_id, id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Leases are found through the claims, not through an index of the jobs: a claim records its jobs (a JSON array of
+-- ids) and their lease in one row, as on PostgreSQL (`storage/postgres/schema.sql` says how the rescuers read it).
+CREATE TABLE IF NOT EXISTS outbox_claims (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    worker VARCHAR(255) NOT NULL,
+    lease_expires_at BIGINT NOT NULL,
+    jobs JSON NOT NULL,
+    KEY outbox_claims_lease (lease_expires_at)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Finished jobs are found through a log of when they finished, as on PostgreSQL; a row has an id here, which
+-- retention deletes it by (PostgreSQL's `ctid`).
+CREATE TABLE IF NOT EXISTS outbox_finished (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    at BIGINT NOT NULL,
+    jobs JSON NOT NULL,
+    KEY outbox_finished_at (at)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- The archive: completed jobs of kinds kept in time partitions, by `updated_at` (their completion). RANGE has no
+-- default partition here: the last one, `pmax`, takes every time past the others, and retention splits spans off
+-- it ahead of time (cheap while it is empty) and drops old ones whole. A partitioned table's unique keys must
+-- hold the partition column, so ids are found through a plain index. The columns are the jobs table's as the
+-- archive's readers name them (`storage/archive.rs`).
+CREATE TABLE IF NOT EXISTS outbox_jobs_done (
+    id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
+    kind VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    queue VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    payload JSON NOT NULL,
+    priority INT NOT NULL,
+    max_attempts INT NOT NULL,
+    idempotency_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,
+    schema_hash VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    created_at BIGINT NOT NULL,
+    sequence_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,
+    sequence_no BIGINT,
+    sequence_hold SMALLINT NOT NULL,
+    waiting BOOLEAN NOT NULL,
+    superseded BOOLEAN NOT NULL,
+    scheduled BOOLEAN NOT NULL,
+    run_at BIGINT NOT NULL,
+    last_error TEXT,
+    output JSON,
+    attempts INT NOT NULL,
+    runs INT NOT NULL,
+    locked_by VARCHAR(255),
+    locked_at BIGINT,
+    claimed_at BIGINT,
+    status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    completed_at BIGINT NOT NULL,
+    lease_expires_at BIGINT,
+    updated_at BIGINT NOT NULL,
+    KEY outbox_jobs_done_id (id),
+    CONSTRAINT outbox_jobs_done_status_check CHECK (status = 'completed')
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin PARTITION BY RANGE (updated_at) (PARTITION pmax VALUES LESS THAN MAXVALUE);
+
+-- What readers name: the same on every engine.
+CREATE OR REPLACE VIEW outbox_jobs_archive AS SELECT * FROM outbox_jobs_done;
+
+-- The kinds workers have registered, with their JSON Schemas. `schema` is a reserved word here: statements quote it.
+CREATE TABLE IF NOT EXISTS outbox_kinds (
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
+    `schema` JSON NOT NULL,
+    schema_hash VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    queue VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    priority INT NOT NULL,
+    max_attempts INT NOT NULL,
+    is_unique BOOLEAN NOT NULL,
+    key_fields JSON NOT NULL,
+    recorded_by VARCHAR(255),
+    first_seen_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    sequence TEXT,
+    on_sequence_failure VARCHAR(16) NOT NULL DEFAULT 'hold',
+    concurrency BIGINT,
+    rate TEXT,
+    rate_key TEXT,
+    fair TEXT,
+    cost TEXT,
+    subject TEXT
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- The worker registry: one row per live worker, in this process or remote.
+CREATE TABLE IF NOT EXISTS outbox_workers (
+    id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
+    host VARCHAR(255) NOT NULL,
+    pid BIGINT,
+    queues JSON,
+    kinds JSON NOT NULL,
+    concurrency BIGINT,
+    running BIGINT NOT NULL DEFAULT 0,
+    remote BOOLEAN NOT NULL DEFAULT FALSE,
+    started_at BIGINT NOT NULL,
+    last_seen_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Periodic schedules: the tick last enqueued, moved by compare-and-set so one process enqueues each tick.
+CREATE TABLE IF NOT EXISTS outbox_schedules (
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
+    kind VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    spec TEXT NOT NULL,
+    time_zone VARCHAR(64) NOT NULL,
+    missed VARCHAR(32) NOT NULL,
+    last_tick BIGINT,
+    last_job_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin,
+    updated_at BIGINT NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Named leases of fleet-wide chores (retention runs in one process at a time).
+CREATE TABLE IF NOT EXISTS outbox_locks (
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
+    holder VARCHAR(255) NOT NULL,
+    expires_at BIGINT NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- The latest report of each reconciler.
+CREATE TABLE IF NOT EXISTS outbox_reconciliations (
+    reconciler VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
+    at BIGINT NOT NULL,
+    worker VARCHAR(255),
+    report JSON NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Pauses and holds: work of a queue, a kind, or one key of a kind that no claim takes (an empty key: the whole
+-- kind). `key` is a reserved word here: statements quote it. The scope is an ENUM, one byte in the primary key:
+-- name (1,020 bytes reserved) and key (2,048) leave 4 of InnoDB's 3,072.
+CREATE TABLE IF NOT EXISTS outbox_pauses (
+    scope ENUM('queue', 'kind') CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    `key` VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT '',
+    ends_at BIGINT,
+    reason TEXT,
+    paused_at BIGINT NOT NULL,
+    PRIMARY KEY (scope, name, `key`)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Rate limits by name: the rate, and a token bucket per key (an empty key: the name's own). `level` units at `at`
+-- (ms); it refills at amount / window_ms up to burst.
+CREATE TABLE IF NOT EXISTS outbox_rates (
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    `key` VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT '',
+    amount BIGINT NOT NULL,
+    window_ms BIGINT NOT NULL,
+    burst BIGINT NOT NULL,
+    level DOUBLE NOT NULL,
+    at BIGINT NOT NULL,
+    PRIMARY KEY (name, `key`),
+    CONSTRAINT outbox_rates_amount_check CHECK (amount > 0),
+    CONSTRAINT outbox_rates_window_ms_check CHECK (window_ms > 0),
+    CONSTRAINT outbox_rates_burst_check CHECK (burst > 0)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Fair share by kind: each key's weight and pass; the empty key holds the kind's clock.
+CREATE TABLE IF NOT EXISTS outbox_fair (
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    `key` VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    weight INT NOT NULL DEFAULT 1,
+    pass DOUBLE NOT NULL DEFAULT 0,
+    PRIMARY KEY (name, `key`),
+    CONSTRAINT outbox_fair_weight_check CHECK (weight > 0)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Workflows and batches by name.
+CREATE TABLE IF NOT EXISTS outbox_workflows (
+    id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at BIGINT NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- The edges: `child_id` waits for `parent_id`, which it knows as `parent_step`; `done` once the parent's outcome was
+-- counted.
+CREATE TABLE IF NOT EXISTS outbox_job_deps (
+    parent_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
+    child_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
+    parent_step VARCHAR(255) NOT NULL,
+    done BOOLEAN NOT NULL DEFAULT FALSE,
+    PRIMARY KEY (parent_id, child_id),
+    KEY outbox_job_deps_child (child_id, parent_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Wake-ups across processes. Every job inserted is written into this log by the trigger below, in MEMORY tables:
+-- not transactional, so the write takes no lock that outlives its statement and concurrent enqueuers do not queue
+-- behind one another's commit (a signal row in InnoDB cost 4 enqueuers a fifth of their rate; `outbox-bench
+-- mariadb-wake`). The log is a ring of 32,768 slots, each job at the place a counter hands out: it never outgrows
+-- the server's MEMORY table limit (`max_heap_table_size`, 16 MiB by default), and an enqueue never fails on it.
+-- A process's watcher reads the places after the last it read (the B-tree on `seq`: a MEMORY table's default hash
+-- index would make that read a scan), then reads those jobs' rows without a lock, and looks again shortly for
+-- those whose enqueue has not committed yet: it never wakes its workers early, and a job committed after a later
+-- one is not missed. A watcher that fell more than the ring behind, or finds the counter gone back (a restart
+-- empties MEMORY tables), claims once instead.
+CREATE TABLE IF NOT EXISTS outbox_wake_counter (
+    id TINYINT NOT NULL PRIMARY KEY,
+    n BIGINT NOT NULL
+) ENGINE = MEMORY;
+
+CREATE TABLE IF NOT EXISTS outbox_wake_log (
+    slot INT NOT NULL,
+    seq BIGINT NOT NULL,
+    job_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
+    PRIMARY KEY USING BTREE (slot),
+    KEY outbox_wake_log_seq USING BTREE (seq)
+) ENGINE = MEMORY;
+
+-- Every job inserted, by any writer:
+-- - is logged for the watchers (the counter's value reaches the second statement through LAST_INSERT_ID(expr),
+--   which the server gives back to the enqueuing session as it was once the trigger ends);
+-- - records its `enqueued` event (one row per job: there are no statement triggers);
+-- - inserted claimed or finished (hand-written SQL), is listed in a claim or in the log of finished jobs.
+CREATE OR REPLACE TRIGGER outbox_jobs_inserted AFTER INSERT ON outbox_jobs FOR EACH ROW
+BEGIN
+    INSERT INTO outbox_wake_counter (id, n) VALUES (1, LAST_INSERT_ID(1))
+        ON DUPLICATE KEY UPDATE n = LAST_INSERT_ID(n + 1);
+    INSERT INTO outbox_wake_log (slot, seq, job_id) VALUES (LAST_INSERT_ID() % 32768, LAST_INSERT_ID(), NEW.id)
+        ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id);
+    INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
+        VALUES (NEW.id, NEW.kind, NEW.queue, NEW.created_at, 'enqueued', NEW.attempts);
+    IF NEW.status = 'claimed' THEN
+        INSERT INTO outbox_claims (worker, lease_expires_at, jobs)
+            VALUES (COALESCE(NEW.locked_by, ''), COALESCE(NEW.lease_expires_at, 0), JSON_ARRAY(NEW.id));
+    END IF;
+    IF NEW.finished_at IS NOT NULL THEN
+        INSERT INTO outbox_finished (at, jobs) VALUES (NEW.finished_at, JSON_ARRAY(NEW.id));
+    END IF;
+END;
+
+-- Every job updated, by any writer:
+-- - made ready (its ready queue goes from NULL to its queue: a sequence's next job, a workflow's step, a retry, a
+--   job whose pause ended), is logged for the watchers as an inserted one is; a claim is not;
+-- - records every other transition, named as `storage/events.rs` describes (the same text as on the other
+--   engines); the worker's claim and completion statements flip `event_flip` and record their jobs themselves;
+-- - claimed, or its lease shortened, by another writer: is listed in a claim of its own;
+-- - finished, or its finished time changed, by another writer: is listed in the log of finished jobs.
+CREATE OR REPLACE TRIGGER outbox_jobs_updated AFTER UPDATE ON outbox_jobs FOR EACH ROW
+BEGIN
+    IF OLD.ready_queue IS NULL AND NEW.ready_queue IS NOT NULL THEN
+        INSERT INTO outbox_wake_counter (id, n) VALUES (1, LAST_INSERT_ID(1))
+            ON DUPLICATE KEY UPDATE n = LAST_INSERT_ID(n + 1);
+        INSERT INTO outbox_wake_log (slot, seq, job_id) VALUES (LAST_INSERT_ID() % 32768, LAST_INSERT_ID(), NEW.id)
+            ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id);
+    END IF;
+    IF (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts) AND OLD.event_flip = NEW.event_flip THEN
+        INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error, claimed_at,
+            completed_at)
+        VALUES (NEW.id, NEW.kind, NEW.queue, NEW.updated_at,
+            CASE
+                WHEN NEW.status = 'claimed' THEN 'claimed'
+                WHEN NEW.status = 'completed' THEN 'completed'
+                WHEN NEW.status = 'cancelled' THEN 'cancelled'
+                WHEN OLD.status IN ('failed', 'cancelled', 'completed') THEN 'retried_by_operator'
+                WHEN OLD.status = 'claimed' AND NEW.attempts = OLD.attempts
+                    AND NEW.last_error LIKE 'lease expired%' THEN
+                    CASE WHEN NEW.status = 'failed' THEN 'rescued_failed' ELSE 'rescued' END
+                WHEN NEW.status = 'failed' THEN 'failed'
+                WHEN NEW.attempts < OLD.attempts THEN
+                    CASE WHEN NEW.run_at > NEW.updated_at THEN 'snoozed' ELSE 'released' END
+                ELSE 'retried'
+            END,
+            CASE WHEN NEW.attempts < OLD.attempts THEN OLD.attempts ELSE NEW.attempts END,
+            NEW.locked_by,
+            CASE WHEN NEW.status IN ('pending', 'failed') AND OLD.status = 'claimed'
+                AND NEW.attempts >= OLD.attempts THEN NEW.last_error END,
+            CASE WHEN OLD.status IN ('claimed', 'completed') THEN OLD.claimed_at END,
+            CASE WHEN OLD.status = 'completed' THEN OLD.completed_at END);
+    END IF;
+    IF NEW.status = 'claimed' AND ((OLD.status <> 'claimed' AND OLD.event_flip = NEW.event_flip)
+            OR NEW.lease_expires_at < OLD.lease_expires_at) THEN
+        INSERT INTO outbox_claims (worker, lease_expires_at, jobs)
+            VALUES (COALESCE(NEW.locked_by, ''), COALESCE(NEW.lease_expires_at, 0), JSON_ARRAY(NEW.id));
+    END IF;
+    IF NEW.finished_at IS NOT NULL AND NOT (NEW.finished_at <=> OLD.finished_at)
+            AND OLD.event_flip = NEW.event_flip THEN
+        INSERT INTO outbox_finished (at, jobs) VALUES (NEW.finished_at, JSON_ARRAY(NEW.id));
+    END IF;
+END;
+
+-- A job deleted takes its history with it, unless it was deleted while claimed (a job of a kind that keeps
+-- nothing, deleted by the statement that completes it: its events stay for the feed's readers); a step takes its
+-- edges to its parents.
+CREATE OR REPLACE TRIGGER outbox_jobs_deleted AFTER DELETE ON outbox_jobs FOR EACH ROW
+BEGIN
+    IF OLD.status <> 'claimed' THEN
+        DELETE FROM outbox_job_events WHERE job_id = OLD.id;
+    END IF;
+    IF OLD.workflow_id IS NOT NULL THEN
+        DELETE FROM outbox_job_deps WHERE child_id = OLD.id;
+    END IF;
+END;
+
+-- An archived job deleted by hand (`delete`, `purge`) takes its history with it. A partition dropped whole fires no
+-- trigger: its jobs' history goes with the feed rows that recorded their completions.
+CREATE OR REPLACE TRIGGER outbox_jobs_done_purged AFTER DELETE ON outbox_jobs_done FOR EACH ROW
+    DELETE FROM outbox_job_events WHERE job_id = OLD.id;
