@@ -318,3 +318,50 @@ async fn migrating_again_changes_nothing_and_text_is_unicode_whatever_the_server
     let row = t.db.query_one_raw(Statement::from_string(DbBackend::MySql, read)).await.expect("read").expect("a row");
     assert_eq!(row.try_get_by_index::<String>(0).expect("text"), format!("{text}|{text}|{text}"));
 }
+
+/// Enqueue through the caller's own transaction, on the engine as far as it is built: a rolled-back enqueue leaves
+/// nothing, a committed one is there once; a duplicate key collapses onto the active job, in one enqueue and in a
+/// batch; a sequenced job is refused before any SQL, naming the job and its kind, and nothing of its batch is
+/// written.
+#[tokio::test]
+async fn enqueue_commits_and_rolls_back_with_the_caller_s_transaction_and_collapses_duplicate_keys() {
+    use outbox::{EnqueueOpts, Enqueued, Error};
+    use outbox_tests::Probe;
+    let Some(t) = TestMariaDb::fresh("enqueue").await else { return };
+    with_schema(&t).await;
+    let count = async |sql: &str| -> i64 {
+        let row = t.db.query_one_raw(Statement::from_string(DbBackend::MySql, sql)).await.expect("count");
+        row.expect("a row").try_get_by_index(0).expect("a count")
+    };
+
+    let txn = t.db.begin().await.expect("begin");
+    outbox::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    txn.rollback().await.expect("rollback");
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs").await, 0, "rolled back with the caller's transaction");
+
+    let txn = t.db.begin().await.expect("begin");
+    let Enqueued::New(first) = outbox::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue")
+    else {
+        panic!("a new job")
+    };
+    // The same payload, the same key (`probe` keys by payload): collapsed onto the first, in its transaction too.
+    let again = outbox::enqueue(&txn, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue again");
+    assert_eq!(again, Enqueued::Existing(first.clone()));
+    txn.commit().await.expect("commit");
+    let job = outbox::ops::get(&t.db, &first).await.expect("the job");
+    assert_eq!((job.kind.as_str(), job.status.as_str(), job.payload.clone()), ("probe", "pending", serde_json::json!({"n": 1})));
+
+    let batch = [Probe { n: 1 }, Probe { n: 2 }, Probe { n: 3 }, Probe { n: 2 }];
+    let written = outbox::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("a batch");
+    assert_eq!(written[0], Enqueued::Existing(first), "the held key collapses onto the active job");
+    assert!(matches!(&written[1], Enqueued::New(_)) && matches!(&written[2], Enqueued::New(_)), "{written:?}");
+    assert_eq!(written[3], Enqueued::Existing(written[1].id().to_owned()), "a duplicate in the batch collapses onto the first");
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs").await, 3);
+
+    let sequenced = EnqueueOpts { sequence: Some("order-1".into()), ..EnqueueOpts::new() };
+    let err = outbox::enqueue(&t.db, &Probe { n: 9 }, sequenced.clone()).await.expect_err("refused");
+    assert!(matches!(&err, Error::Unsupported(m) if m.contains("of kind `probe` names a sequence")), "{err}");
+    let err = outbox::enqueue_batch(&t.db, &[Probe { n: 10 }, Probe { n: 11 }], sequenced).await.expect_err("refused");
+    assert!(matches!(&err, Error::Unsupported(_)), "{err}");
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs").await, 3, "nothing of the refused enqueues was written");
+}

@@ -118,8 +118,16 @@ pub(crate) trait Engine {
 
     // Enqueue (`enqueue.rs`).
 
-    /// The INSERT of `jobs` (without its conflict clause) and its values.
-    fn insert(jobs: &[&NewJob]) -> (String, Vec<Value>);
+    /// The INSERT of `jobs` (without its conflict clause) and its values; refused for jobs the engine cannot take
+    /// yet.
+    fn insert(jobs: &[&NewJob]) -> Result<(String, Vec<Value>)>;
+
+    /// What ends an INSERT of keyed jobs so that it skips a job whose key an active job of its kind holds.
+    const SKIP_HELD_KEYS: &'static str;
+
+    /// Whether an INSERT's count of rows counts the rows [`Engine::SKIP_HELD_KEYS`] skipped too: then which went
+    /// in is read back.
+    const COUNTS_SKIPPED: bool;
 
     /// Whether `job` goes in a statement of its own (a statement's subqueries may read the table before any of
     /// its rows is written, and a sequenced job's place is read so).

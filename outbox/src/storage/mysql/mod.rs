@@ -8,6 +8,7 @@
 //! the operator queries are not spelled for MySQL yet, and the server refuses them.
 
 mod conn;
+mod enqueue;
 mod schema;
 
 use std::time::{Duration, Instant};
@@ -23,12 +24,13 @@ use crate::error::{Error, Result};
 use crate::job::Violation;
 use crate::wake::Watch;
 
+/// Why the engine refuses what it does not do yet.
+const UNDER_CONSTRUCTION: &str =
+    "the `mysql` feature of this build makes the schema and enqueues jobs, and the rest of its engine is being built";
+
 /// The refusal of what the engine does not do yet.
 fn not_yet(what: &str) -> Error {
-    Error::Unsupported(format!(
-        "{what} is not available on MariaDB or MySQL yet: the `mysql` feature of this build makes the schema and \
-         opens connections, and its engine is still being built"
-    ))
+    Error::Unsupported(format!("{what} is not available on MariaDB or MySQL yet: {UNDER_CONSTRUCTION}"))
 }
 
 /// The MariaDB and MySQL engine.
@@ -125,19 +127,20 @@ impl Engine for MySql {
         Ok(())
     }
 
-    /// The plain `VALUES` form, which the engine's enqueue starts from; the conflict clause the shared enqueue adds
-    /// is not MySQL's yet, so the server refuses the statement.
-    fn insert(jobs: &[&NewJob]) -> (String, Vec<Value>) {
-        super::enqueue::insert_values(Dialect::MySql, jobs, None)
+    fn insert(jobs: &[&NewJob]) -> Result<(String, Vec<Value>)> {
+        enqueue::insert(jobs)
     }
+
+    const SKIP_HELD_KEYS: &'static str = enqueue::SKIP_HELD_KEYS;
+
+    const COUNTS_SKIPPED: bool = true;
 
     fn alone(_job: &NewJob) -> bool {
         false
     }
 
-    /// The unique index of active keys reads the generated column `active_key`.
     fn holds_key(j: &str, key: &str) -> String {
-        format!("{j}.active_key = {key}")
+        enqueue::holds_key(j, key)
     }
 
     fn feed_after(_row: &str, _after: &str, _rows: i64) -> Result<(String, Vec<Value>, String)> {

@@ -125,9 +125,13 @@ impl Engine for Sqlite {
         archive::drop_partitions(conn).await
     }
 
-    fn insert(jobs: &[&NewJob]) -> (String, Vec<Value>) {
-        enqueue::insert(jobs)
+    fn insert(jobs: &[&NewJob]) -> Result<(String, Vec<Value>)> {
+        Ok(enqueue::insert(jobs))
     }
+
+    const SKIP_HELD_KEYS: &'static str = " ON CONFLICT DO NOTHING";
+
+    const COUNTS_SKIPPED: bool = false;
 
     fn alone(job: &NewJob) -> bool {
         enqueue::alone(job)
