@@ -276,6 +276,33 @@ impl Dialect {
         }
     }
 
+    /// What ends an INSERT so that a row whose conflict target `keys` (its primary key) exists already is updated
+    /// instead, `columns` taking the values the INSERT gave them.
+    pub(crate) fn upsert(self, keys: &str, columns: &[&str]) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let set: Vec<String> = columns.iter().map(|c| format!("{c} = VALUES({c})")).collect();
+                format!(" ON DUPLICATE KEY UPDATE {}", set.join(", "))
+            }
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            _ => {
+                let set: Vec<String> = columns.iter().map(|c| format!("{c} = excluded.{c}")).collect();
+                format!(" ON CONFLICT ({keys}) DO UPDATE SET {}", set.join(", "))
+            }
+        }
+    }
+
+    /// The column `name` quoted, for the names an engine reserves (`schema` and `key` on MySQL).
+    pub(crate) fn quoted(self, name: &str) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("`{name}`"),
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            _ => format!("\"{name}\""),
+        }
+    }
+
     /// The function that returns the larger of its arguments.
     pub(crate) fn greatest(self) -> &'static str {
         match self {

@@ -39,20 +39,36 @@ pub(crate) async fn record<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     let b = Dialect::of(conn)?;
+    let schema = b.quoted("schema");
     let sql = format!(
-        "INSERT INTO outbox_kinds (name, schema, schema_hash, queue, priority, max_attempts, is_unique, key_fields, \
-         recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, rate_key, fair, \
-         cost, subject) VALUES ($1, {}, $3, $4, $5, $6, $7, {}, $9, {now}, {now}, $11, $12, $13, $14, $15, $16, $17, \
-         $18) \
-         ON CONFLICT (name) DO UPDATE SET schema = excluded.schema, schema_hash = excluded.schema_hash, \
-         queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts, \
-         is_unique = excluded.is_unique, key_fields = excluded.key_fields, recorded_by = excluded.recorded_by, \
-         updated_at = excluded.updated_at, sequence = excluded.sequence, \
-         on_sequence_failure = excluded.on_sequence_failure, concurrency = excluded.concurrency, \
-         rate = excluded.rate, rate_key = excluded.rate_key, fair = excluded.fair, cost = excluded.cost, \
-         subject = excluded.subject",
+        "INSERT INTO outbox_kinds (name, {schema}, schema_hash, queue, priority, max_attempts, is_unique, \
+         key_fields, recorded_by, first_seen_at, updated_at, sequence, on_sequence_failure, concurrency, rate, \
+         rate_key, fair, cost, subject) VALUES ($1, {}, $3, $4, $5, $6, $7, {}, $9, {now}, {now}, $11, $12, $13, $14, \
+         $15, $16, $17, $18){}",
         b.json("$2"),
         b.json("$8"),
+        b.upsert(
+            "name",
+            &[
+                schema.as_str(),
+                "schema_hash",
+                "queue",
+                "priority",
+                "max_attempts",
+                "is_unique",
+                "key_fields",
+                "recorded_by",
+                "updated_at",
+                "sequence",
+                "on_sequence_failure",
+                "concurrency",
+                "rate",
+                "rate_key",
+                "fair",
+                "cost",
+                "subject",
+            ]
+        ),
         now = b.ts("$10"),
     );
     for k in kinds {
@@ -86,7 +102,7 @@ pub(crate) async fn list<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&st
     let sql = format!(
         "SELECT name, {}, schema_hash, queue, priority, max_attempts, is_unique, {}, recorded_by, {}, {}, sequence, \
          on_sequence_failure, concurrency, rate, rate_key, fair, cost, subject FROM outbox_kinds{filter} ORDER BY name",
-        b.text("schema"),
+        b.text(&b.quoted("schema")),
         b.text("key_fields"),
         b.ms("first_seen_at"),
         b.ms("updated_at"),

@@ -10,10 +10,10 @@ use crate::record::ReconciliationRecord;
 pub(crate) async fn record<C: ConnectionTrait + ?Sized>(conn: &C, rec: &ReconciliationRecord) -> Result<()> {
     let b = Dialect::of(conn)?;
     let sql = format!(
-        "INSERT INTO outbox_reconciliations (reconciler, at, worker, report) VALUES ($1, {}, $3, {}) \
-         ON CONFLICT (reconciler) DO UPDATE SET at = excluded.at, worker = excluded.worker, report = excluded.report",
+        "INSERT INTO outbox_reconciliations (reconciler, at, worker, report) VALUES ($1, {}, $3, {}){}",
         b.ts("$2"),
-        b.json("$4")
+        b.json("$4"),
+        b.upsert("reconciler", &["at", "worker", "report"]),
     );
     let values: Vec<Value> = vec![
         rec.reconciler.clone().into(),

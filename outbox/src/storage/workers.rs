@@ -30,13 +30,14 @@ pub(crate) async fn upsert<C: ConnectionTrait + ?Sized>(conn: &C, w: &WorkerRow)
     let ctx = || format!("recording worker `{}` in the registry", w.id);
     let sql = format!(
         "INSERT INTO outbox_workers (id, host, pid, queues, kinds, concurrency, running, remote, started_at, \
-         last_seen_at, expires_at) VALUES ($1, $2, $3, {}, {}, $6, $7, $8, {now}, {now}, {}) \
-         ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, queues = excluded.queues, \
-         kinds = excluded.kinds, concurrency = excluded.concurrency, running = excluded.running, \
-         remote = excluded.remote, last_seen_at = excluded.last_seen_at, expires_at = excluded.expires_at",
+         last_seen_at, expires_at) VALUES ($1, $2, $3, {}, {}, $6, $7, $8, {now}, {now}, {}){}",
         b.json("$4"),
         b.json("$5"),
         b.ts("$10"),
+        b.upsert(
+            "id",
+            &["host", "pid", "queues", "kinds", "concurrency", "running", "remote", "last_seen_at", "expires_at"]
+        ),
         now = b.ts("$9"),
     );
     let values: Vec<Value> = vec![

@@ -7,7 +7,11 @@ use crate::error::Result;
 use crate::storage::kinds::{self, KindRow};
 use crate::time::from_ms;
 
-driver_tests!(kinds_are_recorded_and_listed, kinds_refresh_keeps_first_seen);
+driver_tests!(
+    kinds_are_recorded_and_listed,
+    kinds_refresh_keeps_first_seen;
+    mysql: kinds_are_recorded_and_listed, kinds_refresh_keeps_first_seen,
+);
 
 pub(super) fn kind_row(name: &str) -> KindRow {
     KindRow {

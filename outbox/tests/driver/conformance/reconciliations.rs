@@ -8,7 +8,10 @@ use crate::record::ReconciliationRecord;
 use crate::storage::reconciliations;
 use crate::time::from_ms;
 
-driver_tests!(reconciliations_keep_the_latest_report);
+driver_tests!(
+    reconciliations_keep_the_latest_report;
+    mysql: reconciliations_keep_the_latest_report,
+);
 
 /// A report of `reconciler` at `at` that checked `n` things.
 pub(super) fn report(reconciler: &str, at: i64, n: u64) -> ReconciliationRecord {

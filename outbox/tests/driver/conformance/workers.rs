@@ -7,7 +7,10 @@ use crate::error::Result;
 use crate::storage::workers::{self, WorkerRow};
 use crate::time::from_ms;
 
-driver_tests!(workers_upsert_list_and_remove);
+driver_tests!(
+    workers_upsert_list_and_remove;
+    mysql: workers_upsert_list_and_remove,
+);
 
 pub(super) fn worker_row(id: &str, now: i64, expires_at: i64) -> WorkerRow {
     WorkerRow {
