@@ -349,13 +349,20 @@ async fn enqueue_commits_and_rolls_back_with_the_caller_s_transaction_and_collap
     assert_eq!(again, Enqueued::Existing(first.clone()));
     txn.commit().await.expect("commit");
     let job = outbox::ops::get(&t.db, &first).await.expect("the job");
-    assert_eq!((job.kind.as_str(), job.status.as_str(), job.payload.clone()), ("probe", "pending", serde_json::json!({"n": 1})));
+    assert_eq!(
+        (job.kind.as_str(), job.status.as_str(), job.payload.clone()),
+        ("probe", "pending", serde_json::json!({"n": 1}))
+    );
 
     let batch = [Probe { n: 1 }, Probe { n: 2 }, Probe { n: 3 }, Probe { n: 2 }];
     let written = outbox::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("a batch");
     assert_eq!(written[0], Enqueued::Existing(first), "the held key collapses onto the active job");
     assert!(matches!(&written[1], Enqueued::New(_)) && matches!(&written[2], Enqueued::New(_)), "{written:?}");
-    assert_eq!(written[3], Enqueued::Existing(written[1].id().to_owned()), "a duplicate in the batch collapses onto the first");
+    assert_eq!(
+        written[3],
+        Enqueued::Existing(written[1].id().to_owned()),
+        "a duplicate in the batch collapses onto the first"
+    );
     assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs").await, 3);
 
     let sequenced = EnqueueOpts { sequence: Some("order-1".into()), ..EnqueueOpts::new() };

@@ -129,6 +129,16 @@ pub(crate) trait Engine {
     /// in is read back.
     const COUNTS_SKIPPED: bool;
 
+    /// Runs `sql`, the INSERT of one row, unless a row of the same primary key is there, and tells whether it
+    /// wrote; the caller's transaction goes on either way (a compare-and-set's second half: `locks.rs`,
+    /// `schedules.rs`).
+    async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        sql: String,
+        values: Vec<Value>,
+        context: String,
+    ) -> Result<bool>;
+
     /// Whether `job` goes in a statement of its own (a statement's subqueries may read the table before any of
     /// its rows is written, and a sequenced job's place is read so).
     fn alone(job: &NewJob) -> bool;

@@ -14,16 +14,20 @@ pub(crate) async fn take<C: ConnectionTrait + ?Sized>(
     until: i64,
 ) -> Result<bool> {
     let b = Dialect::of(conn)?;
+    let ctx = || format!("taking lease `{name}` for `{holder}`");
+    // Compare and set, then insert where there was nothing to compare: the update's count is exact on every
+    // engine (an upsert's `WHERE` has no MySQL form, and its count there takes in a row found and left).
     let sql = format!(
-        "INSERT INTO outbox_locks (name, holder, expires_at) VALUES ($1, $2, {}) ON CONFLICT (name) DO UPDATE \
-         SET holder = excluded.holder, expires_at = excluded.expires_at \
-         WHERE outbox_locks.holder = excluded.holder OR outbox_locks.expires_at < {}",
+        "UPDATE outbox_locks SET holder = $2, expires_at = {} WHERE name = $1 AND (holder = $2 OR expires_at < {})",
         b.ts("$3"),
         b.ts("$4")
     );
     let values = vec![name.into(), holder.into(), until.into(), now.into()];
-    let res = execute_write(conn, b.stmt(sql, values), || format!("taking lease `{name}` for `{holder}`")).await?;
-    Ok(res.rows_affected() == 1)
+    if execute_write(conn, b.stmt(sql, values), ctx).await?.rows_affected() == 1 {
+        return Ok(true);
+    }
+    let sql = format!("INSERT INTO outbox_locks (name, holder, expires_at) VALUES ($1, $2, {})", b.ts("$3"));
+    super::insert_if_absent(conn, sql, vec![name.into(), holder.into(), until.into()], ctx()).await
 }
 
 /// Whether a holder other than `holder` has the named lease unexpired at `now`: a read, so a process that

@@ -70,7 +70,9 @@ pub(crate) use on_engine;
 
 use std::time::{Duration, Instant};
 
-use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, ExecResult, Statement};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, ExecResult, Statement, Value,
+};
 
 pub(crate) use dialect::Dialect;
 use engine::Engine;
@@ -129,6 +131,29 @@ pub(crate) async fn query_write<C: ConnectionTrait + ?Sized>(
         Ok(rows) => Ok(rows),
         Err(e) => Err(write_failed(conn, context(), e, started).await),
     }
+}
+
+/// [`Engine::insert_if_absent`] where `ON CONFLICT DO NOTHING` counts what it wrote (SQLite, PostgreSQL).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn skip_if_present<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    d: Dialect,
+    sql: String,
+    values: Vec<Value>,
+    context: String,
+) -> Result<bool> {
+    let res = execute_write(conn, d.stmt(format!("{sql} ON CONFLICT DO NOTHING"), values), || context).await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Runs the INSERT `sql` of one row unless a row of its primary key is there ([`Engine::insert_if_absent`]).
+pub(crate) async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    sql: String,
+    values: Vec<Value>,
+    context: String,
+) -> Result<bool> {
+    on_engine!(Dialect::of(conn)?, E => E::insert_if_absent(conn, sql, values, context).await)
 }
 
 /// Connection settings [`tune`] applies where the engine has them.

@@ -41,20 +41,22 @@ pub(crate) async fn register<C: ConnectionTrait + ?Sized>(
     let ctx = || format!("registering schedule `{}`", row.name);
     let sql = format!(
         "INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, {}) ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, \
-         spec = excluded.spec, time_zone = excluded.time_zone, missed = excluded.missed, \
-         updated_at = excluded.updated_at RETURNING {}",
+         VALUES ($1, $2, $3, $4, $5, {}){}",
         b.ts("$6"),
-        b.ms("last_tick")
+        b.upsert("name", &["kind", "spec", "time_zone", "missed", "updated_at"]),
     );
-    let rows = query_write(conn, b.stmt(sql, row.values(now)), ctx).await?;
+    execute_write(conn, b.stmt(sql, row.values(now)), ctx).await?;
+    // Read after the write, in its transaction (MySQL has no `RETURNING` on an upsert).
+    let sql = format!("SELECT {} FROM outbox_schedules WHERE name = $1", b.ms("last_tick"));
+    let rows = query_write(conn, b.stmt(sql, vec![row.name.clone().into()]), ctx).await?;
     let last = rows.first().map(|r| r.try_get_by_index::<Option<i64>>(0)).transpose();
     last.map(Option::flatten).map_err(Error::db(ctx()))
 }
 
 /// Moves a schedule's last tick to `tick` if it is earlier: true for the one caller that moved it, who then
-/// enqueues the tick's job in the same transaction and names it with [`set_tick_job`]. On PostgreSQL a
-/// concurrent claim of the same tick waits for this row's lock, then sees the moved tick and does nothing.
+/// enqueues the tick's job in the same transaction and names it with [`set_tick_job`]. On PostgreSQL and MySQL a
+/// concurrent claim of the same tick waits for this row's lock, then sees the moved tick and does nothing; a
+/// concurrent first claim of a new schedule finds the row the other inserted, and does nothing either.
 pub(crate) async fn claim_tick<C: ConnectionTrait + ?Sized>(
     conn: &C,
     row: &ScheduleRow,
@@ -62,19 +64,28 @@ pub(crate) async fn claim_tick<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<bool> {
     let b = Dialect::of(conn)?;
+    let ctx = || format!("taking tick {tick} of schedule `{}`", row.name);
+    // Compare and set, then insert where there was nothing to compare, as `locks::take` does.
+    let sql = format!(
+        "UPDATE outbox_schedules SET last_tick = {}, last_job_id = NULL, updated_at = {} \
+         WHERE name = $1 AND (last_tick IS NULL OR last_tick < {})",
+        b.ts("$2"),
+        b.ts("$3"),
+        b.ts("$2")
+    );
+    let values = vec![row.name.clone().into(), tick.into(), now.into()];
+    if execute_write(conn, b.stmt(sql, values), ctx).await?.rows_affected() == 1 {
+        return Ok(true);
+    }
     let sql = format!(
         "INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at, last_tick) \
-         VALUES ($1, $2, $3, $4, $5, {}, {}) ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, \
-         last_job_id = NULL, updated_at = excluded.updated_at \
-         WHERE outbox_schedules.last_tick IS NULL OR outbox_schedules.last_tick < excluded.last_tick",
+         VALUES ($1, $2, $3, $4, $5, {}, {})",
         b.ts("$6"),
         b.ts("$7")
     );
     let mut values = row.values(now);
     values.push(tick.into());
-    let res =
-        execute_write(conn, b.stmt(sql, values), || format!("taking tick {tick} of schedule `{}`", row.name)).await?;
-    Ok(res.rows_affected() == 1)
+    super::insert_if_absent(conn, sql, values, ctx()).await
 }
 
 /// Names the job a schedule's last tick enqueued.

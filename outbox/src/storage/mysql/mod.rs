@@ -135,6 +135,15 @@ impl Engine for MySql {
 
     const COUNTS_SKIPPED: bool = true;
 
+    async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        sql: String,
+        values: Vec<Value>,
+        context: String,
+    ) -> Result<bool> {
+        enqueue::insert_if_absent(conn, sql, values, context).await
+    }
+
     fn alone(_job: &NewJob) -> bool {
         false
     }

@@ -146,6 +146,15 @@ impl Engine for Postgres {
 
     const COUNTS_SKIPPED: bool = false;
 
+    async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+        conn: &C,
+        sql: String,
+        values: Vec<Value>,
+        context: String,
+    ) -> Result<bool> {
+        super::skip_if_present(conn, Dialect::of(conn)?, sql, values, context).await
+    }
+
     fn alone(job: &NewJob) -> bool {
         enqueue::alone(job)
     }

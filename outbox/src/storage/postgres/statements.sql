@@ -298,15 +298,15 @@ WHERE id = $1;
 INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at)
 VALUES ($1, $2, $3, $4, $5, (TIMESTAMPTZ 'epoch' + ($6)::int8 * INTERVAL '1 millisecond'))
 ON CONFLICT (name) DO UPDATE
-SET kind = excluded.kind, spec = excluded.spec, time_zone = excluded.time_zone, missed = excluded.missed, updated_at = excluded.updated_at
-RETURNING (EXTRACT(EPOCH FROM last_tick) * 1000)::int8;
+SET kind = excluded.kind, spec = excluded.spec, time_zone = excluded.time_zone, missed = excluded.missed, updated_at = excluded.updated_at;
+SELECT (EXTRACT(EPOCH FROM last_tick) * 1000)::int8
+FROM outbox_schedules
+WHERE name = $1;
 
 -- schedules: claim a tick
-INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at, last_tick)
-VALUES ($1, $2, $3, $4, $5, (TIMESTAMPTZ 'epoch' + ($6)::int8 * INTERVAL '1 millisecond'), (TIMESTAMPTZ 'epoch' + ($7)::int8 * INTERVAL '1 millisecond'))
-ON CONFLICT (name) DO UPDATE
-SET last_tick = excluded.last_tick, last_job_id = NULL, updated_at = excluded.updated_at
-WHERE outbox_schedules.last_tick IS NULL OR outbox_schedules.last_tick < excluded.last_tick;
+UPDATE outbox_schedules
+SET last_tick = (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'), last_job_id = NULL, updated_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond')
+WHERE name = $1 AND (last_tick IS NULL OR last_tick < (TIMESTAMPTZ 'epoch' + ($2)::int8 * INTERVAL '1 millisecond'));
 
 -- schedules: the tick's job
 UPDATE outbox_schedules
@@ -319,11 +319,12 @@ FROM outbox_schedules
 ORDER BY name;
 
 -- locks: take or renew
+UPDATE outbox_locks
+SET holder = $2, expires_at = (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond')
+WHERE name = $1 AND (holder = $2 OR expires_at < (TIMESTAMPTZ 'epoch' + ($4)::int8 * INTERVAL '1 millisecond'));
 INSERT INTO outbox_locks (name, holder, expires_at)
 VALUES ($1, $2, (TIMESTAMPTZ 'epoch' + ($3)::int8 * INTERVAL '1 millisecond'))
-ON CONFLICT (name) DO UPDATE
-SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE outbox_locks.holder = excluded.holder OR outbox_locks.expires_at < (TIMESTAMPTZ 'epoch' + ($4)::int8 * INTERVAL '1 millisecond');
+ON CONFLICT DO NOTHING;
 
 -- locks: held by another
 SELECT COUNT(*)

@@ -299,15 +299,15 @@ WHERE id = ?;
 INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at)
 VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (name) DO UPDATE
-SET kind = excluded.kind, spec = excluded.spec, time_zone = excluded.time_zone, missed = excluded.missed, updated_at = excluded.updated_at
-RETURNING last_tick;
+SET kind = excluded.kind, spec = excluded.spec, time_zone = excluded.time_zone, missed = excluded.missed, updated_at = excluded.updated_at;
+SELECT last_tick
+FROM outbox_schedules
+WHERE name = ?;
 
 -- schedules: claim a tick
-INSERT INTO outbox_schedules (name, kind, spec, time_zone, missed, updated_at, last_tick)
-VALUES (?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (name) DO UPDATE
-SET last_tick = excluded.last_tick, last_job_id = NULL, updated_at = excluded.updated_at
-WHERE outbox_schedules.last_tick IS NULL OR outbox_schedules.last_tick < excluded.last_tick;
+UPDATE outbox_schedules
+SET last_tick = ?, last_job_id = NULL, updated_at = ?
+WHERE name = ? AND (last_tick IS NULL OR last_tick < ?);
 
 -- schedules: the tick's job
 UPDATE outbox_schedules
@@ -320,11 +320,12 @@ FROM outbox_schedules
 ORDER BY name;
 
 -- locks: take or renew
+UPDATE outbox_locks
+SET holder = ?, expires_at = ?
+WHERE name = ? AND (holder = ? OR expires_at < ?);
 INSERT INTO outbox_locks (name, holder, expires_at)
 VALUES (?, ?, ?)
-ON CONFLICT (name) DO UPDATE
-SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE outbox_locks.holder = excluded.holder OR outbox_locks.expires_at < ?;
+ON CONFLICT DO NOTHING;
 
 -- locks: held by another
 SELECT COUNT(*)

@@ -9,7 +9,8 @@ use crate::storage::locks;
 driver_tests!(
     locks_refuse_another_holder_until_expiry,
     locks_release_by_the_holder_only,
-    locks_held_by_other_is_a_read,
+    locks_held_by_other_is_a_read;
+    mysql: locks_refuse_another_holder_until_expiry, locks_release_by_the_holder_only, locks_held_by_other_is_a_read,
 );
 
 async fn locks_refuse_another_holder_until_expiry(db: &DatabaseConnection) -> Result<()> {

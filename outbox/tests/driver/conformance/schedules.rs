@@ -7,7 +7,11 @@ use crate::error::Result;
 use crate::storage::schedules::{self, ScheduleRow};
 use crate::time::from_ms;
 
-driver_tests!(schedules_register_returns_the_last_tick, schedules_claim_each_tick_once);
+driver_tests!(
+    schedules_register_returns_the_last_tick,
+    schedules_claim_each_tick_once;
+    mysql: schedules_register_returns_the_last_tick, schedules_claim_each_tick_once,
+);
 
 pub(super) fn schedule(name: &str) -> ScheduleRow {
     ScheduleRow {
@@ -44,5 +48,57 @@ async fn schedules_claim_each_tick_once(db: &DatabaseConnection) -> Result<()> {
     assert!(schedules::claim_tick(db, &s, T0 + 120_000, T0 + 1).await?);
     let listed = schedules::list(db).await?;
     assert_eq!((listed[0].last_tick, listed[0].last_job_id.as_deref()), (Some(from_ms(T0 + 120_000)), None));
+    Ok(())
+}
+
+/// MySQL alone: a new schedule's first tick claimed by two transactions at once goes to one. The second's insert
+/// waits for the first's row and meets its key once it commits (a statement error that leaves the transaction
+/// going); when the first rolls back, the second's insert goes in.
+#[cfg(feature = "mysql")]
+mod mysql_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_schedule_s_first_tick_claimed_by_two_at_once_goes_to_one() {
+        let name = "mysql::a_new_schedule_s_first_tick_claimed_by_two_at_once_goes_to_one";
+        super::super::run(crate::storage::Dialect::MySql, name, super::claimed_by_two).await;
+    }
+}
+
+#[cfg(feature = "mysql")]
+async fn claimed_by_two(db: &DatabaseConnection) -> Result<()> {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let d = crate::storage::Dialect::MySql;
+    for first_commits in [true, false] {
+        let s = schedule(if first_commits { "committed" } else { "rolled back" });
+        let first = db.begin().await?;
+        assert!(schedules::claim_tick(&first, &s, T0, T0).await?, "the first claim");
+        let second = tokio::spawn({
+            let (db, s) = (db.clone(), s.clone());
+            async move {
+                let txn = db.begin().await?;
+                let won = schedules::claim_tick(&txn, &s, T0, T0).await?;
+                txn.commit().await?;
+                Ok::<_, crate::error::Error>(won)
+            }
+        });
+        // The second waits for the first's row: seen as a lock wait of the server's.
+        let waits = "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'";
+        loop {
+            let row = db.query_one_raw(d.stmt(waits, vec![])).await?.expect("a count");
+            if row.try_get_by_index::<i64>(0)? == 1 {
+                break;
+            }
+            assert!(!second.is_finished(), "the second claim did not wait for the first");
+            tokio::task::yield_now().await;
+        }
+        if first_commits {
+            first.commit().await?;
+        } else {
+            first.rollback().await?;
+        }
+        let won = second.await.expect("the second claim")?;
+        assert_eq!(won, !first_commits, "the second claim wins only when the first rolled back");
+        let listed = schedules::list(db).await?;
+        assert_eq!(listed.iter().filter(|l| l.name == s.name).count(), 1);
+    }
     Ok(())
 }
