@@ -270,9 +270,42 @@ impl Dialect {
             Dialect::Sqlite => ("INTEGER", "", ""),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => ("BIGINT", " ON COMMIT DROP", " COLLATE \"C\""),
-            // A temporary table outlives the commit: the scan drops it first.
+            // A temporary table outlives the commit: the scan drops it first. Its text is utf8mb4 whatever the
+            // database's default.
             #[cfg(feature = "mysql")]
-            Dialect::MySql => ("BIGINT", "", " COLLATE utf8mb4_nopad_bin"),
+            Dialect::MySql => {
+                ("BIGINT", " DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin", " COLLATE utf8mb4_nopad_bin")
+            }
+        }
+    }
+
+    /// `expr` as a 64-bit integer (`BIGINT`; MySQL casts to `SIGNED`).
+    pub(crate) fn integer(self, expr: &str) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("CAST({expr} AS SIGNED)"),
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            _ => format!("CAST({expr} AS BIGINT)"),
+        }
+    }
+
+    /// `expr` as a double (`DOUBLE PRECISION`; MySQL's `AVG` of integers is a decimal, which this reads as one).
+    pub(crate) fn double(self, expr: &str) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("CAST({expr} AS DOUBLE)"),
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            _ => format!("CAST({expr} AS DOUBLE PRECISION)"),
+        }
+    }
+
+    /// The integer quotient of the integers `a` and `b` (MySQL's `/` gives a decimal).
+    pub(crate) fn quotient(self, a: &str, b: &str) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("({a} DIV {b})"),
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            _ => format!("({a} / {b})"),
         }
     }
 

@@ -26,7 +26,7 @@ pub(crate) fn record_columns(b: Dialect) -> String {
 
 /// [`record_columns`] of the archive, which keeps no subject or trace context.
 fn archived_record_columns(b: Dialect) -> String {
-    columns_with(b, "NULL, NULL")
+    columns_with(b, "NULL AS subject, NULL AS trace")
 }
 
 fn columns_with(b: Dialect, subject_and_trace: &str) -> String {

@@ -71,17 +71,17 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
     let drop = format!("DROP TABLE IF EXISTS {tmp}");
     conn.execute_raw(b.stmt(drop, vec![])).await.map_err(ctx())?;
     let table = format!(
-        "CREATE TEMP TABLE outbox_path_scan (seq {int} PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, \
+        "CREATE TEMPORARY TABLE outbox_path_scan (seq {int} PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, \
          kind TEXT NOT NULL, output TEXT, completed_at {int}, jobs {int} NOT NULL){create}"
     );
     conn.execute_raw(b.stmt(table, vec![])).await.map_err(ctx())?;
     let marks: Vec<String> = kinds.iter().map(|k| p.push(*k)).collect();
     let sql = format!(
         "INSERT INTO {tmp} (seq, path, job_id, kind, output, completed_at, jobs) \
-         SELECT ROW_NUMBER() OVER (ORDER BY path{bytewise} NULLS FIRST), path, id, kind, output, completed_at, jobs \
+         SELECT ROW_NUMBER() OVER (ORDER BY (path IS NULL) DESC, path{bytewise}), path, id, kind, output, completed_at, jobs \
          FROM (SELECT path, id, kind, {output} AS output, {completed} AS completed_at, \
                  ROW_NUMBER() OVER (PARTITION BY path \
-                     ORDER BY sequence_no DESC NULLS LAST, completed_at DESC, id DESC) AS rn, \
+                     ORDER BY (sequence_no IS NULL), sequence_no DESC, completed_at DESC, id DESC) AS rn, \
                  COUNT(*) OVER (PARTITION BY path) AS jobs \
              FROM (SELECT id, kind, output, completed_at, sequence_no, {key_sql} AS path \
                    FROM outbox_jobs WHERE status = 'completed' AND kind IN ({})) s) r WHERE rn = 1",
@@ -90,7 +90,7 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
         completed = b.ms("completed_at"),
     );
     conn.execute_raw(b.stmt(sql, p.0)).await.map_err(ctx())?;
-    let count = format!("SELECT CAST(COALESCE(SUM(jobs), 0) AS BIGINT), COUNT(*) FROM {tmp}");
+    let count = format!("SELECT {}, COUNT(*) FROM {tmp}", b.integer("COALESCE(SUM(jobs), 0)"));
     let row = conn
         .query_one_raw(b.stmt(count, vec![]))
         .await

@@ -51,10 +51,10 @@ pub(crate) async fn activity<C: ConnectionTrait + ?Sized>(
 ) -> Result<Vec<(i64, u64, u64)>> {
     let b = Dialect::of(conn)?;
     let sql = format!(
-        "SELECT ({} / $1) * $1, COUNT(*) FILTER (WHERE status = 'completed'), \
-         COUNT(*) FILTER (WHERE status = 'failed') FROM {} \
+        "SELECT {} * $1, COUNT(CASE WHEN status = 'completed' THEN 1 END), \
+         COUNT(CASE WHEN status = 'failed' THEN 1 END) FROM {} \
          WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= {} GROUP BY 1 ORDER BY 1",
-        b.ms("updated_at"),
+        b.quotient(&b.ms("updated_at"), "$1"),
         jobs_and_archive_since(conn, since).await?,
         b.ts("$2")
     );
@@ -75,14 +75,14 @@ pub(crate) async fn failure_groups<C: ConnectionTrait + ?Sized>(conn: &C, limit:
 /// Run and wait times of jobs completed since `since`, by kind.
 pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<Vec<KindDurations>> {
     let b = Dialect::of(conn)?;
+    let (run, wait) = (b.ms("completed_at - claimed_at"), b.ms("claimed_at - created_at"));
     let sql = format!(
-        "SELECT kind, COUNT(*), CAST(AVG({run}) AS DOUBLE PRECISION), MAX({run}), \
-         CAST(AVG({wait}) AS DOUBLE PRECISION) FROM {} WHERE status = 'completed' AND updated_at >= {} \
+        "SELECT kind, COUNT(*), {}, MAX({run}), {} FROM {} WHERE status = 'completed' AND updated_at >= {} \
          GROUP BY kind ORDER BY kind",
+        b.double(&format!("AVG({run})")),
+        b.double(&format!("AVG({wait})")),
         jobs_and_archive_since(conn, since).await?,
         b.ts("$1"),
-        run = b.ms("completed_at - claimed_at"),
-        wait = b.ms("claimed_at - created_at"),
     );
     decode::durations(&rows(conn, "measuring job durations", sql, vec![since.into()]).await?)
 }
@@ -90,8 +90,8 @@ pub(crate) async fn durations<C: ConnectionTrait + ?Sized>(conn: &C, since: i64)
 /// Idempotency keys held by more than one job (across all statuses), most repeated first.
 pub(crate) async fn duplicates<C: ConnectionTrait + ?Sized>(conn: &C, limit: u64) -> Result<Vec<DuplicateKey>> {
     let sql = format!(
-        "SELECT kind, idempotency_key, COUNT(*), COUNT(*) FILTER (WHERE status IN ('pending', 'claimed')), \
-         COUNT(*) FILTER (WHERE status = 'completed') FROM {} WHERE idempotency_key IS NOT NULL \
+        "SELECT kind, idempotency_key, COUNT(*), COUNT(CASE WHEN status IN ('pending', 'claimed') THEN 1 END), \
+         COUNT(CASE WHEN status = 'completed' THEN 1 END) FROM {} WHERE idempotency_key IS NOT NULL \
          GROUP BY kind, idempotency_key HAVING COUNT(*) > 1 ORDER BY COUNT(*) DESC, kind LIMIT $1",
         jobs_and_archive()
     );
@@ -104,15 +104,15 @@ pub(crate) async fn queues<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> R
     let now_ts = b.ts("$1");
     let due = format!("status = 'pending' AND NOT waiting AND run_at <= {now_ts}");
     let sql = format!(
-        "SELECT queue, COUNT(*) FILTER (WHERE {due}), \
-         COUNT(*) FILTER (WHERE status = 'pending' AND NOT waiting AND run_at > {now_ts}), \
-         COUNT(*) FILTER (WHERE status = 'claimed'), \
-         COUNT(*) FILTER (WHERE status = 'claimed' AND lease_expires_at < {now_ts}), \
-         COUNT(*) FILTER (WHERE status = 'completed'), COUNT(*) FILTER (WHERE status = 'failed'), \
-         COUNT(*) FILTER (WHERE status = 'cancelled'), {}, \
-         COUNT(*) FILTER (WHERE status = 'pending' AND waiting) \
+        "SELECT queue, COUNT(CASE WHEN {due} THEN 1 END), \
+         COUNT(CASE WHEN status = 'pending' AND NOT waiting AND run_at > {now_ts} THEN 1 END), \
+         COUNT(CASE WHEN status = 'claimed' THEN 1 END), \
+         COUNT(CASE WHEN status = 'claimed' AND lease_expires_at < {now_ts} THEN 1 END), \
+         COUNT(CASE WHEN status = 'completed' THEN 1 END), COUNT(CASE WHEN status = 'failed' THEN 1 END), \
+         COUNT(CASE WHEN status = 'cancelled' THEN 1 END), {}, \
+         COUNT(CASE WHEN status = 'pending' AND waiting THEN 1 END) \
          FROM {} GROUP BY queue ORDER BY queue",
-        b.ms(&format!("MIN(run_at) FILTER (WHERE {due})")),
+        b.ms(&format!("MIN(CASE WHEN {due} THEN run_at END)")),
         jobs_and_archive()
     );
     decode::queues(&rows(conn, "counting jobs by queue", sql, vec![now.into()]).await?)

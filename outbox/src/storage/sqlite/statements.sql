@@ -62,7 +62,7 @@ SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_a
 FROM outbox_jobs
 WHERE id = ?
 UNION ALL
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL, NULL
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL AS subject, NULL AS trace
 FROM outbox_jobs_archive outbox_jobs
 WHERE id = ?;
 
@@ -71,7 +71,7 @@ SELECT *
 FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace FROM outbox_jobs WHERE TRUE ORDER BY id DESC LIMIT ?) j
 UNION ALL
 SELECT *
-FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL, NULL FROM outbox_jobs_archive outbox_jobs WHERE TRUE ORDER BY id DESC LIMIT ?) a
+FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL AS subject, NULL AS trace FROM outbox_jobs_archive outbox_jobs WHERE TRUE ORDER BY id DESC LIMIT ?) a
 ORDER BY 1 DESC
 LIMIT ?;
 
@@ -87,7 +87,7 @@ SELECT *
 FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), subject, trace FROM outbox_jobs WHERE TRUE AND updated_at >= ? AND idempotency_key = ? AND id < ? ORDER BY id DESC LIMIT ?) j
 UNION ALL
 SELECT *
-FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL, NULL FROM outbox_jobs_archive outbox_jobs WHERE TRUE AND updated_at >= ? AND idempotency_key = ? AND id < ? ORDER BY id DESC LIMIT ?) a
+FROM (SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL AS subject, NULL AS trace FROM outbox_jobs_archive outbox_jobs WHERE TRUE AND updated_at >= ? AND idempotency_key = ? AND id < ? ORDER BY id DESC LIMIT ?) a
 ORDER BY 1 DESC
 LIMIT ?;
 
@@ -179,7 +179,7 @@ ORDER BY kind, status;
 SELECT name
 FROM sqlite_master
 WHERE type = 'table' AND name LIKE 'outbox\_jobs\_done\_%' ESCAPE '\';
-SELECT (updated_at / ?) * ?, COUNT(*) FILTER (WHERE status = 'completed'), COUNT(*) FILTER (WHERE status = 'failed')
+SELECT (updated_at / ?) * ?, COUNT(CASE WHEN status = 'completed' THEN 1 END), COUNT(CASE WHEN status = 'failed' THEN 1 END)
 FROM (SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, lease_expires_at, updated_at FROM outbox_jobs UNION ALL SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, lease_expires_at, updated_at FROM outbox_jobs_done) outbox_jobs
 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at >= ?
 GROUP BY 1
@@ -204,7 +204,7 @@ GROUP BY kind
 ORDER BY kind;
 
 -- stats: duplicate keys
-SELECT kind, idempotency_key, COUNT(*), COUNT(*) FILTER (WHERE status IN ('pending', 'claimed')), COUNT(*) FILTER (WHERE status = 'completed')
+SELECT kind, idempotency_key, COUNT(*), COUNT(CASE WHEN status IN ('pending', 'claimed') THEN 1 END), COUNT(CASE WHEN status = 'completed' THEN 1 END)
 FROM (SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, lease_expires_at, updated_at FROM outbox_jobs UNION ALL SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, lease_expires_at, updated_at FROM outbox_jobs_archive) outbox_jobs
 WHERE idempotency_key IS NOT NULL
 GROUP BY kind, idempotency_key
@@ -213,7 +213,7 @@ ORDER BY COUNT(*) DESC, kind
 LIMIT ?;
 
 -- stats: queues
-SELECT queue, COUNT(*) FILTER (WHERE status = 'pending' AND NOT waiting AND run_at <= ?), COUNT(*) FILTER (WHERE status = 'pending' AND NOT waiting AND run_at > ?), COUNT(*) FILTER (WHERE status = 'claimed'), COUNT(*) FILTER (WHERE status = 'claimed' AND lease_expires_at < ?), COUNT(*) FILTER (WHERE status = 'completed'), COUNT(*) FILTER (WHERE status = 'failed'), COUNT(*) FILTER (WHERE status = 'cancelled'), MIN(run_at) FILTER (WHERE status = 'pending' AND NOT waiting AND run_at <= ?), COUNT(*) FILTER (WHERE status = 'pending' AND waiting)
+SELECT queue, COUNT(CASE WHEN status = 'pending' AND NOT waiting AND run_at <= ? THEN 1 END), COUNT(CASE WHEN status = 'pending' AND NOT waiting AND run_at > ? THEN 1 END), COUNT(CASE WHEN status = 'claimed' THEN 1 END), COUNT(CASE WHEN status = 'claimed' AND lease_expires_at < ? THEN 1 END), COUNT(CASE WHEN status = 'completed' THEN 1 END), COUNT(CASE WHEN status = 'failed' THEN 1 END), COUNT(CASE WHEN status = 'cancelled' THEN 1 END), MIN(CASE WHEN status = 'pending' AND NOT waiting AND run_at <= ? THEN run_at END), COUNT(CASE WHEN status = 'pending' AND waiting THEN 1 END)
 FROM (SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, lease_expires_at, updated_at FROM outbox_jobs UNION ALL SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, created_at, sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, output, attempts, runs, locked_by, locked_at, claimed_at, status, completed_at, lease_expires_at, updated_at FROM outbox_jobs_archive) outbox_jobs
 GROUP BY queue
 ORDER BY queue;
@@ -233,7 +233,7 @@ SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_a
 FROM outbox_jobs
 WHERE id = ?
 UNION ALL
-SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL, NULL
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, locked_at, lease_expires_at, last_error, idempotency_key, schema_hash, output, created_at, claimed_at, completed_at, updated_at, runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND (h.status IN ('pending', 'claimed') OR (h.status IN ('failed', 'cancelled') AND h.sequence_hold = 1)) ORDER BY h.sequence_no LIMIT 1) END, (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), NULL AS subject, NULL AS trace
 FROM outbox_jobs_archive outbox_jobs
 WHERE id = ?;
 SELECT at, event, attempt, worker, error, claimed_at, completed_at
@@ -378,10 +378,10 @@ WHERE type = 'table' AND name LIKE 'outbox\_jobs\_done\_%' ESCAPE '\';
 
 -- scan: the latest completed job of every path
 DROP TABLE IF EXISTS temp.outbox_path_scan;
-CREATE TEMP TABLE outbox_path_scan (seq INTEGER PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, kind TEXT NOT NULL, output TEXT, completed_at INTEGER, jobs INTEGER NOT NULL);
+CREATE TEMPORARY TABLE outbox_path_scan (seq INTEGER PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, kind TEXT NOT NULL, output TEXT, completed_at INTEGER, jobs INTEGER NOT NULL);
 INSERT INTO temp.outbox_path_scan (seq, path, job_id, kind, output, completed_at, jobs)
-SELECT ROW_NUMBER() OVER (ORDER BY path NULLS FIRST), path, id, kind, output, completed_at, jobs
-FROM (SELECT path, id, kind, output AS output, completed_at AS completed_at, ROW_NUMBER() OVER (PARTITION BY path ORDER BY sequence_no DESC NULLS LAST, completed_at DESC, id DESC) AS rn, COUNT(*) OVER (PARTITION BY path) AS jobs FROM (SELECT id, kind, output, completed_at, sequence_no, CASE kind WHEN ? THEN CAST(json_extract(payload, ?) AS TEXT) END AS path FROM outbox_jobs WHERE status = 'completed' AND kind IN (?)) s) r
+SELECT ROW_NUMBER() OVER (ORDER BY (path IS NULL) DESC, path), path, id, kind, output, completed_at, jobs
+FROM (SELECT path, id, kind, output AS output, completed_at AS completed_at, ROW_NUMBER() OVER (PARTITION BY path ORDER BY (sequence_no IS NULL), sequence_no DESC, completed_at DESC, id DESC) AS rn, COUNT(*) OVER (PARTITION BY path) AS jobs FROM (SELECT id, kind, output, completed_at, sequence_no, CASE kind WHEN ? THEN CAST(json_extract(payload, ?) AS TEXT) END AS path FROM outbox_jobs WHERE status = 'completed' AND kind IN (?)) s) r
 WHERE rn = 1;
 SELECT CAST(COALESCE(SUM(jobs), 0) AS BIGINT), COUNT(*)
 FROM temp.outbox_path_scan;
@@ -395,10 +395,10 @@ LIMIT ?;
 
 -- scan: the latest completed job of every key
 DROP TABLE IF EXISTS temp.outbox_path_scan;
-CREATE TEMP TABLE outbox_path_scan (seq INTEGER PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, kind TEXT NOT NULL, output TEXT, completed_at INTEGER, jobs INTEGER NOT NULL);
+CREATE TEMPORARY TABLE outbox_path_scan (seq INTEGER PRIMARY KEY, path TEXT, job_id TEXT NOT NULL, kind TEXT NOT NULL, output TEXT, completed_at INTEGER, jobs INTEGER NOT NULL);
 INSERT INTO temp.outbox_path_scan (seq, path, job_id, kind, output, completed_at, jobs)
-SELECT ROW_NUMBER() OVER (ORDER BY path NULLS FIRST), path, id, kind, output, completed_at, jobs
-FROM (SELECT path, id, kind, output AS output, completed_at AS completed_at, ROW_NUMBER() OVER (PARTITION BY path ORDER BY sequence_no DESC NULLS LAST, completed_at DESC, id DESC) AS rn, COUNT(*) OVER (PARTITION BY path) AS jobs FROM (SELECT id, kind, output, completed_at, sequence_no, json_array(json_extract(payload, ?), json_extract(payload, ?)) AS path FROM outbox_jobs WHERE status = 'completed' AND kind IN (?)) s) r
+SELECT ROW_NUMBER() OVER (ORDER BY (path IS NULL) DESC, path), path, id, kind, output, completed_at, jobs
+FROM (SELECT path, id, kind, output AS output, completed_at AS completed_at, ROW_NUMBER() OVER (PARTITION BY path ORDER BY (sequence_no IS NULL), sequence_no DESC, completed_at DESC, id DESC) AS rn, COUNT(*) OVER (PARTITION BY path) AS jobs FROM (SELECT id, kind, output, completed_at, sequence_no, json_array(json_extract(payload, ?), json_extract(payload, ?)) AS path FROM outbox_jobs WHERE status = 'completed' AND kind IN (?)) s) r
 WHERE rn = 1;
 SELECT CAST(COALESCE(SUM(jobs), 0) AS BIGINT), COUNT(*)
 FROM temp.outbox_path_scan;

@@ -7,7 +7,11 @@ use crate::error::Result;
 use crate::storage::enqueue::NewJob;
 use crate::storage::{begin_read, scan};
 
-driver_tests!(path_scan_keeps_the_latest_completed_job_per_path, key_scan_groups_by_values);
+driver_tests!(
+    path_scan_keeps_the_latest_completed_job_per_path,
+    key_scan_groups_by_values;
+    mysql: path_scan_keeps_the_latest_completed_job_per_path, key_scan_groups_by_values,
+);
 
 async fn path_scan_keeps_the_latest_completed_job_per_path(db: &DatabaseConnection) -> Result<()> {
     let write = |id: &str, path: &str| NewJob {

@@ -80,8 +80,10 @@ async fn claimed_by_two(db: &DatabaseConnection) -> Result<()> {
                 Ok::<_, crate::error::Error>(won)
             }
         });
-        // The second waits for the first's row: seen as a lock wait of the server's.
-        let waits = "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'";
+        // The second waits for the first's row: seen as a lock wait in this test's database (tests beside it wait
+        // in theirs).
+        let waits = "SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p \
+                     ON p.ID = t.trx_mysql_thread_id WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()";
         loop {
             let row = db.query_one_raw(d.stmt(waits, vec![])).await?.expect("a count");
             if row.try_get_by_index::<i64>(0)? == 1 {
