@@ -336,6 +336,17 @@ impl Dialect {
         }
     }
 
+    /// The column `col` in a condition that no index is to serve (the row is found by its id): PostgreSQL would
+    /// otherwise read a partial index of claimed rows. MySQL's `||` is `OR` unless the session says otherwise.
+    pub(crate) fn unindexed(self, col: &str) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => col.to_owned(),
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            _ => format!("({col} || '')"),
+        }
+    }
+
     /// The function that returns the larger of its arguments.
     pub(crate) fn greatest(self) -> &'static str {
         match self {

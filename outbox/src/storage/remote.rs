@@ -5,7 +5,7 @@
 use sea_orm::DatabaseConnection;
 
 use super::engine::Engine;
-use super::{ClaimedJob, Dialect, Finished, WorkerStoreOpts, on_engine, query_write};
+use super::{ClaimedJob, Dialect, Finished, WorkerStoreOpts, execute_write, on_engine, query_write};
 use crate::error::{Error, Result};
 
 /// Claims up to `limit` due jobs for the remote worker `opts` describes, leased until `lease_until`.
@@ -33,8 +33,9 @@ pub(crate) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Ve
 }
 
 /// Extends one claim's lease to `until`, never shortening it, fenced the same way; the lease it holds now (ms),
-/// or `None` when the fence held. The row is found by id, as the worker's renewals find theirs (`status || ''`,
-/// see `EXTEND` in `postgres/store/mod.rs`).
+/// or `None` when the fence held. The row is found by id, as the worker's renewals find theirs
+/// ([`Dialect::unindexed`], see `EXTEND` in `postgres/store/mod.rs`). The lease is read back by a second
+/// statement in the same transaction: MySQL has no `UPDATE … RETURNING`.
 pub(crate) async fn extend(
     db: &DatabaseConnection,
     owner: &str,
@@ -43,16 +44,22 @@ pub(crate) async fn extend(
     until: i64,
 ) -> Result<Option<i64>> {
     let b = Dialect::of(db)?;
+    let status = b.unindexed("status");
+    let fence =
+        |n: usize| format!("WHERE id = ${n} AND {status} = 'claimed' AND locked_by = ${} AND runs = ${}", n + 1, n + 2);
     let sql = format!(
-        "UPDATE outbox_jobs SET lease_expires_at = {}(COALESCE(lease_expires_at, {}), {}) \
-         WHERE id = $2 AND (status || '') = 'claimed' AND locked_by = $3 AND runs = $4 RETURNING {}",
+        "UPDATE outbox_jobs SET lease_expires_at = {}(COALESCE(lease_expires_at, {}), {}) {}",
         b.greatest(),
         b.ts("0"),
         b.ts("$1"),
-        b.ms("lease_expires_at"),
+        fence(2),
     );
-    let values = vec![until.into(), id.into(), owner.into(), run.into()];
-    let rows = query_write(db, b.stmt(sql, values), || format!("renewing the lease of job `{id}`")).await?;
+    let ctx = || format!("renewing the lease of job `{id}`");
+    let txn = super::begin_write(db).await?;
+    execute_write(&txn, b.stmt(sql, vec![until.into(), id.into(), owner.into(), run.into()]), ctx).await?;
+    let sql = format!("SELECT {} FROM outbox_jobs {}", b.ms("lease_expires_at"), fence(1));
+    let rows = query_write(&txn, b.stmt(sql, vec![id.into(), owner.into(), run.into()]), ctx).await?;
+    txn.commit().await.map_err(Error::db(ctx()))?;
     rows.first()
         .map(|r| r.try_get_by_index::<i64>(0))
         .transpose()

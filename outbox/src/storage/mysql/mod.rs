@@ -11,6 +11,7 @@ mod archive;
 mod conn;
 mod enqueue;
 mod schema;
+mod store;
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,9 @@ use super::{ClaimedJob, Dialect, Finished, Store, WorkerStoreOpts};
 use crate::error::{Error, Result};
 use crate::job::Violation;
 use crate::wake::Watch;
+
+/// Connections of a worker's store: claims, renewals and rescues share it with the writer of outcomes.
+const STORE_POOL: u32 = 3;
 
 /// Why the engine refuses what it does not do yet.
 const UNDER_CONSTRUCTION: &str =
@@ -70,11 +74,12 @@ impl Engine for MySql {
     }
 
     async fn open_worker_store(
-        _db: &DatabaseConnection,
-        _opts: WorkerStoreOpts,
-        _bg: &tokio::runtime::Handle,
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        bg: &tokio::runtime::Handle,
     ) -> Result<Store> {
-        Err(not_yet("a worker"))
+        let config = store::Config::of(opts)?;
+        Ok(std::sync::Arc::new(store::MyStore::open(conn::own_pool(db, STORE_POOL), config, bg)))
     }
 
     async fn watch(_db: &DatabaseConnection) -> Result<Watch> {
@@ -87,22 +92,22 @@ impl Engine for MySql {
     }
 
     async fn remote_claim(
-        _db: &DatabaseConnection,
-        _opts: WorkerStoreOpts,
-        _limit: usize,
-        _now: i64,
-        _lease_until: i64,
+        db: &DatabaseConnection,
+        opts: WorkerStoreOpts,
+        limit: usize,
+        now: i64,
+        lease_until: i64,
     ) -> Result<Vec<ClaimedJob>> {
-        Err(not_yet("a remote worker's claim"))
+        store::remote_claim(db, opts, limit, now, lease_until).await
     }
 
-    async fn remote_finish(_db: &DatabaseConnection, _owner: &str, _finished: Finished) -> Result<bool> {
-        Err(not_yet("a remote worker's outcome"))
+    async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
+        store::remote_finish(db, owner, finished).await
     }
 
     #[cfg(test)]
-    async fn finish_batch(_db: &DatabaseConnection, _owner: &str, _batch: Vec<Finished>) -> Result<Vec<bool>> {
-        Err(not_yet("a batch of outcomes"))
+    async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
+        store::finish_batch(db, owner, batch).await
     }
 
     const MIGRATIONS: &'static [Migration] = schema::MIGRATIONS;

@@ -420,8 +420,10 @@ FROM pg_temp.outbox_path_scan;
 -- remote: renew one lease
 UPDATE outbox_jobs
 SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, (TIMESTAMPTZ 'epoch' + (0)::int8 * INTERVAL '1 millisecond')), (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond'))
-WHERE id = $2 AND (status || '') = 'claimed' AND locked_by = $3 AND runs = $4
-RETURNING (EXTRACT(EPOCH FROM lease_expires_at) * 1000)::int8;
+WHERE id = $2 AND (status || '') = 'claimed' AND locked_by = $3 AND runs = $4;
+SELECT (EXTRACT(EPOCH FROM lease_expires_at) * 1000)::int8
+FROM outbox_jobs
+WHERE id = $1 AND (status || '') = 'claimed' AND locked_by = $2 AND runs = $3;
 
 -- schema: the applied migrations
 SELECT COUNT(*)

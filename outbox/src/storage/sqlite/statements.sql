@@ -406,8 +406,10 @@ FROM temp.outbox_path_scan;
 -- remote: renew one lease
 UPDATE outbox_jobs
 SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?)
-WHERE id = ? AND (status || '') = 'claimed' AND locked_by = ? AND runs = ?
-RETURNING lease_expires_at;
+WHERE id = ? AND (status || '') = 'claimed' AND locked_by = ? AND runs = ?;
+SELECT lease_expires_at
+FROM outbox_jobs
+WHERE id = ? AND (status || '') = 'claimed' AND locked_by = ? AND runs = ?;
 
 -- schema: the applied migrations
 SELECT COUNT(*)

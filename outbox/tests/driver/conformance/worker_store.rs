@@ -19,6 +19,16 @@ driver_tests!(
     store_claims_each_job_once_and_a_later_higher_priority_within_a_second,
     store_claims_a_job_ahead_of_a_short_read_by_the_next_claim,
     store_stale_outcome_leaves_the_newer_claim_rescuable,
+    an_operator_retry_fences_out_the_earlier_run;
+    mysql:
+    store_claims_and_finishes,
+    store_extends_its_own_claims,
+    store_rescues_expired_claims,
+    store_claim_lets_in_scheduled_jobs_once_due,
+    store_claim_reads_only_served_kinds_and_queues,
+    store_claims_each_job_once_and_a_later_higher_priority_within_a_second,
+    store_claims_a_job_ahead_of_a_short_read_by_the_next_claim,
+    store_stale_outcome_leaves_the_newer_claim_rescuable,
     an_operator_retry_fences_out_the_earlier_run,
 );
 
@@ -185,7 +195,7 @@ async fn store_claims_each_job_once_and_a_later_higher_priority_within_a_second(
 }
 
 /// The claimed jobs no rescue can see: on PostgreSQL, those no claim row lists at or before their own lease; on
-/// SQLite, those without a lease. Every claimed job must be rescuable, or a worker that dies with it strands it.
+/// SQLite and MySQL (whose rescuers read the claimed jobs themselves), those without a lease. Every claimed job must be rescuable, or a worker that dies with it strands it.
 pub(super) async fn unrescuable(db: &DatabaseConnection) -> Result<Vec<String>> {
     let sql: &str = match Dialect::of(db)? {
         #[cfg(feature = "sqlite")]
@@ -199,7 +209,9 @@ pub(super) async fn unrescuable(db: &DatabaseConnection) -> Result<Vec<String>> 
              ORDER BY 1"
         }
         #[cfg(feature = "mysql")]
-        Dialect::MySql => unreachable!("the claims: not on MySQL yet"),
+        Dialect::MySql => {
+            "SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at IS NULL ORDER BY id"
+        }
     };
     let rows = db.query_all_raw(Dialect::of(db)?.stmt(sql, vec![])).await?;
     Ok(rows.iter().map(|r| r.try_get_by_index::<String>(0)).collect::<std::result::Result<_, _>>()?)

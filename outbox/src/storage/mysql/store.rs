@@ -1,0 +1,410 @@
+//! The worker's path on MySQL: claims with `FOR UPDATE SKIP LOCKED`, outcomes fenced by the claim, renewals and
+//! rescues, each in a `READ COMMITTED` transaction of its own on a small pool of the worker's. Remote workers use
+//! the same statements on the caller's pool.
+//!
+//! This first form keeps to what every engine must do and is measured next: it claims through the ready index
+//! with one statement for the worker's kinds and queues, writes an outcome a statement per job (the triggers record
+//! its event and its place in the log of finished jobs), and rescues by reading the claimed jobs whose lease ran
+//! out. Kinds under fleet-wide control (limits, rates, fair share) and sequences are refused until the engine
+//! takes them.
+
+use std::sync::{Arc, Mutex};
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, QueryResult, Value};
+use tokio::sync::{Notify, watch};
+
+use super::{UNDER_CONSTRUCTION, conn};
+use crate::error::{Error, Result};
+use crate::storage::archive::archive_columns;
+use crate::storage::worker_store::StoreFuture;
+use crate::storage::{
+    ClaimedJob, Dialect, Finished, Outcome, Rescued, WorkerStore, WorkerStoreOpts, log_finished, log_rescued,
+    rescue_due,
+};
+
+/// Scheduled jobs let in by one claim at most; the rest follow with the next claims.
+const PROMOTE_PER_CLAIM: i64 = 1_000;
+
+/// The worker's statements, each fenced as the other engines' are.
+const PROMOTE: &str =
+    "UPDATE outbox_jobs SET scheduled = FALSE WHERE due_at <= $1 AND status = 'pending' ORDER BY due_at LIMIT $2";
+const CLAIMED: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
+     locked_by = $1, locked_at = $2, claimed_at = $2, lease_expires_at = $3, updated_at = $2 WHERE id = $4 \
+     AND status = 'pending'";
+const READ_CLAIMED: &str = "SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
+     sequence_key IS NOT NULL, trace, has_children FROM outbox_jobs WHERE id = $1";
+const FENCE: &str = "WHERE id = $1 AND status = 'claimed' AND locked_by = $2 AND runs = $3";
+const EXTEND: &str =
+    "UPDATE outbox_jobs SET lease_expires_at = $1 WHERE status = 'claimed' AND locked_by = $2 AND id = $3";
+const STUCK: &str = "SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < $1 ORDER BY id \
+     LIMIT 1000 FOR UPDATE SKIP LOCKED";
+const RESCUE: &str = "UPDATE outbox_jobs SET \
+     status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END, \
+     last_error = CONCAT('lease expired while claimed by ', COALESCE(locked_by, 'an unknown worker'), \
+     CASE WHEN attempts >= max_attempts THEN '; no attempts left' ELSE '' END), \
+     lease_expires_at = NULL, run_at = $1, updated_at = $1 WHERE id = $2 AND status = 'claimed' AND lease_expires_at < $1";
+const ARCHIVE: &str = concat!(
+    "INSERT INTO outbox_jobs_done (",
+    archive_columns!(),
+    ") SELECT id, kind, queue, payload, priority, max_attempts, idempotency_key, schema_hash, created_at, \
+     sequence_key, sequence_no, sequence_hold, waiting, superseded, scheduled, run_at, last_error, $4, attempts, runs, \
+     locked_by, locked_at, claimed_at, 'completed', $5, NULL, $5 FROM outbox_jobs \
+     WHERE id = $1 AND status = 'claimed' AND locked_by = $2 AND runs = $3"
+);
+const READ_RESCUED: &str = "SELECT id, kind, queue, attempts, status FROM outbox_jobs WHERE id = $1";
+
+/// Who claims, and what: the worker's kinds and queues; refused when something it serves needs what the engine
+/// does not do yet.
+#[derive(Debug, Clone)]
+pub(super) struct Config {
+    worker_id: String,
+    kinds: Vec<String>,
+    queues: Option<Vec<String>>,
+}
+
+impl Config {
+    pub(super) fn of(opts: WorkerStoreOpts) -> Result<Config> {
+        if let Some(flow) = opts.flows.first() {
+            return Err(Error::Unsupported(format!(
+                "kind `{}` is under fleet-wide control (a limit on running jobs, a rate or fair share), which is not \
+                 available on MariaDB or MySQL yet: {UNDER_CONSTRUCTION}",
+                flow.kind
+            )));
+        }
+        Ok(Config { worker_id: opts.worker_id, kinds: opts.kinds, queues: opts.queues })
+    }
+}
+
+fn stmt(sql: &str, values: Vec<Value>) -> sea_orm::Statement {
+    Dialect::MySql.stmt(sql, values)
+}
+
+/// `n` placeholders from `$first` on.
+fn marks(first: usize, n: usize) -> String {
+    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Claims up to `limit` due jobs of `c`'s kinds and queues in the transaction `tx`: scheduled jobs that came due
+/// join the ready index first, paused queues and kinds are passed over, and rows another claim holds are skipped.
+pub(super) async fn claim<C: ConnectionTrait>(
+    tx: &C,
+    c: &Config,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<ClaimedJob>> {
+    if c.kinds.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let ctx = || Error::db("claiming jobs");
+    tx.execute_raw(stmt(PROMOTE, vec![now.into(), PROMOTE_PER_CLAIM.into()])).await.map_err(ctx())?;
+    let mut values: Vec<Value> = vec![now.into()];
+    values.extend(c.kinds.iter().map(|k| Value::from(k.as_str())));
+    let kinds = marks(2, c.kinds.len());
+    let queues = match &c.queues {
+        Some(queues) => {
+            let first = values.len() + 1;
+            values.extend(queues.iter().map(|q| Value::from(q.as_str())));
+            format!("ready_queue IN ({})", marks(first, queues.len()))
+        }
+        None => "ready_queue IS NOT NULL".to_owned(),
+    };
+    values.push(crate::storage::limit_value(limit as u64));
+    let sql = format!(
+        "SELECT id FROM outbox_jobs j WHERE {queues} AND kind IN ({kinds}) AND status = 'pending' AND run_at <= $1 \
+         AND NOT EXISTS (SELECT 1 FROM outbox_pauses p WHERE p.`key` = '' AND (p.ends_at IS NULL OR p.ends_at > $1) \
+         AND ((p.scope = 'queue' AND p.name = j.queue) OR (p.scope = 'kind' AND p.name = j.kind))) \
+         ORDER BY priority DESC, run_at, id LIMIT ${} FOR UPDATE SKIP LOCKED",
+        values.len()
+    );
+    let picked = tx.query_all_raw(stmt(&sql, values)).await.map_err(ctx())?;
+    let mut claimed = Vec::with_capacity(picked.len());
+    for row in &picked {
+        let id: String = row.try_get_by_index(0).map_err(ctx())?;
+        let values = vec![c.worker_id.clone().into(), now.into(), lease_until.into(), id.clone().into()];
+        tx.execute_raw(stmt(CLAIMED, values)).await.map_err(ctx())?;
+        let row = tx.query_one_raw(stmt(READ_CLAIMED, vec![id.into()])).await.map_err(ctx())?;
+        claimed.extend(row.map(|r| claimed_job(&r)).transpose()?);
+    }
+    Ok(claimed)
+}
+
+fn claimed_job(row: &QueryResult) -> Result<ClaimedJob> {
+    let ctx = || Error::db("reading a claimed job");
+    Ok(ClaimedJob {
+        id: row.try_get_by_index(0).map_err(ctx())?,
+        kind: row.try_get_by_index(1).map_err(ctx())?,
+        queue: row.try_get_by_index(2).map_err(ctx())?,
+        payload: row.try_get_by_index(3).map_err(ctx())?,
+        attempt: row.try_get_by_index(4).map_err(ctx())?,
+        max_attempts: row.try_get_by_index(5).map_err(ctx())?,
+        schema_hash: row.try_get_by_index(6).map_err(ctx())?,
+        run: row.try_get_by_index(7).map_err(ctx())?,
+        sequenced: row.try_get_by_index(8).map_err(ctx())?,
+        trace: row.try_get_by_index(9).map_err(ctx())?,
+        has_children: row.try_get_by_index(10).map_err(ctx())?,
+    })
+}
+
+/// Writes one outcome of `owner`'s claim in `tx`, fenced by (id, claimed, owner, run); whether it applied.
+pub(super) async fn write_one<C: ConnectionTrait>(tx: &C, owner: &str, f: &Finished, now: i64) -> Result<bool> {
+    let ctx = || Error::db(format!("writing the outcome of job `{}` of kind `{}`", f.id, f.kind));
+    let fence = vec![f.id.clone().into(), owner.into(), f.run.into()];
+    if f.discards() {
+        return discard(tx, owner, f, now).await;
+    }
+    let (set, more): (&str, Vec<Value>) = match &f.outcome {
+        Outcome::Completed { output } => (
+            "status = 'completed', output = $4, completed_at = $5, lease_expires_at = NULL, updated_at = $5",
+            vec![output.clone().into(), now.into()],
+        ),
+        Outcome::Retry { run_at, error } => (
+            "status = 'pending', run_at = $4, scheduled = $4 > $6, last_error = $5, lease_expires_at = NULL, \
+             updated_at = $6",
+            vec![(*run_at).into(), error.clone().into(), now.into()],
+        ),
+        Outcome::Failed { error } => (
+            "status = 'failed', last_error = $4, lease_expires_at = NULL, updated_at = $5",
+            vec![error.clone().into(), now.into()],
+        ),
+        Outcome::Snoozed { run_at } => (
+            "status = 'pending', attempts = attempts - 1, run_at = $4, scheduled = $4 > $5, lease_expires_at = NULL, \
+             updated_at = $5",
+            vec![(*run_at).into(), now.into()],
+        ),
+        Outcome::Released => (
+            "status = 'pending', attempts = attempts - 1, run_at = $4, lease_expires_at = NULL, updated_at = $4",
+            vec![now.into()],
+        ),
+    };
+    let mut values = fence;
+    values.extend(more);
+    let sql = format!("UPDATE outbox_jobs SET {set} {FENCE}");
+    Ok(tx.execute_raw(stmt(&sql, values)).await.map_err(ctx())?.rows_affected() == 1)
+}
+
+/// A completed job of a kind that keeps nothing (or keeps it in the archive), moved or deleted fenced by its claim,
+/// with its `completed` event written here: no trigger records a deletion. A job with a sequence key stays.
+async fn discard<C: ConnectionTrait>(tx: &C, owner: &str, f: &Finished, now: i64) -> Result<bool> {
+    let ctx = || Error::db(format!("deleting completed job `{}` of kind `{}`", f.id, f.kind));
+    let fence = || -> Vec<Value> { vec![f.id.clone().into(), owner.into(), f.run.into()] };
+    let sql = format!(
+        "INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, claimed_at, completed_at) \
+         SELECT id, kind, queue, $4, 'completed', attempts, locked_by, claimed_at, $4 FROM outbox_jobs {FENCE} \
+         AND sequence_key IS NULL"
+    );
+    let mut values = fence();
+    values.push(now.into());
+    if tx.execute_raw(stmt(&sql, values)).await.map_err(ctx())?.rows_affected() == 0 {
+        return Ok(false);
+    }
+    if let (true, Outcome::Completed { output }) = (f.archives(), &f.outcome) {
+        let mut values = fence();
+        values.extend([output.clone().into(), now.into()]);
+        tx.execute_raw(stmt(ARCHIVE, values)).await.map_err(ctx())?;
+    }
+    let sql = format!("DELETE FROM outbox_jobs {FENCE}");
+    Ok(tx.execute_raw(stmt(&sql, fence())).await.map_err(ctx())?.rows_affected() == 1)
+}
+
+/// Claimed jobs whose lease ran out before `now`, anyone's, back to pending (or failed, with no attempts left).
+pub(super) async fn rescue<C: ConnectionTrait>(tx: &C, now: i64) -> Result<Vec<Rescued>> {
+    let ctx = || Error::db("rescuing expired claims");
+    let stuck = tx.query_all_raw(stmt(STUCK, vec![now.into()])).await.map_err(ctx())?;
+    let mut rescued = Vec::with_capacity(stuck.len());
+    for row in &stuck {
+        let id: String = row.try_get_by_index(0).map_err(ctx())?;
+        let owner = tx
+            .query_one_raw(stmt("SELECT locked_by FROM outbox_jobs WHERE id = $1", vec![id.clone().into()]))
+            .await
+            .map_err(ctx())?
+            .map(|r| r.try_get_by_index::<Option<String>>(0))
+            .transpose()
+            .map_err(ctx())?
+            .flatten();
+        if tx.execute_raw(stmt(RESCUE, vec![now.into(), id.clone().into()])).await.map_err(ctx())?.rows_affected() == 0
+        {
+            continue;
+        }
+        let Some(r) = tx.query_one_raw(stmt(READ_RESCUED, vec![id.into()])).await.map_err(ctx())? else { continue };
+        rescued.push(Rescued {
+            id: r.try_get_by_index(0).map_err(ctx())?,
+            kind: r.try_get_by_index(1).map_err(ctx())?,
+            queue: r.try_get_by_index(2).map_err(ctx())?,
+            attempt: r.try_get_by_index(3).map_err(ctx())?,
+            status: r.try_get_by_index(4).map_err(ctx())?,
+            previous_owner: owner,
+        });
+    }
+    // Claims other writers listed (the worker's own claims are found through the jobs): gone once expired.
+    tx.execute_raw(stmt("DELETE FROM outbox_claims WHERE lease_expires_at < $1", vec![now.into()]))
+        .await
+        .map_err(ctx())?;
+    Ok(rescued)
+}
+
+/// The worker's store: its own pool, and a writer task that writes queued outcomes as they come.
+pub(super) struct MyStore {
+    db: DatabaseConnection,
+    config: Config,
+    queued: Arc<Mutex<Vec<Finished>>>,
+    notify: Arc<Notify>,
+    /// Outcomes queued so far, and outcomes written (or given up on) so far.
+    counts: Arc<(std::sync::atomic::AtomicU64, watch::Sender<u64>)>,
+}
+
+impl MyStore {
+    pub(super) fn open(db: DatabaseConnection, config: Config, bg: &tokio::runtime::Handle) -> MyStore {
+        let store = MyStore {
+            db,
+            config,
+            queued: Arc::default(),
+            notify: Arc::default(),
+            counts: Arc::new((std::sync::atomic::AtomicU64::new(0), watch::channel(0).0)),
+        };
+        let (db, owner, queued, notify, counts) = (
+            store.db.clone(),
+            store.config.worker_id.clone(),
+            store.queued.clone(),
+            store.notify.clone(),
+            store.counts.clone(),
+        );
+        bg.spawn(async move {
+            loop {
+                notify.notified().await;
+                let batch: Vec<Finished> = std::mem::take(&mut *queued.lock().unwrap_or_else(|p| p.into_inner()));
+                if batch.is_empty() {
+                    continue;
+                }
+                let n = batch.len() as u64;
+                if let Err(e) = write_batch(&db, &owner, &batch).await {
+                    // Left to the leases: the rescuers put the jobs back.
+                    tracing::warn!(worker = %owner, error = %e, jobs = batch.len(), "writing outcomes failed");
+                }
+                counts.1.send_modify(|written| *written += n);
+            }
+        });
+        store
+    }
+}
+
+/// Writes `batch` in one transaction, each outcome fenced; logs each.
+async fn write_batch(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> Result<()> {
+    let tx = conn::begin_write(db).await?;
+    let now = crate::storage::now_ms();
+    let mut applied = Vec::with_capacity(batch.len());
+    for f in batch {
+        applied.push(write_one(&tx, owner, f, now).await?);
+    }
+    tx.commit().await.map_err(Error::db("committing outcomes"))?;
+    for (f, applied) in batch.iter().zip(applied) {
+        log_finished(f, applied, owner);
+    }
+    crate::wake::wake();
+    Ok(())
+}
+
+impl WorkerStore for MyStore {
+    fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
+        Box::pin(async move {
+            let tx = conn::begin_write(&self.db).await?;
+            let claimed = claim(&tx, &self.config, limit, now, lease_until).await?;
+            tx.commit().await.map_err(Error::db("committing a claim"))?;
+            Ok(claimed)
+        })
+    }
+
+    fn finish(&self, finished: Finished) -> Result<()> {
+        self.queued.lock().unwrap_or_else(|p| p.into_inner()).push(finished);
+        self.counts.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_one();
+        Ok(())
+    }
+
+    fn extend(&self, ids: Vec<String>, until: i64) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let tx = conn::begin_write(&self.db).await?;
+            let mut renewed = 0;
+            for id in ids {
+                let values = vec![until.into(), self.config.worker_id.clone().into(), id.into()];
+                let res = tx.execute_raw(stmt(EXTEND, values)).await.map_err(Error::db("renewing leases"))?;
+                renewed += res.rows_affected();
+            }
+            tx.commit().await.map_err(Error::db("committing renewed leases"))?;
+            Ok(renewed)
+        })
+    }
+
+    fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>> {
+        Box::pin(async move {
+            let tx = conn::begin_write(&self.db).await?;
+            let rescued = rescue(&tx, now).await?;
+            tx.commit().await.map_err(Error::db("committing rescues"))?;
+            Ok(rescued)
+        })
+    }
+
+    fn flush(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let target = self.counts.0.load(std::sync::atomic::Ordering::SeqCst);
+            self.notify.notify_one();
+            let mut written = self.counts.1.subscribe();
+            let _ = written.wait_for(|n| *n >= target).await;
+            Ok(())
+        })
+    }
+}
+
+/// A remote worker's claim: the in-process worker's statements, on the caller's pool, with a rescue at most once a
+/// second.
+pub(super) async fn remote_claim(
+    db: &DatabaseConnection,
+    opts: WorkerStoreOpts,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<ClaimedJob>> {
+    let c = Config::of(opts)?;
+    if rescue_due(now) {
+        let rescued = async {
+            let tx = conn::begin_write(db).await?;
+            let rescued = rescue(&tx, now).await?;
+            tx.commit().await.map_err(Error::db("committing rescues"))?;
+            Ok::<_, Error>(rescued)
+        };
+        // A failed rescue is the next claim's to do; this claim goes on.
+        match rescued.await {
+            Ok(rescued) => log_rescued(&rescued, &c.worker_id),
+            Err(e) => tracing::warn!(worker = %c.worker_id, error = %e, "rescuing expired claims failed"),
+        }
+    }
+    let tx = conn::begin_write(db).await?;
+    let claimed = claim(&tx, &c, limit, now, lease_until).await?;
+    tx.commit().await.map_err(Error::db("committing a claim"))?;
+    Ok(claimed)
+}
+
+/// A remote worker's outcome, fenced like the in-process worker's, in a transaction of its own.
+pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
+    let tx = conn::begin_write(db).await?;
+    let applied = write_one(&tx, owner, &finished, crate::storage::now_ms()).await?;
+    tx.commit().await.map_err(Error::db("committing an outcome"))?;
+    log_finished(&finished, applied, owner);
+    if applied {
+        crate::wake::wake();
+    }
+    Ok(applied)
+}
+
+/// `batch` written one outcome after another in one transaction; which applied.
+#[cfg(test)]
+pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
+    let tx = conn::begin_write(db).await?;
+    let now = crate::storage::now_ms();
+    let mut applied = Vec::with_capacity(batch.len());
+    for f in &batch {
+        applied.push(write_one(&tx, owner, f, now).await?);
+    }
+    tx.commit().await.map_err(Error::db("committing outcomes"))?;
+    Ok(applied)
+}
