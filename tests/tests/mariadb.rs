@@ -372,3 +372,72 @@ async fn enqueue_commits_and_rolls_back_with_the_caller_s_transaction_and_collap
     assert!(matches!(&err, Error::Unsupported(_)), "{err}");
     assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs").await, 3, "nothing of the refused enqueues was written");
 }
+
+/// A worker on MariaDB runs every job once, retries a failing attempt with its error recorded, and its outcomes are
+/// what the operator queries report.
+#[tokio::test]
+async fn a_worker_runs_every_job_once_and_retries_a_failing_one() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use outbox::{EnqueueOpts, JobError, Worker};
+    use outbox_tests::Probe;
+    let Some(t) = TestMariaDb::fresh("worker").await else { return };
+    with_schema(&t).await;
+    let batch: Vec<Probe> = (1..=40).map(|n| Probe { n }).collect();
+    outbox::enqueue_batch(&t.db, &batch, EnqueueOpts::new()).await.expect("a batch");
+    let runs: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let seen = runs.clone();
+    let handle = Worker::builder(&t.db)
+        .id("mariadb-worker")
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(20))
+        .retry_policy(outbox::RetryPolicy {
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(10),
+            jitter: 0.0,
+        })
+        .register(move |job: Probe, ctx: outbox::JobContext| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().expect("runs").push(job.n);
+                if job.n == 7 && ctx.attempt() == 1 {
+                    return Err(JobError::retry("the first attempt of 7 fails"));
+                }
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .await
+        .expect("build")
+        .start();
+    // Enqueued while the worker runs: found by its next claim.
+    outbox::enqueue(&t.db, &Probe { n: 41 }, EnqueueOpts::new()).await.expect("enqueue");
+    let count = |status: &'static str| {
+        let db = t.db.clone();
+        async move {
+            let sql = format!("SELECT COUNT(*) FROM outbox_jobs WHERE status = '{status}'");
+            let row = db.query_one_raw(Statement::from_string(DbBackend::MySql, sql)).await.expect("count");
+            row.expect("a row").try_get_by_index::<i64>(0).expect("a count")
+        }
+    };
+    let done = outbox_tests::eventually(Duration::from_secs(30), || async { count("completed").await == 41 }).await;
+    handle.shutdown().await.expect("shutdown");
+    assert!(done, "41 jobs completed: {} of them", count("completed").await);
+    let mut runs = runs.lock().expect("runs").clone();
+    runs.sort_unstable();
+    let mut expected: Vec<u64> = (1..=41).collect();
+    expected.push(7);
+    expected.sort_unstable();
+    assert_eq!(runs, expected, "every job once, 7 twice");
+    let seven = outbox::ops::list(&t.db, &outbox::JobFilter { limit: 100, ..outbox::JobFilter::default() })
+        .await
+        .expect("the jobs")
+        .into_iter()
+        .find(|j| j.payload == serde_json::json!({"n": 7}))
+        .expect("job 7");
+    assert_eq!((seven.attempts, seven.status.as_str()), (2, "completed"));
+    let history = outbox::ops::history(&t.db, &seven.id).await.expect("its history");
+    let events: Vec<String> = history.iter().map(|e| e.event.to_string()).collect();
+    assert_eq!(events, ["enqueued", "claimed", "retried", "claimed", "completed"], "{history:?}");
+}
