@@ -340,11 +340,12 @@ pub async fn scalar(db: &impl ConnectionTrait, sql: &str) -> i64 {
 /// PostgreSQL those no claim row lists at or before their own lease (the rescuers read the claims), on SQLite
 /// those without a lease (the rescuers read the leases).
 pub async fn unrescuable(db: &impl ConnectionTrait) -> Vec<String> {
-    let sql = match Backend::of(db) {
-        Backend::Sqlite => {
+    let sql = match db.get_database_backend() {
+        // MySQL's rescuers read the claimed jobs themselves, as SQLite's do.
+        DbBackend::Sqlite | DbBackend::MySql => {
             "SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at IS NULL ORDER BY id"
         }
-        Backend::Postgres => {
+        _ => {
             "SELECT j.id FROM outbox_jobs j WHERE j.status = 'claimed' AND NOT EXISTS (SELECT 1 FROM outbox_claims c \
              WHERE j.id = ANY(c.jobs) AND c.lease_expires_at <= COALESCE(j.lease_expires_at, timestamptz 'epoch')) \
              ORDER BY 1"
@@ -365,8 +366,13 @@ pub async fn assert_every_claim_rescuable(db: &impl ConnectionTrait, claimed: bo
     }
 }
 
+/// `sql` with `?` placeholders for `db`, whichever engine it is on (MySQL takes `?` as SQLite does).
 fn statement(db: &impl ConnectionTrait, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
-    Statement::from_sql_and_values(db.get_database_backend(), numbered(Backend::of(db), sql), values)
+    let sql = match db.get_database_backend() {
+        DbBackend::Postgres => numbered(Backend::Postgres, sql),
+        _ => sql.to_owned(),
+    };
+    Statement::from_sql_and_values(db.get_database_backend(), sql, values)
 }
 
 /// `sql` with its `?` placeholders as PostgreSQL wants them (`$1`, `$2`, ...); quoted strings and identifiers

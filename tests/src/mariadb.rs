@@ -130,7 +130,7 @@ fn with_database(server: &str, database: &str) -> String {
     }
 }
 
-async fn connect(url: &str, max: u32) -> DatabaseConnection {
+pub(crate) async fn connect(url: &str, max: u32) -> DatabaseConnection {
     let mut options = ConnectOptions::new(url);
     options.max_connections(max).min_connections(0).sqlx_logging(false);
     Database::connect(options).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"))

@@ -280,6 +280,13 @@ CREATE TABLE IF NOT EXISTS outbox_fair (
     CONSTRAINT outbox_fair_weight_check CHECK (weight > 0)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
 
+-- Kinds with a fleet-wide limit on running jobs: a claim of such a kind holds its row (an upsert) until it commits,
+-- so claims of the kind take turns and each counts what the others claimed (PostgreSQL uses an advisory lock held
+-- to commit; MySQL's `GET_LOCK` lasts as long as the session).
+CREATE TABLE IF NOT EXISTS outbox_limits (
+    kind VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
 -- Workflows and batches by name.
 CREATE TABLE IF NOT EXISTS outbox_workflows (
     id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL PRIMARY KEY,
@@ -298,7 +305,7 @@ CREATE TABLE IF NOT EXISTS outbox_job_deps (
     KEY outbox_job_deps_child (child_id, parent_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
 
--- Wake-ups across processes. Every job inserted is written into this log by the trigger below, in MEMORY tables:
+-- Wake-ups across processes. Every job enqueued or let go is written into this log, in MEMORY tables:
 -- not transactional, so the write takes no lock that outlives its statement and concurrent enqueuers do not queue
 -- behind one another's commit (a signal row in InnoDB cost 4 enqueuers a fifth of their rate; `outbox-bench
 -- mariadb-wake`). The log is a ring of 32,768 slots, each job at the place a counter hands out: it never outgrows
@@ -321,17 +328,17 @@ CREATE TABLE IF NOT EXISTS outbox_wake_log (
     KEY outbox_wake_log_seq USING BTREE (seq)
 ) ENGINE = MEMORY;
 
+-- No trigger on `outbox_jobs` writes the wake-up log: a statement takes the write lock of every MEMORY table its
+-- triggers may write when it starts and holds it to its end, so an update waiting for another transaction's row
+-- lock held the log's lock, and that transaction's next statement waited for it: two worker processes stalled each
+-- other (found by `tests/tests/mariadb_fleet.rs`), and InnoDB cannot see such a cycle. The log is written by
+-- statements of its own (the engine's fifth step).
+--
 -- Every job inserted, by any writer:
--- - is logged for the watchers (the counter's value reaches the second statement through LAST_INSERT_ID(expr),
---   which the server gives back to the enqueuing session as it was once the trigger ends);
 -- - records its `enqueued` event (one row per job: there are no statement triggers);
 -- - inserted claimed or finished (hand-written SQL), is listed in a claim or in the log of finished jobs.
 CREATE OR REPLACE TRIGGER outbox_jobs_inserted AFTER INSERT ON outbox_jobs FOR EACH ROW
 BEGIN
-    INSERT INTO outbox_wake_counter (id, n) VALUES (1, LAST_INSERT_ID(1))
-        ON DUPLICATE KEY UPDATE n = LAST_INSERT_ID(n + 1);
-    INSERT INTO outbox_wake_log (slot, seq, job_id) VALUES (LAST_INSERT_ID() % 32768, LAST_INSERT_ID(), NEW.id)
-        ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id);
     INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
         VALUES (NEW.id, NEW.kind, NEW.queue, NEW.created_at, 'enqueued', NEW.attempts);
     IF NEW.status = 'claimed' THEN
@@ -344,20 +351,12 @@ BEGIN
 END;
 
 -- Every job updated, by any writer:
--- - made ready (its ready queue goes from NULL to its queue: a sequence's next job, a workflow's step, a retry, a
---   job whose pause ended), is logged for the watchers as an inserted one is; a claim is not;
 -- - records every other transition, named as `storage/events.rs` describes (the same text as on the other
 --   engines); the worker's claim and completion statements flip `event_flip` and record their jobs themselves;
 -- - claimed, or its lease shortened, by another writer: is listed in a claim of its own;
 -- - finished, or its finished time changed, by another writer: is listed in the log of finished jobs.
 CREATE OR REPLACE TRIGGER outbox_jobs_updated AFTER UPDATE ON outbox_jobs FOR EACH ROW
 BEGIN
-    IF OLD.ready_queue IS NULL AND NEW.ready_queue IS NOT NULL THEN
-        INSERT INTO outbox_wake_counter (id, n) VALUES (1, LAST_INSERT_ID(1))
-            ON DUPLICATE KEY UPDATE n = LAST_INSERT_ID(n + 1);
-        INSERT INTO outbox_wake_log (slot, seq, job_id) VALUES (LAST_INSERT_ID() % 32768, LAST_INSERT_ID(), NEW.id)
-            ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id);
-    END IF;
     IF (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts) AND OLD.event_flip = NEW.event_flip THEN
         INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error, claimed_at,
             completed_at)

@@ -29,10 +29,9 @@ const PROMOTE_PER_CLAIM: i64 = 1_000;
 const PROMOTE: &str =
     "UPDATE outbox_jobs SET scheduled = FALSE WHERE due_at <= $1 AND status = 'pending' ORDER BY due_at LIMIT $2";
 const CLAIMED: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = attempts + 1, runs = runs + 1, \
-     locked_by = $1, locked_at = $2, claimed_at = $2, lease_expires_at = $3, updated_at = $2 WHERE id = $4 \
-     AND status = 'pending'";
+     locked_by = $1, locked_at = $2, claimed_at = $2, lease_expires_at = $3, updated_at = $2 WHERE id";
 const READ_CLAIMED: &str = "SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
-     sequence_key IS NOT NULL, trace, has_children FROM outbox_jobs WHERE id = $1";
+     sequence_key IS NOT NULL, trace, has_children FROM outbox_jobs WHERE id";
 const FENCE: &str = "WHERE id = $1 AND status = 'claimed' AND locked_by = $2 AND runs = $3";
 const EXTEND: &str =
     "UPDATE outbox_jobs SET lease_expires_at = $1 WHERE status = 'claimed' AND locked_by = $2 AND id = $3";
@@ -58,20 +57,30 @@ const READ_RESCUED: &str = "SELECT id, kind, queue, attempts, status FROM outbox
 #[derive(Debug, Clone)]
 pub(super) struct Config {
     worker_id: String,
+    /// The kinds nothing controls.
     kinds: Vec<String>,
+    /// The kinds with a fleet-wide limit on running jobs, and the limit.
+    limited: Vec<(String, u32)>,
     queues: Option<Vec<String>>,
 }
 
 impl Config {
     pub(super) fn of(opts: WorkerStoreOpts) -> Result<Config> {
-        if let Some(flow) = opts.flows.first() {
-            return Err(Error::Unsupported(format!(
-                "kind `{}` is under fleet-wide control (a limit on running jobs, a rate or fair share), which is not \
-                 available on MariaDB or MySQL yet: {UNDER_CONSTRUCTION}",
-                flow.kind
-            )));
+        let mut limited = Vec::new();
+        for flow in &opts.flows {
+            match flow.concurrency {
+                Some(cap) if flow.rate.is_none() && !flow.fair => limited.push((flow.kind.clone(), cap)),
+                _ => {
+                    return Err(Error::Unsupported(format!(
+                        "kind `{}` has a rate or fair share, which is not available on MariaDB or MySQL yet: \
+                         {UNDER_CONSTRUCTION}",
+                        flow.kind
+                    )));
+                }
+            }
         }
-        Ok(Config { worker_id: opts.worker_id, kinds: opts.kinds, queues: opts.queues })
+        let kinds = opts.unlimited_kinds();
+        Ok(Config { worker_id: opts.worker_id, kinds, limited, queues: opts.queues })
     }
 }
 
@@ -85,7 +94,9 @@ fn marks(first: usize, n: usize) -> String {
 }
 
 /// Claims up to `limit` due jobs of `c`'s kinds and queues in the transaction `tx`: scheduled jobs that came due
-/// join the ready index first, paused queues and kinds are passed over, and rows another claim holds are skipped.
+/// join the ready index first; a kind with a fleet-wide limit first, each up to what its limit leaves (its claims
+/// take turns on its row of `outbox_limits`), at most half the slots when the worker serves other kinds too; paused
+/// queues and kinds are passed over, and rows another claim holds are skipped.
 pub(super) async fn claim<C: ConnectionTrait>(
     tx: &C,
     c: &Config,
@@ -93,40 +104,98 @@ pub(super) async fn claim<C: ConnectionTrait>(
     now: i64,
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
-    if c.kinds.is_empty() || limit == 0 {
+    if limit == 0 {
         return Ok(Vec::new());
     }
     let ctx = || Error::db("claiming jobs");
     tx.execute_raw(stmt(PROMOTE, vec![now.into(), PROMOTE_PER_CLAIM.into()])).await.map_err(ctx())?;
-    let mut values: Vec<Value> = vec![now.into()];
-    values.extend(c.kinds.iter().map(|k| Value::from(k.as_str())));
-    let kinds = marks(2, c.kinds.len());
-    let queues = match &c.queues {
-        Some(queues) => {
-            let first = values.len() + 1;
-            values.extend(queues.iter().map(|q| Value::from(q.as_str())));
-            format!("ready_queue IN ({})", marks(first, queues.len()))
+    let mut claimed = Vec::new();
+    for (kind, cap) in &c.limited {
+        let left = limit - claimed.len();
+        if left == 0 {
+            break;
         }
-        None => "ready_queue IS NOT NULL".to_owned(),
-    };
-    values.push(crate::storage::limit_value(limit as u64));
-    let sql = format!(
-        "SELECT id FROM outbox_jobs j WHERE {queues} AND kind IN ({kinds}) AND status = 'pending' AND run_at <= $1 \
-         AND NOT EXISTS (SELECT 1 FROM outbox_pauses p WHERE p.`key` = '' AND (p.ends_at IS NULL OR p.ends_at > $1) \
-         AND ((p.scope = 'queue' AND p.name = j.queue) OR (p.scope = 'kind' AND p.name = j.kind))) \
-         ORDER BY priority DESC, run_at, id LIMIT ${} FOR UPDATE SKIP LOCKED",
-        values.len()
-    );
-    let picked = tx.query_all_raw(stmt(&sql, values)).await.map_err(ctx())?;
-    let mut claimed = Vec::with_capacity(picked.len());
-    for row in &picked {
-        let id: String = row.try_get_by_index(0).map_err(ctx())?;
-        let values = vec![c.worker_id.clone().into(), now.into(), lease_until.into(), id.clone().into()];
-        tx.execute_raw(stmt(CLAIMED, values)).await.map_err(ctx())?;
-        let row = tx.query_one_raw(stmt(READ_CLAIMED, vec![id.into()])).await.map_err(ctx())?;
-        claimed.extend(row.map(|r| claimed_job(&r)).transpose()?);
+        let turn = "INSERT INTO outbox_limits (kind) VALUES ($1) ON DUPLICATE KEY UPDATE kind = kind";
+        tx.execute_raw(stmt(turn, vec![kind.as_str().into()])).await.map_err(ctx())?;
+        let running = "SELECT COUNT(*) FROM outbox_jobs WHERE kind = $1 AND status = 'claimed'";
+        let row = tx.query_one_raw(stmt(running, vec![kind.as_str().into()])).await.map_err(ctx())?;
+        let running: i64 = row.map(|r| r.try_get_by_index(0)).transpose().map_err(ctx())?.unwrap_or_default();
+        let room = usize::try_from(i64::from(*cap) - running).unwrap_or(0);
+        let share = crate::storage::worker_store::limited_share(left, !c.kinds.is_empty());
+        claimed.extend(claim_of(tx, c, std::slice::from_ref(kind), room.min(share), now, lease_until).await?);
     }
+    let left = limit - claimed.len();
+    claimed.extend(claim_of(tx, c, &c.kinds, left, now, lease_until).await?);
     Ok(claimed)
+}
+
+/// Claims up to `limit` due jobs of `kinds` from `c`'s queues.
+async fn claim_of<C: ConnectionTrait>(
+    tx: &C,
+    c: &Config,
+    kinds: &[String],
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<ClaimedJob>> {
+    if kinds.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let ctx = || Error::db("claiming jobs");
+    let queues = match &c.queues {
+        Some(queues) => queues.clone(),
+        None => {
+            let sql = "SELECT DISTINCT ready_queue FROM outbox_jobs WHERE ready_queue IS NOT NULL";
+            let rows = tx.query_all_raw(stmt(sql, vec![])).await.map_err(ctx())?;
+            rows.iter().map(|r| r.try_get_by_index::<String>(0)).collect::<std::result::Result<_, _>>().map_err(ctx())?
+        }
+    };
+    // Candidates first, read without locks from each queue's and kind's range of the ready index in its order (a
+    // locking read that sorts would lock every row it reads), then the best of them locked by id, passing over
+    // those another claim took meanwhile.
+    let mut candidates: Vec<(i32, i64, String)> = Vec::new();
+    for queue in &queues {
+        for kind in kinds {
+            let sql = "SELECT priority, run_at, id FROM outbox_jobs j WHERE ready_queue = $2 AND kind = $3 \
+                 AND status = 'pending' AND run_at <= $1 AND NOT EXISTS (SELECT 1 FROM outbox_pauses p \
+                 WHERE p.`key` = '' AND (p.ends_at IS NULL OR p.ends_at > $1) \
+                 AND ((p.scope = 'queue' AND p.name = $2) OR (p.scope = 'kind' AND p.name = $3))) \
+                 ORDER BY priority DESC, run_at, id LIMIT $4";
+            let values = vec![now.into(), queue.as_str().into(), kind.as_str().into(), (limit as u64).into()];
+            for row in tx.query_all_raw(stmt(sql, values)).await.map_err(ctx())? {
+                let get = |i| row.try_get_by_index::<i64>(i).map_err(ctx());
+                let priority = i32::try_from(get(0)?).unwrap_or_default();
+                candidates.push((priority, get(1)?, row.try_get_by_index(2).map_err(ctx())?));
+            }
+        }
+    }
+    candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    candidates.truncate(limit);
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Value> = candidates.iter().map(|(_, _, id)| Value::from(id.as_str())).collect();
+    let sql = format!(
+        "SELECT id FROM outbox_jobs WHERE id IN ({}) AND status = 'pending' ORDER BY priority DESC, run_at, id \
+         FOR UPDATE SKIP LOCKED",
+        marks(1, ids.len())
+    );
+    let picked = tx.query_all_raw(stmt(&sql, ids)).await.map_err(ctx())?;
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Value> = picked
+        .iter()
+        .map(|r| r.try_get_by_index::<String>(0).map(Value::from))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(ctx())?;
+    let mut values: Vec<Value> = vec![c.worker_id.clone().into(), now.into(), lease_until.into()];
+    values.extend(ids.iter().cloned());
+    let sql = format!("{CLAIMED} IN ({}) AND status = 'pending'", marks(4, ids.len()));
+    tx.execute_raw(stmt(&sql, values)).await.map_err(ctx())?;
+    let sql = format!("{READ_CLAIMED} IN ({}) ORDER BY priority DESC, run_at, id", marks(1, ids.len()));
+    let rows = tx.query_all_raw(stmt(&sql, ids)).await.map_err(ctx())?;
+    rows.iter().map(claimed_job).collect()
 }
 
 fn claimed_job(row: &QueryResult) -> Result<ClaimedJob> {
