@@ -2,10 +2,10 @@
 //! the same name as the other engines'. Times are `BIGINT` milliseconds and JSON is text, as on SQLite; identifiers
 //! compare bytewise (`utf8mb4_nopad_bin`), as on the other two.
 //!
-//! Under construction (`docs/internals/mariadb.md` has the plan, step by step): the connections (`conn.rs`) and the
-//! schema with its migrations (`schema.rs`) are in. The entries of the steps to come answer [`Error::Unsupported`]
-//! naming what is missing (workers, the event feed, retention, the archive); the shared statements of enqueue and
-//! the operator queries are not spelled for MySQL yet, and the server refuses them.
+//! Under construction (`docs/internals/mariadb.md` has the plan, step by step): the connections (`conn.rs`), the
+//! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive's reader (`archive.rs`) and the
+//! worker's store (`store.rs`) are in. The entries of the steps to come answer [`Error::Unsupported`] naming what is
+//! missing: sequences, the event feed, cross-process wake-ups, retention, the archive's upkeep.
 
 mod archive;
 mod conn;
@@ -31,7 +31,7 @@ const STORE_POOL: u32 = 3;
 
 /// Why the engine refuses what it does not do yet.
 const UNDER_CONSTRUCTION: &str =
-    "the `mysql` feature of this build makes the schema and enqueues jobs, and the rest of its engine is being built";
+    "the `mysql` feature of this build runs jobs without sequences, and the rest of its engine is being built";
 
 /// The refusal of what the engine does not do yet.
 fn not_yet(what: &str) -> Error {

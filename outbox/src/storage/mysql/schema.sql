@@ -1,8 +1,7 @@
 -- The outbox schema on MariaDB (10.6 and later), whole: the first migration applies this file as it is
 -- (`schema.rs` says why), and `tests/tests/mariadb.rs` holds what the engine rests on (the claims read their indexes
--- with no sort; a key is unique per kind while its job is active; a payload must be JSON; the wake-up log is written
--- before the enqueue commits, also for a job an update lets go, stays a bounded ring, and leaves the session's
--- LAST_INSERT_ID alone). DDL commits each statement here, so each is written to be run again.
+-- with no sort; a key is unique per kind while its job is active; a payload must be JSON; text is utf8mb4; no
+-- trigger writes a MEMORY table). DDL commits each statement here, so each is written to be run again.
 --
 -- Against the PostgreSQL schema (`storage/postgres/schema.sql`), the same tables in MariaDB's types:
 -- - Times are BIGINT milliseconds, as on SQLite: a DATETIME difference is digit arithmetic, and DATETIME and
