@@ -51,9 +51,9 @@ async fn schedules_claim_each_tick_once(db: &DatabaseConnection) -> Result<()> {
     Ok(())
 }
 
-/// MySQL alone: a new schedule's first tick claimed by two transactions at once goes to one. The second's insert
-/// waits for the first's row and meets its key once it commits (a statement error that leaves the transaction
-/// going); when the first rolls back, the second's insert goes in.
+/// MySQL alone: a new schedule's first tick claimed by two transactions at once goes to one. The second's update
+/// waits for the row the first inserted; once the first commits, it finds the tick moved, and its insert meets the
+/// row's key (a statement error that leaves the transaction going); when the first rolls back, its insert goes in.
 #[cfg(feature = "mysql")]
 mod mysql_only {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,10 +80,11 @@ async fn claimed_by_two(db: &DatabaseConnection) -> Result<()> {
                 Ok::<_, crate::error::Error>(won)
             }
         });
-        // The second waits for the first's row: seen as a lock wait in this test's database (tests beside it wait
-        // in theirs).
-        let waits = "SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p \
-                     ON p.ID = t.trx_mysql_thread_id WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()";
+        // The second waits for the first's row (its update meets the row the first inserted): seen as its statement
+        // running in this test's database (the server's process list, read afresh each time).
+        let waits = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() \
+                     AND (INFO LIKE 'UPDATE outbox_schedules%' OR INFO LIKE 'INSERT INTO outbox_schedules%') \
+                     AND ID <> CONNECTION_ID()";
         loop {
             let row = db.query_one_raw(d.stmt(waits, vec![])).await?.expect("a count");
             if row.try_get_by_index::<i64>(0)? == 1 {

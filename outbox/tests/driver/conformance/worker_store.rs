@@ -276,3 +276,44 @@ async fn an_operator_retry_fences_out_the_earlier_run(db: &DatabaseConnection) -
     store.close().await;
     Ok(())
 }
+
+/// MySQL alone (the other engines' limits are held by `tests/tests/sequences.rs` and the remote area): a kind
+/// limited to two running jobs fleet-wide is claimed two at a time by two workers together, again as one finishes;
+/// a kind with a rate is refused, naming it.
+#[cfg(feature = "mysql")]
+mod mysql_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_limit_on_running_jobs_holds_across_two_stores() {
+        let name = "mysql::a_limit_on_running_jobs_holds_across_two_stores";
+        super::super::run(crate::storage::Dialect::MySql, name, super::limit_across_stores).await;
+    }
+}
+
+#[cfg(feature = "mysql")]
+async fn limit_across_stores(db: &DatabaseConnection) -> Result<()> {
+    use crate::flow::FlowKind;
+    let limited = FlowKind { kind: "k".into(), concurrency: Some(2), rate: None, rate_per_key: false, fair: false };
+    let with_limit = |w: &str| WorkerStoreOpts { flows: vec![limited.clone()], ..opts(w, &["k"]) };
+    add(db, &[job("a"), job("b"), job("c"), job("d")]).await?;
+    let bg = tokio::runtime::Handle::current();
+    let (w1, w2) =
+        (open_worker_store(db, with_limit("w1"), &bg).await?, open_worker_store(db, with_limit("w2"), &bg).await?);
+    let now = now_ms();
+    let first = w1.claim(10, now, now + 60_000).await?;
+    assert_eq!(first.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["a", "b"], "two of the limit");
+    assert!(w2.claim(10, now, now + 60_000).await?.is_empty(), "the limit is taken by the other worker");
+    w1.finish(finished("a", 1, completed()))?;
+    w1.flush().await?;
+    let next = w2.claim(10, now, now + 60_000).await?;
+    assert_eq!(next.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c"], "one more as one finished");
+    let rated = FlowKind { rate: Some("5/1s".parse().expect("a rate")), ..limited.clone() };
+    let refused = open_worker_store(db, WorkerStoreOpts { flows: vec![rated], ..opts("w3", &["k"]) }, &bg).await;
+    assert!(
+        matches!(&refused, Err(crate::error::Error::Unsupported(m)) if m.contains("kind `k` has a rate")),
+        "{:?}",
+        refused.err()
+    );
+    w1.close().await;
+    w2.close().await;
+    Ok(())
+}
