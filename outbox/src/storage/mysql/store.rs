@@ -2,11 +2,11 @@
 //! rescues, each in a `READ COMMITTED` transaction of its own on a small pool of the worker's. Remote workers use
 //! the same statements on the caller's pool.
 //!
-//! This first form keeps to what every engine must do and is measured next: it claims through the ready index
-//! with one statement for the worker's kinds and queues, writes an outcome a statement per job (the triggers record
-//! its event and its place in the log of finished jobs), and rescues by reading the claimed jobs whose lease ran
-//! out. Kinds under fleet-wide control (limits, rates, fair share) and sequences are refused until the engine
-//! takes them.
+//! This first form keeps to what every engine must do and is measured next: a claim reads candidates without locks
+//! from each queue's and kind's range of the ready index, locks the best of them by id and updates them in one
+//! statement; a kind with a fleet-wide limit on running jobs takes turns on its row of `outbox_limits`; an outcome
+//! is a statement per job (the triggers record its event and its place in the log of finished jobs); rescue reads
+//! the claimed jobs whose lease ran out. Kinds with a rate or fair share are refused until the engine takes them.
 
 use std::sync::{Arc, Mutex};
 
