@@ -43,7 +43,8 @@ fn only_the_engine_folders_and_three_files_name_an_engine() {
     assert_eq!(
         naming,
         ["storage/dialect.rs", "storage/mod.rs", "storage/transient.rs"],
-        "an engine is named outside its folder (storage/sqlite/, storage/postgres/, storage/mysql/): move the branch into the \
+        "an engine is named outside its folder (storage/sqlite/, storage/postgres/, storage/mysql/): move the branch \
+         into the \
          engine's entry of the list (storage/engine.rs) or, for a spelling of SQL, into the dialect"
     );
 }

@@ -225,7 +225,8 @@ async fn migrating_again_changes_nothing_and_text_is_unicode_whatever_the_server
     with_schema(&t).await;
     assert!(outbox::pending_migrations(&t.db).await.expect("pending").is_empty(), "nothing left to apply");
     with_schema(&t).await;
-    let not_unicode = "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME, ' ', CHARACTER_SET_NAME) FROM information_schema.COLUMNS \
+    let not_unicode = "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME, ' ', CHARACTER_SET_NAME) \
+                       FROM information_schema.COLUMNS \
                        WHERE TABLE_SCHEMA = DATABASE() AND CHARACTER_SET_NAME NOT IN ('utf8mb4', 'ascii') \
                        AND TABLE_NAME <> 'outbox_migrations' ORDER BY 1";
     let rows = t.db.query_all_raw(Statement::from_string(DbBackend::MySql, not_unicode)).await.expect("the columns");

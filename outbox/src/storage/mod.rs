@@ -2,8 +2,8 @@
 //! named for what it answers (`enqueue`, `jobs`, `stats`, `events`, `kinds`, `workers`, `schedules`, `locks`,
 //! `retention`, `reconciliations`, `scan`, `remote`, `archive`), its statements spelled for the connection's
 //! [`Dialect`]. What an engine does its own way is one list, [`engine::Engine`], implemented once per engine in
-//! its folder (`sqlite/`, `postgres/`, `mysql/`, whose files mirror each other by name); [`on_engine`] below is the only
-//! match over the engines. The worker's claim and completion path is [`worker_store::WorkerStore`], which each
+//! its folder (`sqlite/`, `postgres/`, `mysql/`, whose files mirror each other by name); [`on_engine`] below is the
+//! only match over the engines. The worker's claim and completion path is [`worker_store::WorkerStore`], which each
 //! engine runs on connections of its own (`store/`).
 //!
 //! Not an extension point: users bring a sea-orm connection and never implement storage.

@@ -78,7 +78,8 @@ async fn open_scan<C: ConnectionTrait + ?Sized>(
     let marks: Vec<String> = kinds.iter().map(|k| p.push(*k)).collect();
     let sql = format!(
         "INSERT INTO {tmp} (seq, path, job_id, kind, output, completed_at, jobs) \
-         SELECT ROW_NUMBER() OVER (ORDER BY (path IS NULL) DESC, path{bytewise}), path, id, kind, output, completed_at, jobs \
+         SELECT ROW_NUMBER() OVER (ORDER BY (path IS NULL) DESC, path{bytewise}), path, id, kind, output, \
+         completed_at, jobs \
          FROM (SELECT path, id, kind, {output} AS output, {completed} AS completed_at, \
                  ROW_NUMBER() OVER (PARTITION BY path \
                      ORDER BY (sequence_no IS NULL), sequence_no DESC, completed_at DESC, id DESC) AS rn, \

@@ -41,7 +41,8 @@ const RESCUE: &str = "UPDATE outbox_jobs SET \
      status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END, \
      last_error = CONCAT('lease expired while claimed by ', COALESCE(locked_by, 'an unknown worker'), \
      CASE WHEN attempts >= max_attempts THEN '; no attempts left' ELSE '' END), \
-     lease_expires_at = NULL, run_at = $1, updated_at = $1 WHERE id = $2 AND status = 'claimed' AND lease_expires_at < $1";
+     lease_expires_at = NULL, run_at = $1, updated_at = $1 \
+     WHERE id = $2 AND status = 'claimed' AND lease_expires_at < $1";
 const ARCHIVE: &str = concat!(
     "INSERT INTO outbox_jobs_done (",
     archive_columns!(),

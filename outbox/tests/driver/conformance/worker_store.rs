@@ -195,7 +195,8 @@ async fn store_claims_each_job_once_and_a_later_higher_priority_within_a_second(
 }
 
 /// The claimed jobs no rescue can see: on PostgreSQL, those no claim row lists at or before their own lease; on
-/// SQLite and MySQL (whose rescuers read the claimed jobs themselves), those without a lease. Every claimed job must be rescuable, or a worker that dies with it strands it.
+/// SQLite and MySQL (whose rescuers read the claimed jobs themselves), those without a lease. Every claimed job must
+/// be rescuable, or a worker that dies with it strands it.
 pub(super) async fn unrescuable(db: &DatabaseConnection) -> Result<Vec<String>> {
     let sql: &str = match Dialect::of(db)? {
         #[cfg(feature = "sqlite")]
