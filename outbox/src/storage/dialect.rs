@@ -10,7 +10,8 @@
 //!   [`Dialect::text`] out;
 //! - the larger of two values is `MAX(a, b)` on SQLite and `GREATEST(a, b)` elsewhere ([`Dialect::greatest`]).
 //!
-//! Conditions on the boolean `waiting` read the same on every engine (`NOT waiting`, `COUNT(CASE WHEN ... THEN 1 END)`).
+//! Conditions on the boolean `waiting` read the same on every engine (`NOT waiting`,
+//! `COUNT(CASE WHEN ... THEN 1 END)`).
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
 compile_error!("outbox needs one backend at least: enable the `sqlite`, `postgres` or `mysql` feature");
