@@ -35,8 +35,8 @@ const READ_CLAIMED: &str = "SELECT id, kind, queue, payload, attempts, max_attem
 const FENCE: &str = "WHERE id = $1 AND status = 'claimed' AND locked_by = $2 AND runs = $3";
 const EXTEND: &str =
     "UPDATE outbox_jobs SET lease_expires_at = $1 WHERE status = 'claimed' AND locked_by = $2 AND id = $3";
-const STUCK: &str = "SELECT id FROM outbox_jobs WHERE status = 'claimed' AND lease_expires_at < $1 ORDER BY id \
-     LIMIT 1000 FOR UPDATE SKIP LOCKED";
+const STUCK: &str = "SELECT id, kind, queue, attempts, max_attempts, locked_by FROM outbox_jobs \
+     WHERE status = 'claimed' AND lease_expires_at < $1 ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED";
 const RESCUE: &str = "UPDATE outbox_jobs SET \
      status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END, \
      last_error = CONCAT('lease expired while claimed by ', COALESCE(locked_by, 'an unknown worker'), \
@@ -51,7 +51,6 @@ const ARCHIVE: &str = concat!(
      locked_by, locked_at, claimed_at, 'completed', $5, NULL, $5 FROM outbox_jobs \
      WHERE id = $1 AND status = 'claimed' AND locked_by = $2 AND runs = $3"
 );
-const READ_RESCUED: &str = "SELECT id, kind, queue, attempts, status FROM outbox_jobs WHERE id = $1";
 
 /// Who claims, and what: the worker's kinds and queues; refused when something it serves needs what the engine
 /// does not do yet.
@@ -94,11 +93,25 @@ fn marks(first: usize, n: usize) -> String {
     (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }
 
+/// Claims up to `limit` due jobs of `c`'s kinds and queues, in a transaction of its own on `db`.
+pub(super) async fn claim(
+    db: &DatabaseConnection,
+    c: &Config,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> Result<Vec<ClaimedJob>> {
+    let tx = conn::begin_write(db).await?;
+    let claimed = claim_in(&tx, c, limit, now, lease_until).await?;
+    tx.commit().await.map_err(Error::db("committing a claim"))?;
+    Ok(claimed)
+}
+
 /// Claims up to `limit` due jobs of `c`'s kinds and queues in the transaction `tx`: scheduled jobs that came due
 /// join the ready index first; a kind with a fleet-wide limit first, each up to what its limit leaves (its claims
 /// take turns on its row of `outbox_limits`), at most half the slots when the worker serves other kinds too; paused
 /// queues and kinds are passed over, and rows another claim holds are skipped.
-pub(super) async fn claim<C: ConnectionTrait>(
+async fn claim_in<C: ConnectionTrait>(
     tx: &C,
     c: &Config,
     limit: usize,
@@ -217,7 +230,7 @@ fn claimed_job(row: &QueryResult) -> Result<ClaimedJob> {
 }
 
 /// Writes one outcome of `owner`'s claim in `tx`, fenced by (id, claimed, owner, run); whether it applied.
-pub(super) async fn write_one<C: ConnectionTrait>(tx: &C, owner: &str, f: &Finished, now: i64) -> Result<bool> {
+async fn write_one<C: ConnectionTrait>(tx: &C, owner: &str, f: &Finished, now: i64) -> Result<bool> {
     let ctx = || Error::db(format!("writing the outcome of job `{}` of kind `{}`", f.id, f.kind));
     let fence = vec![f.id.clone().into(), owner.into(), f.run.into()];
     if f.discards() {
@@ -277,39 +290,36 @@ async fn discard<C: ConnectionTrait>(tx: &C, owner: &str, f: &Finished, now: i64
     Ok(tx.execute_raw(stmt(&sql, fence())).await.map_err(ctx())?.rows_affected() == 1)
 }
 
-/// Claimed jobs whose lease ran out before `now`, anyone's, back to pending (or failed, with no attempts left).
-pub(super) async fn rescue<C: ConnectionTrait>(tx: &C, now: i64) -> Result<Vec<Rescued>> {
+/// Claimed jobs whose lease ran out before `now`, anyone's, back to pending (or failed, with no attempts left), in a
+/// transaction of its own on `db`.
+pub(super) async fn rescue(db: &DatabaseConnection, now: i64) -> Result<Vec<Rescued>> {
     let ctx = || Error::db("rescuing expired claims");
+    let tx = conn::begin_write(db).await?;
+    // Locked as read: what they say stays true until the rescue's commit.
     let stuck = tx.query_all_raw(stmt(STUCK, vec![now.into()])).await.map_err(ctx())?;
     let mut rescued = Vec::with_capacity(stuck.len());
     for row in &stuck {
         let id: String = row.try_get_by_index(0).map_err(ctx())?;
-        let owner = tx
-            .query_one_raw(stmt("SELECT locked_by FROM outbox_jobs WHERE id = $1", vec![id.clone().into()]))
-            .await
-            .map_err(ctx())?
-            .map(|r| r.try_get_by_index::<Option<String>>(0))
-            .transpose()
-            .map_err(ctx())?
-            .flatten();
         if tx.execute_raw(stmt(RESCUE, vec![now.into(), id.clone().into()])).await.map_err(ctx())?.rows_affected() == 0
         {
             continue;
         }
-        let Some(r) = tx.query_one_raw(stmt(READ_RESCUED, vec![id.into()])).await.map_err(ctx())? else { continue };
+        let (attempt, max_attempts): (i32, i32) =
+            (row.try_get_by_index(3).map_err(ctx())?, row.try_get_by_index(4).map_err(ctx())?);
         rescued.push(Rescued {
-            id: r.try_get_by_index(0).map_err(ctx())?,
-            kind: r.try_get_by_index(1).map_err(ctx())?,
-            queue: r.try_get_by_index(2).map_err(ctx())?,
-            attempt: r.try_get_by_index(3).map_err(ctx())?,
-            status: r.try_get_by_index(4).map_err(ctx())?,
-            previous_owner: owner,
+            id,
+            kind: row.try_get_by_index(1).map_err(ctx())?,
+            queue: row.try_get_by_index(2).map_err(ctx())?,
+            attempt,
+            status: if attempt >= max_attempts { "failed" } else { "pending" }.to_owned(),
+            previous_owner: row.try_get_by_index(5).map_err(ctx())?,
         });
     }
     // Claims other writers listed (the worker's own claims are found through the jobs): gone once expired.
     tx.execute_raw(stmt("DELETE FROM outbox_claims WHERE lease_expires_at < $1", vec![now.into()]))
         .await
         .map_err(ctx())?;
+    tx.commit().await.map_err(Error::db("committing rescues"))?;
     Ok(rescued)
 }
 
@@ -358,8 +368,8 @@ impl MyStore {
     }
 }
 
-/// Writes `batch` in one transaction, each outcome fenced; logs each.
-async fn write_batch(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> Result<()> {
+/// Writes `batch` in one transaction, each outcome fenced; which applied.
+async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> Result<Vec<bool>> {
     let tx = conn::begin_write(db).await?;
     let now = crate::storage::now_ms();
     let mut applied = Vec::with_capacity(batch.len());
@@ -367,6 +377,12 @@ async fn write_batch(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -
         applied.push(write_one(&tx, owner, f, now).await?);
     }
     tx.commit().await.map_err(Error::db("committing outcomes"))?;
+    Ok(applied)
+}
+
+/// [`write_all`], each outcome logged, and the workers woken.
+async fn write_batch(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> Result<()> {
+    let applied = write_all(db, owner, batch).await?;
     for (f, applied) in batch.iter().zip(applied) {
         log_finished(f, applied, owner);
     }
@@ -376,12 +392,7 @@ async fn write_batch(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -
 
 impl WorkerStore for MyStore {
     fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
-        Box::pin(async move {
-            let tx = conn::begin_write(&self.db).await?;
-            let claimed = claim(&tx, &self.config, limit, now, lease_until).await?;
-            tx.commit().await.map_err(Error::db("committing a claim"))?;
-            Ok(claimed)
-        })
+        Box::pin(claim(&self.db, &self.config, limit, now, lease_until))
     }
 
     fn finish(&self, finished: Finished) -> Result<()> {
@@ -406,12 +417,7 @@ impl WorkerStore for MyStore {
     }
 
     fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>> {
-        Box::pin(async move {
-            let tx = conn::begin_write(&self.db).await?;
-            let rescued = rescue(&tx, now).await?;
-            tx.commit().await.map_err(Error::db("committing rescues"))?;
-            Ok(rescued)
-        })
+        Box::pin(rescue(&self.db, now))
     }
 
     fn flush(&self) -> StoreFuture<'_, ()> {
@@ -436,29 +442,18 @@ pub(super) async fn remote_claim(
 ) -> Result<Vec<ClaimedJob>> {
     let c = Config::of(opts)?;
     if rescue_due(now) {
-        let rescued = async {
-            let tx = conn::begin_write(db).await?;
-            let rescued = rescue(&tx, now).await?;
-            tx.commit().await.map_err(Error::db("committing rescues"))?;
-            Ok::<_, Error>(rescued)
-        };
         // A failed rescue is the next claim's to do; this claim goes on.
-        match rescued.await {
+        match rescue(db, now).await {
             Ok(rescued) => log_rescued(&rescued, &c.worker_id),
             Err(e) => tracing::warn!(worker = %c.worker_id, error = %e, "rescuing expired claims failed"),
         }
     }
-    let tx = conn::begin_write(db).await?;
-    let claimed = claim(&tx, &c, limit, now, lease_until).await?;
-    tx.commit().await.map_err(Error::db("committing a claim"))?;
-    Ok(claimed)
+    claim(db, &c, limit, now, lease_until).await
 }
 
 /// A remote worker's outcome, fenced like the in-process worker's, in a transaction of its own.
 pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
-    let tx = conn::begin_write(db).await?;
-    let applied = write_one(&tx, owner, &finished, crate::storage::now_ms()).await?;
-    tx.commit().await.map_err(Error::db("committing an outcome"))?;
+    let applied = write_all(db, owner, std::slice::from_ref(&finished)).await?.first().copied().unwrap_or(false);
     log_finished(&finished, applied, owner);
     if applied {
         crate::wake::wake();
@@ -469,12 +464,5 @@ pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished
 /// `batch` written one outcome after another in one transaction; which applied.
 #[cfg(test)]
 pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
-    let tx = conn::begin_write(db).await?;
-    let now = crate::storage::now_ms();
-    let mut applied = Vec::with_capacity(batch.len());
-    for f in &batch {
-        applied.push(write_one(&tx, owner, f, now).await?);
-    }
-    tx.commit().await.map_err(Error::db("committing outcomes"))?;
-    Ok(applied)
+    write_all(db, owner, &batch).await
 }
