@@ -134,8 +134,7 @@ fn with_database(server: &str, name: &str) -> String {
     format!("{}/{name}{query}", &base[..root])
 }
 
-/// A test's database, dropped with this on a thread, runtime and connection of its own, as [`PgSchema`] is; the
-/// connections still in it (a failed test's transaction holding a lock) are killed first.
+/// A test's database, dropped with this ([`drop_with_admin`]); the connections still in it are killed first.
 #[cfg(feature = "mysql")]
 struct MySqlDatabase {
     name: String,
@@ -145,34 +144,20 @@ struct MySqlDatabase {
 #[cfg(feature = "mysql")]
 impl Drop for MySqlDatabase {
     fn drop(&mut self) {
-        let (server, name) = (self.server.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || -> std::result::Result<(), String> {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-            runtime.map_err(|e| e.to_string())?.block_on(async {
-                let opts = crate::ConnectOpts { max_connections: 1, ..Default::default() };
-                let admin = crate::connect_with(&server, opts).await.map_err(|e| e.to_string())?;
-                let d = Dialect::MySql;
-                let holders = "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST \
-                               WHERE DB = $1 AND ID <> CONNECTION_ID()";
-                let rows = admin.query_all_raw(d.stmt(holders, vec![name.clone().into()])).await;
-                for row in rows.map_err(|e| e.to_string())? {
-                    let id: i64 = row.try_get_by_index(0).map_err(|e| e.to_string())?;
-                    // Gone already is as good.
-                    let _ = admin.execute_unprepared(&format!("KILL CONNECTION {id}")).await;
-                }
-                admin.execute_unprepared("SET SESSION lock_wait_timeout = 10").await.map_err(|e| e.to_string())?;
-                let drop = format!("DROP DATABASE IF EXISTS {name}");
-                admin.execute_unprepared(&drop).await.map_err(|e| e.to_string())?;
-                admin.close().await.map_err(|e| e.to_string())
-            })
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the dropping thread panicked".into()));
-        match dropped {
-            Ok(()) => {}
-            Err(e) if std::thread::panicking() => eprintln!("could not drop the test database {}: {e}", self.name),
-            Err(e) => panic!("could not drop the test database {}: {e}", self.name),
-        }
+        let name = self.name.clone();
+        drop_with_admin("database", &self.name, &self.server, |admin| async move {
+            let holders = "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST \
+                           WHERE DB = $1 AND ID <> CONNECTION_ID()";
+            let rows = admin.query_all_raw(Dialect::MySql.stmt(holders, vec![name.clone().into()])).await;
+            for row in rows.map_err(|e| e.to_string())? {
+                let id: i64 = row.try_get_by_index(0).map_err(|e| e.to_string())?;
+                // Gone already is as good.
+                let _ = admin.execute_unprepared(&format!("KILL CONNECTION {id}")).await;
+            }
+            admin.execute_unprepared("SET SESSION lock_wait_timeout = 10").await.map_err(|e| e.to_string())?;
+            let drop = format!("DROP DATABASE IF EXISTS {name}");
+            admin.execute_unprepared(&drop).await.map(|_| ()).map_err(|e| e.to_string())
+        });
     }
 }
 
@@ -183,9 +168,7 @@ fn with_options(server: &str, options: &str) -> String {
     format!("{server}{separator}options={}", options.replace(' ', "%20").replace('=', "%3D"))
 }
 
-/// A test's schema, dropped with this: on a thread, runtime and connection of its own, since the test's
-/// runtime may be the one unwinding. Whoever still holds a lock in it (a transaction of the failed test) is
-/// ended first.
+/// A test's schema, dropped with this ([`drop_with_admin`]); whoever still holds a lock in it is ended first.
 #[cfg(feature = "postgres")]
 struct PgSchema {
     name: String,
@@ -195,30 +178,45 @@ struct PgSchema {
 #[cfg(feature = "postgres")]
 impl Drop for PgSchema {
     fn drop(&mut self) {
-        let (server, name) = (self.server.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || -> std::result::Result<(), String> {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-            runtime.map_err(|e| e.to_string())?.block_on(async {
-                let opts = crate::ConnectOpts { max_connections: 1, ..Default::default() };
-                let admin = crate::connect_with(&server, opts).await.map_err(|e| e.to_string())?;
-                let holders = format!(
-                    "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
-                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{name}' \
-                     AND l.pid <> pg_backend_pid()"
-                );
-                admin.execute_unprepared(&holders).await.map_err(|e| e.to_string())?;
-                let drop = format!("DROP SCHEMA IF EXISTS {name} CASCADE");
-                admin.execute_unprepared(&drop).await.map_err(|e| e.to_string())?;
-                admin.close().await.map_err(|e| e.to_string())
-            })
+        let name = self.name.clone();
+        drop_with_admin("schema", &self.name, &self.server, |admin| async move {
+            let holders = format!(
+                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{name}' \
+                 AND l.pid <> pg_backend_pid()"
+            );
+            admin.execute_unprepared(&holders).await.map_err(|e| e.to_string())?;
+            let drop = format!("DROP SCHEMA IF EXISTS {name} CASCADE");
+            admin.execute_unprepared(&drop).await.map(|_| ()).map_err(|e| e.to_string())
+        });
+    }
+}
+
+/// Drops a test's schema or database: on a thread, runtime and one-connection pool to `server` of its own, since
+/// the test's runtime may be the one unwinding. `drop` ends whoever still holds a lock in it (a transaction of the
+/// failed test), then drops it; a failure panics, or is printed while the test already panics.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn drop_with_admin<F, Fut>(what: &str, name: &str, server: &str, drop: F)
+where
+    F: FnOnce(sea_orm::DatabaseConnection) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::result::Result<(), String>>,
+{
+    let server = server.to_owned();
+    let dropped = std::thread::spawn(move || -> std::result::Result<(), String> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        runtime.map_err(|e| e.to_string())?.block_on(async {
+            let opts = crate::ConnectOpts { max_connections: 1, ..Default::default() };
+            let admin = crate::connect_with(&server, opts).await.map_err(|e| e.to_string())?;
+            drop(admin.clone()).await?;
+            admin.close().await.map_err(|e| e.to_string())
         })
-        .join()
-        .unwrap_or_else(|_| Err("the dropping thread panicked".into()));
-        match dropped {
-            Ok(()) => {}
-            Err(e) if std::thread::panicking() => eprintln!("could not drop the test schema {}: {e}", self.name),
-            Err(e) => panic!("could not drop the test schema {}: {e}", self.name),
-        }
+    })
+    .join()
+    .unwrap_or_else(|_| Err("the dropping thread panicked".into()));
+    match dropped {
+        Ok(()) => {}
+        Err(e) if std::thread::panicking() => eprintln!("could not drop the test {what} {name}: {e}"),
+        Err(e) => panic!("could not drop the test {what} {name}: {e}"),
     }
 }
 
