@@ -12,32 +12,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fleet::{Runs, Spawn};
-
-/// The runs the processes logged (`id n attempt pid` a line). A line that does not read is allowed only as the last
-/// of a killed process's log.
-fn read_runs(logs: &[PathBuf], killed: &[u32]) -> Runs {
-    let mut runs = Runs::default();
-    for log in logs {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        runs.per_log.push(lines.len());
-        for (i, line) in lines.iter().enumerate() {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let parsed = match fields.as_slice() {
-                [id, _n, attempt, pid] => attempt.parse::<i64>().ok().zip(pid.parse::<u32>().ok()).map(|r| (*id, r)),
-                _ => None,
-            };
-            let Some((id, run)) = parsed else {
-                let last = i + 1 == lines.len();
-                let pid = lines.first().and_then(|l| l.split_whitespace().nth(3)).and_then(|p| p.parse().ok());
-                assert!(last && pid.is_some_and(|p| killed.contains(&p)), "{}: malformed line {line:?}", log.display());
-                continue;
-            };
-            runs.by_job.entry(id.to_owned()).or_default().push(run);
-        }
-    }
-    runs
-}
 use outbox::{EnqueueOpts, JobContext, JobError, JobEventKind, JobStatus, Worker, ops};
 use outbox_tests::{Race, TestMariaDb, scalar};
 
@@ -131,7 +105,7 @@ async fn four_processes_killed_every_300_ms_run_twenty_thousand_jobs_with_none_l
     }
     // 0 lost.
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, JOBS as i64);
-    let runs = read_runs(&logs, &kills);
+    let runs = Runs::read_after_kills(&logs, &kills);
     assert_eq!(runs.by_job.len() as u64, JOBS);
     // A job run more than once was running in a process that was killed, every run but its last, and its
     // history says it was rescued.
