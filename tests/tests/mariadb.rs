@@ -253,7 +253,7 @@ async fn migrating_again_changes_nothing_and_text_is_unicode_whatever_the_server
 /// written.
 #[tokio::test]
 async fn enqueue_commits_and_rolls_back_with_the_caller_s_transaction_and_collapses_duplicate_keys() {
-    use outbox::{EnqueueOpts, Enqueued, Error};
+    use outbox::{EnqueueOpts, Enqueued};
     use outbox_tests::Probe;
     let Some(t) = TestMariaDb::fresh("enqueue").await else { return };
     with_schema(&t).await;
@@ -293,12 +293,23 @@ async fn enqueue_commits_and_rolls_back_with_the_caller_s_transaction_and_collap
     );
     assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs").await, 3);
 
+    // A sequence through the caller's transaction: its places follow the order of the enqueues, and a rolled-back
+    // one leaves no job (its place is a gap).
     let sequenced = EnqueueOpts { sequence: Some("order-1".into()), ..EnqueueOpts::new() };
-    let err = outbox::enqueue(&t.db, &Probe { n: 9 }, sequenced.clone()).await.expect_err("refused");
-    assert!(matches!(&err, Error::Unsupported(m) if m.contains("of kind `probe` names a sequence")), "{err}");
-    let err = outbox::enqueue_batch(&t.db, &[Probe { n: 10 }, Probe { n: 11 }], sequenced).await.expect_err("refused");
-    assert!(matches!(&err, Error::Unsupported(_)), "{err}");
-    assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs").await, 3, "nothing of the refused enqueues was written");
+    let txn = t.db.begin().await.expect("begin");
+    outbox::enqueue(&txn, &Probe { n: 9 }, sequenced.clone()).await.expect("a sequenced job");
+    txn.rollback().await.expect("rollback");
+    let txn = t.db.begin().await.expect("begin");
+    let batch = [Probe { n: 10 }, Probe { n: 11 }, Probe { n: 12 }];
+    let written = outbox::enqueue_batch(&txn, &batch, sequenced).await.expect("a sequenced batch");
+    txn.commit().await.expect("commit");
+    let mut places = Vec::new();
+    for w in &written {
+        let job = outbox::ops::get(&t.db, w.id()).await.expect("the job");
+        places.push((job.payload["n"].as_i64().expect("n"), job.sequence_no.expect("a place")));
+    }
+    assert!(places.windows(2).all(|p| p[0].1 < p[1].1), "in the batch's order: {places:?}");
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_jobs").await, 6, "nothing of the rolled-back enqueue");
 }
 
 /// A worker on MariaDB runs every job once, retries a failing attempt with its error recorded, and its outcomes are

@@ -19,7 +19,10 @@ pub(crate) fn blocking(r: &str) -> String {
     )
 }
 
-/// The columns of a job record, in the order [`decode::record`] reads them.
+/// The columns of a job record, in the order [`decode::record`] reads them. A waiting job waits for the first job
+/// of its sequence that holds it back and is ahead of it, or runs or is free to run (a job put back rejoins behind
+/// those): a job that waits for nothing of the sort waits only to be let go, as one enqueued on MySQL does until a
+/// store looks at its sequence.
 pub(crate) fn record_columns(b: Dialect) -> String {
     columns_with(b, "subject, trace")
 }
@@ -35,7 +38,8 @@ fn columns_with(b: Dialect, subject_and_trace: &str) -> String {
          {lease}, last_error, idempotency_key, schema_hash, {output}, {created}, {claimed}, {completed}, {updated}, \
          runs, sequence_key, sequence_no, CASE WHEN waiting AND status = 'pending' THEN (SELECT h.id FROM \
          outbox_jobs h WHERE h.sequence_key = outbox_jobs.sequence_key AND h.id <> outbox_jobs.id AND {blocking} \
-         ORDER BY h.sequence_no LIMIT 1) END, \
+         AND (h.sequence_no < outbox_jobs.sequence_no OR h.status = 'claimed' OR (h.status = 'pending' AND NOT \
+         h.waiting)) ORDER BY h.sequence_no LIMIT 1) END, \
          (sequence_key IS NOT NULL AND status IN ('failed', 'cancelled') AND sequence_hold = 1), {subject_and_trace}",
         payload = b.text("payload"),
         run_at = b.ms("run_at"),
@@ -145,10 +149,13 @@ pub(crate) async fn stuck<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Re
 
 /// What an operator's retry sets: back to pending now with its attempts reset, taking duplicates of its key
 /// again, and a released hold restored. A workflow step cancelled while it waited goes at once when no parent is
-/// left to count, and waits for the ones left otherwise (a sequenced job's wait is the sequence triggers' to set).
+/// left to count, and waits for the ones left otherwise. A sequenced job rejoins its sequence waiting, and the
+/// sequence triggers (on MySQL, the store) let it go when it is the first still to run and none runs: set here
+/// too, as MariaDB computes the generated columns of an update that reads its own table (this one does, through
+/// [`key_free`]) before its `BEFORE UPDATE` trigger changes the row.
 const RETRY_SET: &str = "status = 'pending', attempts = 0, scheduled = FALSE, superseded = FALSE, \
      sequence_hold = CASE WHEN sequence_hold = 2 THEN 1 ELSE sequence_hold END, lease_expires_at = NULL, \
-     waiting = CASE WHEN sequence_key IS NULL THEN parents_left > 0 ELSE waiting END";
+     waiting = CASE WHEN sequence_key IS NULL THEN parents_left > 0 ELSE TRUE END";
 
 /// No job of the same kind holds the key of the job `j` (see [`super::enqueue::holds_key`]).
 fn key_free(b: Dialect, j: &str) -> String {

@@ -1,23 +1,16 @@
 //! MySQL's enqueue: one job or a batch as a `VALUES` list. A key an active job holds skips the row through
 //! `ON DUPLICATE KEY UPDATE`, whose count (sqlx asks the server for found rows) takes in the skipped rows too, so
-//! which went in is read back. Sequenced jobs are refused until the engine keeps their order.
+//! which went in is read back. A sequenced job takes its place in the insert trigger and goes in waiting, to be let
+//! go by the store (`sequences.rs`).
 
 use sea_orm::{ConnectionTrait, Value};
 
-use super::UNDER_CONSTRUCTION;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::storage::Dialect;
 use crate::storage::enqueue::{NewJob, insert_values};
 
-/// The INSERT of `jobs`; a sequenced job is refused before any SQL.
+/// The INSERT of `jobs`. A sequenced job takes its place in the insert trigger (`outbox_jobs_placed`).
 pub(super) fn insert(jobs: &[&NewJob]) -> Result<(String, Vec<Value>)> {
-    if let Some(job) = jobs.iter().find(|j| j.sequence_key.is_some()) {
-        let (id, kind) = (&job.id, &job.kind);
-        return Err(Error::Unsupported(format!(
-            "job `{id}` of kind `{kind}` names a sequence, and sequences are not available on MariaDB or MySQL yet: \
-             {UNDER_CONSTRUCTION}"
-        )));
-    }
     Ok(insert_values(Dialect::MySql, jobs, None))
 }
 

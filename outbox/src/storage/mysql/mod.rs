@@ -4,13 +4,15 @@
 //!
 //! Under construction (`docs/internals/mariadb.md` has the plan, step by step): the connections (`conn.rs`), the
 //! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive's reader (`archive.rs`) and the
-//! worker's store (`store.rs`) are in. The entries of the steps to come answer [`Error::Unsupported`] naming what is
-//! missing: sequences, the event feed, cross-process wake-ups, retention, the archive's upkeep.
+//! worker's store (`store.rs`) with its sequences (`sequences.rs`) are in. The entries of the steps to come answer
+//! [`Error::Unsupported`] naming what is missing: the event feed, cross-process wake-ups, retention, the archive's
+//! upkeep.
 
 mod archive;
 mod conn;
 mod enqueue;
 mod schema;
+mod sequences;
 mod store;
 
 use std::time::{Duration, Instant};
@@ -31,11 +33,21 @@ const STORE_POOL: u32 = 3;
 
 /// Why the engine refuses what it does not do yet.
 const UNDER_CONSTRUCTION: &str =
-    "the `mysql` feature of this build runs jobs without sequences, and the rest of its engine is being built";
+    "the `mysql` feature of this build runs jobs, and the rest of its engine is being built";
 
 /// The refusal of what the engine does not do yet.
 fn not_yet(what: &str) -> Error {
     Error::Unsupported(format!("{what} is not available on MariaDB or MySQL yet: {UNDER_CONSTRUCTION}"))
+}
+
+/// `sql` with MySQL's placeholders for its `$n` ones.
+fn stmt(sql: &str, values: Vec<Value>) -> sea_orm::Statement {
+    Dialect::MySql.stmt(sql, values)
+}
+
+/// `n` placeholders from `$first` on.
+fn marks(first: usize, n: usize) -> String {
+    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }
 
 /// The MariaDB and MySQL engine.

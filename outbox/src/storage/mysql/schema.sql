@@ -12,10 +12,10 @@
 -- - Partial indexes become stored generated columns that are NULL outside the predicate, indexed: InnoDB keeps an
 --   entry for every row, NULL keys included, but a claim (pending to claimed) changes none of the values an index
 --   reads.
--- - Triggers are per row (there are none per statement), one per table and event, each section of its body one of
---   PostgreSQL's triggers. A trigger here cannot write the table that fired it (error 1442): what PostgreSQL's
---   sequence and workflow triggers do to other jobs comes with the engine's enqueue and worker steps
---   (`docs/internals/mariadb.md`).
+-- - Triggers are per row (there are none per statement), one per table, event and timing, each section of its body
+--   one of PostgreSQL's triggers. A trigger here cannot write the table that fired it (error 1442): what
+--   PostgreSQL's sequence triggers do to other jobs, the store does on the notes these leave (`mysql/sequences.rs`);
+--   the workflows' come with a later step of the engine (`docs/internals/mariadb.md`).
 
 CREATE TABLE IF NOT EXISTS outbox_jobs (
     id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL PRIMARY KEY,
@@ -82,6 +82,11 @@ CREATE TABLE IF NOT EXISTS outbox_jobs (
     blocking_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin
         AS (CASE WHEN sequence_key IS NOT NULL AND (status IN ('pending', 'claimed')
             OR (status IN ('failed', 'cancelled') AND sequence_hold = 1)) THEN sequence_key END) STORED,
+    -- The sequence of a job that runs or is free to run (claimed, or pending and not waiting), else NULL: a
+    -- sequence's next job is let go only while it has none. A claim leaves it as it is.
+    live_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin
+        AS (CASE WHEN sequence_key IS NOT NULL AND (status = 'claimed' OR (status = 'pending' AND NOT waiting))
+            THEN sequence_key END) STORED,
     KEY outbox_jobs_ready_queue (ready_queue, kind, priority DESC, run_at, id),
     KEY outbox_jobs_scheduled (due_at),
     KEY outbox_jobs_flow_keys (ready_flow_kind, flow_key),
@@ -91,11 +96,31 @@ CREATE TABLE IF NOT EXISTS outbox_jobs (
     UNIQUE KEY outbox_jobs_active_key (kind, active_key),
     KEY outbox_jobs_sequence (sequence_key, sequence_no),
     KEY outbox_jobs_sequence_blocking (blocking_key, sequence_no),
+    KEY outbox_jobs_sequence_live (live_key),
     CONSTRAINT outbox_jobs_max_attempts_check CHECK (max_attempts >= 1),
     CONSTRAINT outbox_jobs_status_check CHECK (status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')),
     CONSTRAINT outbox_jobs_cost_check CHECK (cost >= 0)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
 
+
+-- Sequences: the last place each one handed out, and the row its enqueuers take turns on. A sequenced job's insert
+-- takes the next place under its sequence's row (an upsert, held to commit: `outbox_jobs_placed`), so enqueuers of
+-- one sequence commit in the order of their places, as PostgreSQL's advisory lock makes them. A row stays while its
+-- sequence has jobs: its places go on from the last.
+CREATE TABLE IF NOT EXISTS outbox_sequences (
+    sequence_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
+    last_no BIGINT NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- Sequences to look at, written by the triggers in the writer's transaction: a job of the sequence went in, stopped
+-- holding it back, was deleted while holding it, or rejoined it. A trigger here cannot write `outbox_jobs`, so the
+-- store lets each noted sequence's next job go (`mysql/sequences.rs`): at every claim, and after the outcomes it
+-- writes, in their transaction. A note is deleted once its sequence was looked at; one whose sequence an enqueuer
+-- holds stays for the next look.
+CREATE TABLE IF NOT EXISTS outbox_sequence_notes (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    sequence_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
 
 -- The history of every job and the event feed (see `storage/events.rs`). A worker's claim and completion write one
 -- row for their jobs (`job_id` empty, the jobs in `jobs`); every other writer's changes are recorded by the
@@ -333,11 +358,43 @@ CREATE TABLE IF NOT EXISTS outbox_wake_log (
 -- other (found by `tests/tests/mariadb_fleet.rs`), and InnoDB cannot see such a cycle. The log is written by
 -- statements of its own (the engine's fifth step).
 --
+-- A sequenced job takes the next place in its sequence under the sequence's row, held to commit, and goes in waiting
+-- whatever is ahead of it; its sequence is noted (`outbox_jobs_inserted`), and the store lets it go once nothing
+-- ahead holds it. It does not look for a job ahead here: InnoDB reads with a shared lock in a writing statement's
+-- trigger, and the lock on the job found would hold that job's completion until the enqueuer commits (checked).
+CREATE OR REPLACE TRIGGER outbox_jobs_placed BEFORE INSERT ON outbox_jobs FOR EACH ROW
+BEGIN
+    IF NEW.sequence_key IS NOT NULL THEN
+        INSERT INTO outbox_sequences (sequence_key, last_no) VALUES (NEW.sequence_key, 1)
+            ON DUPLICATE KEY UPDATE last_no = last_no + 1;
+        SET NEW.sequence_no = (SELECT last_no FROM outbox_sequences WHERE sequence_key = NEW.sequence_key);
+        IF NEW.status = 'pending' THEN
+            SET NEW.waiting = TRUE;
+        END IF;
+    END IF;
+END;
+
+-- A finished job of a sequence put back to pending rejoins it waiting, behind whatever runs or holds it; its
+-- sequence is noted (`outbox_jobs_updated`). An update that reads its own table (a subquery of `outbox_jobs`) has its
+-- stored generated columns computed before this trigger changes the row (MariaDB 10.11, checked): such an update
+-- sets `waiting` itself, as the library's retries do.
+CREATE OR REPLACE TRIGGER outbox_jobs_rejoining BEFORE UPDATE ON outbox_jobs FOR EACH ROW
+BEGIN
+    IF NEW.sequence_key IS NOT NULL AND NEW.status = 'pending'
+            AND OLD.status IN ('completed', 'failed', 'cancelled') THEN
+        SET NEW.waiting = TRUE;
+    END IF;
+END;
+
 -- Every job inserted, by any writer:
 -- - records its `enqueued` event (one row per job: there are no statement triggers);
--- - inserted claimed or finished (hand-written SQL), is listed in a claim or in the log of finished jobs.
+-- - inserted claimed or finished (hand-written SQL), is listed in a claim or in the log of finished jobs;
+-- - of a sequence, notes it.
 CREATE OR REPLACE TRIGGER outbox_jobs_inserted AFTER INSERT ON outbox_jobs FOR EACH ROW
 BEGIN
+    IF NEW.sequence_key IS NOT NULL THEN
+        INSERT INTO outbox_sequence_notes (sequence_key) VALUES (NEW.sequence_key);
+    END IF;
     INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt)
         VALUES (NEW.id, NEW.kind, NEW.queue, NEW.created_at, 'enqueued', NEW.attempts);
     IF NEW.status = 'claimed' THEN
@@ -353,9 +410,16 @@ END;
 -- - records every other transition, named as `storage/events.rs` describes (the same text as on the other
 --   engines); the worker's claim and completion statements flip `event_flip` and record their jobs themselves;
 -- - claimed, or its lease shortened, by another writer: is listed in a claim of its own;
--- - finished, or its finished time changed, by another writer: is listed in the log of finished jobs.
+-- - finished, or its finished time changed, by another writer: is listed in the log of finished jobs;
+-- - of a sequence, stopping to hold it back or rejoining it: notes it.
 CREATE OR REPLACE TRIGGER outbox_jobs_updated AFTER UPDATE ON outbox_jobs FOR EACH ROW
 BEGIN
+    IF NEW.sequence_key IS NOT NULL AND ((NEW.status = 'pending' AND OLD.status IN ('completed', 'failed', 'cancelled'))
+            OR ((OLD.status IN ('pending', 'claimed') OR (OLD.status IN ('failed', 'cancelled') AND OLD.sequence_hold = 1))
+            AND NOT (NEW.status IN ('pending', 'claimed')
+                OR (NEW.status IN ('failed', 'cancelled') AND NEW.sequence_hold = 1)))) THEN
+        INSERT INTO outbox_sequence_notes (sequence_key) VALUES (NEW.sequence_key);
+    END IF;
     IF (OLD.status <> NEW.status OR OLD.attempts <> NEW.attempts) AND OLD.event_flip = NEW.event_flip THEN
         INSERT INTO outbox_job_events (job_id, kind, queue, at, event, attempt, worker, error, claimed_at,
             completed_at)
@@ -393,9 +457,13 @@ END;
 
 -- A job deleted takes its history with it, unless it was deleted while claimed (a job of a kind that keeps
 -- nothing, deleted by the statement that completes it: its events stay for the feed's readers); a step takes its
--- edges to its parents.
+-- edges to its parents; a job deleted while holding its sequence back notes it.
 CREATE OR REPLACE TRIGGER outbox_jobs_deleted AFTER DELETE ON outbox_jobs FOR EACH ROW
 BEGIN
+    IF OLD.sequence_key IS NOT NULL AND (OLD.status IN ('pending', 'claimed')
+            OR (OLD.status IN ('failed', 'cancelled') AND OLD.sequence_hold = 1)) THEN
+        INSERT INTO outbox_sequence_notes (sequence_key) VALUES (OLD.sequence_key);
+    END IF;
     IF OLD.status <> 'claimed' THEN
         DELETE FROM outbox_job_events WHERE job_id = OLD.id;
     END IF;

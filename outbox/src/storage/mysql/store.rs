@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use sea_orm::{ConnectionTrait, DatabaseConnection, QueryResult, Value};
 use tokio::sync::{Notify, watch};
 
-use super::{UNDER_CONSTRUCTION, conn};
+use super::{UNDER_CONSTRUCTION, conn, marks, sequences, stmt};
 use crate::error::{Error, Result};
 use crate::storage::archive::archive_columns;
 use crate::storage::worker_store::StoreFuture;
 use crate::storage::{
-    ClaimedJob, Dialect, Finished, Outcome, Rescued, WorkerStore, WorkerStoreOpts, log_finished, log_rescued,
+    ClaimedJob, Finished, Outcome, Rescued, WorkerStore, WorkerStoreOpts, log_finished, log_rescued,
     rescue_due,
 };
 
@@ -84,15 +84,6 @@ impl Config {
     }
 }
 
-fn stmt(sql: &str, values: Vec<Value>) -> sea_orm::Statement {
-    Dialect::MySql.stmt(sql, values)
-}
-
-/// `n` placeholders from `$first` on.
-fn marks(first: usize, n: usize) -> String {
-    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
-}
-
 /// Claims up to `limit` due jobs of `c`'s kinds and queues, in a transaction of its own on `db`.
 pub(super) async fn claim(
     db: &DatabaseConnection,
@@ -110,7 +101,8 @@ pub(super) async fn claim(
 /// Claims up to `limit` due jobs of `c`'s kinds and queues in the transaction `tx`: scheduled jobs that came due
 /// join the ready index first; a kind with a fleet-wide limit first, each up to what its limit leaves (its claims
 /// take turns on its row of `outbox_limits`), at most half the slots when the worker serves other kinds too; paused
-/// queues and kinds are passed over, and rows another claim holds are skipped.
+/// queues and kinds are passed over, and rows another claim holds are skipped. Noted sequences are looked at first,
+/// so a sequence's next job let go is claimed at once.
 async fn claim_in<C: ConnectionTrait>(
     tx: &C,
     c: &Config,
@@ -121,6 +113,7 @@ async fn claim_in<C: ConnectionTrait>(
     if limit == 0 {
         return Ok(Vec::new());
     }
+    sequences::release(tx).await?;
     let ctx = || Error::db("claiming jobs");
     tx.execute_raw(stmt(PROMOTE, vec![now.into(), PROMOTE_PER_CLAIM.into()])).await.map_err(ctx())?;
     let mut claimed = Vec::new();
@@ -376,6 +369,8 @@ async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> 
     for f in batch {
         applied.push(write_one(&tx, owner, f, now).await?);
     }
+    // The sequences these outcomes let go, before anyone else's claim looks.
+    sequences::release(&tx).await?;
     tx.commit().await.map_err(Error::db("committing outcomes"))?;
     Ok(applied)
 }

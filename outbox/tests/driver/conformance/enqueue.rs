@@ -32,8 +32,11 @@ driver_tests!(
     mysql: insert_job_writes_a_pending_job,
     insert_job_skips_an_active_key,
     insert_job_takes_a_key_its_holder_left,
+    find_twin_is_behind_a_later_job_of_its_sequence,
     insert_jobs_returns_the_ids_written,
     insert_jobs_writes_each_row_as_given,
+    insert_jobs_puts_the_second_of_a_sequence_waiting,
+    insert_job_waits_only_behind_a_blocking_job,
 );
 
 async fn insert_job_writes_a_pending_job(db: &DatabaseConnection) -> Result<()> {

@@ -26,16 +26,18 @@ driver_tests!(
     purge_takes_the_events_of_jobs_deleted_as_they_completed,
     subjects_list_cancel_and_retry_their_jobs,
     a_subject_s_jobs_are_read_through_its_index_among_a_million;
-    // Not yet on MySQL: sequences, the worker (and a plan read with its own EXPLAIN).
+    // Not yet on MySQL: purges (retention), the worker (and a plan read with its own EXPLAIN).
     mysql:
     get_of_an_unknown_id_is_none,
     list_filters_by_status_kind_queue_and_key,
     list_pages_newest_first,
+    list_of_a_sequence_and_since,
     stuck_lists_expired_claims,
     retry_puts_a_failed_job_back,
     retry_refuses_a_key_an_active_job_holds,
     retry_failed_takes_the_latest_of_each_key,
     cancel_cancels_pending_jobs_only,
+    cancel_releases_a_held_sequence,
     subjects_list_cancel_and_retry_their_jobs,
 );
 

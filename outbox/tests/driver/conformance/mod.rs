@@ -49,6 +49,7 @@ mod retention;
 mod scan;
 mod schedules;
 mod schema;
+mod sequences;
 mod stats;
 mod worker_store;
 mod workers;
@@ -288,6 +289,15 @@ async fn mark_completed(db: &DatabaseConnection, id: &str, at: i64) -> Result<()
 
 async fn mark_failed(db: &DatabaseConnection, id: &str, error: &str, at: i64) -> Result<()> {
     set(db, id, &format!("status = 'failed', attempts = 1, last_error = '{error}', updated_at = {{0}}"), &[at]).await
+}
+
+/// A worker has claimed once at `T0`, of a kind no job has (nothing comes due): on MySQL, a sequence's first job
+/// goes in waiting, and is let go when a worker's claim looks at its sequence; elsewhere nothing changes.
+async fn looked_at_by_a_worker(db: &DatabaseConnection) -> Result<()> {
+    let store = super::open_worker_store(db, opts("look", &["none"]), &tokio::runtime::Handle::current()).await?;
+    assert!(store.claim(1, T0, T0 + 1_000).await?.is_empty());
+    store.close().await;
+    Ok(())
 }
 
 async fn get(db: &DatabaseConnection, id: &str) -> Result<JobRecord> {

@@ -21,9 +21,9 @@ driver_tests!(
     a_batch_with_a_stale_and_a_fresh_outcome_writes_the_fresh_one,
     a_remote_heartbeat_answers_the_lease_it_stored,
     a_completion_written_alone_deletes_a_job_kept_nowhere;
-    // Not yet on MySQL: limits and sequences.
     mysql:
     remote_claim_takes_due_jobs_of_its_kinds_and_queues,
+    remote_claim_honours_limits_and_sequences,
     remote_finish_is_fenced,
     a_batch_of_plain_completions_is_fenced,
     remote_extend_is_fenced_and_never_shortens,

@@ -3,7 +3,7 @@
 
 use sea_orm::DatabaseConnection;
 
-use super::{T0, add, job, keyed, mark_claimed, mark_completed, mark_failed, sequenced, set};
+use super::{T0, add, job, keyed, looked_at_by_a_worker, mark_claimed, mark_completed, mark_failed, sequenced, set};
 use crate::error::Result;
 use crate::record::JobStatus;
 use crate::stats::{DuplicateKey, FailureGroup, KindDurations, QueueCounts, StatusCount};
@@ -20,7 +20,6 @@ driver_tests!(
     duplicates_lists_repeated_keys,
     queues_count_every_state,
     blocked_lists_held_sequences;
-    // Not yet on MySQL: sequences.
     mysql:
     counts_by_kind_and_status,
     finished_since_counts_recent_finished_jobs,
@@ -28,6 +27,8 @@ driver_tests!(
     failure_groups_by_kind_and_error,
     durations_of_completed_jobs,
     duplicates_lists_repeated_keys,
+    queues_count_every_state,
+    blocked_lists_held_sequences,
 );
 
 async fn counts_by_kind_and_status(db: &DatabaseConnection) -> Result<()> {
@@ -120,6 +121,7 @@ async fn queues_count_every_state(db: &DatabaseConnection) -> Result<()> {
     mark_completed(db, "e", T0 + 1).await?;
     mark_failed(db, "f", "boom", T0 + 1).await?;
     assert!(jobs::cancel(db, "g", T0 + 1).await?);
+    looked_at_by_a_worker(db).await?;
     // Available, scheduled, waiting, claimed, stuck, completed, failed, cancelled; the oldest available.
     let counts = |queue: &str,
                   [available, scheduled, waiting, claimed, stuck, completed, failed, cancelled]: [u64; 8],
