@@ -71,12 +71,12 @@ async fn upstream_says_wait(t: &TestDb, status: u16, kind: &str) {
     // later would mean the hold did not hold the fleet. Times are the database's, in ms: the hold is written with the
     // held job's release, and a claim statement under way as it commits may end a few ms after it.
     let ms = |column: &str| match t.backend {
-        Backend::Sqlite => column.to_owned(),
+        Backend::Sqlite | Backend::MySql => column.to_owned(),
         Backend::Postgres => format!("(EXTRACT(EPOCH FROM {column}) * 1000)::int8"),
     };
     let held_at = scalar(&t.db, &format!("SELECT {} FROM outbox_job_events WHERE event = 'released'", ms("at"))).await;
     let payload = match t.backend {
-        Backend::Sqlite => "payload",
+        Backend::Sqlite | Backend::MySql => "payload",
         Backend::Postgres => "payload::text",
     };
     let mut during = Vec::new();

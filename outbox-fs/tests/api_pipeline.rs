@@ -71,6 +71,7 @@ async fn the_api_key_never_reaches_the_database_files_or_errors(t: TestDb) {
         Backend::Sqlite => assert!(files.iter().any(|(name, _)| name.ends_with("outbox.db"))),
         // The database is on a server: search every row of every table in the test's schema instead, after
         // making sure that search finds what the rows do hold.
+        Backend::MySql => unreachable!("not run on MySQL"),
         Backend::Postgres => {
             assert!(tables_holding(&env.db, "R-2").await > 0, "the search sees the rows");
             assert_eq!(tables_holding(&env.db, CANARY).await, 0, "the api key leaked into the database");

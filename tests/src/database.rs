@@ -1,5 +1,6 @@
-//! Test databases on each backend (a fresh SQLite file or a fresh PostgreSQL schema per test), raw SQL that
-//! runs on both, and the [`conformance!`](crate::conformance) macro that runs one test body on each.
+//! Test databases on each backend (a fresh SQLite file, a fresh PostgreSQL schema or a fresh MariaDB database per
+//! test), raw SQL that runs on each, and the [`conformance!`](crate::conformance) macro that runs one test body on
+//! each.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,9 @@ pub enum Backend {
     Sqlite,
     /// A schema of the test's own on the server `OUTBOX_TEST_PG_URL` names.
     Postgres,
+    /// A database of the test's own on the MariaDB server `OUTBOX_TEST_MYSQL_URL` names (tests that opt in:
+    /// `conformance!(name, mysql)`).
+    MySql,
 }
 
 impl Backend {
@@ -28,15 +32,16 @@ impl Backend {
         match db.get_database_backend() {
             DbBackend::Sqlite => Backend::Sqlite,
             DbBackend::Postgres => Backend::Postgres,
+            DbBackend::MySql => Backend::MySql,
             other => panic!("no test backend for {other:?}"),
         }
     }
 
     /// SQL for the instant `ms` milliseconds after the Unix epoch, as this backend's time columns hold it:
-    /// integer milliseconds on SQLite, a `timestamptz` on PostgreSQL. `time(0)` is "long ago".
+    /// integer milliseconds on SQLite and MySQL, a `timestamptz` on PostgreSQL. `time(0)` is "long ago".
     pub fn time(self, ms: i64) -> String {
         match self {
-            Backend::Sqlite => ms.to_string(),
+            Backend::Sqlite | Backend::MySql => ms.to_string(),
             Backend::Postgres => format!("(timestamptz 'epoch' + {ms} * interval '1 millisecond')"),
         }
     }
@@ -45,7 +50,7 @@ impl Backend {
     /// parameter without a cast.
     pub fn json_param(self) -> &'static str {
         match self {
-            Backend::Sqlite => "?",
+            Backend::Sqlite | Backend::MySql => "?",
             Backend::Postgres => "CAST(? AS jsonb)",
         }
     }
@@ -62,8 +67,10 @@ pub struct TestDb {
     pub url: String,
     /// The SQLite database file. On PostgreSQL it names nothing: the database is the schema in `url`.
     pub path: PathBuf,
-    /// The test's PostgreSQL schema, dropped with the `TestDb`; `None` on SQLite.
+    /// The test's PostgreSQL schema, dropped with the `TestDb`; `None` on the others.
     pub schema: Option<TestSchema>,
+    /// The test's MariaDB database, dropped with the `TestDb`; `None` on the others.
+    pub mariadb: Option<crate::TestMariaDb>,
     /// Owns the directory for the test's files (and the SQLite database); dropped last.
     pub dir: tempfile::TempDir,
 }
@@ -81,6 +88,10 @@ pub async fn connect_to(backend: Backend, url: &str) -> DatabaseConnection {
     match backend {
         Backend::Sqlite => outbox::connect(url).await.expect("connect"),
         Backend::Postgres => connect_pg(url).await,
+        Backend::MySql => {
+            let opts = outbox::ConnectOpts { max_connections: PG_POOL, ..Default::default() };
+            outbox::connect_with(url, opts).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+        }
     }
 }
 
@@ -91,7 +102,7 @@ pub async fn fresh_db() -> TestDb {
     std::fs::write(&path, migrated_sqlite().await).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     let url = sqlite_url(&path);
     let db = outbox::connect(&url).await.expect("connect");
-    TestDb { db, backend: Backend::Sqlite, url, path, schema: None, dir }
+    TestDb { db, backend: Backend::Sqlite, url, path, schema: None, mariadb: None, dir }
 }
 
 /// The bytes of an SQLite database file that every migration has run on, made once per test process.
@@ -120,6 +131,14 @@ pub async fn fresh(backend: Backend, test: &str) -> Option<TestDb> {
     match backend {
         Backend::Sqlite => Some(fresh_db().await),
         Backend::Postgres => Some(fresh_schema(&pg_server(test)?).await),
+        Backend::MySql => {
+            let t = crate::TestMariaDb::fresh(test).await?;
+            outbox::migrate(&t.db).await.expect("migrate");
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("outbox.db");
+            let (db, url) = (t.db.clone(), t.url.clone());
+            Some(TestDb { db, backend: Backend::MySql, url, path, schema: None, mariadb: Some(t), dir })
+        }
     }
 }
 
@@ -147,7 +166,7 @@ async fn fresh_schema(server: &str) -> TestDb {
     let db = connect_pg(&url).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("outbox.db");
-    TestDb { db, backend: Backend::Postgres, url, path, schema: Some(schema), dir }
+    TestDb { db, backend: Backend::Postgres, url, path, schema: Some(schema), mariadb: None, dir }
 }
 
 /// A PostgreSQL schema of a test's own, dropped when this is: at the end of the test, and while a failing
@@ -251,12 +270,15 @@ async fn drop_schema(server: &str, schema: &str) -> Result<(), DbErr> {
     dropped
 }
 
-/// Runs one test body on SQLite and on PostgreSQL, each on a fresh database of its own.
+/// Runs one test body on SQLite and on PostgreSQL (and on MariaDB, for a test that opts in), each on a fresh
+/// database of its own.
 ///
 /// `conformance!(name)` emits a module `name` with the tests `name::sqlite` and `name::postgres`, which call
-/// the async function `name(t: TestDb)` defined next to it. The tests run on a two-thread runtime; a second
-/// argument replaces the `#[tokio::test]` arguments. The PostgreSQL test is skipped (with a visible
-/// `SKIPPED` line) when `OUTBOX_TEST_PG_URL` is unset, and fails instead under `CI`.
+/// the async function `name(t: TestDb)` defined next to it; `conformance!(name, mysql)` adds `name::mysql`. The
+/// tests run on a two-thread runtime; a second argument other than `mysql` replaces the `#[tokio::test]`
+/// arguments. A server test is skipped (with a visible `SKIPPED` line) when its variable (`OUTBOX_TEST_PG_URL`,
+/// `OUTBOX_TEST_MYSQL_URL`) is unset, and fails instead under `CI`. The MariaDB engine is being built: a test opts
+/// in once it passes there.
 ///
 /// The body stays an ordinary function, so `cargo fmt` formats it and an unregistered body is dead code.
 ///
@@ -278,21 +300,34 @@ async fn drop_schema(server: &str, schema: &str) -> Result<(), DbErr> {
 /// ```
 #[macro_export]
 macro_rules! conformance {
-    ($test:ident) => {
-        $crate::conformance!($test, flavor = "multi_thread", worker_threads = 2);
+    ($test:ident, mysql) => {
+        $crate::conformance!(@emit $test, [mysql], (flavor = "multi_thread", worker_threads = 2));
     };
-    ($test:ident, $($runtime:tt)+) => {
+    ($test:ident) => {
+        $crate::conformance!(@emit $test, [], (flavor = "multi_thread", worker_threads = 2));
+    };
+    (@emit $test:ident, [$($mysql:ident)?], $runtime:tt) => {
         mod $test {
-            #[::tokio::test($($runtime)+)]
+            #[::tokio::test $runtime]
             async fn sqlite() {
                 $crate::run($crate::Backend::Sqlite, concat!(module_path!(), "::sqlite"), super::$test).await;
             }
 
-            #[::tokio::test($($runtime)+)]
+            #[::tokio::test $runtime]
             async fn postgres() {
                 $crate::run($crate::Backend::Postgres, concat!(module_path!(), "::postgres"), super::$test).await;
             }
+
+            $(
+                #[::tokio::test $runtime]
+                async fn $mysql() {
+                    $crate::run($crate::Backend::MySql, concat!(module_path!(), "::mysql"), super::$test).await;
+                }
+            )?
         }
+    };
+    ($test:ident, $($runtime:tt)+) => {
+        $crate::conformance!(@emit $test, [], ($($runtime)+));
     };
 }
 

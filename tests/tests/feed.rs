@@ -289,6 +289,10 @@ async fn a_workers_feed_row_names_a_shared_kind_and_queue_once_and_gives_each_jo
             "FROM outbox_job_events e, json_each(e.jobs) x WHERE e.job_id = '' AND e.event <> 'enqueued' \
              AND json_array_length(x.value) ="
         }
+        outbox_tests::Backend::MySql => {
+            "FROM outbox_job_events e, JSON_TABLE(e.jobs, '$[*]' COLUMNS (value JSON PATH '$')) x \
+             WHERE e.job_id = '' AND e.event <> 'enqueued' AND JSON_LENGTH(x.value) ="
+        }
     };
     // Counted by form: (short, full) elements of the workers' rows, and the claims and completions recorded in
     // rows of their own (a completion the writer wrote by itself goes through the transition trigger).

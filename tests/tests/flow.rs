@@ -74,7 +74,7 @@ fn most_in_window(log: &[(Duration, String, u32)], width: Duration, cost: bool) 
 /// loaded machine, so a window of starts may hold more than a window of claims.
 async fn claims_of(t: &TestDb, kind: &str) -> Vec<(Duration, String, u32)> {
     let claimed_ms = match t.backend {
-        outbox_tests::Backend::Sqlite => "claimed_at",
+        outbox_tests::Backend::Sqlite | outbox_tests::Backend::MySql => "claimed_at",
         outbox_tests::Backend::Postgres => "(EXTRACT(EPOCH FROM claimed_at) * 1000)::int8",
     };
     let sql = format!(

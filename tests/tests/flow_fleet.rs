@@ -82,7 +82,7 @@ async fn rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent(t: Tes
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status <> 'completed'").await, 0);
     // What the database enforces: the claims, at the time each claim drew from the bucket (its `claimed_at`).
     let claimed_ms = match t.backend {
-        outbox_tests::Backend::Sqlite => "claimed_at",
+        outbox_tests::Backend::Sqlite | outbox_tests::Backend::MySql => "claimed_at",
         outbox_tests::Backend::Postgres => "(EXTRACT(EPOCH FROM claimed_at) * 1000)::int8",
     };
     let rows =

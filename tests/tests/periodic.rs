@@ -91,6 +91,7 @@ fn tick_expr(t: &TestDb) -> &'static str {
     match t.backend {
         outbox_tests::Backend::Sqlite => "CAST(json_extract(payload, '$.tick_ms') AS INTEGER)",
         outbox_tests::Backend::Postgres => "(payload ->> 'tick_ms')::int8",
+        outbox_tests::Backend::MySql => "CAST(JSON_EXTRACT(payload, '$.tick_ms') AS SIGNED)",
     }
 }
 

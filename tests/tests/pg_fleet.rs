@@ -101,7 +101,7 @@ async fn workers_drain_through_a_server_restart_without_help_on_postgres() {
     outbox::migrate(&db).await.expect("migrate");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("unused.db");
-    let t = TestDb { db, backend: Backend::Postgres, url: cluster.url.clone(), path, schema: None, dir };
+    let t = TestDb { db, backend: Backend::Postgres, url: cluster.url.clone(), path, schema: None, mariadb: None, dir };
     enqueue(&t, JOBS, |n| n % 10).await;
     let fleet = Fleet::start(&t, &t.url, "serve");
     fleet.wait_ready().await;

@@ -6,11 +6,10 @@
 #[allow(dead_code)]
 mod fleet;
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use fleet::{Run, Spawn, runs};
+use fleet::{Spawn, runs};
 use outbox::EnqueueOpts;
 use outbox_tests::{Backend, ChildProcess, Limited, Step, TestDb, conformance, scalar};
 
@@ -42,64 +41,13 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
         assert!(status.success(), "a worker process failed: {status}");
     }
 
-    // 0 lost: every job completed.
-    assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status = 'completed'").await, total);
-    outbox_tests::assert_every_claim_rescuable(&t.db, false, "after the fleet").await;
-    let runs = runs(&log);
-    let killed_at: HashMap<u32, u64> = kills.iter().copied().collect();
-    let mut by_key: BTreeMap<u64, Vec<&Run>> = BTreeMap::new();
-    for run in &runs {
-        by_key.entry(run.key).or_default().push(run);
-    }
-    assert_eq!(by_key.len(), KEYS as usize);
-    let mut reruns = 0;
-    for (key, key_runs) in &by_key {
-        for pair in key_runs.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            // Starts follow enqueue order: a step only ever begins after the steps before it (a step may begin
-            // again after a kill, never an earlier one after a later one).
-            assert!(a.seq <= b.seq, "key {key}: step {} began after step {}: {a:?} then {b:?}", b.seq, a.seq);
-            if a.seq == b.seq {
-                reruns += 1;
-            }
-            // No overlap, unless the earlier run's process was killed before the later run began.
-            match a.end {
-                Some(end) => assert!(end <= b.begin, "key {key}: runs overlap: {a:?} and {b:?}"),
-                None => {
-                    let killed = killed_at.get(&a.pid).copied();
-                    assert!(
-                        killed.is_some_and(|k| k <= b.begin),
-                        "key {key}: a run that never ended overlaps the next, and its process was not killed \
-                         before: {a:?} then {b:?} (killed at {killed:?})"
-                    );
-                }
-            }
-        }
-        let steps: Vec<u32> = key_runs.iter().map(|r| r.seq).collect();
-        let mut distinct = steps.clone();
-        distinct.dedup();
-        assert_eq!(distinct, (0..STEPS).collect::<Vec<_>>(), "key {key}: steps ran as {steps:?}");
-    }
-    // 0 completed twice: a job whose handler ran to its end more than once lost its first outcome with a
-    // killed process, and its history says it was rescued.
-    let mut ended: HashMap<&str, u32> = HashMap::new();
-    for run in runs.iter().filter(|r| r.end.is_some()) {
-        *ended.entry(run.job.as_str()).or_default() += 1;
-    }
-    let twice: Vec<&str> = ended.iter().filter(|(_, n)| **n > 1).map(|(id, _)| *id).collect();
-    for id in &twice {
-        let history = outbox::ops::history(&t.db, id).await.expect("history");
-        assert!(
-            history.iter().any(|e| e.event == outbox::JobEventKind::Rescued),
-            "job {id} ended twice without a rescue between: {history:?}"
-        );
-    }
+    let (runs, reruns, twice) = fleet::check_steps(&t.db, &log, &kills, KEYS, STEPS).await;
     eprintln!(
         "{processes} processes, {} kills, {} runs for {total} jobs ({reruns} re-runs after a kill, {} jobs ended \
          twice after a kill)",
         kills.len(),
-        runs.len(),
-        twice.len()
+        runs,
+        twice
     );
 }
 

@@ -25,10 +25,10 @@ async fn a_drain_reports_the_jobs_its_worker_claimed_and_no_other(t: TestDb) {
         .drain()
         .await
         .expect("drain");
-    // On PostgreSQL, a transaction left open with a write holds back the event feed, which the drain does not
+    // On a server, a transaction left open with a write holds back the event feed, which the drain does not
     // read. (On SQLite an open write transaction would hold every writer instead.)
     let held = match Backend::of(&t.db) {
-        Backend::Postgres => {
+        Backend::Postgres | Backend::MySql => {
             let txn = outbox::begin(&t.db).await.expect("begin");
             let note = "held open".to_owned();
             outbox::enqueue(&txn, &Keyed { user_id: 2, note }, EnqueueOpts::new()).await.expect("enqueue");

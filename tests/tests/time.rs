@@ -343,6 +343,10 @@ async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_
             "SELECT COUNT(*) FROM pg_inherits WHERE inhparent = 'outbox_jobs_done'::regclass \
              AND inhrelid <> 'outbox_jobs_done_default'::regclass"
         }
+        outbox_tests::Backend::MySql => {
+            "SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = 'outbox_jobs_done' AND PARTITION_NAME <> 'pmax'"
+        }
     };
     let span = Duration::from_millis(300);
     let keeper =
@@ -435,6 +439,7 @@ fn n_expr(t: &TestDb) -> &'static str {
     match t.backend {
         outbox_tests::Backend::Sqlite => "json_extract(payload, '$.n')",
         outbox_tests::Backend::Postgres => "(payload ->> 'n')::int8",
+        outbox_tests::Backend::MySql => "CAST(JSON_EXTRACT(payload, '$.n') AS SIGNED)",
     }
 }
 

@@ -125,7 +125,7 @@ async fn a_deferred_transaction_that_cannot_write_names_the_fix(t: TestDb) {
             assert!(text.contains("`outbox::transaction`") && text.contains("`outbox::begin`"), "{text}");
             txn.rollback().await.expect("rollback");
         }
-        Backend::Postgres => {
+        Backend::Postgres | Backend::MySql => {
             result.expect("enqueue");
             txn.commit().await.expect("commit");
             assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 1);
@@ -193,7 +193,7 @@ async fn nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored(t: Tes
                 }
                 other => panic!("expected an invalid payload, got {other:?}"),
             },
-            Backend::Sqlite => assert!(refused.expect("SQLite stores NUL").is_new()),
+            Backend::Sqlite | Backend::MySql => assert!(refused.expect("SQLite and MySQL store NUL").is_new()),
         }
         // A NUL in an object key is named too, where the backend refuses it.
         let raw = outbox::Kind::from_schema("free", json!({"type": "object"}), outbox::KindOpts::DEFAULT)?;

@@ -63,6 +63,11 @@ async fn a_completion_the_database_refuses_fails_that_job_alone_and_at_once(t: T
             "CREATE TRIGGER refuse_13 BEFORE UPDATE OF status ON outbox_jobs FOR EACH ROW \
              WHEN (NEW.status = 'completed' AND NEW.payload ->> 'n' = '13') EXECUTE FUNCTION refuse_13()",
         ],
+        Backend::MySql => vec![
+            "CREATE TRIGGER refuse_13 BEFORE UPDATE ON outbox_jobs FOR EACH ROW \
+             IF NEW.status = 'completed' AND OLD.status <> 'completed' AND JSON_EXTRACT(NEW.payload, '$.n') = 13 THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'job 13 may not complete'; END IF",
+        ],
     };
     for sql in refuse {
         exec(&t.db, sql, vec![]).await;
@@ -249,6 +254,11 @@ async fn a_corrupted_payload_fails_permanently_on_its_first_claim(t: TestDb) {
             assert!(err.to_string().contains("invalid input syntax for type json"), "{err}");
             let kept = ops::get(&t.db, not_json.id()).await.expect("get").payload;
             assert_eq!(kept, json!({"n": 2}));
+            ops::cancel(&t.db, not_json.id()).await.expect("cancel the job left valid");
+        }
+        Backend::MySql => {
+            let err = try_exec(&t.db, not_json_write, vec![not_json.id().into()]).await.expect_err("JSON refuses");
+            assert!(err.to_string().contains("4025"), "{err}");
             ops::cancel(&t.db, not_json.id()).await.expect("cancel the job left valid");
         }
     }

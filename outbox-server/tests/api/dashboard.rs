@@ -45,6 +45,7 @@ impl Dash {
         let backend = match self.backend {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
+            Backend::MySql => "mysql",
         };
         self.browser.screenshot(&format!("{name}-{backend}")).await;
     }

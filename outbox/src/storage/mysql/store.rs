@@ -18,8 +18,7 @@ use crate::error::{Error, Result};
 use crate::storage::archive::archive_columns;
 use crate::storage::worker_store::StoreFuture;
 use crate::storage::{
-    ClaimedJob, Finished, Outcome, Rescued, WorkerStore, WorkerStoreOpts, log_finished, log_rescued,
-    rescue_due,
+    ClaimedJob, Finished, Outcome, Rescued, WorkerStore, WorkerStoreOpts, log_finished, log_rescued, rescue_due,
 };
 
 /// Scheduled jobs let in by one claim at most; the rest follow with the next claims.
