@@ -63,7 +63,7 @@ fn worker(e: &common::Env, extractor: Arc<Counting>) -> outbox::WorkerBuilder {
     outbox_fs::register_handlers(builder, &e.root, Some(extractor))
 }
 
-conformance!(enqueue_rejects_a_prompt_hash_that_is_not_the_prompts);
+conformance!(enqueue_rejects_a_prompt_hash_that_is_not_the_prompts, mysql);
 async fn enqueue_rejects_a_prompt_hash_that_is_not_the_prompts(t: TestDb) {
     let e = env(t);
     let mut job_in = ClaudeExtraction::new("List the requirements.", "answers/r1.md", "REQ-1");
@@ -79,7 +79,7 @@ async fn enqueue_rejects_a_prompt_hash_that_is_not_the_prompts(t: TestDb) {
     assert!(err.to_string().contains("at /targetPath") && err.to_string().contains("`..`"), "{err}");
 }
 
-conformance!(writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt);
+conformance!(writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt, mysql);
 async fn writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt(t: TestDb) {
     let e = env(t);
     let extractor = Counting::answering();
@@ -124,7 +124,7 @@ async fn writes_answer_and_sidecar_and_never_pays_twice_for_one_prompt(t: TestDb
     assert_eq!(std::fs::read(e.root_dir.join("answers/r1.md")).expect("answer"), answer);
 }
 
-conformance!(retryable_errors_retry_and_permanent_errors_fail);
+conformance!(retryable_errors_retry_and_permanent_errors_fail, mysql);
 async fn retryable_errors_retry_and_permanent_errors_fail(t: TestDb) {
     let e = env(t);
     let flaky = Counting::new(2, ExtractError::Retryable("rate limited (429)".into()));
@@ -158,7 +158,7 @@ async fn retryable_errors_retry_and_permanent_errors_fail(t: TestDb) {
     assert!(!e.root_dir.join("s.md").exists() && !e.root_dir.join("s.md.extraction.json").exists());
 }
 
-conformance!(without_an_extractor_extraction_jobs_wait_for_a_worker_that_has_one);
+conformance!(without_an_extractor_extraction_jobs_wait_for_a_worker_that_has_one, mysql);
 async fn without_an_extractor_extraction_jobs_wait_for_a_worker_that_has_one(t: TestDb) {
     let e = env(t);
     let id = outbox::enqueue(&e.db, &ClaudeExtraction::new("p", "t.md", "REQ-4"), EnqueueOpts::new())

@@ -13,7 +13,7 @@ use outbox::{EnqueueOpts, Error, JobStatus};
 use outbox_fs::{CreateFile, DeleteFile};
 use serde_json::json;
 
-conformance!(escaping_paths_are_refused_at_enqueue_naming_the_rule);
+conformance!(escaping_paths_are_refused_at_enqueue_naming_the_rule, mysql);
 async fn escaping_paths_are_refused_at_enqueue_naming_the_rule(t: TestDb) {
     let e = env(t);
     let cases = [
@@ -40,7 +40,7 @@ async fn escaping_paths_are_refused_at_enqueue_naming_the_rule(t: TestDb) {
     assert!(count.is_empty(), "nothing was enqueued: {count:?}");
 }
 
-conformance!(an_escaping_payload_written_behind_enqueue_fails_permanently);
+conformance!(an_escaping_payload_written_behind_enqueue_fails_permanently, mysql);
 async fn an_escaping_payload_written_behind_enqueue_fails_permanently(t: TestDb) {
     let e = env(t);
     let (root_before, outside_before) = (snapshot(&e.root_dir), snapshot(&e.outside));
@@ -67,7 +67,7 @@ async fn an_escaping_payload_written_behind_enqueue_fails_permanently(t: TestDb)
     assert_same_tree(&outside_before, &snapshot(&e.outside), "outside the root");
 }
 
-conformance!(a_symlink_out_of_the_root_fails_permanently_and_touches_nothing_outside);
+conformance!(a_symlink_out_of_the_root_fails_permanently_and_touches_nothing_outside, mysql);
 async fn a_symlink_out_of_the_root_fails_permanently_and_touches_nothing_outside(t: TestDb) {
     let e = env(t);
     std::os::unix::fs::symlink(&e.outside, e.root_dir.join("evil")).expect("symlink");
@@ -136,7 +136,7 @@ fn swap_until(root: std::path::PathBuf, outside: std::path::PathBuf, stop: Arc<A
     }
 }
 
-conformance!(a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outside);
+conformance!(a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outside, mysql);
 async fn a_directory_swapped_for_a_symlink_while_1000_jobs_run_never_leaks_outside(t: TestDb) {
     let e = env(t);
     let d = e.root_dir.join("d");

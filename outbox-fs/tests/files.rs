@@ -13,7 +13,7 @@ async fn run(e: &common::Env) {
     worker(e).build().await.expect("build").drain().await.expect("drain");
 }
 
-conformance!(create_file_writes_atomically_creating_parents_and_records_the_hash);
+conformance!(create_file_writes_atomically_creating_parents_and_records_the_hash, mysql);
 async fn create_file_writes_atomically_creating_parents_and_records_the_hash(t: TestDb) {
     let e = env(t);
     let job_in = CreateFile { path: "a/b/c.txt".into(), content: "hello\n".into(), overwrite: false };
@@ -35,7 +35,7 @@ async fn create_file_writes_atomically_creating_parents_and_records_the_hash(t: 
     assert_eq!(names, ["c.txt"], "no temporary file is left behind");
 }
 
-conformance!(create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_unchanged);
+conformance!(create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_unchanged, mysql);
 async fn create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_unchanged(t: TestDb) {
     let e = env(t);
     // The rename happened, the completion was never recorded: the file is there, the job runs again.
@@ -58,7 +58,7 @@ async fn create_file_rerun_after_a_crash_between_rename_and_completion_succeeds_
     );
 }
 
-conformance!(create_file_without_overwrite_fails_permanently_on_other_content_and_leaves_it);
+conformance!(create_file_without_overwrite_fails_permanently_on_other_content_and_leaves_it, mysql);
 async fn create_file_without_overwrite_fails_permanently_on_other_content_and_leaves_it(t: TestDb) {
     let e = env(t);
     std::fs::write(e.root_dir.join("config.toml"), "mine = true\n").expect("write");
@@ -76,7 +76,7 @@ async fn create_file_without_overwrite_fails_permanently_on_other_content_and_le
     assert_eq!(std::fs::read_to_string(e.root_dir.join("config.toml")).expect("read"), "mine = true\n");
 }
 
-conformance!(create_file_with_overwrite_replaces_files_and_symlinks_but_not_directories);
+conformance!(create_file_with_overwrite_replaces_files_and_symlinks_but_not_directories, mysql);
 async fn create_file_with_overwrite_replaces_files_and_symlinks_but_not_directories(t: TestDb) {
     let e = env(t);
     std::fs::write(e.root_dir.join("config.toml"), "mine = true\n").expect("write");
@@ -108,7 +108,7 @@ async fn delete(e: &common::Env, path: &str, require_exists: bool) -> String {
     outbox::enqueue(&e.db, &job_in, EnqueueOpts::new()).await.expect("enqueue").id().to_owned()
 }
 
-conformance!(delete_file_removes_files_and_symlinks_but_never_directories_or_link_targets);
+conformance!(delete_file_removes_files_and_symlinks_but_never_directories_or_link_targets, mysql);
 async fn delete_file_removes_files_and_symlinks_but_never_directories_or_link_targets(t: TestDb) {
     let e = env(t);
     std::fs::create_dir_all(e.root_dir.join("a/dir")).expect("dirs");
@@ -133,7 +133,7 @@ async fn delete_file_removes_files_and_symlinks_but_never_directories_or_link_ta
     assert!(e.root_dir.join("a/dir").is_dir());
 }
 
-conformance!(delete_file_missing_fails_only_on_a_first_run_that_requires_it);
+conformance!(delete_file_missing_fails_only_on_a_first_run_that_requires_it, mysql);
 async fn delete_file_missing_fails_only_on_a_first_run_that_requires_it(t: TestDb) {
     let e = env(t);
     // Attempt 1, requireExists, nothing there: nobody can have deleted it on this job's behalf.

@@ -28,7 +28,7 @@ fn find<'a>(report: &'a outbox_fs::Report, path: &str) -> Vec<&'a Discrepancy> {
     report.discrepancies.iter().filter(|d| d.path == path).collect()
 }
 
-conformance!(reports_every_kind_of_drift_once_and_changes_nothing);
+conformance!(reports_every_kind_of_drift_once_and_changes_nothing, mysql);
 async fn reports_every_kind_of_drift_once_and_changes_nothing(t: TestDb) {
     let e = env(t);
     for (path, content) in [
@@ -127,7 +127,7 @@ async fn reports_every_kind_of_drift_once_and_changes_nothing(t: TestDb) {
     assert!(progress.windows(2).all(|w| w[0].jobs_done <= w[1].jobs_done));
 }
 
-conformance!(fifos_symlinks_out_of_the_root_and_caps_are_handled_without_blocking);
+conformance!(fifos_symlinks_out_of_the_root_and_caps_are_handled_without_blocking, mysql);
 async fn fifos_symlinks_out_of_the_root_and_caps_are_handled_without_blocking(t: TestDb) {
     let e = env(t);
     for (id, path) in [("j1", "fifo"), ("j2", "evil/x"), ("j3", "a"), ("j4", "b")] {
@@ -163,7 +163,7 @@ async fn fifos_symlinks_out_of_the_root_and_caps_are_handled_without_blocking(t:
     assert_same_tree(&outside_before, &snapshot(&e.outside), "outside the root");
 }
 
-conformance!(each_discrepancy_is_logged_as_a_warning_with_fields, flavor = "current_thread");
+conformance!(each_discrepancy_is_logged_as_a_warning_with_fields, mysql, flavor = "current_thread");
 async fn each_discrepancy_is_logged_as_a_warning_with_fields(t: TestDb) {
     let e = env(t);
     insert_raw(
@@ -215,7 +215,7 @@ async fn each_discrepancy_is_logged_as_a_warning_with_fields(t: TestDb) {
     );
 }
 
-conformance!(a_path_scan_reads_one_snapshot_without_blocking_writers);
+conformance!(a_path_scan_reads_one_snapshot_without_blocking_writers, mysql);
 async fn a_path_scan_reads_one_snapshot_without_blocking_writers(t: TestDb) {
     use outbox::scan::{self, PathField};
     let e = env(t);

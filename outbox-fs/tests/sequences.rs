@@ -9,7 +9,7 @@ use outbox_fs::{CreateFile, DeleteFile, ReconcileOpts};
 
 const PATHS: usize = 200;
 
-conformance!(two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees);
+conformance!(two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees, mysql);
 async fn two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees(t: TestDb) {
     let e = env(t);
     let big = "A".repeat(200 * 1024);
@@ -55,7 +55,7 @@ async fn two_writes_to_one_path_land_in_commit_order_and_the_reconciler_agrees(t
     assert!(report.discrepancies.is_empty(), "{:?}", report.discrepancies);
 }
 
-conformance!(a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_ends_present);
+conformance!(a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_ends_present, mysql);
 async fn a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_ends_present(t: TestDb) {
     let e = env(t);
     let create = CreateFile { path: "x.txt".into(), content: "wanted".into(), overwrite: true };
@@ -161,7 +161,7 @@ async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it
     assert_eq!(std::fs::read_to_string(e.root_dir.join("c.txt")).expect("c"), "after");
 }
 
-conformance!(a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets_it_go);
+conformance!(a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets_it_go, mysql);
 async fn a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets_it_go(t: TestDb) {
     let e = env(t);
     let first = CreateFile { path: "d.txt".into(), content: "1".into(), overwrite: true };
@@ -181,7 +181,7 @@ async fn a_cancelled_pending_job_holds_its_sequence_and_a_second_cancel_lets_it_
     assert!(err.to_string().contains("completed"), "{err}");
 }
 
-conformance!(the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not_completion_time);
+conformance!(the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not_completion_time, mysql);
 async fn the_reconciler_takes_the_latest_job_of_a_path_in_sequence_order_not_completion_time(t: TestDb) {
     let e = env(t);
     let first = CreateFile { path: "late.txt".into(), content: "first".into(), overwrite: true };

@@ -26,7 +26,7 @@ async fn jobs(db: &sea_orm::DatabaseConnection) -> i64 {
     outbox_tests::scalar(db, "SELECT COUNT(*) FROM outbox_jobs").await
 }
 
-conformance!(unknown_fields_are_refused_at_enqueue_naming_them);
+conformance!(unknown_fields_are_refused_at_enqueue_naming_them, mysql);
 async fn unknown_fields_are_refused_at_enqueue_naming_them(t: TestDb) {
     let e = env(t);
     let extraction = serde_json::to_value(ClaudeExtraction::new("Extract R-1.", "answers/r1.md", "R-1")).expect("json");
@@ -73,7 +73,7 @@ fn path(bytes: usize) -> String {
     p
 }
 
-conformance!(paths_over_the_filesystem_limits_are_refused_at_enqueue_naming_the_limit);
+conformance!(paths_over_the_filesystem_limits_are_refused_at_enqueue_naming_the_limit, mysql);
 async fn paths_over_the_filesystem_limits_are_refused_at_enqueue_naming_the_limit(t: TestDb) {
     let e = env(t);
     let name_256 = format!("dir/{}", name(256));
@@ -115,7 +115,7 @@ fn beside(root: &std::path::Path, path: &str, script: &str) -> std::process::Out
     std::process::Command::new("sh").args(["-c", &script, "sh", dir, file]).current_dir(root).output().expect("sh")
 }
 
-conformance!(paths_at_the_filesystem_limits_are_accepted_written_and_deleted);
+conformance!(paths_at_the_filesystem_limits_are_accepted_written_and_deleted, mysql);
 async fn paths_at_the_filesystem_limits_are_accepted_written_and_deleted(t: TestDb) {
     let e = env(t);
     let paths = [format!("dir/{}", name(255)), path(4096)];

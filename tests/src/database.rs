@@ -275,7 +275,7 @@ async fn drop_schema(server: &str, schema: &str) -> Result<(), DbErr> {
 ///
 /// `conformance!(name)` emits a module `name` with the tests `name::sqlite` and `name::postgres`, which call
 /// the async function `name(t: TestDb)` defined next to it; `conformance!(name, mysql)` adds `name::mysql`. The
-/// tests run on a two-thread runtime; a second argument other than `mysql` replaces the `#[tokio::test]`
+/// tests run on a two-thread runtime; arguments after the name (and after `mysql`) replace the `#[tokio::test]`
 /// arguments. A server test is skipped (with a visible `SKIPPED` line) when its variable (`OUTBOX_TEST_PG_URL`,
 /// `OUTBOX_TEST_MYSQL_URL`) is unset, and fails instead under `CI`. The MariaDB engine is being built: a test opts
 /// in once it passes there.
@@ -325,6 +325,9 @@ macro_rules! conformance {
                 }
             )?
         }
+    };
+    ($test:ident, mysql, $($runtime:tt)+) => {
+        $crate::conformance!(@emit $test, [mysql], ($($runtime)+));
     };
     ($test:ident, $($runtime:tt)+) => {
         $crate::conformance!(@emit $test, [], ($($runtime)+));

@@ -5,7 +5,7 @@ use outbox_tests::{Keyed, Probe, Span, Step, TestDb, conformance, exec, scalar, 
 use sea_orm::TransactionTrait;
 use serde_json::json;
 
-conformance!(rollback_leaves_no_job_and_commit_leaves_one);
+conformance!(rollback_leaves_no_job_and_commit_leaves_one, mysql);
 async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
     exec(&t.db, "CREATE TABLE orders (customer TEXT NOT NULL)", vec![]).await;
 
@@ -47,7 +47,7 @@ async fn rollback_leaves_no_job_and_commit_leaves_one(t: TestDb) {
     assert_eq!(job.schema_hash, Kind::of::<Probe>().expect("kind").schema_hash());
 }
 
-conformance!(concurrent_duplicate_enqueues_leave_one_row);
+conformance!(concurrent_duplicate_enqueues_leave_one_row, mysql);
 async fn concurrent_duplicate_enqueues_leave_one_row(t: TestDb) {
     // Two independent pools on the same database, 16 racing transactions.
     let other = t.connect().await;
@@ -74,7 +74,7 @@ async fn concurrent_duplicate_enqueues_leave_one_row(t: TestDb) {
     assert_eq!(job.queue, "mail");
 }
 
-conformance!(keys_are_unique_among_active_jobs_only);
+conformance!(keys_are_unique_among_active_jobs_only, mysql);
 async fn keys_are_unique_among_active_jobs_only(t: TestDb) {
     let first = outbox::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
     let again = outbox::enqueue(&t.db, &Probe { n: 5 }, EnqueueOpts::new()).await.expect("enqueue");
@@ -111,7 +111,7 @@ async fn keys_are_unique_among_active_jobs_only(t: TestDb) {
     assert!(outbox::enqueue(&t.db, &Probe { n: 12 }, key()).await.expect("enqueue").is_new());
 }
 
-conformance!(invalid_payloads_are_rejected_with_their_path_and_write_nothing);
+conformance!(invalid_payloads_are_rejected_with_their_path_and_write_nothing, mysql);
 async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing(t: TestDb) {
     // Typed: the schema requires n >= 1.
     let err = outbox::enqueue(&t.db, &Probe { n: 0 }, EnqueueOpts::new()).await.expect_err("n = 0");
@@ -155,7 +155,7 @@ async fn invalid_payloads_are_rejected_with_their_path_and_write_nothing(t: Test
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs").await, 0);
 }
 
-conformance!(batch_enqueue_writes_in_order_and_collapses_duplicates);
+conformance!(batch_enqueue_writes_in_order_and_collapses_duplicates, mysql);
 async fn batch_enqueue_writes_in_order_and_collapses_duplicates(t: TestDb) {
     let existing =
         outbox::enqueue(&t.db, &Keyed { user_id: 3, note: "old".into() }, EnqueueOpts::new()).await.expect("enqueue");
@@ -223,7 +223,7 @@ async fn a_batch_writes_each_job_as_given_and_a_sequence_in_list_order(t: TestDb
     }
 }
 
-conformance!(a_kind_s_own_rules_run_after_its_schema);
+conformance!(a_kind_s_own_rules_run_after_its_schema, mysql);
 async fn a_kind_s_own_rules_run_after_its_schema(t: TestDb) {
     let err = outbox::enqueue(&t.db, &Span { lo: 5, hi: 1 }, EnqueueOpts::new()).await.expect_err("hi < lo");
     assert_eq!(err.to_string(), "invalid payload for kind `span`: at /hi: 1 is below lo (5)");

@@ -78,7 +78,7 @@ async fn the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_i
     assert!(matches!(err, Error::Invalid(_)) && err.to_string().contains("invalid event id `not-an-id`"), "{err}");
 }
 
-conformance!(a_worker_is_listed_while_it_runs_and_gone_after_it_stops);
+conformance!(a_worker_is_listed_while_it_runs_and_gone_after_it_stops, mysql);
 async fn a_worker_is_listed_while_it_runs_and_gone_after_it_stops(t: TestDb) {
     let worker = Worker::builder(&t.db)
         .id("listed")
@@ -121,7 +121,7 @@ async fn a_worker_is_listed_while_it_runs_and_gone_after_it_stops(t: TestDb) {
     assert!(ops::workers(&t.db).await.expect("workers").iter().all(|w| w.id != "dead"));
 }
 
-conformance!(remote_claims_are_fenced_like_in_process_ones);
+conformance!(remote_claims_are_fenced_like_in_process_ones, mysql);
 async fn remote_claims_are_fenced_like_in_process_ones(t: TestDb) {
     for n in 1..=3 {
         outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
@@ -160,7 +160,7 @@ async fn remote_claims_are_fenced_like_in_process_ones(t: TestDb) {
     assert!(err.to_string().contains("at least one kind"), "{err}");
 }
 
-conformance!(every_transition_is_recorded_once_whoever_writes_it);
+conformance!(every_transition_is_recorded_once_whoever_writes_it, mysql);
 async fn every_transition_is_recorded_once_whoever_writes_it(t: TestDb) {
     let mut ids = Vec::new();
     for n in 1..=20 {

@@ -312,7 +312,7 @@ async fn fair_share_serves_a_late_tenant_at_once_in_proportion_to_its_weight(t: 
     }
 }
 
-conformance!(bad_flow_input_is_refused_and_writes_nothing);
+conformance!(bad_flow_input_is_refused_and_writes_nothing, mysql);
 async fn bad_flow_input_is_refused_and_writes_nothing(t: TestDb) {
     for (text, says) in [("0/1m", "at least 1"), ("-1/s", "not a whole number"), ("50/0s", "longer than zero")] {
         let err = text.parse::<Rate>().expect_err(text);

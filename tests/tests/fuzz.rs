@@ -397,7 +397,7 @@ async fn check_keys(db: &DatabaseConnection, case: &Intents) -> Result<(), TestC
     checked
 }
 
-conformance!(same_intents_collapse_onto_one_key_and_different_ones_do_not);
+conformance!(same_intents_collapse_onto_one_key_and_different_ones_do_not, mysql);
 async fn same_intents_collapse_onto_one_key_and_different_ones_do_not(t: TestDb) {
     let rt = tokio::runtime::Handle::current();
     let mut runner = TestRunner::new(config());
@@ -426,7 +426,7 @@ fn a_type_mismatch_the_schema_lets_through_is_placed_at_its_field() {
     assert!(err.to_string().contains("at /accountId:"), "{err}");
 }
 
-conformance!(zero_and_negative_zero_collapse);
+conformance!(zero_and_negative_zero_collapse, mysql);
 async fn zero_and_negative_zero_collapse(t: TestDb) {
     // Shrunk by proptest from `same_intents_collapse_onto_one_key_and_different_ones_do_not`.
     let db = &t.db;

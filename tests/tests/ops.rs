@@ -76,7 +76,7 @@ async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
     );
 }
 
-conformance!(retry_failed_keeps_the_latest_of_each_key);
+conformance!(retry_failed_keeps_the_latest_of_each_key, mysql);
 /// Several failed jobs carrying one key: a bulk retry brings back the latest (by last change) on every
 /// backend, and leaves the others failed.
 async fn retry_failed_keeps_the_latest_of_each_key(t: TestDb) {
@@ -103,7 +103,7 @@ async fn retry_failed_keeps_the_latest_of_each_key(t: TestDb) {
     assert_eq!(status(lone.id().to_owned()).await, JobStatus::Pending);
 }
 
-conformance!(stats_answer_the_six_questions);
+conformance!(stats_answer_the_six_questions, mysql);
 async fn stats_answer_the_six_questions(t: TestDb) {
     let now = chrono::Utc::now().timestamp_millis();
     let ids: Vec<String> = futures_ids(&t.db, 6).await;
@@ -162,7 +162,7 @@ async fn futures_ids(db: &sea_orm::DatabaseConnection, n: u64) -> Vec<String> {
     ids
 }
 
-conformance!(workers_record_their_kinds_for_tools_without_the_types);
+conformance!(workers_record_their_kinds_for_tools_without_the_types, mysql);
 async fn workers_record_their_kinds_for_tools_without_the_types(t: TestDb) {
     assert!(ops::kinds(&t.db).await.expect("kinds").is_empty());
     let worker = outbox::Worker::builder(&t.db)
@@ -198,7 +198,7 @@ async fn workers_record_their_kinds_for_tools_without_the_types(t: TestDb) {
     assert!(ops::kind(&t.db, "nope").await.expect("kind").is_none());
 }
 
-conformance!(queues_count_available_scheduled_claimed_and_stuck_jobs);
+conformance!(queues_count_available_scheduled_claimed_and_stuck_jobs, mysql);
 async fn queues_count_available_scheduled_claimed_and_stuck_jobs(t: TestDb) {
     for n in 1..=3 {
         outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
@@ -222,7 +222,7 @@ async fn queues_count_available_scheduled_claimed_and_stuck_jobs(t: TestDb) {
     assert_eq!(stuck[0].runs, 1);
 }
 
-conformance!(a_database_an_earlier_build_created_is_refused_and_left_untouched);
+conformance!(a_database_an_earlier_build_created_is_refused_and_left_untouched, mysql);
 async fn a_database_an_earlier_build_created_is_refused_and_left_untouched(t: TestDb) {
     // The tables an earlier build's nine migrations left are the ones the squashed schema creates; only the
     // migration table tells them apart.
@@ -254,7 +254,7 @@ async fn a_database_an_earlier_build_created_is_refused_and_left_untouched(t: Te
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_kinds").await, 0, "no kind was recorded");
 }
 
-conformance!(migrations_undo_and_redo_cleanly);
+conformance!(migrations_undo_and_redo_cleanly, mysql);
 async fn migrations_undo_and_redo_cleanly(t: TestDb) {
     use sea_orm_migration::MigratorTrait;
 

@@ -137,7 +137,7 @@ async fn wait_missed(t: &TestDb, last: i64, n: i64) {
     assert!(passed, "{n} ticks after {last} did not pass: the next tick is {:?}", next().await);
 }
 
-conformance!(four_processes_enqueue_one_job_per_tick_and_honour_the_missed_tick_policy);
+conformance!(four_processes_enqueue_one_job_per_tick_and_honour_the_missed_tick_policy, mysql);
 async fn four_processes_enqueue_one_job_per_tick_and_honour_the_missed_tick_policy(t: TestDb) {
     // Four processes sharing the schedule for ten ticks.
     let fleet = Fleet::start(&t, "run1", false);

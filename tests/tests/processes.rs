@@ -12,7 +12,7 @@ use fleet::{Runs, Spawn};
 use outbox::{EnqueueOpts, JobContext, JobError, JobStatus, Worker, ops};
 use outbox_tests::{Race, TestDb, conformance, fresh_db, scalar};
 
-conformance!(a_job_of_a_killed_worker_is_rescued_and_completed_by_another);
+conformance!(a_job_of_a_killed_worker_is_rescued_and_completed_by_another, mysql);
 async fn a_job_of_a_killed_worker_is_rescued_and_completed_by_another(t: TestDb) {
     let job = outbox::enqueue(&t.db, &Race { n: 1, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");
     let log = t.dir.path().join("hang.log");

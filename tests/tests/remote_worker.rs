@@ -12,7 +12,7 @@ use outbox_tests::{GroupGuard, Probe, Race, Served, TestDb, conformance, scalar,
 const JOBS: u64 = 1_000;
 const WORK_TOKEN: &str = "work-token-for-the-python-worker";
 
-conformance!(a_python_worker_drains_jobs_over_http_beside_an_in_process_worker);
+conformance!(a_python_worker_drains_jobs_over_http_beside_an_in_process_worker, mysql);
 async fn a_python_worker_drains_jobs_over_http_beside_an_in_process_worker(t: TestDb) {
     if std::process::Command::new("python3").arg("--version").output().is_err() {
         unavailable("a_python_worker_drains_jobs_over_http_beside_an_in_process_worker", "python3 is not installed");

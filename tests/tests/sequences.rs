@@ -21,7 +21,7 @@ fn fleet(t: &TestDb, log: &Path, n: usize, lease_ms: u64) -> Vec<ChildProcess> {
     (0..n).map(|_| Spawn { url: &t.url, log, mode: "serve", lease_ms, concurrency: 8, stderr: None }.start()).collect()
 }
 
-conformance!(sequences_hold_their_order_while_workers_are_killed_every_300_ms);
+conformance!(sequences_hold_their_order_while_workers_are_killed_every_300_ms, mysql);
 async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: TestDb) {
     let processes = if t.backend == Backend::Postgres { 8 } else { 4 };
     // Enqueued step by step across keys, as interleaved commits would be; handlers take 0-20 ms.
@@ -51,7 +51,7 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
     );
 }
 
-conformance!(a_fleet_wide_limit_of_two_holds_across_eight_processes);
+conformance!(a_fleet_wide_limit_of_two_holds_across_eight_processes, mysql);
 async fn a_fleet_wide_limit_of_two_holds_across_eight_processes(t: TestDb) {
     let jobs: Vec<Limited> = (0..200).map(|n| Limited { n, sleep_ms: 20 }).collect();
     outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
@@ -125,7 +125,7 @@ async fn a_limit_on_the_builder_names_what_is_wrong_with_it() {
     assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
-conformance!(a_job_retried_after_its_sequence_went_on_waits_for_the_running_one);
+conformance!(a_job_retried_after_its_sequence_went_on_waits_for_the_running_one, mysql);
 async fn a_job_retried_after_its_sequence_went_on_waits_for_the_running_one(t: TestDb) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -189,7 +189,7 @@ async fn a_job_retried_after_its_sequence_went_on_waits_for_the_running_one(t: T
     assert_eq!(most.load(Ordering::SeqCst), 1, "two jobs of one sequence ran at once");
 }
 
-conformance!(jobs_of_one_sequence_retried_together_rejoin_in_order);
+conformance!(jobs_of_one_sequence_retried_together_rejoin_in_order, mysql);
 async fn jobs_of_one_sequence_retried_together_rejoin_in_order(t: TestDb) {
     use outbox::{JobStatus, ops};
     use outbox_tests::Onward;
@@ -230,7 +230,7 @@ async fn exec_status(t: &TestDb, id: &str, status: &str) {
     outbox_tests::exec(&t.db, "UPDATE outbox_jobs SET status = ? WHERE id = ?", vec![status.into(), id.into()]).await;
 }
 
-conformance!(a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep);
+conformance!(a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep, mysql);
 async fn a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep(t: TestDb) {
     // What a lost race (or a hand-written row) leaves behind: a waiting job whose sequence has nothing ahead.
     let job = outbox::enqueue(&t.db, &Step { key: 9, seq: 0, sleep_ms: 0 }, EnqueueOpts::new()).await.expect("enqueue");

@@ -73,7 +73,7 @@ async fn jobs_of(t: &TestDb, subject: &str) -> i64 {
     scalar(&t.db, &format!("SELECT COUNT(*) FROM outbox_jobs WHERE subject = '{subject}'")).await
 }
 
-conformance!(an_order_saved_through_its_active_model_enqueues_in_its_transaction);
+conformance!(an_order_saved_through_its_active_model_enqueues_in_its_transaction, mysql);
 /// Saving an order through its active model in a transaction that rolls back leaves no job; one that commits leaves
 /// exactly one, about the order; deleting the order cancels its pending jobs in the same transaction.
 async fn an_order_saved_through_its_active_model_enqueues_in_its_transaction(t: TestDb) {
@@ -111,7 +111,7 @@ async fn an_order_saved_through_its_active_model_enqueues_in_its_transaction(t: 
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM orders").await, 0);
 }
 
-conformance!(orders_join_their_jobs_by_subject);
+conformance!(orders_join_their_jobs_by_subject, mysql);
 /// A sea-orm query joins the application's `orders` to the jobs entity by subject and returns the jobs of one
 /// customer's orders, and only those; the entity reads every column type of either backend.
 async fn orders_join_their_jobs_by_subject(t: TestDb) {
@@ -164,7 +164,7 @@ async fn orders_join_their_jobs_by_subject(t: TestDb) {
     assert!(err.to_string().contains("read-only through its entity"), "{err}");
 }
 
-conformance!(a_subject_no_job_could_carry_is_refused_and_nothing_is_written);
+conformance!(a_subject_no_job_could_carry_is_refused_and_nothing_is_written, mysql);
 /// An empty subject, one over 256 bytes, one with NUL, and a template naming a field the payload lacks are refused
 /// at enqueue with the reason, and nothing is written; the operator calls refuse the same subjects.
 async fn a_subject_no_job_could_carry_is_refused_and_nothing_is_written(t: TestDb) {

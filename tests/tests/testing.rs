@@ -8,7 +8,7 @@ use outbox::testing::{self, Ran};
 use outbox::{EnqueueOpts, JobContext, JobError, JobStatus, RetryPolicy, Worker};
 use outbox_tests::{Backend, Keyed, Probe, TestDb, conformance};
 
-conformance!(a_drain_reports_the_jobs_its_worker_claimed_and_no_other);
+conformance!(a_drain_reports_the_jobs_its_worker_claimed_and_no_other, mysql);
 async fn a_drain_reports_the_jobs_its_worker_claimed_and_no_other(t: TestDb) {
     for n in 1..=3 {
         outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
@@ -63,7 +63,7 @@ async fn a_drain_reports_the_jobs_its_worker_claimed_and_no_other(t: TestDb) {
     assert_eq!(drained.completed()[0].output, Some(serde_json::json!({ "n": 1 })));
 }
 
-conformance!(a_job_run_inline_is_answered_as_a_worker_answers_it);
+conformance!(a_job_run_inline_is_answered_as_a_worker_answers_it, mysql);
 async fn a_job_run_inline_is_answered_as_a_worker_answers_it(t: TestDb) {
     let worker = Worker::builder(&t.db)
         .kind_timeout("probe", Duration::from_millis(50))

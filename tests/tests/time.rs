@@ -12,7 +12,7 @@ use sea_orm::DatabaseConnection;
 
 const DAY_MS: i64 = 86_400_000;
 
-conformance!(a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_others_run);
+conformance!(a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_others_run, mysql);
 async fn a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_others_run(t: TestDb) {
     // n = 1 stops when asked; n = 2 ignores the request and is dropped; the rest finish at once.
     let polite = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
@@ -443,7 +443,7 @@ fn n_expr(t: &TestDb) -> &'static str {
     }
 }
 
-conformance!(a_schedule_whose_builder_panics_leaves_the_others_running);
+conformance!(a_schedule_whose_builder_panics_leaves_the_others_running, mysql);
 async fn a_schedule_whose_builder_panics_leaves_the_others_running(t: TestDb) {
     let broken = outbox::Schedule::every("broken", Duration::from_millis(100), |_| -> Probe {
         panic!("no payload for this tick")
@@ -597,7 +597,7 @@ async fn events(t: &TestDb, id: &str) -> Vec<(JobEventKind, i32, Option<String>)
     history.into_iter().map(|e| (e.event, e.attempt, e.worker)).collect()
 }
 
-conformance!(a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued);
+conformance!(a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued, mysql);
 /// A handler that blocks its thread stalls its worker's runtime, whose retention passes every 10 ms. While it
 /// is stalled, the application enqueues on another pool at once (20 stalls), and a second worker rescues the
 /// stalled worker's expired claim and completes it; the stalled worker's late completion changes nothing.
@@ -669,7 +669,7 @@ async fn a_stalled_worker_holds_no_lock_and_its_expired_claim_is_rescued(t: Test
     outbox_tests::assert_every_claim_rescuable(&t.db, false, "after the stall").await;
 }
 
-conformance!(a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_outside);
+conformance!(a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_outside, mysql);
 /// A handler blocks its worker's only thread past its 200 ms timeout: its attempt is failed and its claim
 /// given back while it still blocks, at the timeout plus the cancel grace; its late `Ok` is discarded and the
 /// retry completes the job.
@@ -718,7 +718,7 @@ async fn a_handler_blocking_its_thread_past_its_timeout_is_given_back_from_outsi
     assert_eq!(ops::get(&t.db, job.id()).await.expect("get").attempts, 2);
 }
 
-conformance!(a_sequenced_handler_blocking_past_its_timeout_keeps_its_claim_until_rescued);
+conformance!(a_sequenced_handler_blocking_past_its_timeout_keeps_its_claim_until_rescued, mysql);
 /// A job of a sequence whose handler blocks past its timeout is not given back while its thread still runs
 /// (the next step could start beside it): its claim is kept, its lease left to expire, and a second worker
 /// rescues it; the next step starts only after that.
@@ -770,7 +770,7 @@ async fn a_sequenced_handler_blocking_past_its_timeout_keeps_its_claim_until_res
     assert!(started >= rescued, "the next step started at {started} before the blocked one was rescued at {rescued}");
 }
 
-conformance!(a_shutdown_does_not_wait_for_a_blocked_handler_whose_claim_was_given_back);
+conformance!(a_shutdown_does_not_wait_for_a_blocked_handler_whose_claim_was_given_back, mysql);
 /// A handler blocks a thread of its worker's multi-thread runtime past its 200 ms timeout, and the test lets it
 /// go only once the shutdown has resolved: a shutdown that waited for it would never resolve. Asked after the
 /// watchdog gave the claim back, or before (it then waits for the give-back), the shutdown resolves with no job

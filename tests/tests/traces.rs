@@ -224,7 +224,7 @@ async fn the_metrics_reach_an_opentelemetry_meter(t: TestDb) {
     provider.shutdown().expect("shutdown");
 }
 
-conformance!(a_remote_worker_s_claim_carries_the_jobs_trace_context);
+conformance!(a_remote_worker_s_claim_carries_the_jobs_trace_context, mysql);
 /// A remote worker's claim gives each job the trace context it was enqueued in, as the two W3C headers, to
 /// continue the trace in another language; a job without one gives nulls.
 async fn a_remote_worker_s_claim_carries_the_jobs_trace_context(t: TestDb) {

@@ -11,7 +11,7 @@ use outbox_tests::{Backend, Probe, TestDb, conformance, exec, scalar, try_exec};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-conformance!(concurrent_read_then_write_transactions_all_commit);
+conformance!(concurrent_read_then_write_transactions_all_commit, mysql);
 /// 50 tasks each read, then write a domain row and enqueue, in `outbox::transaction`, while a worker
 /// runs: every one commits.
 async fn concurrent_read_then_write_transactions_all_commit(t: TestDb) {
@@ -65,7 +65,7 @@ struct Tally {
     n: i64,
 }
 
-conformance!(handlers_read_then_write_in_their_own_transactions);
+conformance!(handlers_read_then_write_in_their_own_transactions, mysql);
 /// 40 handlers each do read-then-write in their own `outbox::transaction` while 8 run at once and the
 /// worker writes outcomes: no job fails.
 async fn handlers_read_then_write_in_their_own_transactions(t: TestDb) {
@@ -106,7 +106,7 @@ async fn handlers_read_then_write_in_their_own_transactions(t: TestDb) {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM tallies").await, 40);
 }
 
-conformance!(a_deferred_transaction_that_cannot_write_names_the_fix);
+conformance!(a_deferred_transaction_that_cannot_write_names_the_fix, mysql);
 /// A plain `db.begin()` that reads, sees another writer commit, then enqueues: SQLite refuses the upgrade at
 /// once, and the error names the fix. PostgreSQL takes the same code.
 async fn a_deferred_transaction_that_cannot_write_names_the_fix(t: TestDb) {
@@ -175,7 +175,7 @@ struct Line {
     text: String,
 }
 
-conformance!(nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored);
+conformance!(nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored, mysql);
 /// NUL in a payload string: PostgreSQL cannot store it, so enqueue refuses it before any SQL, naming the
 /// field, and the caller's transaction goes on to commit its other writes. SQLite stores it.
 async fn nul_in_a_payload_is_refused_before_sql_where_it_cannot_be_stored(t: TestDb) {
@@ -257,7 +257,7 @@ async fn payloads_nested_too_deep_are_refused_at_enqueue(t: TestDb) {
     assert_eq!(ops::get(&t.db, ok.id()).await.expect("get").status, JobStatus::Pending);
 }
 
-conformance!(wait_returns_the_finished_job_or_times_out);
+conformance!(wait_returns_the_finished_job_or_times_out, mysql);
 /// `ops::wait` returns a job's record once it is finished, and says how long it waited otherwise.
 async fn wait_returns_the_finished_job_or_times_out(t: TestDb) {
     let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
@@ -292,7 +292,7 @@ struct Doc {
     path: String,
 }
 
-conformance!(long_derived_keys_are_stored_as_their_hash_and_still_dedupe);
+conformance!(long_derived_keys_are_stored_as_their_hash_and_still_dedupe, mysql);
 /// A key field of 5,000 characters would not fit a unique index entry on every backend: the key is stored as
 /// its sha256 and the same intent still collapses onto one job.
 async fn long_derived_keys_are_stored_as_their_hash_and_still_dedupe(t: TestDb) {

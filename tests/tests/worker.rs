@@ -18,7 +18,7 @@ fn quick(db: &sea_orm::DatabaseConnection) -> outbox::WorkerBuilder {
     })
 }
 
-conformance!(completes_jobs_and_records_output);
+conformance!(completes_jobs_and_records_output, mysql);
 async fn completes_jobs_and_records_output(t: TestDb) {
     for n in 1..=20 {
         outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
@@ -46,7 +46,7 @@ async fn completes_jobs_and_records_output(t: TestDb) {
     }
 }
 
-conformance!(a_completion_the_database_refuses_fails_that_job_alone_and_at_once);
+conformance!(a_completion_the_database_refuses_fails_that_job_alone_and_at_once, mysql);
 /// A completion the database refuses for good (here a trigger an operator added) fails that job with the
 /// database's reason as soon as it is refused, and the rest of its batch completes: nothing waits for a lease to
 /// run out, and the job does not run again to be refused again.
@@ -106,7 +106,7 @@ async fn a_completion_the_database_refuses_fails_that_job_alone_and_at_once(t: T
     assert_eq!(runs.load(Ordering::SeqCst), 20, "each job ran once");
 }
 
-conformance!(retries_back_off_then_fail_after_max_attempts);
+conformance!(retries_back_off_then_fail_after_max_attempts, mysql);
 async fn retries_back_off_then_fail_after_max_attempts(t: TestDb) {
     let id = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let calls = Arc::new(Mutex::new(Vec::<(i32, Instant)>::new()));
@@ -153,7 +153,7 @@ async fn retries_back_off_then_fail_after_max_attempts(t: TestDb) {
     assert!(calls[2].1 - calls[1].1 >= Duration::from_millis(100), "{calls:?}");
 }
 
-conformance!(snooze_uses_no_attempt_and_permanent_errors_do_not_retry);
+conformance!(snooze_uses_no_attempt_and_permanent_errors_do_not_retry, mysql);
 async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry(t: TestDb) {
     let snoozer = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let doomed = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
@@ -201,7 +201,7 @@ async fn snooze_uses_no_attempt_and_permanent_errors_do_not_retry(t: TestDb) {
     assert_eq!(calls, vec![(1, 1), (1, 1), (2, 1)]);
 }
 
-conformance!(a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on);
+conformance!(a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on, mysql);
 async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on(t: TestDb) {
     let boom = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let fine = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new().delay(Duration::from_millis(200)))
@@ -234,7 +234,7 @@ async fn a_panicking_handler_is_one_failed_attempt_and_the_worker_lives_on(t: Te
     assert_eq!(ops::get(&t.db, fine.id()).await.expect("get").attempts, 1);
 }
 
-conformance!(a_corrupted_payload_fails_permanently_on_its_first_claim);
+conformance!(a_corrupted_payload_fails_permanently_on_its_first_claim, mysql);
 async fn a_corrupted_payload_fails_permanently_on_its_first_claim(t: TestDb) {
     let bad_value = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let not_json = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");
@@ -301,7 +301,7 @@ async fn a_corrupted_payload_fails_permanently_on_its_first_claim(t: TestDb) {
     }
 }
 
-conformance!(unknown_kinds_stay_pending_and_visible);
+conformance!(unknown_kinds_stay_pending_and_visible, mysql);
 async fn unknown_kinds_stay_pending_and_visible(t: TestDb) {
     let schema = json!({"type": "object"});
     let other = Kind::from_schema("not_handled_here", schema, KindOpts::DEFAULT).expect("kind");
@@ -322,7 +322,7 @@ async fn unknown_kinds_stay_pending_and_visible(t: TestDb) {
     assert!(counts.iter().any(|c| c.kind == "probe" && c.status == JobStatus::Completed && c.count == 1));
 }
 
-conformance!(a_stale_worker_cannot_complete_or_fail_a_rescued_job);
+conformance!(a_stale_worker_cannot_complete_or_fail_a_rescued_job, mysql);
 /// A worker whose claim expired and was rescued cannot complete or fail the job afterwards.
 async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job(t: TestDb) {
     let ok_job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
@@ -371,7 +371,7 @@ async fn a_stale_worker_cannot_complete_or_fail_a_rescued_job(t: TestDb) {
     }
 }
 
-conformance!(graceful_shutdown_leaves_no_job_claimed);
+conformance!(graceful_shutdown_leaves_no_job_claimed, mysql);
 async fn graceful_shutdown_leaves_no_job_claimed(t: TestDb) {
     for n in 1..=6 {
         outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
@@ -420,7 +420,7 @@ async fn graceful_shutdown_leaves_no_job_claimed(t: TestDb) {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events WHERE event = 'released'").await, 4);
 }
 
-conformance!(answers_after_cancellation_follow_the_documented_contract);
+conformance!(answers_after_cancellation_follow_the_documented_contract, mysql);
 /// Once the worker has asked a handler to stop, what the handler answers decides the job: `Ok` completes it,
 /// a snooze snoozes it, and a retryable error, a permanent error or a panic gives it back without using the
 /// attempt (the failure may be the interruption itself).
@@ -477,7 +477,7 @@ async fn answers_after_cancellation_follow_the_documented_contract(t: TestDb) {
     assert!(snoozed.run_at > chrono::Utc::now() + chrono::Duration::minutes(50), "{snoozed:?}");
 }
 
-conformance!(a_snooze_past_the_last_storable_time_is_clamped);
+conformance!(a_snooze_past_the_last_storable_time_is_clamped, mysql);
 /// `JobError::snooze(Duration::MAX)` parks the job at the latest time every backend stores (9999-12-31)
 /// instead of overflowing or failing its write.
 async fn a_snooze_past_the_last_storable_time_is_clamped(t: TestDb) {
@@ -508,7 +508,7 @@ async fn the_worker_needs_a_file_database() {
     assert!(err.to_string().contains("file database"), "{err}");
 }
 
-conformance!(leases_are_renewed_while_a_handler_runs);
+conformance!(leases_are_renewed_while_a_handler_runs, mysql);
 /// A handler running past several lease periods keeps its claim: the worker renews it. (The lease leaves a
 /// renewal more than a second of slack, so a loaded machine does not make the test flaky.)
 async fn leases_are_renewed_while_a_handler_runs(t: TestDb) {
@@ -541,7 +541,7 @@ async fn leases_are_renewed_while_a_handler_runs(t: TestDb) {
     assert_eq!((job.status, job.attempts, job.last_error), (JobStatus::Completed, 1, None));
 }
 
-conformance!(the_worker_survives_database_errors_and_recovers, flavor = "current_thread");
+conformance!(the_worker_survives_database_errors_and_recovers, mysql, flavor = "current_thread");
 /// Database errors in the loop back off and the worker recovers when the database does. On a `current_thread`
 /// runtime the worker logs on the test's thread, where its warnings are captured: the test sees its claims
 /// fail.
@@ -574,7 +574,7 @@ async fn the_worker_survives_database_errors_and_recovers(t: TestDb) {
     assert!(done, "the worker did not recover");
 }
 
-conformance!(a_handler_can_extend_its_lease);
+conformance!(a_handler_can_extend_its_lease, mysql);
 /// A handler can hold its claim longer than the lease; the heartbeat never shortens that.
 async fn a_handler_can_extend_its_lease(t: TestDb) {
     let job = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
@@ -708,7 +708,7 @@ async fn wakes_an_idle_worker(t: TestDb) {
     assert!(matches!(taken, Some("wake" | "heard")), "the job is taken by a wake-up's claim: {claims:?}");
 }
 
-conformance!(a_wake_up_racing_a_finishing_job_is_not_lost);
+conformance!(a_wake_up_racing_a_finishing_job_is_not_lost, mysql);
 /// Each job's handler returns on the wake-up of the next job's enqueue, so the worker finds "a task finished"
 /// and "a wake-up arrived" ready together. With an hour between polls, a wake-up dropped for the finished task
 /// leaves its job waiting: every job must start within seconds of its commit.

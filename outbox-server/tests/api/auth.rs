@@ -107,7 +107,7 @@ async fn tokens_grant_their_roles_on_every_route(t: TestDb) {
     server.send(basic).await.error(401, "unauthorized");
 }
 
-conformance!(unknown_routes_and_methods_answer_json);
+conformance!(unknown_routes_and_methods_answer_json, mysql);
 async fn unknown_routes_and_methods_answer_json(t: TestDb) {
     let server = Server::start(&t).await;
     let missing = server.get("/api/nothing-here").await;
@@ -120,7 +120,7 @@ async fn unknown_routes_and_methods_answer_json(t: TestDb) {
     assert!(allow.contains("GET") && allow.contains("POST"), "{allow:?}");
 }
 
-conformance!(the_router_mounts_under_a_prefix);
+conformance!(the_router_mounts_under_a_prefix, mysql);
 async fn the_router_mounts_under_a_prefix(t: TestDb) {
     let app = axum::Router::new().nest("/outbox", outbox_server::router(t.db.clone(), harness::opts()));
     let server = Server::mounted(app, "/outbox").await;
@@ -129,7 +129,7 @@ async fn the_router_mounts_under_a_prefix(t: TestDb) {
     assert_eq!(enqueued.ok(201)["created"], true);
 }
 
-conformance!(an_open_server_answers_loopback_requests_only);
+conformance!(an_open_server_answers_loopback_requests_only, mysql);
 async fn an_open_server_answers_loopback_requests_only(t: TestDb) {
     let server = Server::with(&t, ServerOpts::new().kind(harness::probe())).await;
     assert_eq!(server.send(server.request(Method::GET, "/api/queues", None)).await.status, 200);
@@ -147,7 +147,7 @@ async fn an_open_server_answers_loopback_requests_only(t: TestDb) {
     assert_eq!(server.send(local).await.ok(200)["retried"], 0);
 }
 
-conformance!(cors_headers_only_for_configured_origins);
+conformance!(cors_headers_only_for_configured_origins, mysql);
 async fn cors_headers_only_for_configured_origins(t: TestDb) {
     let origin = "https://ops.example";
     let plain = Server::start(&t).await;

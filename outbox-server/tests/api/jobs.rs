@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::harness::Server;
 
-conformance!(enqueue_deduplicates_and_reads_back);
+conformance!(enqueue_deduplicates_and_reads_back, mysql);
 async fn enqueue_deduplicates_and_reads_back(t: TestDb) {
     let server = Server::start(&t).await;
     let first = server.enqueue(json!({"kind": "probe", "payload": {"n": 1}})).await;
@@ -51,7 +51,7 @@ async fn enqueue_deduplicates_and_reads_back(t: TestDb) {
     assert!(missing.error(404, "not_found").contains("no-such-job"));
 }
 
-conformance!(enqueue_refusals_name_what_is_wrong);
+conformance!(enqueue_refusals_name_what_is_wrong, mysql);
 async fn enqueue_refusals_name_what_is_wrong(t: TestDb) {
     let server = Server::start(&t).await;
     // Every violation, each with its JSON path.
@@ -86,7 +86,7 @@ async fn enqueue_refusals_name_what_is_wrong(t: TestDb) {
     assert!(ops::list(&t.db, &Default::default()).await.expect("list").is_empty(), "nothing was written");
 }
 
-conformance!(lists_filter_and_page_by_id);
+conformance!(lists_filter_and_page_by_id, mysql);
 async fn lists_filter_and_page_by_id(t: TestDb) {
     let server = Server::start(&t).await;
     let mut ids = Vec::new();
@@ -181,7 +181,7 @@ async fn actions_follow_the_lifecycle(t: TestDb) {
     assert_eq!(bare.ok(200), &json!({"retried": 1}));
 }
 
-conformance!(subjects_list_cancel_and_retry_a_row_s_jobs);
+conformance!(subjects_list_cancel_and_retry_a_row_s_jobs, mysql);
 /// A subject given on `POST /api/jobs` or derived by a recorded kind's template; `GET /api/jobs?subject=` lists that
 /// subject's jobs alone; `cancel-subject` and `retry-subject` act on them; a subject no job could carry is a 400
 /// naming the field or parameter, with nothing written.

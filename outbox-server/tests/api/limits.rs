@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{self, OPERATE, Server};
 
-conformance!(oversized_bodies_and_payloads_are_refused);
+conformance!(oversized_bodies_and_payloads_are_refused, mysql);
 async fn oversized_bodies_and_payloads_are_refused(t: TestDb) {
     let small = Server::with(&t, harness::opts().body_limit(1024)).await;
     let body = json!({"kind": "probe", "payload": {"n": 1, "pad": "x".repeat(2048)}});
@@ -36,7 +36,7 @@ async fn oversized_bodies_and_payloads_are_refused(t: TestDb) {
     assert!(answer.error(413, "payload_too_large").contains(&format!("over the limit of {limit} bytes")));
 }
 
-conformance!(slow_clients_time_out);
+conformance!(slow_clients_time_out, mysql);
 async fn slow_clients_time_out(t: TestDb) {
     let server = Server::with(&t, harness::opts().request_timeout(Duration::from_millis(300))).await;
     let addr = server.base.trim_start_matches("http://").to_owned();

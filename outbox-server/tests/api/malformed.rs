@@ -5,7 +5,7 @@ use reqwest::Method;
 
 use crate::harness::{OPERATE, READ, Server};
 
-conformance!(malformed_bodies_are_named);
+conformance!(malformed_bodies_are_named, mysql);
 async fn malformed_bodies_are_named(t: TestDb) {
     let server = Server::start(&t).await;
     let post = |path: &str, content_type: Option<&str>, body: Vec<u8>| {
@@ -54,7 +54,7 @@ async fn malformed_bodies_are_named(t: TestDb) {
     }
 }
 
-conformance!(malformed_queries_and_paths_are_named);
+conformance!(malformed_queries_and_paths_are_named, mysql);
 async fn malformed_queries_and_paths_are_named(t: TestDb) {
     let server = Server::start(&t).await;
     for (query, names) in [

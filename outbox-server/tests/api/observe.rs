@@ -13,7 +13,7 @@ async fn work(server: &Server, path: &str, body: Value) -> crate::harness::Answe
     server.send(server.request(Method::POST, path, Some(WORK)).json(&body)).await
 }
 
-conformance!(health_tells_when_the_schema_is_not_current);
+conformance!(health_tells_when_the_schema_is_not_current, mysql);
 async fn health_tells_when_the_schema_is_not_current(t: TestDb) {
     let server = Server::start(&t).await;
     let health = server.send(server.request(Method::GET, "/api/health", None)).await;
@@ -80,7 +80,7 @@ async fn workers_and_metrics_show_the_fleet(t: TestDb) {
     assert_eq!(missing(&text), Vec::<&str>::new(), "in:\n{text}");
 }
 
-conformance!(schedules_and_reconciliations_are_served);
+conformance!(schedules_and_reconciliations_are_served, mysql);
 async fn schedules_and_reconciliations_are_served(t: TestDb) {
     let server = Server::start(&t).await;
     assert_eq!(server.get("/api/schedules").await.ok(200), &json!({"schedules": []}));
@@ -118,7 +118,7 @@ async fn schedules_and_reconciliations_are_served(t: TestDb) {
     assert_eq!(stats["reconciliations"][0]["report"]["missing"], 2, "{stats}");
 }
 
-conformance!(a_claim_that_waits_returns_the_job_enqueued_while_it_waits);
+conformance!(a_claim_that_waits_returns_the_job_enqueued_while_it_waits, mysql);
 async fn a_claim_that_waits_returns_the_job_enqueued_while_it_waits(t: TestDb) {
     let server = std::sync::Arc::new(Server::start(&t).await);
     let body = json!({"worker": "waiting-1", "kinds": ["probe"], "limit": 5, "wait": "20s"});
@@ -147,7 +147,7 @@ async fn a_claim_that_waits_returns_the_job_enqueued_while_it_waits(t: TestDb) {
     assert!(bad.error(400, "invalid_request").contains("`wait`"));
 }
 
-conformance!(a_remote_worker_claims_heartbeats_and_finishes_over_http);
+conformance!(a_remote_worker_claims_heartbeats_and_finishes_over_http, mysql);
 async fn a_remote_worker_claims_heartbeats_and_finishes_over_http(t: TestDb) {
     let server = Server::start(&t).await;
     for n in 1..=3 {

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::harness::Server;
 
-conformance!(stats_and_queues_answer);
+conformance!(stats_and_queues_answer, mysql);
 async fn stats_and_queues_answer(t: TestDb) {
     let server = Server::start(&t).await;
     outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
@@ -28,7 +28,7 @@ async fn stats_and_queues_answer(t: TestDb) {
     assert_eq!((available("default"), available("slow")), (Some(1.into()), Some(1.into())), "{queues:?}");
 }
 
-conformance!(kinds_are_built_in_or_recorded);
+conformance!(kinds_are_built_in_or_recorded, mysql);
 async fn kinds_are_built_in_or_recorded(t: TestDb) {
     let server = Server::start(&t).await;
     let listed = server.get("/api/kinds").await;
@@ -65,7 +65,7 @@ async fn kinds_are_built_in_or_recorded(t: TestDb) {
     assert!(message.contains("unknown kind `nope`") && message.contains("keyed, probe"), "{message}");
 }
 
-conformance!(activity_and_failure_groups_count_finished_jobs);
+conformance!(activity_and_failure_groups_count_finished_jobs, mysql);
 async fn activity_and_failure_groups_count_finished_jobs(t: TestDb) {
     let server = Server::start(&t).await;
     for n in 1..=7 {
@@ -122,7 +122,7 @@ async fn activity_and_failure_groups_count_finished_jobs(t: TestDb) {
     assert_eq!(left.body["groups"][0]["count"], 3);
 }
 
-conformance!(a_session_tells_the_role_of_its_token);
+conformance!(a_session_tells_the_role_of_its_token, mysql);
 async fn a_session_tells_the_role_of_its_token(t: TestDb) {
     let server = &Server::start(&t).await;
     let role = |token: Option<&'static str>| {
@@ -146,7 +146,7 @@ async fn a_session_tells_the_role_of_its_token(t: TestDb) {
     assert_eq!(answer.body["tokens"], false);
 }
 
-conformance!(the_dashboard_is_served_under_any_prefix);
+conformance!(the_dashboard_is_served_under_any_prefix, mysql);
 async fn the_dashboard_is_served_under_any_prefix(t: TestDb) {
     let app = axum::Router::new().nest("/outbox", outbox_server::router(t.db.clone(), crate::harness::opts()));
     let server = Server::mounted(app, "/outbox").await;

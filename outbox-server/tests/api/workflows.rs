@@ -50,7 +50,7 @@ async fn a_workflow_is_created_read_and_cancelled_over_http(t: TestDb) {
     server.operate(Method::POST, "/api/workflows/nope/cancel", None).await.error(404, "not_found");
 }
 
-conformance!(bad_workflows_are_refused_over_http_and_write_nothing);
+conformance!(bad_workflows_are_refused_over_http_and_write_nothing, mysql);
 async fn bad_workflows_are_refused_over_http_and_write_nothing(t: TestDb) {
     let server = Server::start(&t).await;
     let post = |body: Value| server.operate(Method::POST, "/api/workflows", Some(body));

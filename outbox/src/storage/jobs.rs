@@ -242,8 +242,8 @@ pub(crate) async fn cancel_subject<C: ConnectionTrait + ?Sized>(conn: &C, subjec
 pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<bool> {
     let b = Dialect::of(conn)?;
     let sql = format!(
-        "UPDATE outbox_jobs SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' \
-         THEN sequence_hold ELSE 2 END, updated_at = {} WHERE id = $2 AND (status = 'pending' \
+        "UPDATE outbox_jobs SET sequence_hold = CASE WHEN status = 'pending' THEN sequence_hold ELSE 2 END, \
+         status = 'cancelled', updated_at = {} WHERE id = $2 AND (status = 'pending' \
          OR (status IN ('failed', 'cancelled') AND sequence_key IS NOT NULL AND sequence_hold = 1))",
         b.ts("$1")
     );

@@ -14,6 +14,7 @@ mod enqueue;
 mod schema;
 mod sequences;
 mod store;
+mod writer;
 
 use std::time::{Duration, Instant};
 
@@ -91,7 +92,7 @@ impl Engine for MySql {
         bg: &tokio::runtime::Handle,
     ) -> Result<Store> {
         let config = store::Config::of(opts)?;
-        Ok(std::sync::Arc::new(store::MyStore::open(conn::own_pool(db, STORE_POOL), config, bg)))
+        Ok(std::sync::Arc::new(writer::MyStore::open(conn::own_pool(db, STORE_POOL), config, bg)))
     }
 
     async fn watch(_db: &DatabaseConnection) -> Result<Watch> {
@@ -110,16 +111,16 @@ impl Engine for MySql {
         now: i64,
         lease_until: i64,
     ) -> Result<Vec<ClaimedJob>> {
-        store::remote_claim(db, opts, limit, now, lease_until).await
+        writer::remote_claim(db, opts, limit, now, lease_until).await
     }
 
     async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
-        store::remote_finish(db, owner, finished).await
+        writer::remote_finish(db, owner, finished).await
     }
 
     #[cfg(test)]
     async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
-        store::finish_batch(db, owner, batch).await
+        writer::finish_batch(db, owner, batch).await
     }
 
     const MIGRATIONS: &'static [Migration] = schema::MIGRATIONS;

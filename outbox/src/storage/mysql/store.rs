@@ -1,6 +1,6 @@
-//! The worker's path on MySQL: claims with `FOR UPDATE SKIP LOCKED`, outcomes fenced by the claim, renewals and
-//! rescues, each in a `READ COMMITTED` transaction of its own on a small pool of the worker's. Remote workers use
-//! the same statements on the caller's pool.
+//! The worker's statements on MySQL: claims with `FOR UPDATE SKIP LOCKED`, outcomes fenced by the claim, renewals
+//! and rescues, each in a `READ COMMITTED` transaction of its own (`writer.rs` holds the store that runs them on a
+//! small pool of the worker's, and remote workers run them on the caller's pool).
 //!
 //! This first form keeps to what every engine must do and is measured next: a claim reads candidates without locks
 //! from each queue's and kind's range of the ready index, locks the best of them by id and updates them in one
@@ -8,18 +8,12 @@
 //! is a statement per job (the triggers record its event and its place in the log of finished jobs); rescue reads
 //! the claimed jobs whose lease ran out. Kinds with a rate or fair share are refused until the engine takes them.
 
-use std::sync::{Arc, Mutex};
-
 use sea_orm::{ConnectionTrait, DatabaseConnection, QueryResult, Value};
-use tokio::sync::{Notify, watch};
 
 use super::{UNDER_CONSTRUCTION, conn, marks, sequences, stmt};
 use crate::error::{Error, Result};
 use crate::storage::archive::archive_columns;
-use crate::storage::worker_store::StoreFuture;
-use crate::storage::{
-    ClaimedJob, Finished, Outcome, Rescued, WorkerStore, WorkerStoreOpts, log_finished, log_rescued, rescue_due,
-};
+use crate::storage::{ClaimedJob, Finished, Outcome, Rescued, WorkerStoreOpts};
 
 /// Scheduled jobs let in by one claim at most; the rest follow with the next claims.
 const PROMOTE_PER_CLAIM: i64 = 1_000;
@@ -32,8 +26,9 @@ const CLAIMED: &str = "UPDATE outbox_jobs SET status = 'claimed', attempts = att
 const READ_CLAIMED: &str = "SELECT id, kind, queue, payload, attempts, max_attempts, schema_hash, runs, \
      sequence_key IS NOT NULL, trace, has_children FROM outbox_jobs WHERE id";
 const FENCE: &str = "WHERE id = $1 AND status = 'claimed' AND locked_by = $2 AND runs = $3";
-const EXTEND: &str =
-    "UPDATE outbox_jobs SET lease_expires_at = $1 WHERE status = 'claimed' AND locked_by = $2 AND id = $3";
+/// A renewal never shortens a lease (a handler may have extended its own further).
+const EXTEND: &str = "UPDATE outbox_jobs SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, 0), $1) \
+     WHERE status = 'claimed' AND locked_by = $2 AND id = $3";
 const STUCK: &str = "SELECT id, kind, queue, attempts, max_attempts, locked_by FROM outbox_jobs \
      WHERE status = 'claimed' AND lease_expires_at < $1 ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED";
 const RESCUE: &str = "UPDATE outbox_jobs SET \
@@ -64,6 +59,10 @@ pub(super) struct Config {
 }
 
 impl Config {
+    pub(super) fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
     pub(super) fn of(opts: WorkerStoreOpts) -> Result<Config> {
         let mut limited = Vec::new();
         for flow in &opts.flows {
@@ -282,6 +281,21 @@ async fn discard<C: ConnectionTrait>(tx: &C, owner: &str, f: &Finished, now: i64
     Ok(tx.execute_raw(stmt(&sql, fence())).await.map_err(ctx())?.rows_affected() == 1)
 }
 
+/// Renews the leases of `worker`'s claimed jobs among `ids` until `until`, in a transaction of its own; how many.
+pub(super) async fn extend(db: &DatabaseConnection, worker: &str, ids: Vec<String>, until: i64) -> Result<u64> {
+    let tx = conn::begin_write(db).await?;
+    let mut renewed = 0;
+    for id in ids {
+        let res = tx
+            .execute_raw(stmt(EXTEND, vec![until.into(), worker.into(), id.into()]))
+            .await
+            .map_err(Error::db("renewing leases"))?;
+        renewed += res.rows_affected();
+    }
+    tx.commit().await.map_err(Error::db("committing renewed leases"))?;
+    Ok(renewed)
+}
+
 /// Claimed jobs whose lease ran out before `now`, anyone's, back to pending (or failed, with no attempts left), in a
 /// transaction of its own on `db`.
 pub(super) async fn rescue(db: &DatabaseConnection, now: i64) -> Result<Vec<Rescued>> {
@@ -307,6 +321,8 @@ pub(super) async fn rescue(db: &DatabaseConnection, now: i64) -> Result<Vec<Resc
             previous_owner: row.try_get_by_index(5).map_err(ctx())?,
         });
     }
+    // Sequences noted and not looked at since (their enqueuer or a head was held at the last look).
+    sequences::release(&tx).await?;
     // Claims other writers listed (the worker's own claims are found through the jobs): gone once expired.
     tx.execute_raw(stmt("DELETE FROM outbox_claims WHERE lease_expires_at < $1", vec![now.into()]))
         .await
@@ -315,53 +331,8 @@ pub(super) async fn rescue(db: &DatabaseConnection, now: i64) -> Result<Vec<Resc
     Ok(rescued)
 }
 
-/// The worker's store: its own pool, and a writer task that writes queued outcomes as they come.
-pub(super) struct MyStore {
-    db: DatabaseConnection,
-    config: Config,
-    queued: Arc<Mutex<Vec<Finished>>>,
-    notify: Arc<Notify>,
-    /// Outcomes queued so far, and outcomes written (or given up on) so far.
-    counts: Arc<(std::sync::atomic::AtomicU64, watch::Sender<u64>)>,
-}
-
-impl MyStore {
-    pub(super) fn open(db: DatabaseConnection, config: Config, bg: &tokio::runtime::Handle) -> MyStore {
-        let store = MyStore {
-            db,
-            config,
-            queued: Arc::default(),
-            notify: Arc::default(),
-            counts: Arc::new((std::sync::atomic::AtomicU64::new(0), watch::channel(0).0)),
-        };
-        let (db, owner, queued, notify, counts) = (
-            store.db.clone(),
-            store.config.worker_id.clone(),
-            store.queued.clone(),
-            store.notify.clone(),
-            store.counts.clone(),
-        );
-        bg.spawn(async move {
-            loop {
-                notify.notified().await;
-                let batch: Vec<Finished> = std::mem::take(&mut *queued.lock().unwrap_or_else(|p| p.into_inner()));
-                if batch.is_empty() {
-                    continue;
-                }
-                let n = batch.len() as u64;
-                if let Err(e) = write_batch(&db, &owner, &batch).await {
-                    // Left to the leases: the rescuers put the jobs back.
-                    tracing::warn!(worker = %owner, error = %e, jobs = batch.len(), "writing outcomes failed");
-                }
-                counts.1.send_modify(|written| *written += n);
-            }
-        });
-        store
-    }
-}
-
 /// Writes `batch` in one transaction, each outcome fenced; which applied.
-async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> Result<Vec<bool>> {
+pub(super) async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> Result<Vec<bool>> {
     let tx = conn::begin_write(db).await?;
     let now = crate::storage::now_ms();
     let mut applied = Vec::with_capacity(batch.len());
@@ -372,91 +343,4 @@ async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> 
     sequences::release(&tx).await?;
     tx.commit().await.map_err(Error::db("committing outcomes"))?;
     Ok(applied)
-}
-
-/// [`write_all`], each outcome logged, and the workers woken.
-async fn write_batch(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -> Result<()> {
-    let applied = write_all(db, owner, batch).await?;
-    for (f, applied) in batch.iter().zip(applied) {
-        log_finished(f, applied, owner);
-    }
-    crate::wake::wake();
-    Ok(())
-}
-
-impl WorkerStore for MyStore {
-    fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
-        Box::pin(claim(&self.db, &self.config, limit, now, lease_until))
-    }
-
-    fn finish(&self, finished: Finished) -> Result<()> {
-        self.queued.lock().unwrap_or_else(|p| p.into_inner()).push(finished);
-        self.counts.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.notify.notify_one();
-        Ok(())
-    }
-
-    fn extend(&self, ids: Vec<String>, until: i64) -> StoreFuture<'_, u64> {
-        Box::pin(async move {
-            let tx = conn::begin_write(&self.db).await?;
-            let mut renewed = 0;
-            for id in ids {
-                let values = vec![until.into(), self.config.worker_id.clone().into(), id.into()];
-                let res = tx.execute_raw(stmt(EXTEND, values)).await.map_err(Error::db("renewing leases"))?;
-                renewed += res.rows_affected();
-            }
-            tx.commit().await.map_err(Error::db("committing renewed leases"))?;
-            Ok(renewed)
-        })
-    }
-
-    fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>> {
-        Box::pin(rescue(&self.db, now))
-    }
-
-    fn flush(&self) -> StoreFuture<'_, ()> {
-        Box::pin(async move {
-            let target = self.counts.0.load(std::sync::atomic::Ordering::SeqCst);
-            self.notify.notify_one();
-            let mut written = self.counts.1.subscribe();
-            let _ = written.wait_for(|n| *n >= target).await;
-            Ok(())
-        })
-    }
-}
-
-/// A remote worker's claim: the in-process worker's statements, on the caller's pool, with a rescue at most once a
-/// second.
-pub(super) async fn remote_claim(
-    db: &DatabaseConnection,
-    opts: WorkerStoreOpts,
-    limit: usize,
-    now: i64,
-    lease_until: i64,
-) -> Result<Vec<ClaimedJob>> {
-    let c = Config::of(opts)?;
-    if rescue_due(now) {
-        // A failed rescue is the next claim's to do; this claim goes on.
-        match rescue(db, now).await {
-            Ok(rescued) => log_rescued(&rescued, &c.worker_id),
-            Err(e) => tracing::warn!(worker = %c.worker_id, error = %e, "rescuing expired claims failed"),
-        }
-    }
-    claim(db, &c, limit, now, lease_until).await
-}
-
-/// A remote worker's outcome, fenced like the in-process worker's, in a transaction of its own.
-pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished: Finished) -> Result<bool> {
-    let applied = write_all(db, owner, std::slice::from_ref(&finished)).await?.first().copied().unwrap_or(false);
-    log_finished(&finished, applied, owner);
-    if applied {
-        crate::wake::wake();
-    }
-    Ok(applied)
-}
-
-/// `batch` written one outcome after another in one transaction; which applied.
-#[cfg(test)]
-pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
-    write_all(db, owner, &batch).await
 }

@@ -115,7 +115,7 @@ WHERE status IN ('failed') AND id IN ( SELECT id FROM (SELECT f.id, ROW_NUMBER()
 
 -- jobs: cancel
 UPDATE outbox_jobs
-SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' THEN sequence_hold ELSE 2 END, updated_at = (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond')
+SET sequence_hold = CASE WHEN status = 'pending' THEN sequence_hold ELSE 2 END, status = 'cancelled', updated_at = (TIMESTAMPTZ 'epoch' + ($1)::int8 * INTERVAL '1 millisecond')
 WHERE id = $2 AND (status = 'pending' OR (status IN ('failed', 'cancelled') AND sequence_key IS NOT NULL AND sequence_hold = 1));
 
 -- jobs: a list by subject

@@ -109,7 +109,7 @@ WHERE status IN ('failed') AND id IN ( SELECT id FROM (SELECT f.id, ROW_NUMBER()
 
 -- jobs: cancel
 UPDATE outbox_jobs
-SET status = 'cancelled', sequence_hold = CASE WHEN status = 'pending' THEN sequence_hold ELSE 2 END, updated_at = ?
+SET sequence_hold = CASE WHEN status = 'pending' THEN sequence_hold ELSE 2 END, status = 'cancelled', updated_at = ?
 WHERE id = ? AND (status = 'pending' OR (status IN ('failed', 'cancelled') AND sequence_key IS NOT NULL AND sequence_hold = 1));
 
 -- jobs: a list by subject
