@@ -139,6 +139,11 @@ pub(crate) trait Engine {
         context: String,
     ) -> Result<bool>;
 
+    /// Tells other processes that the job `id`, just written in `conn`'s transaction, may be claimable once that
+    /// commits: nothing where the database tells them itself (SQLite's watched file, PostgreSQL's `NOTIFY` at
+    /// commit). One job of a statement is enough: its jobs commit together.
+    async fn announce<C: ConnectionTrait + ?Sized>(conn: &C, id: &str);
+
     /// Whether `job` goes in a statement of its own (a statement's subqueries may read the table before any of
     /// its rows is written, and a sequenced job's place is read so).
     fn alone(job: &NewJob) -> bool;

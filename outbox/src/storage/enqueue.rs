@@ -204,10 +204,15 @@ pub(crate) async fn insert_job<C: ConnectionTrait + ?Sized>(conn: &C, job: &NewJ
         Ok(res) => res,
         Err(e) => return Err(write_failed(conn, format!("enqueuing a job of kind `{}`", job.kind), e, started).await),
     };
-    if all_counted(d, &[job], res.rows_affected()) || res.rows_affected() == 0 {
-        return Ok(res.rows_affected() == 1);
+    let written = if all_counted(d, &[job], res.rows_affected()) || res.rows_affected() == 0 {
+        res.rows_affected() == 1
+    } else {
+        !present(conn, d, &[job]).await?.is_empty()
+    };
+    if written {
+        on_engine!(d, E => E::announce(conn, &job.id).await);
     }
-    Ok(!present(conn, d, &[job]).await?.is_empty())
+    Ok(written)
 }
 
 /// Inserts many jobs in as few statements as the parameter limit allows; returns the ids written. Sequenced
@@ -230,12 +235,16 @@ pub(crate) async fn insert_jobs<C: ConnectionTrait + ?Sized>(conn: &C, jobs: &[N
             Ok(res) => res.rows_affected(),
             Err(e) => return Err(write_failed(conn, "enqueuing a batch of jobs".into(), e, started).await),
         };
+        let before = written.len();
         if all_counted(b, chunk, inserted) {
             written.extend(chunk.iter().map(|j| j.id.clone()));
         } else {
             #[cfg(test)]
             read_back::pause().await;
             written.extend(present(conn, b, chunk).await?);
+        }
+        if let Some(first) = written.get(before) {
+            on_engine!(b, E => E::announce(conn, first).await);
         }
     }
     Ok(written)

@@ -11,7 +11,8 @@
 //!   until no job is pending or claimed anywhere (so a worker stays to rescue a claim lost with a
 //!   connection), then shuts down gracefully; `hang` writes RUN_LOG on the first job and hangs; `schedule`
 //!   also runs the every-second schedule `tick` (its job: `ticked`), catching up missed ticks when
-//!   `OUTBOX_TEST_CATCH_UP=1`, until SIGTERM.
+//!   `OUTBOX_TEST_CATCH_UP=1`, until SIGTERM; `enqueue` enqueues one `race` job whose `n` is LEASE_MS, writes its
+//!   id to RUN_LOG and exits (a commit of another process).
 //! - CONCURRENCY: jobs run at once (default 8).
 //!
 //! `OUTBOX_LOG` (a tracing filter such as `warn`) turns on the worker's logs on stderr.
@@ -30,7 +31,8 @@ use outbox_tests::{
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
-const USAGE: &str = "usage: outbox-test-worker DATABASE RUN_LOG drain|serve|hang|schedule LEASE_MS [CONCURRENCY]";
+const USAGE: &str =
+    "usage: outbox-test-worker DATABASE RUN_LOG drain|serve|hang|schedule|enqueue LEASE_MS [CONCURRENCY]";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,12 +53,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(m) => (m.to_owned(), true),
         None => (mode.clone(), false),
     };
-    if !matches!(mode.as_str(), "drain" | "serve" | "hang" | "schedule") {
+    if !matches!(mode.as_str(), "drain" | "serve" | "hang" | "schedule" | "enqueue") {
         return Err(format!("unknown mode `{mode}`\n{USAGE}").into());
     }
-    let lease = Duration::from_millis(lease_ms.parse()?);
     let url = if database.contains("://") { database.clone() } else { sqlite_url(database.as_ref()) };
     let db = outbox::connect(&url).await?;
+    if mode == "enqueue" {
+        let job = Race { n: lease_ms.parse()?, sleep_ms: 0 };
+        let enqueued = outbox::enqueue(&db, &job, outbox::EnqueueOpts::new()).await?;
+        std::fs::write(run_log, enqueued.id())?;
+        return Ok(());
+    }
+    let lease = Duration::from_millis(lease_ms.parse()?);
     let log = Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(run_log)?));
     let hang = mode == "hang";
     let pid = std::process::id();

@@ -14,6 +14,7 @@ mod enqueue;
 mod schema;
 mod sequences;
 mod store;
+mod wake;
 mod writer;
 
 use std::time::{Duration, Instant};
@@ -95,11 +96,12 @@ impl Engine for MySql {
         Ok(std::sync::Arc::new(writer::MyStore::open(conn::own_pool(db, STORE_POOL), config, bg)))
     }
 
-    async fn watch(_db: &DatabaseConnection) -> Result<Watch> {
-        Err(not_yet("a watch of other processes' commits"))
+    /// A poll of the wake-up ring on a connection of its own (`wake.rs`).
+    async fn watch(db: &DatabaseConnection) -> Result<Watch> {
+        Ok(wake::watch(db))
     }
 
-    /// Hearing other processes will take a connection of its own: nothing on the caller's.
+    /// Hearing other processes takes a connection of its own: nothing on the caller's.
     async fn watch_connection<C: ConnectionTrait + ?Sized>(_conn: &C) -> Watch {
         Watch::default()
     }
@@ -161,6 +163,10 @@ impl Engine for MySql {
         context: String,
     ) -> Result<bool> {
         enqueue::insert_if_absent(conn, sql, values, context).await
+    }
+
+    async fn announce<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) {
+        wake::announce(conn, id).await;
     }
 
     fn alone(_job: &NewJob) -> bool {

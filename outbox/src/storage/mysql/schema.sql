@@ -355,8 +355,22 @@ CREATE TABLE IF NOT EXISTS outbox_wake_log (
 -- No trigger on `outbox_jobs` writes the wake-up log: a statement takes the write lock of every MEMORY table its
 -- triggers may write when it starts and holds it to its end, so an update waiting for another transaction's row
 -- lock held the log's lock, and that transaction's next statement waited for it: two worker processes stalled each
--- other (found by `tests/tests/mariadb_fleet.rs`), and InnoDB cannot see such a cycle. The log is written by
--- statements of its own (the engine's fifth step).
+-- other (found by `tests/tests/mariadb_fleet.rs`), and InnoDB cannot see such a cycle. The log is written by a
+-- statement of its own, `DO outbox_wake(<job id>)`, which takes no InnoDB lock: after each enqueue statement, in the
+-- enqueuer's transaction (one job of it: they commit together), and by a store after it commits jobs it let go.
+-- The function takes the next place (`LAST_INSERT_ID(n + 1)`, which the server gives back to the caller's session
+-- as it was once the function returns: checked) and writes the job into its slot.
+CREATE OR REPLACE FUNCTION outbox_wake(job VARCHAR(26) CHARACTER SET ascii) RETURNS BIGINT
+    NOT DETERMINISTIC MODIFIES SQL DATA
+BEGIN
+    DECLARE place BIGINT;
+    INSERT INTO outbox_wake_counter (id, n) VALUES (1, LAST_INSERT_ID(1))
+        ON DUPLICATE KEY UPDATE n = LAST_INSERT_ID(n + 1);
+    SET place = LAST_INSERT_ID();
+    INSERT INTO outbox_wake_log (slot, seq, job_id) VALUES (place MOD 32768, place, job)
+        ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id);
+    RETURN place;
+END;
 --
 -- A sequenced job takes the next place in its sequence under the sequence's row, held to commit, and goes in waiting
 -- whatever is ahead of it; its sequence is noted (`outbox_jobs_inserted`), and the store lets it go once nothing

@@ -29,12 +29,12 @@ const LOCK_HEAD: &str = "SELECT id FROM outbox_jobs WHERE id = $1 FOR UPDATE SKI
 const RELEASE: &str =
     "UPDATE outbox_jobs SET waiting = FALSE WHERE id = $1 AND status = 'pending' AND waiting AND parents_left = 0";
 
-/// Looks at the noted sequences in `tx`, letting go each one's head when nothing holds it; how many jobs went.
-pub(super) async fn release<C: ConnectionTrait>(tx: &C) -> Result<u64> {
+/// Looks at the noted sequences in `tx`, letting go each one's head when nothing holds it; the jobs that went.
+pub(super) async fn release<C: ConnectionTrait>(tx: &C) -> Result<Vec<String>> {
     let ctx = || Error::db("letting go the next jobs of sequences");
     let notes = tx.query_all_raw(stmt(NOTES, vec![NOTES_PER_LOOK.into()])).await.map_err(ctx())?;
     if notes.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let mut noted: Vec<(i64, String)> = Vec::with_capacity(notes.len());
     for row in &notes {
@@ -49,7 +49,7 @@ pub(super) async fn release<C: ConnectionTrait>(tx: &C) -> Result<u64> {
     );
     let values = keys.iter().map(|k| Value::from(*k)).collect();
     let mut looked: BTreeSet<String> = BTreeSet::new();
-    let mut released = 0;
+    let mut released = Vec::new();
     for row in tx.query_all_raw(stmt(&sql, values)).await.map_err(ctx())? {
         let key: String = row.try_get_by_index(0).map_err(ctx())?;
         let Some(head) = tx.query_one_raw(stmt(HEAD, vec![key.clone().into()])).await.map_err(ctx())? else {
@@ -63,7 +63,9 @@ pub(super) async fn release<C: ConnectionTrait>(tx: &C) -> Result<u64> {
                 // Another transaction holds the head: this sequence's notes stay for the next look.
                 continue;
             }
-            released += tx.execute_raw(stmt(RELEASE, vec![first.into()])).await.map_err(ctx())?.rows_affected();
+            if tx.execute_raw(stmt(RELEASE, vec![first.clone().into()])).await.map_err(ctx())?.rows_affected() == 1 {
+                released.push(first);
+            }
         }
         looked.insert(key);
     }

@@ -10,7 +10,7 @@
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, QueryResult, Value};
 
-use super::{UNDER_CONSTRUCTION, conn, marks, sequences, stmt};
+use super::{UNDER_CONSTRUCTION, conn, marks, sequences, stmt, wake};
 use crate::error::{Error, Result};
 use crate::storage::archive::archive_columns;
 use crate::storage::{ClaimedJob, Finished, Outcome, Rescued, WorkerStoreOpts};
@@ -91,16 +91,18 @@ pub(super) async fn claim(
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
     let tx = conn::begin_write(db).await?;
+    // Noted sequences first, so a sequence's next job let go is claimed at once.
+    let released = sequences::release(&tx).await?;
     let claimed = claim_in(&tx, c, limit, now, lease_until).await?;
     tx.commit().await.map_err(Error::db("committing a claim"))?;
+    wake::let_go(db, &released).await;
     Ok(claimed)
 }
 
 /// Claims up to `limit` due jobs of `c`'s kinds and queues in the transaction `tx`: scheduled jobs that came due
 /// join the ready index first; a kind with a fleet-wide limit first, each up to what its limit leaves (its claims
 /// take turns on its row of `outbox_limits`), at most half the slots when the worker serves other kinds too; paused
-/// queues and kinds are passed over, and rows another claim holds are skipped. Noted sequences are looked at first,
-/// so a sequence's next job let go is claimed at once.
+/// queues and kinds are passed over, and rows another claim holds are skipped.
 async fn claim_in<C: ConnectionTrait>(
     tx: &C,
     c: &Config,
@@ -111,7 +113,6 @@ async fn claim_in<C: ConnectionTrait>(
     if limit == 0 {
         return Ok(Vec::new());
     }
-    sequences::release(tx).await?;
     let ctx = || Error::db("claiming jobs");
     tx.execute_raw(stmt(PROMOTE, vec![now.into(), PROMOTE_PER_CLAIM.into()])).await.map_err(ctx())?;
     let mut claimed = Vec::new();
@@ -322,12 +323,14 @@ pub(super) async fn rescue(db: &DatabaseConnection, now: i64) -> Result<Vec<Resc
         });
     }
     // Sequences noted and not looked at since (their enqueuer or a head was held at the last look).
-    sequences::release(&tx).await?;
+    let mut released = sequences::release(&tx).await?;
     // Claims other writers listed (the worker's own claims are found through the jobs): gone once expired.
     tx.execute_raw(stmt("DELETE FROM outbox_claims WHERE lease_expires_at < $1", vec![now.into()]))
         .await
         .map_err(ctx())?;
     tx.commit().await.map_err(Error::db("committing rescues"))?;
+    released.extend(rescued.iter().filter(|r| r.status == "pending").map(|r| r.id.clone()));
+    wake::let_go(db, &released).await;
     Ok(rescued)
 }
 
@@ -340,7 +343,8 @@ pub(super) async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Fin
         applied.push(write_one(&tx, owner, f, now).await?);
     }
     // The sequences these outcomes let go, before anyone else's claim looks.
-    sequences::release(&tx).await?;
+    let released = sequences::release(&tx).await?;
     tx.commit().await.map_err(Error::db("committing outcomes"))?;
+    wake::let_go(db, &released).await;
     Ok(applied)
 }

@@ -22,6 +22,8 @@ pub(super) struct MyStore {
     /// The jobs of outcomes queued and not written yet: still claimed, their leases renewed by the worker, and a
     /// drain does not end while there are any (their sequences' next jobs may follow).
     unwritten: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// The poll of the wake-up ring, once the worker loop started it ([`WorkerStore::listen`]).
+    watch: Mutex<Option<crate::wake::Watch>>,
     notify: Arc<Notify>,
     /// Outcomes queued so far, and outcomes written (or given up on) so far.
     counts: Arc<(std::sync::atomic::AtomicU64, watch::Sender<u64>)>,
@@ -34,6 +36,7 @@ impl MyStore {
             config,
             queued: Arc::default(),
             unwritten: Arc::default(),
+            watch: Mutex::default(),
             notify: Arc::default(),
             counts: Arc::new((std::sync::atomic::AtomicU64::new(0), watch::channel(0).0)),
         };
@@ -133,6 +136,13 @@ impl WorkerStore for MyStore {
         self.counts.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.notify.notify_one();
         Ok(())
+    }
+
+    fn listen(&self) {
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        if watch.is_none() {
+            *watch = Some(super::wake::watch(&self.db));
+        }
     }
 
     fn unwritten(&self) -> Vec<String> {

@@ -155,6 +155,9 @@ impl Engine for Postgres {
         super::skip_if_present(conn, Dialect::of(conn)?, sql, values, context).await
     }
 
+    /// Nothing: the insert trigger notifies at commit.
+    async fn announce<C: ConnectionTrait + ?Sized>(_conn: &C, _id: &str) {}
+
     fn alone(job: &NewJob) -> bool {
         enqueue::alone(job)
     }

@@ -142,6 +142,9 @@ impl Engine for Sqlite {
         super::skip_if_present(conn, Dialect::of(conn)?, sql, values, context).await
     }
 
+    /// Nothing: a commit changes the database file, which other processes watch.
+    async fn announce<C: ConnectionTrait + ?Sized>(_conn: &C, _id: &str) {}
+
     fn alone(job: &NewJob) -> bool {
         enqueue::alone(job)
     }
