@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use outbox::{EnqueueOpts, Job, JobContext, JobError, KindOpts, Worker};
 use schemars::JsonSchema;
+use sea_orm::DatabaseConnection;
 use serde::{Deserialize, Serialize};
 
 use crate::BoxError;
@@ -43,8 +44,8 @@ impl Latency {
 
 /// A measured job: `n` is its place in the run.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-struct Ping {
-    n: u64,
+pub(crate) struct Ping {
+    pub(crate) n: u64,
 }
 
 impl Job for Ping {
@@ -175,18 +176,28 @@ pub(crate) fn epoch_us() -> i64 {
 /// each is timed from its commit returning here to its handler starting there, on the wall clock both share.
 pub(crate) async fn run_cross(target: &Target, n: u64) -> Result<(Measure, Latency), BoxError> {
     let scratch = Scratch::new(target).await?;
-    let args =
-        [LATENCY_CHILD.into(), scratch.prepared.location.arg(), target.sync().name().into(), n.to_string().into()];
-    let mut child = WorkerProcess::start(&args, "latency_cross").await?;
     let begin = Instant::now();
-    let committed = enqueue_spaced(&scratch.db, n, epoch_us).await?;
-    let report = child.report().await?;
+    let latency = cross_on(&scratch.db, &scratch.prepared.location, target.sync(), n).await?;
     let secs = begin.elapsed().as_secs_f64();
+    scratch.remove().await?;
+    Ok((Measure { jobs: n, secs }, latency))
+}
+
+/// [`run_cross`] on a database already made: `db` open on it here, `location` what the worker process opens.
+pub(crate) async fn cross_on(
+    db: &DatabaseConnection,
+    location: &Location,
+    sync: SyncMode,
+    n: u64,
+) -> Result<Latency, BoxError> {
+    let args = [LATENCY_CHILD.into(), location.arg(), sync.name().into(), n.to_string().into()];
+    let mut child = WorkerProcess::start(&args, "latency_cross").await?;
+    let committed = enqueue_spaced(db, n, epoch_us).await?;
+    let report = child.report().await?;
     child.exit().await?;
     let started: Vec<Option<i64>> = serde_json::from_str(&report)?;
     let ms = waits_ms("latency_cross", &committed, &started, |commit, start| (start - commit).max(0) as f64 / 1000.0)?;
-    scratch.remove().await?;
-    Ok((Measure { jobs: n, secs }, Latency::of(ms)))
+    Ok(Latency::of(ms))
 }
 
 /// This binary again as the worker process of a cross-process case: started with `args`, ready once it has
@@ -213,6 +224,11 @@ impl WorkerProcess {
             other => return Err(format!("{case}: the worker process said {other:?} instead of ready").into()),
         }
         Ok(WorkerProcess { child, lines, case })
+    }
+
+    /// The process's id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// The line the process prints when it is done.

@@ -59,6 +59,7 @@ mod flow;
 mod http;
 mod idle_cpu;
 mod latency;
+mod mariadb;
 mod mariadb_wake;
 mod memory;
 mod million;
@@ -164,6 +165,9 @@ fn run() -> Result<(), BoxError> {
     }
     if argv.first().is_some_and(|a| a == RECONCILE_CHILD) {
         return reconcile_child(&argv[1..]);
+    }
+    if argv.first().is_some_and(|a| a == mariadb::MARIADB) {
+        return mariadb::mariadb(&argv[1..]);
     }
     if argv.first().is_some_and(|a| a == mariadb_wake::MARIADB_WAKE) {
         return mariadb_wake::mariadb_wake(&argv[1..]);

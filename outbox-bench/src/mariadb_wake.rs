@@ -315,7 +315,7 @@ async fn idle_baseline(url: &str) -> Result<f64, BoxError> {
 }
 
 /// The server's process id, from its pid file (the measurement runs on the server's machine).
-async fn server_pid(url: &str) -> Result<u32, BoxError> {
+pub(crate) async fn server_pid(url: &str) -> Result<u32, BoxError> {
     let mut conn = MySqlConnection::connect(url).await?;
     let pid_file: String = sqlx::query("SELECT @@pid_file").fetch_one(&mut conn).await?.try_get(0)?;
     let text = std::fs::read_to_string(&pid_file)
@@ -352,7 +352,7 @@ async fn logged_through(conn: &mut MySqlConnection) -> Result<i64, BoxError> {
 }
 
 /// `server` (a URL naming any database) with `database` as its database.
-fn with_database(server: &str, database: &str) -> String {
+pub(crate) fn with_database(server: &str, database: &str) -> String {
     let (base, query) = server.split_once('?').map_or((server, None), |(b, q)| (b, Some(q)));
     let authority_end = base.find("://").map_or(0, |i| i + 3);
     let base = base[authority_end..].find('/').map_or(base, |slash| &base[..authority_end + slash]);

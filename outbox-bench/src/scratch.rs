@@ -39,7 +39,7 @@ pub(crate) enum Location {
 impl Location {
     /// A location given on a child's command line.
     pub(crate) fn parse(arg: &str) -> Location {
-        if arg.starts_with("postgres://") || arg.starts_with("postgresql://") {
+        if arg.starts_with("postgres://") || arg.starts_with("postgresql://") || arg.starts_with("mysql://") {
             Location::Url(arg.to_owned())
         } else {
             Location::File(PathBuf::from(arg))
