@@ -21,7 +21,7 @@ fn fleet(t: &TestDb, log: &Path, n: usize, lease_ms: u64) -> Vec<ChildProcess> {
     (0..n).map(|_| Spawn { url: &t.url, log, mode: "serve", lease_ms, concurrency: 8, stderr: None }.start()).collect()
 }
 
-conformance!(sequences_hold_their_order_while_workers_are_killed_every_300_ms, mysql);
+conformance!(sequences_hold_their_order_while_workers_are_killed_every_300_ms);
 async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: TestDb) {
     let processes = if t.backend == Backend::Postgres { 8 } else { 4 };
     // Enqueued step by step across keys, as interleaved commits would be; handlers take 0-20 ms.
@@ -241,6 +241,11 @@ async fn a_job_left_waiting_with_nothing_ahead_is_let_go_by_the_sweep(t: TestDb)
         vec![job.id().into()],
     )
     .await;
+    if t.backend == Backend::MySql {
+        // Every sequenced job goes in waiting there, noted for the store to let go: without its note, only the
+        // sweep finds it.
+        outbox_tests::exec(&t.db, "DELETE FROM outbox_sequence_notes", vec![]).await;
+    }
     let worker = outbox::Worker::builder(&t.db)
         .poll_interval(Duration::from_millis(20))
         .rescue_interval(Duration::from_millis(100))

@@ -23,6 +23,7 @@ pub(crate) async fn pause<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     let b = Dialect::of(conn)?;
+    super::built_here(b, "a pause")?;
     let sql = format!(
         "INSERT INTO outbox_pauses (scope, name, key, ends_at, reason, paused_at) VALUES ($1, $2, $3, {}, $5, {}) \
          ON CONFLICT (scope, name, key) DO UPDATE SET ends_at = excluded.ends_at, reason = excluded.reason, \
@@ -47,6 +48,7 @@ pub(crate) async fn hold_for_job<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     let b = Dialect::of(conn)?;
+    super::built_here(b, "a hold")?;
     let sql = format!(
         "INSERT INTO outbox_pauses (scope, name, key, ends_at, reason, paused_at) SELECT 'kind', kind, \
          CASE WHEN $2 THEN COALESCE(flow_key, '') ELSE '' END, {}, $4, {} FROM outbox_jobs WHERE id = $1 \
@@ -78,6 +80,7 @@ pub(crate) async fn resume<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<bool> {
     let b = Dialect::of(conn)?;
+    super::built_here(b, "a resume")?;
     let sql = format!(
         "DELETE FROM outbox_pauses WHERE scope = $1 AND name = $2 AND key = $3 AND (ends_at IS NULL OR ends_at > {})",
         b.ts("$4")
@@ -116,6 +119,7 @@ pub(crate) async fn define_rate<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     let b = Dialect::of(conn)?;
+    super::built_here(b, "a rate")?;
     let sql = "INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at) VALUES ($1, '', $2, $3, $4, $4, $5) \
          ON CONFLICT (name, key) DO NOTHING";
     let values: Vec<Value> = vec![name.into(), amount.into(), window_ms.into(), burst.into(), now.into()];
@@ -182,6 +186,7 @@ pub(crate) async fn set_weight<C: ConnectionTrait + ?Sized>(
     weight: i64,
 ) -> Result<()> {
     let b = Dialect::of(conn)?;
+    super::built_here(b, "a fair-share weight")?;
     let sql = "INSERT INTO outbox_fair (name, key, weight, pass) VALUES ($1, $2, $3, 0) \
          ON CONFLICT (name, key) DO UPDATE SET weight = excluded.weight";
     let values: Vec<Value> = vec![kind.into(), key.into(), weight.into()];

@@ -51,6 +51,7 @@ pub(crate) async fn insert_workflow<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     let d = Dialect::of(conn)?;
+    super::built_here(d, "a workflow")?;
     let mut p = Params::default();
     let sql = format!(
         "INSERT INTO outbox_workflows (id, name, created_at) VALUES ({}, {}, {})",
@@ -296,6 +297,7 @@ pub(crate) async fn edges<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Re
 /// by the triggers too, whatever their policy says, as this cancels them all.
 pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<u64> {
     let d = Dialect::of(conn)?;
+    super::built_here(d, "a workflow's cancel")?;
     let mut p = Params::default();
     let w = p.push(id);
     let at = d.ts(&p.push(now));

@@ -3,10 +3,10 @@
 //! compare bytewise (`utf8mb4_nopad_bin`), as on the other two.
 //!
 //! Under construction (`docs/internals/mariadb.md` has the plan, step by step): the connections (`conn.rs`), the
-//! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive's reader (`archive.rs`) and the
-//! worker's store (`store.rs`) with its sequences (`sequences.rs`) are in. The entries of the steps to come answer
-//! [`Error::Unsupported`] naming what is missing: the event feed, cross-process wake-ups, retention, the archive's
-//! upkeep.
+//! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive's reader (`archive.rs`), the
+//! worker's statements (`store.rs`) and store (`writer.rs`), sequences (`sequences.rs`) and wake-ups across
+//! processes (`wake.rs`) are in. What is missing answers [`Error::Unsupported`] naming it: the event feed, rates,
+//! pauses, fair share, retention, the archive's upkeep, workflows.
 
 mod archive;
 mod conn;
@@ -38,7 +38,7 @@ const UNDER_CONSTRUCTION: &str =
     "the `mysql` feature of this build runs jobs, and the rest of its engine is being built";
 
 /// The refusal of what the engine does not do yet.
-fn not_yet(what: &str) -> Error {
+pub(super) fn not_yet(what: &str) -> Error {
     Error::Unsupported(format!("{what} is not available on MariaDB or MySQL yet: {UNDER_CONSTRUCTION}"))
 }
 

@@ -105,8 +105,8 @@ CREATE TABLE IF NOT EXISTS outbox_jobs (
 
 -- Sequences: the last place each one handed out, and the row its enqueuers take turns on. A sequenced job's insert
 -- takes the next place under its sequence's row (an upsert, held to commit: `outbox_jobs_placed`), so enqueuers of
--- one sequence commit in the order of their places, as PostgreSQL's advisory lock makes them. A row stays while its
--- sequence has jobs: its places go on from the last.
+-- one sequence commit in the order of their places, as PostgreSQL's advisory lock makes them. Rows are not deleted
+-- yet (one per sequence ever used): retention, when the engine has it, deletes those of sequences with no job left.
 CREATE TABLE IF NOT EXISTS outbox_sequences (
     sequence_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
     last_no BIGINT NOT NULL
@@ -114,12 +114,13 @@ CREATE TABLE IF NOT EXISTS outbox_sequences (
 
 -- Sequences to look at, written by the triggers in the writer's transaction: a job of the sequence went in, stopped
 -- holding it back, was deleted while holding it, or rejoined it. A trigger here cannot write `outbox_jobs`, so the
--- store lets each noted sequence's next job go (`mysql/sequences.rs`): at every claim, and after the outcomes it
--- writes, in their transaction. A note is deleted once its sequence was looked at; one whose sequence an enqueuer
--- holds stays for the next look.
+-- store lets each noted sequence's next job go (`mysql/sequences.rs`), in a transaction of its own: before every
+-- claim, after the outcomes it writes and after a rescue. A note is deleted once its sequence was looked at; one
+-- whose sequence an enqueuer holds stays for the next look.
 CREATE TABLE IF NOT EXISTS outbox_sequence_notes (
     id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    sequence_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL
+    sequence_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+    KEY outbox_sequence_notes_key (sequence_key, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
 
 -- The history of every job and the event feed (see `storage/events.rs`). A worker's claim and completion write one
@@ -329,7 +330,8 @@ CREATE TABLE IF NOT EXISTS outbox_job_deps (
     KEY outbox_job_deps_child (child_id, parent_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
 
--- Wake-ups across processes. Every job enqueued or let go is written into this log, in MEMORY tables:
+-- Wake-ups across processes. One job of every enqueue statement, and the first job a store lets go, is written into
+-- this log, in MEMORY tables:
 -- not transactional, so the write takes no lock that outlives its statement and concurrent enqueuers do not queue
 -- behind one another's commit (a signal row in InnoDB cost 4 enqueuers a fifth of their rate; `outbox-bench
 -- mariadb-wake`). The log is a ring of 32,768 slots, each job at the place a counter hands out: it never outgrows

@@ -90,12 +90,14 @@ pub(super) async fn claim(
     now: i64,
     lease_until: i64,
 ) -> Result<Vec<ClaimedJob>> {
+    // Noted sequences first, in a transaction of their own (the claim's waits come after no lock of theirs), so a
+    // sequence's next job let go is claimed at once.
+    let released = sequences::release(db).await;
     let tx = conn::begin_write(db).await?;
-    // Noted sequences first, so a sequence's next job let go is claimed at once.
-    let released = sequences::release(&tx).await?;
     let claimed = claim_in(&tx, c, limit, now, lease_until).await?;
     tx.commit().await.map_err(Error::db("committing a claim"))?;
-    wake::let_go(db, &released).await;
+    let left: Vec<String> = released.into_iter().filter(|id| claimed.iter().all(|c| &c.id != id)).collect();
+    wake::let_go(db, &left).await;
     Ok(claimed)
 }
 
@@ -298,8 +300,9 @@ pub(super) async fn extend(db: &DatabaseConnection, worker: &str, ids: Vec<Strin
 }
 
 /// Claimed jobs whose lease ran out before `now`, anyone's, back to pending (or failed, with no attempts left), in a
-/// transaction of its own on `db`.
-pub(super) async fn rescue(db: &DatabaseConnection, now: i64) -> Result<Vec<Rescued>> {
+/// transaction of its own on `db`; then, with `sweep`, sequences left waiting with no note are noted, and noted
+/// sequences are looked at.
+pub(super) async fn rescue(db: &DatabaseConnection, now: i64, sweep: bool) -> Result<Vec<Rescued>> {
     let ctx = || Error::db("rescuing expired claims");
     let tx = conn::begin_write(db).await?;
     // Locked as read: what they say stays true until the rescue's commit.
@@ -322,13 +325,16 @@ pub(super) async fn rescue(db: &DatabaseConnection, now: i64) -> Result<Vec<Resc
             previous_owner: row.try_get_by_index(5).map_err(ctx())?,
         });
     }
-    // Sequences noted and not looked at since (their enqueuer or a head was held at the last look).
-    let mut released = sequences::release(&tx).await?;
     // Claims other writers listed (the worker's own claims are found through the jobs): gone once expired.
     tx.execute_raw(stmt("DELETE FROM outbox_claims WHERE lease_expires_at < $1", vec![now.into()]))
         .await
         .map_err(ctx())?;
     tx.commit().await.map_err(Error::db("committing rescues"))?;
+    if sweep {
+        sequences::sweep(db).await;
+    }
+    // Sequences noted and not looked at since (their enqueuer or a head was held at the last look).
+    let mut released = sequences::release(db).await;
     released.extend(rescued.iter().filter(|r| r.status == "pending").map(|r| r.id.clone()));
     wake::let_go(db, &released).await;
     Ok(rescued)
@@ -342,9 +348,9 @@ pub(super) async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Fin
     for f in batch {
         applied.push(write_one(&tx, owner, f, now).await?);
     }
-    // The sequences these outcomes let go, before anyone else's claim looks.
-    let released = sequences::release(&tx).await?;
     tx.commit().await.map_err(Error::db("committing outcomes"))?;
+    // The sequences these outcomes let go, at once: a failure to look is logged, and the outcomes stand.
+    let released = sequences::release(db).await;
     wake::let_go(db, &released).await;
     Ok(applied)
 }

@@ -2,8 +2,10 @@
 //! ring of `MEMORY` tables (`outbox_wake`, `schema.sql`), and each process polls the ring's counter on a connection
 //! of its own, every 10 ms while it heard something in the last second and every 50 ms otherwise (the figures behind
 //! the choice are in `docs/internals/mariadb.md`). A job read from the ring wakes this process's workers once its
-//! row can be read, that is once its enqueue committed: it is looked for again 1, 2, 4, … ms later up to the poll's
-//! interval, then at every poll for a minute (a rolled-back enqueue's job never shows).
+//! `enqueued` event can be read, that is once its enqueue committed (the event stays when a job is deleted as it
+//! completes, which its row does not): it is looked for again 1, 2, 4, … ms later up to the poll's interval, then at
+//! every poll for a minute (a rolled-back enqueue's job never shows). More than [`AWAITED_AT_MOST`] jobs awaited at
+//! once wake the workers once and are dropped: a claim looks at everything.
 
 use std::time::Duration;
 
@@ -23,7 +25,9 @@ const BUSY_FOR: Duration = Duration::from_secs(1);
 const LOOK_FOR: Duration = Duration::from_secs(60);
 /// The ring's slots (`outbox_wake` writes place `n` into slot `n MOD 32768`).
 const RING: i64 = 32_768;
-/// Jobs whose rows one statement looks for: a fixed list, so the statement's text never changes (a statement
+/// Jobs awaited at most; past it, the workers are woken and the list emptied.
+const AWAITED_AT_MOST: usize = 4_096;
+/// Jobs whose events one statement looks for: a fixed list, so the statement's text never changes (a statement
 /// prepared afresh for every poll waited about 50 ms for the server's acknowledgement).
 const LOOK: usize = 16;
 
@@ -31,11 +35,19 @@ const ANNOUNCE: &str = "DO outbox_wake($1)";
 const COUNTER: &str = "SELECT n FROM outbox_wake_counter WHERE id = 1";
 const LOG: &str = "SELECT seq, job_id FROM outbox_wake_log WHERE seq > $1 AND seq <= $2 ORDER BY seq";
 
-/// Writes the job `id` into the ring, in `conn`'s transaction. A failure is logged and the enqueue goes on: the
-/// other processes' polls find the job at their next claim.
+/// Writes the job `id` into the ring, in `conn`'s transaction. A failure is logged (once a process: a user without
+/// `EXECUTE` on the function would fail every time) and the enqueue goes on: the other processes' polls find the job
+/// at their next claim.
 pub(super) async fn announce<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) {
-    if let Err(e) = conn.execute_raw(stmt(ANNOUNCE, vec![id.into()])).await {
-        tracing::warn!(job_id = %id, error = %e, "could not tell other processes of an enqueued job");
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if let Err(e) = conn.execute_raw(stmt(ANNOUNCE, vec![id.into()])).await
+        && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        tracing::warn!(
+            job_id = %id, error = %e,
+            "could not tell other processes of an enqueued job (`DO outbox_wake`); they find it at their next poll, \
+             and this warning is not repeated"
+        );
     }
 }
 
@@ -116,12 +128,19 @@ async fn look(
         Some(_) => {}
     }
     *last = Some(n);
+    if awaited.len() > AWAITED_AT_MOST {
+        awaited.clear();
+        return Ok(true);
+    }
     let due: Vec<usize> = (0..awaited.len()).filter(|&i| awaited[i].next <= now).collect();
     let mut found = Vec::new();
     for chunk in due.chunks(LOOK) {
         let mut values: Vec<Value> = chunk.iter().map(|&i| Value::from(awaited[i].id.clone())).collect();
         values.resize(LOOK, Value::from(""));
-        let sql = format!("SELECT id FROM outbox_jobs WHERE id IN ({})", super::marks(1, LOOK));
+        let sql = format!(
+            "SELECT DISTINCT job_id FROM outbox_job_events WHERE job_id IN ({}) AND event = 'enqueued'",
+            super::marks(1, LOOK)
+        );
         for row in db.query_all_raw(stmt(&sql, values)).await? {
             found.push(row.try_get_by_index::<String>(0)?);
         }

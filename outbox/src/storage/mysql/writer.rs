@@ -2,6 +2,7 @@
 //! that writes queued outcomes as they come (`store.rs` holds the statements); remote workers run the same
 //! statements on the caller's pool.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sea_orm::DatabaseConnection;
@@ -22,6 +23,8 @@ pub(super) struct MyStore {
     /// The jobs of outcomes queued and not written yet: still claimed, their leases renewed by the worker, and a
     /// drain does not end while there are any (their sequences' next jobs may follow).
     unwritten: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// When this store's rescue last swept for sequences left waiting (ms).
+    swept_at: AtomicI64,
     /// The poll of the wake-up ring, once the worker loop started it ([`WorkerStore::listen`]).
     watch: Mutex<Option<crate::wake::Watch>>,
     notify: Arc<Notify>,
@@ -36,6 +39,7 @@ impl MyStore {
             config,
             queued: Arc::default(),
             unwritten: Arc::default(),
+            swept_at: AtomicI64::new(0),
             watch: Mutex::default(),
             notify: Arc::default(),
             counts: Arc::new((std::sync::atomic::AtomicU64::new(0), watch::channel(0).0)),
@@ -158,7 +162,7 @@ impl WorkerStore for MyStore {
     }
 
     fn rescue(&self, now: i64) -> StoreFuture<'_, Vec<Rescued>> {
-        Box::pin(rescue(&self.db, now))
+        Box::pin(rescue(&self.db, now, sweep_due(&self.swept_at, now)))
     }
 
     fn flush(&self) -> StoreFuture<'_, ()> {
@@ -184,7 +188,8 @@ pub(super) async fn remote_claim(
     let c = Config::of(opts)?;
     if rescue_due(now) {
         // A failed rescue is the next claim's to do; this claim goes on.
-        match rescue(db, now).await {
+        static SWEPT_AT: AtomicI64 = AtomicI64::new(0);
+        match rescue(db, now, sweep_due(&SWEPT_AT, now)).await {
             Ok(rescued) => log_rescued(&rescued, c.worker_id()),
             Err(e) => tracing::warn!(worker = %c.worker_id(), error = %e, "rescuing expired claims failed"),
         }
@@ -206,4 +211,13 @@ pub(super) async fn remote_finish(db: &DatabaseConnection, owner: &str, finished
 #[cfg(test)]
 pub(super) async fn finish_batch(db: &DatabaseConnection, owner: &str, batch: Vec<Finished>) -> Result<Vec<bool>> {
     write_all(db, owner, &batch).await
+}
+
+/// How often a rescue sweeps for sequences left waiting with no note (a scan of the waiting jobs).
+const SWEEP_EVERY_MS: i64 = 60_000;
+
+/// Whether a sweep is due by `now`, the last one having run at `at` (taken for this one when due).
+fn sweep_due(at: &AtomicI64, now: i64) -> bool {
+    let last = at.load(Ordering::Relaxed);
+    now - last >= SWEEP_EVERY_MS && at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
 }
