@@ -66,7 +66,7 @@ pub(super) fn watch(db: &DatabaseConnection) -> Watch {
     Watch::new(None, Some(tokio::spawn(poll(conn::own_pool(db, 1)))))
 }
 
-/// A job read from the ring whose row was not there yet.
+/// A job read from the ring whose `enqueued` event could not be read yet (its enqueue had not committed).
 struct Awaited {
     id: String,
     heard: Instant,
