@@ -36,7 +36,7 @@ async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: Tes
     let total = i64::from(KEYS * STEPS);
     let respawn =
         || Spawn { url: &t.url, log: &log, mode: "serve", lease_ms: 1_000, concurrency: 8, stderr: None }.start();
-    let kills = fleet::kill_every_300_ms(&t.db, &mut children, total, respawn).await;
+    let kills = fleet::kill_every_300_ms(&t.db, &mut children, total, Duration::from_secs(240), respawn).await;
     for status in fleet::wait_all(&mut children, Duration::from_secs(120)).await {
         assert!(status.success(), "a worker process failed: {status}");
     }

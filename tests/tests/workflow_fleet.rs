@@ -50,7 +50,8 @@ async fn diamonds_hold_their_order_while_workers_are_killed_every_300_ms(t: Test
     let processes = 4;
     let mut children: Vec<ChildProcess> = (0..processes).map(|_| spawn(&t, &log)).collect();
     let total = i64::from(DIAMONDS * 4);
-    let kills = fleet::kill_every_300_ms(&t.db, &mut children, total, || spawn(&t, &log)).await;
+    let kills =
+        fleet::kill_every_300_ms(&t.db, &mut children, total, Duration::from_secs(240), || spawn(&t, &log)).await;
     for status in fleet::wait_all(&mut children, Duration::from_secs(120)).await {
         assert!(status.success(), "a worker process failed: {status}");
     }

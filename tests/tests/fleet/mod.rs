@@ -156,17 +156,18 @@ pub(crate) fn runs(log: &Path) -> Vec<Run> {
     runs
 }
 
-/// Every 300 ms until `total` jobs completed (240 s at most), SIGKILLs the next of `children` and starts `respawn()`
+/// Every 300 ms until `total` jobs completed (`within` at most: a guard against a hang), SIGKILLs the next of `children` and starts `respawn()`
 /// in its place, after checking that each claim the killed process left is one a rescue finds; the (pid, time) of
 /// every kill, for telling the reruns a kill explains.
 pub(crate) async fn kill_every_300_ms(
     db: &sea_orm::DatabaseConnection,
     children: &mut [ChildProcess],
     total: i64,
+    within: Duration,
     respawn: impl Fn() -> ChildProcess,
 ) -> Vec<(u32, u64)> {
     let mut kills: Vec<(u32, u64)> = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let deadline = tokio::time::Instant::now() + within;
     let mut victim = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
