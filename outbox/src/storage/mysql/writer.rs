@@ -44,8 +44,11 @@ impl MyStore {
             notify: Arc::default(),
             counts: Arc::new((std::sync::atomic::AtomicU64::new(0), watch::channel(0).0)),
         };
+        // The writer's own connection, opened on the runtime it runs on: a connection the claims opened belongs to
+        // the worker loop's runtime, and a handler blocking that runtime's thread would stall the writer on it (an
+        // attempt given back from outside was never written: `time.rs`, on MariaDB in CI).
         let (db, owner, queued, unwritten, notify, counts) = (
-            store.db.clone(),
+            super::conn::own_pool(&store.db, 1),
             store.config.worker_id().to_owned(),
             store.queued.clone(),
             store.unwritten.clone(),
