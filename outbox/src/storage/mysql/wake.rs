@@ -78,7 +78,8 @@ async fn poll(db: DatabaseConnection) {
     let mut last: Option<i64> = None;
     let mut awaited: Vec<Awaited> = Vec::new();
     let mut busy_until = Instant::now();
-    let mut failing = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+    let failing_from = || Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+    let mut failing = failing_from();
     loop {
         let interval = if Instant::now() < busy_until { BUSY } else { IDLE };
         let due = awaited.iter().map(|a| a.next).min();
@@ -88,9 +89,9 @@ async fn poll(db: DatabaseConnection) {
             Ok(true) => {
                 wake::wake_heard();
                 busy_until = Instant::now() + BUSY_FOR;
-                failing = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+                failing = failing_from();
             }
-            Ok(false) => failing = Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
+            Ok(false) => failing = failing_from(),
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = ?failing.peek(), "cannot read the wake-up ring");
                 failing.sleep().await;
