@@ -59,7 +59,9 @@ pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEv
 /// first: every lifecycle transition of every job, written by any process sharing the database, in the
 /// order the database committed them. Reading again after the last id returned gets exactly what came
 /// since, with nothing skipped and nothing twice. On PostgreSQL an event shows once every transaction
-/// that began before it has ended, so a transaction left open holds the feed back.
+/// that began before it has ended, so a transaction left open holds the feed back. On MariaDB a read first
+/// puts the events committed since the last read in the feed's order (in `conn`'s transaction: read it
+/// outside one, or other readers see nothing new until it ends).
 pub async fn feed<C: ConnectionTrait>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
     storage::events::feed(conn, after, limit).await
 }

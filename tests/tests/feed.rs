@@ -18,7 +18,7 @@ fn claim_req(worker: &str, limit: usize) -> ClaimRequest {
     }
 }
 
-conformance!(the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_id);
+conformance!(the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_id, mysql);
 async fn the_feed_holds_every_transition_in_commit_order_and_resumes_after_any_id(t: TestDb) {
     let start = ops::feed_head(&t.db).await.expect("head");
     let mut ids = Vec::new();

@@ -66,7 +66,7 @@ fn check_lifecycles(events: &[SseEvent], jobs: usize) {
     }
 }
 
-conformance!(a_client_receives_every_event_of_a_thousand_jobs_once);
+conformance!(a_client_receives_every_event_of_a_thousand_jobs_once, mysql);
 async fn a_client_receives_every_event_of_a_thousand_jobs_once(t: TestDb) {
     let served = Served::start(&t.db, opts()).await;
     let mut reader = SseReader::open(&served.url("/api/events"), &[]).await;
@@ -84,7 +84,7 @@ async fn a_client_receives_every_event_of_a_thousand_jobs_once(t: TestDb) {
     );
 }
 
-conformance!(a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed);
+conformance!(a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed, mysql);
 async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed(t: TestDb) {
     let served = Served::start(&t.db, opts()).await;
     let start = ops::feed_head(&t.db).await.expect("head");
@@ -147,7 +147,7 @@ async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
     assert_eq!(resp.status(), 400);
 }
 
-conformance!(events_written_by_a_worker_in_another_process_arrive);
+conformance!(events_written_by_a_worker_in_another_process_arrive, mysql);
 async fn events_written_by_a_worker_in_another_process_arrive(t: TestDb) {
     let served = Served::start(&t.db, opts()).await;
     let mut reader = SseReader::open(&served.url("/api/events?kind=race&event=completed"), &[]).await;

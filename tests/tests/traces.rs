@@ -31,7 +31,7 @@ fn runs_of<'a>(spans: &'a [SpanRecord], job: &str) -> Vec<&'a SpanRecord> {
     runs
 }
 
-conformance!(a_job_continues_the_trace_that_enqueued_it_in_another_process);
+conformance!(a_job_continues_the_trace_that_enqueued_it_in_another_process, mysql);
 async fn a_job_continues_the_trace_that_enqueued_it_in_another_process(t: TestDb) {
     let (recorder, subscriber) = Recorder::new();
     let guard = tracing::subscriber::set_default(subscriber);
@@ -187,7 +187,7 @@ fn exported(
     }
 }
 
-conformance!(the_metrics_reach_an_opentelemetry_meter);
+conformance!(the_metrics_reach_an_opentelemetry_meter, mysql);
 /// `otel_metrics` publishes what `/metrics` shows through a meter: the feed's counters (jobs enqueued and
 /// completed, by kind and queue) and the gauges read from the database (jobs by kind and status).
 async fn the_metrics_reach_an_opentelemetry_meter(t: TestDb) {

@@ -154,6 +154,10 @@ pub(crate) trait Engine {
 
     // The event feed (`feed.rs`).
 
+    /// What a reader runs before it reads the feed, where rows enter the feed's order only once a reader orders
+    /// them (MariaDB stamps the rows committed since the last stamp); `None` where commit order is readable.
+    const FEED_STAMP: Option<&'static str>;
+
     /// The feed's query from the row `row` of the position `after` (as [`Engine::FEED_HEAD`] or a row writes it),
     /// `rows` rows at most: its statement, its values, and the position of its first row.
     fn feed_after(row: &str, after: &str, rows: i64) -> Result<(String, Vec<Value>, String)>;

@@ -143,6 +143,9 @@ pub(crate) async fn feed<C: ConnectionTrait + ?Sized>(conn: &C, after: &str, lim
     let rows_wanted = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
     let d = Dialect::of(conn)?;
     let (sql, values, row) = on_engine!(d, E => E::feed_after(row, after, rows_wanted))?;
+    if let Some(stamp) = on_engine!(d, E => E::FEED_STAMP) {
+        conn.execute_raw(d.stmt(stamp, Vec::new())).await.map_err(Error::db("ordering the event feed's new rows"))?;
+    }
     let rows = conn.query_all_raw(d.stmt(sql, values)).await.map_err(Error::db("reading the event feed"))?;
     decode_feed(&rows, (&row, n), limit)
 }

@@ -4,13 +4,14 @@
 //!
 //! Under construction (`docs/internals/mariadb.md` has the plan, step by step): the connections (`conn.rs`), the
 //! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive's reader (`archive.rs`), the
-//! worker's statements (`store.rs`) and store (`writer.rs`), sequences (`sequences.rs`) and wake-ups across
-//! processes (`wake.rs`) are in. What is missing answers [`Error::Unsupported`] naming it: the event feed, rates,
-//! pauses, fair share, retention, the archive's upkeep, workflows.
+//! worker's statements (`store.rs`) and store (`writer.rs`), sequences (`sequences.rs`), wake-ups across
+//! processes (`wake.rs`) and the event feed (`feed.rs`) are in. What is missing answers [`Error::Unsupported`]
+//! naming it: rates, pauses, fair share, retention, the archive's upkeep, workflows.
 
 mod archive;
 mod conn;
 mod enqueue;
+mod feed;
 mod schema;
 mod sequences;
 mod store;
@@ -177,12 +178,13 @@ impl Engine for MySql {
         enqueue::holds_key(j, key)
     }
 
-    fn feed_after(_row: &str, _after: &str, _rows: i64) -> Result<(String, Vec<Value>, String)> {
-        Err(not_yet("the event feed"))
+    const FEED_STAMP: Option<&'static str> = feed::FEED_STAMP;
+
+    fn feed_after(row: &str, after: &str, rows: i64) -> Result<(String, Vec<Value>, String)> {
+        feed::feed_after(row, after, rows)
     }
 
-    /// A position no reader resumes from: [`MySql::feed_after`] refuses every position.
-    const FEED_HEAD: &'static str = "SELECT 'none'";
+    const FEED_HEAD: &'static str = feed::FEED_HEAD;
 
     fn stuck_through(_d: Dialect) -> String {
         String::new()

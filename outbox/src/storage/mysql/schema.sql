@@ -125,9 +125,11 @@ CREATE TABLE IF NOT EXISTS outbox_sequence_notes (
 
 -- The history of every job and the event feed (see `storage/events.rs`). A worker's claim and completion write one
 -- row for their jobs (`job_id` empty, the jobs in `jobs`); every other writer's changes are recorded by the
--- triggers below, one row per job.
+-- triggers below, one row per job. `seq` is the stamp that puts a row in the feed, after its commit
+-- (`outbox_feed_stamp` below); NULL until then.
 CREATE TABLE IF NOT EXISTS outbox_job_events (
     id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    seq BIGINT,
     job_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
     kind VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT '',
     queue VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT '',
@@ -139,8 +141,28 @@ CREATE TABLE IF NOT EXISTS outbox_job_events (
     jobs JSON,
     claimed_at BIGINT,
     completed_at BIGINT,
-    KEY outbox_job_events_job (job_id, id)
+    KEY outbox_job_events_job (job_id, id),
+    KEY outbox_job_events_feed (seq, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
+
+-- The feed's order. Ids are handed out before commit, so a row can commit after a row of a higher id, and MariaDB
+-- shows no reader which transactions still run. A reader of the feed therefore stamps the rows committed since
+-- the last stamp first, all with the next number of `outbox_feed_stamps.last`, under that row's lock, and reads
+-- by `(seq, id)`: stamps commit in the order of their numbers, so a row that commits later gets a later stamp
+-- and a reader resuming from a position misses nothing. `outbox_feed_stamper` is the row a reader tries first
+-- and passes over when another holds it (then that one stamps).
+CREATE TABLE IF NOT EXISTS outbox_feed_stamps (
+    one TINYINT NOT NULL PRIMARY KEY,
+    last BIGINT NOT NULL
+) ENGINE = InnoDB;
+
+INSERT INTO outbox_feed_stamps (one, last) VALUES (1, 0) ON DUPLICATE KEY UPDATE one = one;
+
+CREATE TABLE IF NOT EXISTS outbox_feed_stamper (
+    one TINYINT NOT NULL PRIMARY KEY
+) ENGINE = InnoDB;
+
+INSERT INTO outbox_feed_stamper (one) VALUES (1) ON DUPLICATE KEY UPDATE one = one;
 
 -- Leases are found through the claims, not through an index of the jobs: a claim records its jobs (a JSON array of
 -- ids) and their lease in one row, as on PostgreSQL (`storage/postgres/schema.sql` says how the rescuers read it).
@@ -373,7 +395,57 @@ BEGIN
         ON DUPLICATE KEY UPDATE seq = VALUES(seq), job_id = VALUES(job_id);
     RETURN place;
 END;
---
+
+-- Stamps the feed's rows committed since the last stamp (see `outbox_feed_stamps`) and returns the last stamp.
+-- A reader calls `SELECT outbox_feed_stamp(FALSE)` before it reads: it stamps up to 10,000 rows, and nothing when
+-- another reader is stamping (the first `SELECT … SKIP LOCKED`: a function's statements on one table share one
+-- lock type, so the waiting form below reads another table). The feed's head calls it with `TRUE`: it waits for
+-- the stamps' row and stamps every committed row, so what it returns is after everything committed before it.
+-- The rows to stamp are read without locks (a row whose insert has not committed is not seen, and not waited
+-- for), then updated by id, each still unstamped: a stamp committed meanwhile is not stamped again.
+CREATE OR REPLACE FUNCTION outbox_feed_stamp(everything BOOLEAN) RETURNS BIGINT
+    NOT DETERMINISTIC MODIFIES SQL DATA
+BEGIN
+    DECLARE n BIGINT DEFAULT NULL;
+    DECLARE free TINYINT DEFAULT NULL;
+    DECLARE ids LONGTEXT DEFAULT NULL;
+    DECLARE stamped BIGINT DEFAULT 1;
+    IF NOT everything THEN
+        SELECT JSON_ARRAYAGG(id) INTO ids
+            FROM (SELECT id FROM outbox_job_events WHERE seq IS NULL ORDER BY id LIMIT 10000) w;
+        IF ids IS NULL THEN
+            RETURN NULL;
+        END IF;
+        SELECT one INTO free FROM outbox_feed_stamper WHERE one = 1 FOR UPDATE SKIP LOCKED;
+        IF free IS NULL THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    SELECT last INTO n FROM outbox_feed_stamps WHERE one = 1 FOR UPDATE;
+    WHILE stamped > 0 DO
+        IF ids IS NULL THEN
+            SELECT JSON_ARRAYAGG(id) INTO ids
+                FROM (SELECT id FROM outbox_job_events WHERE seq IS NULL ORDER BY id LIMIT 10000) w;
+        END IF;
+        SET stamped = 0;
+        IF ids IS NOT NULL THEN
+            UPDATE JSON_TABLE(ids, '$[*]' COLUMNS (id BIGINT PATH '$')) w
+                STRAIGHT_JOIN outbox_job_events e FORCE INDEX (PRIMARY) ON e.id = w.id
+                SET e.seq = n + 1 WHERE e.seq IS NULL;
+            SET stamped = ROW_COUNT();
+            IF stamped > 0 THEN
+                SET n = n + 1;
+                UPDATE outbox_feed_stamps SET last = n WHERE one = 1;
+            END IF;
+        END IF;
+        IF NOT everything THEN
+            SET stamped = 0;
+        END IF;
+        SET ids = NULL;
+    END WHILE;
+    RETURN n;
+END;
+
 -- A sequenced job takes the next place in its sequence under the sequence's row, held to commit, and goes in waiting
 -- whatever is ahead of it; its sequence is noted (`outbox_jobs_inserted`), and the store lets it go once nothing
 -- ahead holds it. It does not look for a job ahead here: InnoDB reads with a shared lock in a writing statement's

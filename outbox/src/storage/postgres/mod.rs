@@ -166,6 +166,8 @@ impl Engine for Postgres {
         enqueue::holds_key(j, key)
     }
 
+    const FEED_STAMP: Option<&'static str> = None;
+
     fn feed_after(row: &str, after: &str, rows: i64) -> Result<(String, Vec<Value>, String)> {
         feed::feed_after(row, after, rows)
     }

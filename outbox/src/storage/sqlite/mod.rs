@@ -153,6 +153,8 @@ impl Engine for Sqlite {
         enqueue::holds_key(j, key)
     }
 
+    const FEED_STAMP: Option<&'static str> = None;
+
     fn feed_after(row: &str, after: &str, rows: i64) -> Result<(String, Vec<Value>, String)> {
         feed::feed_after(row, after, rows)
     }
