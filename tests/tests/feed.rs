@@ -250,7 +250,7 @@ async fn every_transition_is_recorded_once_whoever_writes_it(t: TestDb) {
     assert_eq!(workers, [None, Some("hand".to_owned()), Some("hand".to_owned())]);
 }
 
-conformance!(purging_finished_jobs_leaves_no_feed_row_behind);
+conformance!(purging_finished_jobs_leaves_no_feed_row_behind, mysql);
 async fn purging_finished_jobs_leaves_no_feed_row_behind(t: TestDb) {
     let jobs: Vec<Probe> = (1..=50).map(|n| Probe { n }).collect();
     outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
@@ -262,7 +262,11 @@ async fn purging_finished_jobs_leaves_no_feed_row_behind(t: TestDb) {
         .await
         .expect("build");
     worker.drain().await.expect("drain");
-    let worker_rows = "SELECT COUNT(*) FROM outbox_job_events WHERE job_id = ''";
+    // MariaDB's store records each job's claim and completion in a row of its own.
+    let worker_rows = match t.backend {
+        outbox_tests::Backend::MySql => "SELECT COUNT(*) FROM outbox_job_events WHERE event <> 'enqueued'",
+        _ => "SELECT COUNT(*) FROM outbox_job_events WHERE job_id = ''",
+    };
     assert!(outbox_tests::scalar(&t.db, worker_rows).await > 0, "the worker wrote its claims and completions");
     // A purge takes the jobs finished more than 10 ms ago: purge until all 50 have aged past that.
     let purged = std::sync::atomic::AtomicU64::new(0);

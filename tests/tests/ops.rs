@@ -5,7 +5,7 @@ use std::time::Duration;
 use outbox::{EnqueueOpts, Error, JobStatus, ops};
 use outbox_tests::{Backend, Keyed, Probe, TestDb, conformance, exec, scalar};
 
-conformance!(retry_cancel_and_purge_follow_the_lifecycle);
+conformance!(retry_cancel_and_purge_follow_the_lifecycle, mysql);
 async fn retry_cancel_and_purge_follow_the_lifecycle(t: TestDb) {
     let a = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
     let b = outbox::enqueue(&t.db, &Probe { n: 2 }, EnqueueOpts::new()).await.expect("enqueue");

@@ -79,7 +79,7 @@ async fn a_handler_past_its_timeout_is_cancelled_retried_then_failed_while_other
     }
 }
 
-conformance!(retention_prunes_old_finished_jobs_but_keeps_sequences_evidence);
+conformance!(retention_prunes_old_finished_jobs_but_keeps_sequences_evidence, mysql);
 async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: TestDb) {
     for n in 1..=40 {
         outbox::enqueue(&t.db, &Probe { n }, EnqueueOpts::new()).await.expect("enqueue");
@@ -180,7 +180,7 @@ async fn retention_prunes_old_finished_jobs_but_keeps_sequences_evidence(t: Test
     }
 }
 
-conformance!(a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_outlive_it_until_retention);
+conformance!(a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_outlive_it_until_retention, mysql);
 async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_outlive_it_until_retention(t: TestDb) {
     let refused = Worker::builder(&t.db)
         .retention(Retention::off().kind_keep_nothing("nobody-handles-this"))
@@ -250,6 +250,10 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
     let kept_before = scalar(&t.db, kept_events).await;
     let old = t.backend.time(outbox_tests::now_ms() - 2 * DAY_MS);
     exec(&t.db, &format!("UPDATE outbox_job_events SET at = {old} WHERE job_id = ''"), vec![]).await;
+    // MariaDB's store writes no feed row of many jobs: its delete trigger lists each job deleted as it completed.
+    if t.backend == outbox_tests::Backend::MySql {
+        exec(&t.db, &format!("UPDATE outbox_outlived SET at = {old}"), vec![]).await;
+    }
     let pruner = Worker::builder(&t.db)
         .retention(Retention::new().interval(Duration::from_millis(20)).batch_size(3))
         .register(|_: Probe, _: JobContext| async { Ok::<_, JobError>(()) })
@@ -265,7 +269,7 @@ async fn a_kind_that_keeps_nothing_is_deleted_as_it_completes_and_its_events_out
     assert_eq!(scalar(&t.db, kept_events).await, kept_before, "the kept jobs keep their history");
 }
 
-conformance!(a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_partition_whole);
+conformance!(a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_partition_whole, mysql);
 async fn a_kind_kept_in_time_partitions_leaves_the_jobs_table_and_goes_with_its_partition_whole(t: TestDb) {
     let refusal = |retention: Retention| async {
         Worker::builder(&t.db)

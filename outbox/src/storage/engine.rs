@@ -174,6 +174,10 @@ pub(crate) trait Engine {
     /// What a purge of finished jobs last updated before `before` also deletes, beyond the jobs.
     async fn after_purge<C: ConnectionTrait + ?Sized>(conn: &C, before: i64) -> Result<()>;
 
+    /// Deletes at most `batch` of the feed's rows older than `before` that belong to no job, with the events of
+    /// the jobs deleted as they completed that outlived them for the feed's readers; how many.
+    async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64>;
+
     /// Deletes the finished jobs (with their history) that `rules` says are due, about `batch` at a time, in a
     /// pass at `now`.
     async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, now: i64, batch: u64) -> Result<Pruned>;

@@ -272,7 +272,7 @@ pub(crate) async fn purge<C: ConnectionTrait + ?Sized>(conn: &C, statuses: &[Job
     on_engine!(b, E => E::after_purge(conn, before).await)?;
     if terminal.contains(&"completed") {
         for table in super::archive::tables(conn).await? {
-            let sql = format!("DELETE FROM \"{table}\" WHERE updated_at < {}", b.ts("$1"));
+            let sql = format!("DELETE FROM {} WHERE updated_at < {}", b.quoted(&table), b.ts("$1"));
             let res =
                 execute_write(conn, b.stmt(sql, vec![Value::from(before)]), || "purging archived jobs".into()).await?;
             purged += res.rows_affected();
@@ -302,7 +302,7 @@ pub(crate) async fn delete<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> R
         return Ok(true);
     }
     for table in super::archive::tables(conn).await? {
-        let sql = format!("DELETE FROM \"{table}\" WHERE id = $1");
+        let sql = format!("DELETE FROM {} WHERE id = $1", b.quoted(&table));
         let res = execute_write(conn, b.stmt(sql, vec![id.into()]), || format!("deleting archived job `{id}`")).await?;
         if res.rows_affected() == 1 {
             return Ok(true);

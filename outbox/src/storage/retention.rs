@@ -72,11 +72,23 @@ pub(crate) async fn prune<C: ConnectionTrait + ?Sized>(
     on_engine!(b, E => E::prune(conn, rules, now, batch).await)
 }
 
-/// Deletes at most `batch` workers' feed rows older than `before`; how many. Before them, the events of the
-/// jobs their `completed` rows list that were deleted as they completed (kinds that keep nothing): those
-/// events outlived their job for the feed's readers, and go with the row that recorded the completion.
+/// Deletes at most `batch` of the feed's rows older than `before` that belong to no job, with the events of the
+/// jobs deleted as they completed that outlived them for the feed's readers; how many.
 pub(crate) async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64> {
     let b = Dialect::of(conn)?;
+    on_engine!(b, E => E::prune_feed(conn, before, batch).await)
+}
+
+/// [`prune_feed`] where workers write feed rows of many jobs: at most `batch` of them older than `before`, and
+/// before them the events of the jobs their `completed` rows list that were deleted as they completed (kinds that
+/// keep nothing): those go with the row that recorded the completion. Unused in a build of no such engine.
+#[allow(dead_code)]
+pub(crate) async fn prune_worker_rows<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    b: Dialect,
+    before: i64,
+    batch: u64,
+) -> Result<u64> {
     let window = format!(
         "SELECT id, event, jobs FROM outbox_job_events WHERE job_id = '' AND at < {} ORDER BY id LIMIT $2",
         b.ts("$1")

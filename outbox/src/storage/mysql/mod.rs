@@ -3,15 +3,16 @@
 //! compare bytewise (`utf8mb4_nopad_bin`), as on the other two.
 //!
 //! Under construction (`docs/internals/mariadb.md` has the plan, step by step): the connections (`conn.rs`), the
-//! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive's reader (`archive.rs`), the
+//! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive (`archive.rs`), the
 //! worker's statements (`store.rs`) and store (`writer.rs`), sequences (`sequences.rs`), wake-ups across
-//! processes (`wake.rs`) and the event feed (`feed.rs`) are in. What is missing answers [`Error::Unsupported`]
-//! naming it: rates, pauses, fair share, retention, the archive's upkeep, workflows.
+//! processes (`wake.rs`), the event feed (`feed.rs`), retention (`retention.rs`) and the archive's upkeep are in.
+//! What is missing answers [`Error::Unsupported`] naming it: rates, pauses, fair share, workflows.
 
 mod archive;
 mod conn;
 mod enqueue;
 mod feed;
+mod retention;
 mod schema;
 mod sequences;
 mod store;
@@ -190,17 +191,16 @@ impl Engine for MySql {
         String::new()
     }
 
-    async fn after_purge<C: ConnectionTrait + ?Sized>(_conn: &C, _before: i64) -> Result<()> {
-        Err(not_yet("a purge of finished jobs"))
+    async fn after_purge<C: ConnectionTrait + ?Sized>(conn: &C, before: i64) -> Result<()> {
+        retention::after_purge(conn, before).await
     }
 
-    async fn prune<C: ConnectionTrait + ?Sized>(
-        _conn: &C,
-        _rules: &PruneRules,
-        _now: i64,
-        _batch: u64,
-    ) -> Result<Pruned> {
-        Err(not_yet("retention"))
+    async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64> {
+        retention::prune_feed(conn, before, batch).await
+    }
+
+    async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, now: i64, batch: u64) -> Result<Pruned> {
+        retention::prune(conn, rules, now, batch).await
     }
 
     async fn jobs_and_archive_since<C: ConnectionTrait + ?Sized>(conn: &C, since: i64) -> Result<String> {
@@ -208,15 +208,16 @@ impl Engine for MySql {
     }
 
     async fn upkeep<C: ConnectionTrait + ?Sized>(
-        _conn: &C,
-        _plan: &Upkeep,
-        _ahead: (bool, u64),
-        _now: i64,
+        conn: &C,
+        plan: &Upkeep,
+        ahead: (bool, u64),
+        now: i64,
     ) -> Result<Done> {
-        Err(not_yet("the archive's upkeep"))
+        archive::upkeep(conn, plan, ahead, now).await
     }
 
+    /// The partitioned table: a delete reaches every partition through it.
     async fn archive_tables<C: ConnectionTrait + ?Sized>(_conn: &C) -> Result<Vec<String>> {
-        Err(not_yet("the archive"))
+        Ok(vec!["outbox_jobs_done".to_owned()])
     }
 }

@@ -26,7 +26,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
            DROP TABLE IF EXISTS outbox_job_deps, outbox_workflows, outbox_fair, outbox_rates, outbox_pauses, \
            outbox_reconciliations, outbox_locks, outbox_schedules, outbox_workers, outbox_kinds, outbox_jobs_done, \
            outbox_finished, outbox_claims, outbox_limits, outbox_job_events, outbox_sequence_notes, outbox_sequences, \
-           outbox_wake_log, outbox_wake_counter, outbox_feed_stamps, outbox_feed_stamper, \
+           outbox_wake_log, outbox_wake_counter, outbox_feed_stamps, outbox_feed_stamper, outbox_outlived, \
            outbox_jobs;",
     },
     Migration { up: NOTHING, down: NOTHING },

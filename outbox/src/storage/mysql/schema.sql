@@ -183,6 +183,16 @@ CREATE TABLE IF NOT EXISTS outbox_finished (
     KEY outbox_finished_at (at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
 
+-- Jobs deleted while claimed: a kind that keeps nothing, or keeps its jobs in the archive, deletes the job as it
+-- completes, and its events outlive it for the feed's readers. Retention deletes those events by the feed rows'
+-- age, through this list (`mysql/retention.rs`); the other engines find them through the worker's feed row that
+-- recorded the completion, which this engine's store does not write.
+CREATE TABLE IF NOT EXISTS outbox_outlived (
+    job_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL PRIMARY KEY,
+    at BIGINT NOT NULL,
+    KEY outbox_outlived_at (at, job_id)
+) ENGINE = InnoDB;
+
 -- The archive: completed jobs of kinds kept in time partitions, by `updated_at` (their completion). RANGE has no
 -- default partition here: the last one, `pmax`, takes every time past the others, and retention splits spans off
 -- it ahead of time (cheap while it is empty) and drops old ones whole. A partitioned table's unique keys must
@@ -544,7 +554,8 @@ BEGIN
 END;
 
 -- A job deleted takes its history with it, unless it was deleted while claimed (a job of a kind that keeps
--- nothing, deleted by the statement that completes it: its events stay for the feed's readers); a step takes its
+-- nothing, deleted by the statement that completes it: its events stay for the feed's readers, and it is listed in
+-- `outbox_outlived` for retention to delete them); a step takes its
 -- edges to its parents; a job deleted while holding its sequence back notes it.
 CREATE OR REPLACE TRIGGER outbox_jobs_deleted AFTER DELETE ON outbox_jobs FOR EACH ROW
 BEGIN
@@ -554,6 +565,9 @@ BEGIN
     END IF;
     IF OLD.status <> 'claimed' THEN
         DELETE FROM outbox_job_events WHERE job_id = OLD.id;
+    ELSE
+        INSERT INTO outbox_outlived (job_id, at) VALUES (OLD.id, OLD.updated_at)
+            ON DUPLICATE KEY UPDATE at = VALUES(at);
     END IF;
     IF OLD.workflow_id IS NOT NULL THEN
         DELETE FROM outbox_job_deps WHERE child_id = OLD.id;

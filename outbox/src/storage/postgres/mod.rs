@@ -182,6 +182,10 @@ impl Engine for Postgres {
         retention::after_purge(conn, before).await
     }
 
+    async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64> {
+        crate::storage::retention::prune_worker_rows(conn, Dialect::Postgres, before, batch).await
+    }
+
     async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, now: i64, batch: u64) -> Result<Pruned> {
         retention::prune(conn, rules, now, batch).await
     }

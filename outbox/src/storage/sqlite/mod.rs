@@ -169,6 +169,10 @@ impl Engine for Sqlite {
         retention::after_purge(conn, before).await
     }
 
+    async fn prune_feed<C: ConnectionTrait + ?Sized>(conn: &C, before: i64, batch: u64) -> Result<u64> {
+        crate::storage::retention::prune_worker_rows(conn, Dialect::Sqlite, before, batch).await
+    }
+
     async fn prune<C: ConnectionTrait + ?Sized>(conn: &C, rules: &PruneRules, _now: i64, batch: u64) -> Result<Pruned> {
         retention::prune(conn, rules, batch).await
     }
