@@ -73,12 +73,13 @@ fn most_in_window(log: &[(Duration, String, u32)], width: Duration, cost: bool) 
 /// job's key and cost: what the database enforces. Handler starts follow their claims by a delay that grows on a
 /// loaded machine, so a window of starts may hold more than a window of claims.
 async fn claims_of(t: &TestDb, kind: &str) -> Vec<(Duration, String, u32)> {
-    let claimed_ms = match t.backend {
-        outbox_tests::Backend::Sqlite | outbox_tests::Backend::MySql => "claimed_at",
-        outbox_tests::Backend::Postgres => "(EXTRACT(EPOCH FROM claimed_at) * 1000)::int8",
+    let (claimed_ms, integer) = match t.backend {
+        outbox_tests::Backend::Sqlite => ("claimed_at", "BIGINT"),
+        outbox_tests::Backend::MySql => ("claimed_at", "SIGNED"),
+        outbox_tests::Backend::Postgres => ("(EXTRACT(EPOCH FROM claimed_at) * 1000)::int8", "BIGINT"),
     };
     let sql = format!(
-        "SELECT COALESCE(flow_key, ''), CAST(COALESCE(cost, 1) AS BIGINT), {claimed_ms} FROM outbox_jobs \
+        "SELECT COALESCE(flow_key, ''), CAST(COALESCE(cost, 1) AS {integer}), {claimed_ms} FROM outbox_jobs \
          WHERE kind = '{kind}' AND claimed_at IS NOT NULL"
     );
     use sea_orm::ConnectionTrait;
@@ -100,7 +101,7 @@ async fn claims_of(t: &TestDb, kind: &str) -> Vec<(Duration, String, u32)> {
     out.into_iter().map(|(at, key, cost)| (Duration::from_millis((at - first).unsigned_abs()), key, cost)).collect()
 }
 
-conformance!(a_rate_holds_in_every_window_and_counts_cost);
+conformance!(a_rate_holds_in_every_window_and_counts_cost, mysql);
 async fn a_rate_holds_in_every_window_and_counts_cost(t: TestDb) {
     // 600 cost units a second, a burst of 100; jobs cost 1 to 100: 3 seconds of work after the burst.
     let jobs: Vec<Call> = (0..60).map(|n| Call { tenant: "a".into(), n, tokens: 1 + (n * 37) % 100 }).collect();
@@ -139,7 +140,7 @@ async fn a_rate_holds_in_every_window_and_counts_cost(t: TestDb) {
     assert!(rates.iter().any(|r| r.name == "flow_call" && r.rate == "600/1s burst 100"), "{rates:?}");
 }
 
-conformance!(a_rate_per_key_gives_each_key_its_own);
+conformance!(a_rate_per_key_gives_each_key_its_own, mysql);
 async fn a_rate_per_key_gives_each_key_its_own(t: TestDb) {
     // 20 a second per tenant with a burst of 5: 25 jobs of each tenant take about a second, side by side.
     let mut jobs = Vec::new();
@@ -182,7 +183,7 @@ async fn a_rate_per_key_gives_each_key_its_own(t: TestDb) {
     }
 }
 
-conformance!(a_paused_queue_is_not_claimed_until_resumed);
+conformance!(a_paused_queue_is_not_claimed_until_resumed, mysql);
 async fn a_paused_queue_is_not_claimed_until_resumed(t: TestDb) {
     flow::pause(&t.db, &Target::queue("mail"), Some("provider down")).await.expect("pause");
     let jobs: Vec<FairCall> = (0..5).map(|n| FairCall { tenant: "a".into(), n }).collect();
@@ -229,7 +230,7 @@ async fn a_paused_queue_is_not_claimed_until_resumed(t: TestDb) {
     assert_eq!(flow::paused(&t.db).await.expect("paused").len(), 2);
 }
 
-conformance!(a_handler_rate_limited_upstream_holds_the_kind_and_keeps_its_attempt);
+conformance!(a_handler_rate_limited_upstream_holds_the_kind_and_keeps_its_attempt, mysql);
 async fn a_handler_rate_limited_upstream_holds_the_kind_and_keeps_its_attempt(t: TestDb) {
     let jobs: Vec<FairCall> = (0..4).map(|n| FairCall { tenant: "a".into(), n }).collect();
     outbox::enqueue_batch(&t.db, &jobs, EnqueueOpts::new()).await.expect("enqueue");
@@ -270,7 +271,7 @@ async fn a_handler_rate_limited_upstream_holds_the_kind_and_keeps_its_attempt(t:
     assert_eq!(events, 1, "the rate-limited attempt shows as released in the history");
 }
 
-conformance!(fair_share_serves_a_late_tenant_at_once_in_proportion_to_its_weight);
+conformance!(fair_share_serves_a_late_tenant_at_once_in_proportion_to_its_weight, mysql);
 async fn fair_share_serves_a_late_tenant_at_once_in_proportion_to_its_weight(t: TestDb) {
     for (weight_b, a_before_b_done) in [(1u32, 60usize), (3, 25)] {
         let a: Vec<FairCall> = (0..400).map(|n| FairCall { tenant: "a".into(), n }).collect();

@@ -63,7 +63,7 @@ fn spawn_fleet(url: &str, log: &Path, n: usize) -> Vec<ChildProcess> {
         .collect()
 }
 
-conformance!(rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent);
+conformance!(rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent, mysql);
 async fn rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent(t: TestDb) {
     // About 30 seconds of work at each rate: 20 jobs a second (burst 10), 20 a second for each of two tenants, and
     // 1,000 units a second (burst 200) of jobs costing 1 to 100.
@@ -81,15 +81,16 @@ async fn rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent(t: Tes
     }
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE status <> 'completed'").await, 0);
     // What the database enforces: the claims, at the time each claim drew from the bucket (its `claimed_at`).
-    let claimed_ms = match t.backend {
-        outbox_tests::Backend::Sqlite | outbox_tests::Backend::MySql => "claimed_at",
-        outbox_tests::Backend::Postgres => "(EXTRACT(EPOCH FROM claimed_at) * 1000)::int8",
+    let (claimed_ms, integer) = match t.backend {
+        outbox_tests::Backend::Sqlite => ("claimed_at", "BIGINT"),
+        outbox_tests::Backend::MySql => ("claimed_at", "SIGNED"),
+        outbox_tests::Backend::Postgres => ("(EXTRACT(EPOCH FROM claimed_at) * 1000)::int8", "BIGINT"),
     };
     let rows =
         t.db.query_all_raw(sea_orm::Statement::from_string(
             t.db.get_database_backend(),
             format!(
-                "SELECT kind, COALESCE(flow_key, ''), CAST(COALESCE(cost, 1) AS BIGINT), {claimed_ms} FROM outbox_jobs"
+                "SELECT kind, COALESCE(flow_key, ''), CAST(COALESCE(cost, 1) AS {integer}), {claimed_ms} FROM outbox_jobs"
             ),
         ))
         .await
@@ -135,7 +136,7 @@ async fn rates_hold_fleet_wide_in_every_second_and_are_used_to_95_percent(t: Tes
     eprintln!("weighted starts: at most {most} units in a second, {mean:.0} units/s");
 }
 
-conformance!(a_paused_queue_stops_a_draining_fleet_and_survives_its_restart);
+conformance!(a_paused_queue_stops_a_draining_fleet_and_survives_its_restart, mysql);
 async fn a_paused_queue_stops_a_draining_fleet_and_survives_its_restart(t: TestDb) {
     // Jobs that each take 50 ms, 4 processes of 4 slots: about 6 seconds of work for the fleet, so the pause lands
     // mid-drain even when the test's own process is slow to see the first 200 done (with 20 ms jobs, a run beside
@@ -177,7 +178,7 @@ async fn a_paused_queue_stops_a_draining_fleet_and_survives_its_restart(t: TestD
     assert_eq!(scalar(&t.db, done).await, 2_000);
 }
 
-conformance!(a_late_tenant_is_served_at_once_in_proportion_to_its_weight);
+conformance!(a_late_tenant_is_served_at_once_in_proportion_to_its_weight, mysql);
 async fn a_late_tenant_is_served_at_once_in_proportion_to_its_weight(t: TestDb) {
     // Tenant 0 enqueues 10,000 jobs and four processes drain them; tenant 1 then enqueues 100. With equal weights its
     // 100 finish within the time about 200 jobs take; at weight 3, about 133.

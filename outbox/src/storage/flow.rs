@@ -22,20 +22,42 @@ pub(crate) async fn pause<C: ConnectionTrait + ?Sized>(
     reason: Option<&str>,
     now: i64,
 ) -> Result<()> {
+    set_pause(conn, (scope, name, key), ends_at, reason, now, || format!("pausing {scope} `{name}`")).await?;
+    forget_ended(conn, now).await
+}
+
+/// Writes the pause or hold of `target` (scope, name, key) unless one in force lasts as long: compare and set,
+/// then insert where there was nothing to compare (an upsert's `WHERE` has no MySQL form).
+async fn set_pause<C: ConnectionTrait + ?Sized>(
+    conn: &C,
+    (scope, name, key): (&str, &str, &str),
+    ends_at: Option<i64>,
+    reason: Option<&str>,
+    now: i64,
+    ctx: impl Fn() -> String,
+) -> Result<()> {
     let b = Dialect::of(conn)?;
-    super::built_here(b, "a pause")?;
+    let k = b.quoted("key");
     let sql = format!(
-        "INSERT INTO outbox_pauses (scope, name, key, ends_at, reason, paused_at) VALUES ($1, $2, $3, {}, $5, {}) \
-         ON CONFLICT (scope, name, key) DO UPDATE SET ends_at = excluded.ends_at, reason = excluded.reason, \
-         paused_at = excluded.paused_at WHERE excluded.ends_at IS NULL OR (outbox_pauses.ends_at IS NOT NULL \
-         AND outbox_pauses.ends_at < excluded.ends_at)",
+        "UPDATE outbox_pauses SET ends_at = {}, reason = $5, paused_at = {} WHERE scope = $1 AND name = $2 \
+         AND {k} = $3 AND ($4 IS NULL OR (ends_at IS NOT NULL AND ends_at < {}))",
+        b.ts("$4"),
+        b.ts("$6"),
+        b.ts("$4"),
+    );
+    let values = || -> Vec<Value> {
+        vec![scope.into(), name.into(), key.into(), ends_at.into(), reason.map(str::to_owned).into(), now.into()]
+    };
+    if execute_write(conn, b.stmt(sql, values()), &ctx).await?.rows_affected() == 1 {
+        return Ok(());
+    }
+    let sql = format!(
+        "INSERT INTO outbox_pauses (scope, name, {k}, ends_at, reason, paused_at) VALUES ($1, $2, $3, {}, $5, {})",
         b.ts("$4"),
         b.ts("$6"),
     );
-    let values: Vec<Value> =
-        vec![scope.into(), name.into(), key.into(), ends_at.into(), reason.map(str::to_owned).into(), now.into()];
-    execute_write(conn, b.stmt(sql, values), || format!("pausing {scope} `{name}`")).await?;
-    forget_ended(conn, now).await
+    super::insert_if_absent(conn, sql, values(), ctx()).await?;
+    Ok(())
 }
 
 /// Holds the kind of the job `id` (its key too when `per_key` and it has one) until `ends_at`, as [`pause`] does.
@@ -48,17 +70,14 @@ pub(crate) async fn hold_for_job<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     let b = Dialect::of(conn)?;
-    super::built_here(b, "a hold")?;
-    let sql = format!(
-        "INSERT INTO outbox_pauses (scope, name, key, ends_at, reason, paused_at) SELECT 'kind', kind, \
-         CASE WHEN $2 THEN COALESCE(flow_key, '') ELSE '' END, {}, $4, {} FROM outbox_jobs WHERE id = $1 \
-         ON CONFLICT (scope, name, key) DO UPDATE SET ends_at = excluded.ends_at, reason = excluded.reason, \
-         paused_at = excluded.paused_at WHERE outbox_pauses.ends_at IS NOT NULL AND outbox_pauses.ends_at < excluded.ends_at",
-        b.ts("$3"),
-        b.ts("$5"),
-    );
-    let values: Vec<Value> = vec![id.into(), per_key.into(), ends_at.into(), reason.into(), now.into()];
-    execute_write(conn, b.stmt(sql, values), || format!("holding the kind of job `{id}`")).await?;
+    let ctx = || format!("holding the kind of job `{id}`");
+    let sql = "SELECT kind, flow_key FROM outbox_jobs WHERE id = $1";
+    let row = conn.query_one_raw(b.stmt(sql, vec![id.into()])).await.map_err(Error::db(ctx()))?;
+    let Some(row) = row else { return Ok(()) };
+    let kind: String = row.try_get_by_index(0).map_err(Error::db(ctx()))?;
+    let flow_key: Option<String> = row.try_get_by_index(1).map_err(Error::db(ctx()))?;
+    let key = if per_key { flow_key.unwrap_or_default() } else { String::new() };
+    set_pause(conn, ("kind", &kind, &key), Some(ends_at), Some(reason), now, ctx).await?;
     forget_ended(conn, now).await
 }
 
@@ -80,15 +99,15 @@ pub(crate) async fn resume<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<bool> {
     let b = Dialect::of(conn)?;
-    super::built_here(b, "a resume")?;
+    let k = b.quoted("key");
     let sql = format!(
-        "DELETE FROM outbox_pauses WHERE scope = $1 AND name = $2 AND key = $3 AND (ends_at IS NULL OR ends_at > {})",
+        "DELETE FROM outbox_pauses WHERE scope = $1 AND name = $2 AND {k} = $3 AND (ends_at IS NULL OR ends_at > {})",
         b.ts("$4")
     );
     let values: Vec<Value> = vec![scope.into(), name.into(), key.into(), now.into()];
     let res = execute_write(conn, b.stmt(sql, values), || format!("resuming {scope} `{name}`")).await?;
     // A hold that ended is gone too, in force or not.
-    let sql = "DELETE FROM outbox_pauses WHERE scope = $1 AND name = $2 AND key = $3";
+    let sql = format!("DELETE FROM outbox_pauses WHERE scope = $1 AND name = $2 AND {k} = $3");
     let values: Vec<Value> = vec![scope.into(), name.into(), key.into()];
     execute_write(conn, b.stmt(sql, values), || format!("resuming {scope} `{name}`")).await?;
     Ok(res.rows_affected() > 0)
@@ -97,9 +116,10 @@ pub(crate) async fn resume<C: ConnectionTrait + ?Sized>(
 /// The pauses and holds in force at `now`, by scope, name and key.
 pub(crate) async fn paused<C: ConnectionTrait + ?Sized>(conn: &C, now: i64) -> Result<Vec<PauseRow>> {
     let b = Dialect::of(conn)?;
+    let k = b.quoted("key");
     let sql = format!(
-        "SELECT scope, name, key, {}, reason, {} FROM outbox_pauses WHERE ends_at IS NULL OR ends_at > {} \
-         ORDER BY scope, name, key",
+        "SELECT scope, name, {k}, {}, reason, {} FROM outbox_pauses WHERE ends_at IS NULL OR ends_at > {} \
+         ORDER BY scope, name, {k}",
         b.ms("ends_at"),
         b.ms("paused_at"),
         b.ts("$1"),
@@ -119,15 +139,17 @@ pub(crate) async fn define_rate<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     let b = Dialect::of(conn)?;
-    super::built_here(b, "a rate")?;
-    let sql = "INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at) VALUES ($1, '', $2, $3, $4, $4, $5) \
-         ON CONFLICT (name, key) DO NOTHING";
-    let values: Vec<Value> = vec![name.into(), amount.into(), window_ms.into(), burst.into(), now.into()];
-    execute_write(conn, b.stmt(sql, values), || format!("recording the rate of `{name}`")).await?;
+    let k = b.quoted("key");
+    let ctx = || format!("recording the rate of `{name}`");
     let sql = "UPDATE outbox_rates SET amount = $2, window_ms = $3, burst = $4 WHERE name = $1 \
          AND (amount <> $2 OR window_ms <> $3 OR burst <> $4)";
     let values: Vec<Value> = vec![name.into(), amount.into(), window_ms.into(), burst.into()];
-    execute_write(conn, b.stmt(sql, values), || format!("recording the rate of `{name}`")).await?;
+    execute_write(conn, b.stmt(sql, values), ctx).await?;
+    let sql = format!(
+        "INSERT INTO outbox_rates (name, {k}, amount, window_ms, burst, level, at) VALUES ($1, '', $2, $3, $4, $4, $5)"
+    );
+    let values: Vec<Value> = vec![name.into(), amount.into(), window_ms.into(), burst.into(), now.into()];
+    super::insert_if_absent(conn, sql, values, ctx()).await?;
     Ok(())
 }
 
@@ -147,32 +169,46 @@ pub(crate) async fn take<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<Option<f64>> {
     let b = Dialect::of(conn)?;
+    let k = b.quoted("key");
     if !key.is_empty() {
-        let sql = "INSERT INTO outbox_rates (name, key, amount, window_ms, burst, level, at) \
-             SELECT name, $2, amount, window_ms, burst, burst, $3 FROM outbox_rates WHERE name = $1 AND key = '' \
-             ON CONFLICT (name, key) DO NOTHING";
-        let values: Vec<Value> = vec![name.into(), key.into(), now.into()];
-        execute_write(conn, b.stmt(sql, values), || format!("opening the bucket of `{name}` for key `{key}`")).await?;
+        let ctx = || format!("opening the bucket of `{name}` for key `{key}`");
+        let sql = format!("SELECT amount, window_ms, burst FROM outbox_rates WHERE name = $1 AND {k} = ''");
+        let row = conn.query_one_raw(b.stmt(sql, vec![name.into()])).await.map_err(Error::db(ctx()))?;
+        let Some(row) = row else { return Ok(None) };
+        let rate: Vec<i64> = (0..3)
+            .map(|i| row.try_get_by_index::<i64>(i))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(Error::db(ctx()))?;
+        let sql = format!(
+            "INSERT INTO outbox_rates (name, {k}, amount, window_ms, burst, level, at) VALUES ($1, $2, $3, $4, $5, $5, $6)"
+        );
+        let values: Vec<Value> =
+            vec![name.into(), key.into(), rate[0].into(), rate[1].into(), rate[2].into(), now.into()];
+        super::insert_if_absent(conn, sql, values, ctx()).await?;
     }
+    let ctx = || format!("taking {cost} from the rate of `{name}`");
     let l = level("$4");
     let sql = format!(
-        "UPDATE outbox_rates SET level = {l} - $3, at = $4 WHERE name = $1 AND key = $2 \
-         AND {l} + 0.000000001 >= (CASE WHEN $3 > burst THEN burst ELSE $3 END) RETURNING level"
+        "UPDATE outbox_rates SET level = {l} - $3, at = $4 WHERE name = $1 AND {k} = $2 \
+         AND {l} + 0.000000001 >= (CASE WHEN $3 > burst THEN burst ELSE $3 END)"
     );
     let values: Vec<Value> = vec![name.into(), key.into(), cost.into(), now.into()];
-    let row = conn
-        .query_one_raw(b.stmt(sql, values))
-        .await
-        .map_err(Error::db(format!("taking {cost} from the rate of `{name}`")))?;
+    if execute_write(conn, b.stmt(sql, values), ctx).await?.rows_affected() != 1 {
+        return Ok(None);
+    }
+    // What is left now (another take may have drawn since, where `conn` is not a transaction).
+    let sql = format!("SELECT level FROM outbox_rates WHERE name = $1 AND {k} = $2");
+    let row = conn.query_one_raw(b.stmt(sql, vec![name.into(), key.into()])).await.map_err(Error::db(ctx()))?;
     row.map(|r| r.try_get_by_index::<f64>(0)).transpose().map_err(Error::db("reading a bucket's level"))
 }
 
 /// The rates of `name` (every name when `None`), each key's bucket as stored.
 pub(crate) async fn rates<C: ConnectionTrait + ?Sized>(conn: &C, name: Option<&str>) -> Result<Vec<RateRow>> {
     let b = Dialect::of(conn)?;
+    let k = b.quoted("key");
     let filter = if name.is_some() { " WHERE name = $1" } else { "" };
     let sql =
-        format!("SELECT name, key, amount, window_ms, burst, level, at FROM outbox_rates{filter} ORDER BY name, key");
+        format!("SELECT name, {k}, amount, window_ms, burst, level, at FROM outbox_rates{filter} ORDER BY name, {k}");
     let values = name.map(Value::from).into_iter().collect();
     let rows = conn.query_all_raw(b.stmt(sql, values)).await.map_err(Error::db("reading the rates"))?;
     decode::rates(&rows)
@@ -186,9 +222,8 @@ pub(crate) async fn set_weight<C: ConnectionTrait + ?Sized>(
     weight: i64,
 ) -> Result<()> {
     let b = Dialect::of(conn)?;
-    super::built_here(b, "a fair-share weight")?;
-    let sql = "INSERT INTO outbox_fair (name, key, weight, pass) VALUES ($1, $2, $3, 0) \
-         ON CONFLICT (name, key) DO UPDATE SET weight = excluded.weight";
+    let sql = format!("INSERT INTO outbox_fair (name, {}, weight, pass) VALUES ($1, $2, $3, 0)", b.quoted("key"))
+        + &b.upsert(&format!("name, {}", b.quoted("key")), &["weight"]);
     let values: Vec<Value> = vec![kind.into(), key.into(), weight.into()];
     execute_write(conn, b.stmt(sql, values), || format!("weighting key `{key}` of kind `{kind}`")).await?;
     Ok(())
@@ -197,14 +232,19 @@ pub(crate) async fn set_weight<C: ConnectionTrait + ?Sized>(
 /// Per key of `kind`'s jobs that are pending or running: the key, its weight, its ready jobs, its running jobs.
 pub(crate) async fn shares<C: ConnectionTrait + ?Sized>(conn: &C, kind: &str) -> Result<Vec<(String, i64, i64, i64)>> {
     let b = Dialect::of(conn)?;
-    let sql = "SELECT k.key, CAST(COALESCE(f.weight, 1) AS BIGINT), k.ready, k.running FROM (SELECT flow_key AS key, \
-         SUM(CASE WHEN status = 'pending' THEN 1 ELSE 0 END) AS ready, \
-         SUM(CASE WHEN status = 'claimed' THEN 1 ELSE 0 END) AS running FROM outbox_jobs \
+    let k = b.quoted("key");
+    let sql = format!(
+        "SELECT k.fk, {}, k.ready, k.running FROM (SELECT flow_key AS fk, \
+         COUNT(CASE WHEN status = 'pending' THEN 1 END) AS ready, \
+         COUNT(CASE WHEN status = 'claimed' THEN 1 END) AS running FROM outbox_jobs \
          WHERE kind = $1 AND flow_key IS NOT NULL AND status IN ('pending', 'claimed') GROUP BY flow_key) k \
-         LEFT JOIN outbox_fair f ON f.name = $1 AND f.key = k.key \
-         UNION SELECT f.key, CAST(f.weight AS BIGINT), 0, 0 FROM outbox_fair f WHERE f.name = $1 AND f.key <> '' \
-         AND f.weight <> 1 AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.kind = $1 AND j.flow_key = f.key \
-         AND j.status IN ('pending', 'claimed')) ORDER BY 1";
+         LEFT JOIN outbox_fair f ON f.name = $1 AND f.{k} = k.fk \
+         UNION SELECT f.{k}, {}, 0, 0 FROM outbox_fair f WHERE f.name = $1 AND f.{k} <> '' \
+         AND f.weight <> 1 AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.kind = $1 AND j.flow_key = f.{k} \
+         AND j.status IN ('pending', 'claimed')) ORDER BY 1",
+        b.integer("COALESCE(f.weight, 1)"),
+        b.integer("f.weight"),
+    );
     let rows = conn
         .query_all_raw(b.stmt(sql, vec![kind.into()]))
         .await

@@ -5,13 +5,15 @@
 //! Under construction (`docs/internals/mariadb.md` has the plan, step by step): the connections (`conn.rs`), the
 //! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive (`archive.rs`), the
 //! worker's statements (`store.rs`) and store (`writer.rs`), sequences (`sequences.rs`), wake-ups across
-//! processes (`wake.rs`), the event feed (`feed.rs`), retention (`retention.rs`) and the archive's upkeep are in.
-//! What is missing answers [`Error::Unsupported`] naming it: rates, pauses, fair share, workflows.
+//! processes (`wake.rs`), the event feed (`feed.rs`), flow control in the claim (`flow.rs`), retention
+//! (`retention.rs`) and the archive's upkeep are in. What is missing answers [`Error::Unsupported`] naming it:
+//! workflows.
 
 mod archive;
 mod conn;
 mod enqueue;
 mod feed;
+mod flow;
 mod retention;
 mod schema;
 mod sequences;

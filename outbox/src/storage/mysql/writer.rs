@@ -10,7 +10,7 @@ use tokio::sync::{Notify, watch};
 
 use super::store::{Config, claim, extend, rescue, write_all};
 use crate::error::Result;
-use crate::storage::worker_store::StoreFuture;
+use crate::storage::worker_store::{FlowWake, StoreFuture};
 use crate::storage::{
     ClaimedJob, Finished, Rescued, WorkerStore, WorkerStoreOpts, log_finished, log_rescued, rescue_due,
 };
@@ -28,6 +28,8 @@ pub(super) struct MyStore {
     /// The poll of the wake-up ring, once the worker loop started it ([`WorkerStore::listen`]).
     watch: Mutex<Option<crate::wake::Watch>>,
     notify: Arc<Notify>,
+    /// When a job the last claim left behind for a rate or a hold may be taken.
+    wake: FlowWake,
     /// Outcomes queued so far, and outcomes written (or given up on) so far.
     counts: Arc<(std::sync::atomic::AtomicU64, watch::Sender<u64>)>,
 }
@@ -42,6 +44,7 @@ impl MyStore {
             swept_at: AtomicI64::new(0),
             watch: Mutex::default(),
             notify: Arc::default(),
+            wake: FlowWake::default(),
             counts: Arc::new((std::sync::atomic::AtomicU64::new(0), watch::channel(0).0)),
         };
         // The writer's own connection, opened on the runtime it runs on: a connection the claims opened belongs to
@@ -134,7 +137,15 @@ async fn write_batch(db: &DatabaseConnection, owner: &str, batch: &[Finished]) -
 
 impl WorkerStore for MyStore {
     fn claim(&self, limit: usize, now: i64, lease_until: i64) -> StoreFuture<'_, Vec<ClaimedJob>> {
-        Box::pin(claim(&self.db, &self.config, limit, now, lease_until))
+        Box::pin(async move {
+            let (claimed, wake) = claim(&self.db, &self.config, limit, now, lease_until).await?;
+            self.wake.set(wake);
+            Ok(claimed)
+        })
+    }
+
+    fn flow_wake_at(&self) -> Option<i64> {
+        self.wake.get()
     }
 
     fn finish(&self, finished: Finished) -> Result<()> {
@@ -197,7 +208,7 @@ pub(super) async fn remote_claim(
             Err(e) => tracing::warn!(worker = %c.worker_id(), error = %e, "rescuing expired claims failed"),
         }
     }
-    claim(db, &c, limit, now, lease_until).await
+    Ok(claim(db, &c, limit, now, lease_until).await?.0)
 }
 
 /// A remote worker's outcome, fenced like the in-process worker's, in a transaction of its own.

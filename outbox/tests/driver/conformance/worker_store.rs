@@ -279,8 +279,7 @@ async fn an_operator_retry_fences_out_the_earlier_run(db: &DatabaseConnection) -
 }
 
 /// MySQL alone (the other engines' limits are held by `tests/tests/sequences.rs` and the remote area): a kind
-/// limited to two running jobs fleet-wide is claimed two at a time by two workers together, again as one finishes;
-/// a kind with a rate is refused, naming it.
+/// limited to two running jobs fleet-wide is claimed two at a time by two workers together, again as one finishes.
 #[cfg(feature = "mysql")]
 mod mysql_only {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,13 +306,6 @@ async fn limit_across_stores(db: &DatabaseConnection) -> Result<()> {
     w1.flush().await?;
     let next = w2.claim(10, now, now + 60_000).await?;
     assert_eq!(next.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c"], "one more as one finished");
-    let rated = FlowKind { rate: Some("5/1s".parse().expect("a rate")), ..limited.clone() };
-    let refused = open_worker_store(db, WorkerStoreOpts { flows: vec![rated], ..opts("w3", &["k"]) }, &bg).await;
-    assert!(
-        matches!(&refused, Err(crate::error::Error::Unsupported(m)) if m.contains("kind `k` has a rate")),
-        "{:?}",
-        refused.err()
-    );
     w1.close().await;
     w2.close().await;
     Ok(())
