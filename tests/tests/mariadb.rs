@@ -380,25 +380,3 @@ async fn a_worker_runs_every_job_once_and_retries_a_failing_one() {
     let events: Vec<String> = history.iter().map(|e| e.event.to_string()).collect();
     assert_eq!(events, ["enqueued", "claimed", "retried", "claimed", "completed"], "{history:?}");
 }
-
-/// What the engine does not do yet is refused by name before any SQL, and writes nothing: a workflow, which would
-/// otherwise fail with a syntax error of a statement spelled for the other engines.
-#[tokio::test]
-async fn workflows_are_refused_by_name_until_built() {
-    use outbox_tests::Probe;
-    let Some(t) = TestMariaDb::fresh("refusals").await else { return };
-    with_schema(&t).await;
-    let mut wf = outbox::Workflow::new("refused");
-    wf.step("a", &Probe { n: 1 });
-    wf.step("b", &Probe { n: 2 }).after(["a"]);
-    let txn = outbox::begin(&t.db).await.expect("begin");
-    let err = outbox::enqueue_workflow(&txn, &wf).await.expect_err("refused");
-    txn.rollback().await.expect("rollback");
-    assert!(
-        matches!(&err, outbox::Error::Unsupported(m) if m.starts_with("a workflow is not available on MariaDB")),
-        "{err}"
-    );
-    let row = t.db.query_one_raw(Statement::from_string(DbBackend::MySql, "SELECT COUNT(*) FROM outbox_jobs")).await;
-    let jobs: i64 = row.expect("count").expect("a row").try_get_by_index(0).expect("a count");
-    assert_eq!(jobs, 0, "nothing written");
-}

@@ -37,7 +37,7 @@ fn last_seen(runs: &[&Run]) -> u64 {
     runs.iter().map(|r| r.end.unwrap_or(r.begin)).max().unwrap_or(0)
 }
 
-conformance!(diamonds_hold_their_order_while_workers_are_killed_every_300_ms);
+conformance!(diamonds_hold_their_order_while_workers_are_killed_every_300_ms, mysql);
 async fn diamonds_hold_their_order_while_workers_are_killed_every_300_ms(t: TestDb) {
     for first in (0..DIAMONDS).step_by(50) {
         let txn = outbox::begin(&t.db).await.expect("begin");
@@ -115,7 +115,7 @@ async fn diamonds_hold_their_order_while_workers_are_killed_every_300_ms(t: Test
     );
 }
 
-conformance!(a_batch_of_10000_runs_its_callback_once_after_the_last_member);
+conformance!(a_batch_of_10000_runs_its_callback_once_after_the_last_member, mysql);
 async fn a_batch_of_10000_runs_its_callback_once_after_the_last_member(t: TestDb) {
     let mut batch = Batch::new("ten thousand");
     for _ in 0..10_000 {

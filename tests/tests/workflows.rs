@@ -99,7 +99,7 @@ async fn rows(t: &TestDb) -> (i64, i64, i64) {
 
 const WAIT: Duration = Duration::from_secs(20);
 
-conformance!(a_diamond_runs_its_join_after_both_branches_with_their_outputs);
+conformance!(a_diamond_runs_its_join_after_both_branches_with_their_outputs, mysql);
 /// D starts only after B and C ended, and reads both outputs (each of which read A's).
 async fn a_diamond_runs_its_join_after_both_branches_with_their_outputs(t: TestDb) {
     let log: Log = Arc::default();
@@ -129,7 +129,7 @@ async fn a_diamond_runs_its_join_after_both_branches_with_their_outputs(t: TestD
     assert_eq!(events, [Enqueued, Ready, Claimed, Completed], "{events:?}");
 }
 
-conformance!(a_workflow_whose_transaction_rolls_back_leaves_no_row);
+conformance!(a_workflow_whose_transaction_rolls_back_leaves_no_row, mysql);
 async fn a_workflow_whose_transaction_rolls_back_leaves_no_row(t: TestDb) {
     let txn = outbox::begin(&t.db).await.expect("begin");
     outbox::enqueue_workflow(&txn, &diamond(ParentFailure::Cancel)).await.expect("enqueue");
@@ -139,7 +139,7 @@ async fn a_workflow_whose_transaction_rolls_back_leaves_no_row(t: TestDb) {
     assert_eq!(rows(&t).await, (4, 4, 1), "{wf:?}");
 }
 
-conformance!(a_failed_branch_cancels_the_join_by_default_and_a_retry_lets_it_go_on);
+conformance!(a_failed_branch_cancels_the_join_by_default_and_a_retry_lets_it_go_on, mysql);
 /// B fails for good: D, and E below it, are cancelled (not started); an operator's retry of B brings them back, and
 /// once B completes they run.
 async fn a_failed_branch_cancels_the_join_by_default_and_a_retry_lets_it_go_on(t: TestDb) {
@@ -165,7 +165,7 @@ async fn a_failed_branch_cancels_the_join_by_default_and_a_retry_lets_it_go_on(t
     assert_eq!(log.lock().expect("lock").iter().filter(|(n, w)| n == "d" && *w == "start").count(), 1);
 }
 
-conformance!(a_join_that_runs_on_parent_failure_reads_what_completed);
+conformance!(a_join_that_runs_on_parent_failure_reads_what_completed, mysql);
 async fn a_join_that_runs_on_parent_failure_reads_what_completed(t: TestDb) {
     let log: Log = Arc::default();
     let failing: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(vec!["b".into()]));
@@ -180,7 +180,7 @@ async fn a_join_that_runs_on_parent_failure_reads_what_completed(t: TestDb) {
     assert!(position(&log, "d", "start") > position(&log, "b", "end"));
 }
 
-conformance!(a_batch_runs_each_callback_once_with_its_summary);
+conformance!(a_batch_runs_each_callback_once_with_its_summary, mysql);
 /// 40 members, one failing: the `finished` callback runs once after the last member and sees the summary; the
 /// `succeeded` one is cancelled; the `failed` one runs once.
 async fn a_batch_runs_each_callback_once_with_its_summary(t: TestDb) {
@@ -211,7 +211,7 @@ async fn a_batch_runs_each_callback_once_with_its_summary(t: TestDb) {
     assert!(log.iter().position(|(n, w)| n == "finished" && *w == "start").expect("start") > last_member_end);
 }
 
-conformance!(cancelling_a_workflow_cancels_every_step_not_started);
+conformance!(cancelling_a_workflow_cancels_every_step_not_started, mysql);
 async fn cancelling_a_workflow_cancels_every_step_not_started(t: TestDb) {
     let wf = enqueue(&t, &diamond(ParentFailure::Run)).await;
     assert_eq!(ops::cancel_workflow(&t.db, wf.id()).await.expect("cancel"), 4);
@@ -224,7 +224,7 @@ async fn cancelling_a_workflow_cancels_every_step_not_started(t: TestDb) {
     assert!(missing.to_string().contains("nope"), "{missing}");
 }
 
-conformance!(bad_workflows_are_refused_with_every_problem_named_and_write_nothing);
+conformance!(bad_workflows_are_refused_with_every_problem_named_and_write_nothing, mysql);
 async fn bad_workflows_are_refused_with_every_problem_named_and_write_nothing(t: TestDb) {
     let refused = |wf: Workflow| {
         let db = t.db.clone();
@@ -276,7 +276,7 @@ async fn bad_workflows_are_refused_with_every_problem_named_and_write_nothing(t:
     assert_eq!(rows(&t).await, before, "a refused workflow wrote something");
 }
 
-conformance!(a_step_can_wait_for_a_step_of_another_workflow);
+conformance!(a_step_can_wait_for_a_step_of_another_workflow, mysql);
 async fn a_step_can_wait_for_a_step_of_another_workflow(t: TestDb) {
     let log: Log = Arc::default();
     let first = enqueue(&t, &diamond(ParentFailure::Cancel)).await;
@@ -292,7 +292,7 @@ async fn a_step_can_wait_for_a_step_of_another_workflow(t: TestDb) {
     assert_eq!(parents[0].step, "d", "an outside parent is known by its own step name");
 }
 
-conformance!(a_cancelled_branch_reaches_down_the_graph_and_runs_what_runs_anyway);
+conformance!(a_cancelled_branch_reaches_down_the_graph_and_runs_what_runs_anyway, mysql);
 /// B fails; C waits for B and is cancelled; D waits for A and C and runs anyway: it counts C's cancellation, which
 /// only a trigger reaching down the graph can tell it. A first-failure step of a workflow that never failed is
 /// cancelled once its parents completed.
@@ -329,7 +329,7 @@ struct Typed {
     wrong: bool,
 }
 
-conformance!(an_output_that_breaks_its_schema_fails_the_step_and_its_children_follow_policy);
+conformance!(an_output_that_breaks_its_schema_fails_the_step_and_its_children_follow_policy, mysql);
 async fn an_output_that_breaks_its_schema_fails_the_step_and_its_children_follow_policy(t: TestDb) {
     let log: Log = Arc::default();
     let mut wf = Workflow::new("typed");
@@ -363,7 +363,7 @@ async fn an_output_that_breaks_its_schema_fails_the_step_and_its_children_follow
     assert_eq!(output(&t, &id("after_both")).await, json!({ "n": 7 }));
 }
 
-conformance!(a_cancelled_step_retried_after_its_parent_completed_runs);
+conformance!(a_cancelled_step_retried_after_its_parent_completed_runs, mysql);
 /// A step cancelled while it waited, whose parent then completed, runs when an operator retries it (it was left
 /// waiting with no parent to let it go).
 async fn a_cancelled_step_retried_after_its_parent_completed_runs(t: TestDb) {
@@ -382,7 +382,7 @@ async fn a_cancelled_step_retried_after_its_parent_completed_runs(t: TestDb) {
     assert_eq!(output(&t, &id("b")).await, json!({ "n": 11 }));
 }
 
-conformance!(a_retry_of_one_failed_parent_leaves_a_step_another_failed_parent_holds);
+conformance!(a_retry_of_one_failed_parent_leaves_a_step_another_failed_parent_holds, mysql);
 /// `ship` waits for `charge` and `stock`; both fail. Retrying `charge` alone does not bring `ship` back (`stock`
 /// still failed); retrying `stock` then does, and `ship` runs once both completed.
 async fn a_retry_of_one_failed_parent_leaves_a_step_another_failed_parent_holds(t: TestDb) {
@@ -409,7 +409,7 @@ async fn a_retry_of_one_failed_parent_leaves_a_step_another_failed_parent_holds(
     assert_eq!(output(&t, &id("ship")).await, json!({ "n": 111 }));
 }
 
-conformance!(a_chain_of_a_thousand_steps_is_cancelled_and_brought_back_whole);
+conformance!(a_chain_of_a_thousand_steps_is_cancelled_and_brought_back_whole, mysql);
 /// The head of a chain of 1,000 steps fails: the 999 below are cancelled by the one statement that failed it, however
 /// deep the graph; the head's retry brings them all back, and the chain then runs to its end.
 async fn a_chain_of_a_thousand_steps_is_cancelled_and_brought_back_whole(t: TestDb) {

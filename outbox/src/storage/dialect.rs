@@ -327,6 +327,50 @@ impl Dialect {
         }
     }
 
+    /// An UPDATE of `table` from the rows `rows` (each its expressions, placeholders mostly) named `v` with the
+    /// columns `columns`, joined where `on`, each `(column, expression)` of `set` assigned (expressions read `v`).
+    pub(crate) fn update_from_values(
+        self,
+        table: &str,
+        (columns, rows): (&[&str], &[Vec<String>]),
+        on: &str,
+        set: &[(&str, &str)],
+    ) -> String {
+        match self {
+            // No `WITH` before an `UPDATE` (before MariaDB 12.3), and no `FROM`: a join, its targets named by table.
+            // The rows are a `UNION ALL`, whose columns take a type wide enough for every row (those of a `VALUES`
+            // list take the first row's: a longer value in a later row was refused, 1406).
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let rows: Vec<String> = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(n, row)| {
+                        let named: Vec<String> = row
+                            .iter()
+                            .zip(columns)
+                            .map(|(e, c)| if n == 0 { format!("{e} AS {c}") } else { e.clone() })
+                            .collect();
+                        format!("SELECT {}", named.join(", "))
+                    })
+                    .collect();
+                let set: Vec<String> = set.iter().map(|(c, e)| format!("{table}.{c} = {e}")).collect();
+                format!("UPDATE {table} JOIN ({}) v ON {on} SET {}", rows.join(" UNION ALL "), set.join(", "))
+            }
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            _ => {
+                let rows: Vec<String> = rows.iter().map(|row| format!("({})", row.join(", "))).collect();
+                let set: Vec<String> = set.iter().map(|(c, e)| format!("{c} = {e}")).collect();
+                format!(
+                    "WITH v ({}) AS (VALUES {}) UPDATE {table} SET {} FROM v WHERE {on}",
+                    columns.join(", "),
+                    rows.join(", "),
+                    set.join(", ")
+                )
+            }
+        }
+    }
+
     /// The column `name` quoted, for the names an engine reserves (`schema` and `key` on MySQL).
     pub(crate) fn quoted(self, name: &str) -> String {
         match self {

@@ -196,18 +196,6 @@ pub(crate) async fn open_worker_store(
     on_engine!(Dialect::of(db)?, E => E::open_worker_store(db, opts, bg).await)
 }
 
-/// Refuses, naming it, what the MySQL engine does not do yet (flow control, workflows), before a statement spelled
-/// for the other engines fails there with a syntax error; nothing elsewhere.
-#[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
-pub(crate) fn built_here(d: Dialect, what: &str) -> Result<()> {
-    match d {
-        #[cfg(feature = "mysql")]
-        Dialect::MySql => Err(mysql::not_yet(what)),
-        #[allow(unreachable_patterns)]
-        _ => Ok(()),
-    }
-}
-
 /// A watch that wakes this process when other processes commit: see [`crate::wake::Watch`].
 pub(crate) async fn watch(db: &DatabaseConnection) -> Result<crate::wake::Watch> {
     on_engine!(Dialect::of(db)?, E => E::watch(db).await)

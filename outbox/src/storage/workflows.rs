@@ -51,7 +51,6 @@ pub(crate) async fn insert_workflow<C: ConnectionTrait + ?Sized>(
     now: i64,
 ) -> Result<()> {
     let d = Dialect::of(conn)?;
-    super::built_here(d, "a workflow")?;
     let mut p = Params::default();
     let sql = format!(
         "INSERT INTO outbox_workflows (id, name, created_at) VALUES ({}, {}, {})",
@@ -70,25 +69,31 @@ pub(crate) async fn attach<C: ConnectionTrait + ?Sized>(conn: &C, workflow: &str
     for chunk in steps.chunks(ROWS_PER_STATEMENT) {
         let mut p = Params::default();
         let w = p.push(workflow);
-        let rows: Vec<String> = chunk
+        let rows: Vec<Vec<String>> = chunk
             .iter()
             .map(|s| {
-                format!(
-                    "({}, {}, {}, {}, {})",
+                vec![
                     p.push(s.id),
                     p.push(s.step),
                     p.push(s.parents),
                     p.push(s.on_parent_failure),
-                    p.push(s.has_children)
-                )
+                    p.push(s.has_children),
+                ]
             })
             .collect();
-        let sql = format!(
-            "WITH v (id, step, parents, policy, children) AS (VALUES {}) \
-             UPDATE outbox_jobs SET workflow_id = {w}, step = v.step, parents_left = v.parents, \
-             on_parent_failure = v.policy, has_children = v.children, waiting = (waiting OR v.parents > 0) \
-             FROM v WHERE outbox_jobs.id = v.id",
-            rows.join(", ")
+        let waiting = "(waiting OR v.parents > 0)";
+        let sql = d.update_from_values(
+            "outbox_jobs",
+            (&["id", "step", "parents", "policy", "children"], &rows),
+            "outbox_jobs.id = v.id",
+            &[
+                ("workflow_id", &w),
+                ("step", "v.step"),
+                ("parents_left", "v.parents"),
+                ("on_parent_failure", "v.policy"),
+                ("has_children", "v.children"),
+                ("waiting", waiting),
+            ],
         );
         exec(conn, d, sql, p, &format!("placing the steps of workflow `{workflow}`")).await?;
     }
@@ -297,7 +302,6 @@ pub(crate) async fn edges<C: ConnectionTrait + ?Sized>(conn: &C, id: &str) -> Re
 /// by the triggers too, whatever their policy says, as this cancels them all.
 pub(crate) async fn cancel<C: ConnectionTrait + ?Sized>(conn: &C, id: &str, now: i64) -> Result<u64> {
     let d = Dialect::of(conn)?;
-    super::built_here(d, "a workflow's cancel")?;
     let mut p = Params::default();
     let w = p.push(id);
     let at = d.ts(&p.push(now));

@@ -6,8 +6,7 @@
 //! schema with its migrations (`schema.rs`), enqueue (`enqueue.rs`), the archive (`archive.rs`), the
 //! worker's statements (`store.rs`) and store (`writer.rs`), sequences (`sequences.rs`), wake-ups across
 //! processes (`wake.rs`), the event feed (`feed.rs`), flow control in the claim (`flow.rs`), retention
-//! (`retention.rs`) and the archive's upkeep are in. What is missing answers [`Error::Unsupported`] naming it:
-//! workflows.
+//! (`retention.rs`), the archive's upkeep and workflows (`workflows.rs`) are in.
 
 mod archive;
 mod conn;
@@ -19,6 +18,7 @@ mod schema;
 mod sequences;
 mod store;
 mod wake;
+mod workflows;
 mod writer;
 
 use std::time::{Duration, Instant};
@@ -36,15 +36,6 @@ use crate::wake::Watch;
 
 /// Connections of a worker's store: claims, renewals and rescues share it with the writer of outcomes.
 const STORE_POOL: u32 = 3;
-
-/// Why the engine refuses what it does not do yet.
-const UNDER_CONSTRUCTION: &str =
-    "the `mysql` feature of this build runs jobs, and the rest of its engine is being built";
-
-/// The refusal of what the engine does not do yet.
-pub(super) fn not_yet(what: &str) -> Error {
-    Error::Unsupported(format!("{what} is not available on MariaDB or MySQL yet: {UNDER_CONSTRUCTION}"))
-}
 
 /// `sql` with MySQL's placeholders for its `$n` ones.
 fn stmt(sql: &str, values: Vec<Value>) -> sea_orm::Statement {

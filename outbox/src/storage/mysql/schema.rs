@@ -27,6 +27,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
            outbox_reconciliations, outbox_locks, outbox_schedules, outbox_workers, outbox_kinds, outbox_jobs_done, \
            outbox_finished, outbox_claims, outbox_limits, outbox_job_events, outbox_sequence_notes, outbox_sequences, \
            outbox_wake_log, outbox_wake_counter, outbox_feed_stamps, outbox_feed_stamper, outbox_outlived, \
+           outbox_workflow_notes, outbox_workflow_turn, \
            outbox_jobs;",
     },
     Migration { up: NOTHING, down: NOTHING },

@@ -362,6 +362,24 @@ CREATE TABLE IF NOT EXISTS outbox_job_deps (
     KEY outbox_job_deps_child (child_id, parent_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin;
 
+-- Parents' outcomes to count, written by the triggers in the writer's transaction: a job with children finished
+-- (`completed`, `failed`, `cancelled`; a job deleted while claimed, as a kind that keeps nothing completes, counts as
+-- completed), or was put back to pending after a failure or cancel (`retried`). A trigger here cannot write the
+-- children (error 1442): the store counts the notes in order, in a transaction of its own that holds
+-- `outbox_workflow_turn` (`mysql/workflows.rs`), before every claim, after its outcomes and after a rescue.
+CREATE TABLE IF NOT EXISTS outbox_workflow_notes (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    parent_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
+    outcome VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    at BIGINT NOT NULL
+) ENGINE = InnoDB;
+
+CREATE TABLE IF NOT EXISTS outbox_workflow_turn (
+    one TINYINT NOT NULL PRIMARY KEY
+) ENGINE = InnoDB;
+
+INSERT INTO outbox_workflow_turn (one) VALUES (1) ON DUPLICATE KEY UPDATE one = one;
+
 -- Wake-ups across processes. One job of every enqueue statement, and the first job a store lets go, is written into
 -- this log, in MEMORY tables:
 -- not transactional, so the write takes no lock that outlives its statement and concurrent enqueuers do not queue
@@ -509,7 +527,8 @@ END;
 --   engines); the worker's claim and completion statements flip `event_flip` and record their jobs themselves;
 -- - claimed, or its lease shortened, by another writer: is listed in a claim of its own;
 -- - finished, or its finished time changed, by another writer: is listed in the log of finished jobs;
--- - of a sequence, stopping to hold it back or rejoining it: notes it.
+-- - of a sequence, stopping to hold it back or rejoining it: notes it;
+-- - with children, finished or put back to pending after a failure or cancel: notes it for its children.
 CREATE OR REPLACE TRIGGER outbox_jobs_updated AFTER UPDATE ON outbox_jobs FOR EACH ROW
 BEGIN
     IF NEW.sequence_key IS NOT NULL AND ((NEW.status = 'pending' AND OLD.status IN ('completed', 'failed', 'cancelled'))
@@ -551,12 +570,19 @@ BEGIN
             AND OLD.event_flip = NEW.event_flip THEN
         INSERT INTO outbox_finished (at, jobs) VALUES (NEW.finished_at, JSON_ARRAY(NEW.id));
     END IF;
+    IF NEW.has_children AND OLD.status <> NEW.status THEN
+        IF NEW.status IN ('completed', 'failed', 'cancelled') THEN
+            INSERT INTO outbox_workflow_notes (parent_id, outcome, at) VALUES (NEW.id, NEW.status, NEW.updated_at);
+        ELSEIF NEW.status = 'pending' AND OLD.status IN ('failed', 'cancelled') THEN
+            INSERT INTO outbox_workflow_notes (parent_id, outcome, at) VALUES (NEW.id, 'retried', NEW.updated_at);
+        END IF;
+    END IF;
 END;
 
 -- A job deleted takes its history with it, unless it was deleted while claimed (a job of a kind that keeps
 -- nothing, deleted by the statement that completes it: its events stay for the feed's readers, and it is listed in
--- `outbox_outlived` for retention to delete them); a step takes its
--- edges to its parents; a job deleted while holding its sequence back notes it.
+-- `outbox_outlived` for retention to delete them, and with children its completion is noted for them); a step takes
+-- its edges to its parents; a job deleted while holding its sequence back notes it.
 CREATE OR REPLACE TRIGGER outbox_jobs_deleted AFTER DELETE ON outbox_jobs FOR EACH ROW
 BEGIN
     IF OLD.sequence_key IS NOT NULL AND (OLD.status IN ('pending', 'claimed')
@@ -571,6 +597,9 @@ BEGIN
     END IF;
     IF OLD.workflow_id IS NOT NULL THEN
         DELETE FROM outbox_job_deps WHERE child_id = OLD.id;
+    END IF;
+    IF OLD.has_children AND OLD.status = 'claimed' THEN
+        INSERT INTO outbox_workflow_notes (parent_id, outcome, at) VALUES (OLD.id, 'completed', OLD.updated_at);
     END IF;
 END;
 

@@ -10,7 +10,7 @@
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, QueryResult, Value};
 
-use super::{conn, flow, marks, sequences, stmt, wake};
+use super::{conn, flow, marks, sequences, stmt, wake, workflows};
 use crate::error::{Error, Result};
 use crate::flow::FlowKind;
 use crate::storage::archive::archive_columns;
@@ -81,6 +81,14 @@ impl Config {
     }
 }
 
+/// What the triggers noted for other jobs, done in transactions of their own: the parents' outcomes counted for
+/// their children (`workflows.rs`), then the sequences looked at (`sequences.rs`); the jobs let go.
+async fn settle(db: &DatabaseConnection) -> Vec<String> {
+    let mut released = workflows::settle(db).await;
+    released.extend(sequences::release(db).await);
+    released
+}
+
 /// Claims up to `limit` due jobs of `c`'s kinds and queues, in a transaction of its own on `db`; with when a job
 /// left behind for a rate or a hold may be taken.
 pub(super) async fn claim(
@@ -92,7 +100,7 @@ pub(super) async fn claim(
 ) -> Result<(Vec<ClaimedJob>, Option<i64>)> {
     // Noted sequences first, in a transaction of their own (the claim's waits come after no lock of theirs), so a
     // sequence's next job let go is claimed at once.
-    let released = sequences::release(db).await;
+    let released = settle(db).await;
     let tx = conn::begin_write(db).await?;
     let (claimed, wake) = claim_in(&tx, c, limit, now, lease_until).await?;
     tx.commit().await.map_err(Error::db("committing a claim"))?;
@@ -415,12 +423,15 @@ pub(super) async fn rescue(db: &DatabaseConnection, now: i64, sweep: bool) -> Re
     tx.execute_raw(stmt("DELETE FROM outbox_claims WHERE lease_expires_at < $1", vec![now.into()]))
         .await
         .map_err(ctx())?;
+    // What a rescue that failed a parent for good does to its children commits with it.
+    let counted = workflows::settle_in(&tx, true).await?;
     tx.commit().await.map_err(Error::db("committing rescues"))?;
     if sweep {
         sequences::sweep(db).await;
     }
     // Sequences noted and not looked at since (their enqueuer or a head was held at the last look).
-    let mut released = sequences::release(db).await;
+    let mut released = counted;
+    released.extend(settle(db).await);
     released.extend(rescued.iter().filter(|r| r.status == "pending").map(|r| r.id.clone()));
     wake::let_go(db, &released).await;
     Ok(rescued)
@@ -437,9 +448,11 @@ pub(super) async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Fin
     for i in order {
         applied[i] = write_one(&tx, owner, &batch[i], now).await?;
     }
+    // What the outcomes do to their children commits with them.
+    let mut released = workflows::settle_in(&tx, true).await?;
     tx.commit().await.map_err(Error::db("committing outcomes"))?;
     // The sequences these outcomes let go, at once: a failure to look is logged, and the outcomes stand.
-    let released = sequences::release(db).await;
+    released.extend(sequences::release(db).await);
     wake::let_go(db, &released).await;
     Ok(applied)
 }
