@@ -13,12 +13,12 @@ use outbox_tests::{Backend, ChildProcess, TestDb, conformance, scalar};
 const JOBS: usize = 24;
 const ANSWER: &str = r#"{"model":"m","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}"#;
 
-conformance!(a_429_holds_the_fleet_until_its_retry_after);
+conformance!(a_429_holds_the_fleet_until_its_retry_after, mysql);
 async fn a_429_holds_the_fleet_until_its_retry_after(t: TestDb) {
     upstream_says_wait(&t, 429, "rate_limit_error").await;
 }
 
-conformance!(a_529_holds_the_fleet_until_its_retry_after);
+conformance!(a_529_holds_the_fleet_until_its_retry_after, mysql);
 async fn a_529_holds_the_fleet_until_its_retry_after(t: TestDb) {
     upstream_says_wait(&t, 529, "overloaded_error").await;
 }

@@ -242,7 +242,7 @@ async fn a_path_scan_reads_one_snapshot_without_blocking_writers(t: TestDb) {
     assert!(err.to_string().contains("at least one kind"), "{err}");
 }
 
-conformance!(retention_leaves_the_reconcilers_result_unchanged);
+conformance!(retention_leaves_the_reconcilers_result_unchanged, mysql);
 async fn retention_leaves_the_reconcilers_result_unchanged(t: TestDb) {
     let backend = t.backend;
     let e = env(t);

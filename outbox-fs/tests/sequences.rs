@@ -93,7 +93,7 @@ async fn a_duplicate_behind_a_later_intent_of_its_path_runs_last_and_the_file_en
     assert!(report.discrepancies.is_empty(), "{:?}", report.discrepancies);
 }
 
-conformance!(a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it);
+conformance!(a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it, mysql);
 async fn a_failed_job_holds_its_sequence_until_an_operator_retries_or_cancels_it(t: TestDb) {
     let e = env(t);
     // The first write fails for good: the file exists with other content and overwrite is off.

@@ -182,7 +182,7 @@ async fn batch_enqueue_writes_in_order_and_collapses_duplicates(t: TestDb) {
     assert_eq!(scalar(&t.db, "SELECT COUNT(*) FROM outbox_jobs WHERE kind = 'probe'").await, 0);
 }
 
-conformance!(a_batch_writes_each_job_as_given_and_a_sequence_in_list_order);
+conformance!(a_batch_writes_each_job_as_given_and_a_sequence_in_list_order, mysql);
 async fn a_batch_writes_each_job_as_given_and_a_sequence_in_list_order(t: TestDb) {
     // Notes no JSON or SQL quoting may change: quotes, backslashes, control characters, line separators,
     // characters outside the BMP.
@@ -218,6 +218,12 @@ async fn a_batch_writes_each_job_as_given_and_a_sequence_in_list_order(t: TestDb
             placed.push((no, step.seq, waiting == 1));
         }
         assert!(placed.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1), "sequence {key}: {placed:?}");
+        if t.backend == outbox_tests::Backend::MySql {
+            // MariaDB's enqueue looks for no job ahead (`docs/internals/mariadb.md`, sequences): every job goes in
+            // waiting, and a worker's next look lets the first go.
+            assert!(placed.iter().all(|p| p.2), "sequence {key}: {placed:?}");
+            continue;
+        }
         assert_eq!(placed.iter().filter(|p| !p.2).count(), 1, "sequence {key}: {placed:?}");
         assert!(!placed[0].2, "sequence {key}: its first job is free to run: {placed:?}");
     }

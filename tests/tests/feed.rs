@@ -280,7 +280,7 @@ async fn purging_finished_jobs_leaves_no_feed_row_behind(t: TestDb) {
     assert_eq!(outbox_tests::scalar(&t.db, "SELECT COUNT(*) FROM outbox_job_events").await, 0);
 }
 
-conformance!(a_workers_feed_row_names_a_shared_kind_and_queue_once_and_gives_each_job_its_own);
+conformance!(a_workers_feed_row_names_a_shared_kind_and_queue_once_and_gives_each_job_its_own, mysql);
 async fn a_workers_feed_row_names_a_shared_kind_and_queue_once_and_gives_each_job_its_own(t: TestDb) {
     // A worker's row of jobs of one kind and queue names them and lists `[id, attempt]`; one of several lists
     // `[id, kind, queue, attempt]`.
@@ -319,15 +319,20 @@ async fn a_workers_feed_row_names_a_shared_kind_and_queue_once_and_gives_each_jo
         queue_of.insert(job.id().to_owned(), queue);
     }
     // Enqueued before the worker starts, each queue's jobs are claimed together.
+    // MariaDB's store records each job's claim and completion in a row of its own (its triggers write them).
+    let own_rows = t.backend == outbox_tests::Backend::MySql;
     drain_queues(&t.db, Some("a")).await;
     let (short, full, own) = forms().await;
     assert!(
-        short >= 3 && full == 0 && short + own == 3 * 2,
+        (own_rows || short >= 3) && full == 0 && short + own == 3 * 2,
         "jobs of one queue: short {short}, full {full}, own {own}"
     );
     drain_queues(&t.db, None).await;
     let (short, full, own) = forms().await;
-    assert!(full >= 3 && short + full + own == 6 * 2, "jobs of two queues: short {short}, full {full}, own {own}");
+    assert!(
+        (if own_rows { own == 6 * 2 } else { full >= 3 }) && short + full + own == 6 * 2,
+        "jobs of two queues: short {short}, full {full}, own {own}"
+    );
 
     let mut all = Vec::new();
     for _ in 0..200 {

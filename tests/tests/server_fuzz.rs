@@ -204,7 +204,7 @@ async fn send(addr: std::net::SocketAddr, raw: &[u8]) -> u16 {
     std::str::from_utf8(&head[9..12]).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
-conformance!(ten_thousand_malformed_requests_get_no_5xx_and_write_nothing);
+conformance!(ten_thousand_malformed_requests_get_no_5xx_and_write_nothing, mysql);
 async fn ten_thousand_malformed_requests_get_no_5xx_and_write_nothing(t: TestDb) {
     let opts = ServerOpts::new()
         .token(Token::new(Role::Operate, OPERATE).expect("token"))

@@ -53,7 +53,7 @@ fn body_of(method: &Method, path: &str) -> Option<serde_json::Value> {
     })
 }
 
-conformance!(tokens_grant_their_roles_on_every_route);
+conformance!(tokens_grant_their_roles_on_every_route, mysql);
 async fn tokens_grant_their_roles_on_every_route(t: TestDb) {
     let server = Server::start(&t).await;
     let id = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();

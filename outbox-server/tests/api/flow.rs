@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::harness::{OPERATE, READ, Server};
 
-conformance!(pauses_holds_and_rates_through_the_api);
+conformance!(pauses_holds_and_rates_through_the_api, mysql);
 async fn pauses_holds_and_rates_through_the_api(t: TestDb) {
     let server = Server::start(&t).await;
     let post = |path: &'static str, token, body: serde_json::Value| {

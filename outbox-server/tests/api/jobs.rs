@@ -133,7 +133,7 @@ async fn lists_filter_and_page_by_id(t: TestDb) {
     assert_eq!(listed(&server.get("/api/jobs?status=&kind=&limit=").await).len(), 6);
 }
 
-conformance!(actions_follow_the_lifecycle);
+conformance!(actions_follow_the_lifecycle, mysql);
 async fn actions_follow_the_lifecycle(t: TestDb) {
     let server = Server::start(&t).await;
     let id = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue").id().to_owned();

@@ -27,7 +27,7 @@ async fn health_tells_when_the_schema_is_not_current(t: TestDb) {
     assert_eq!(health.body["migrations"]["pending"], json!(["001_schema", "002_flow", "003_subject", "004_workflow"]));
 }
 
-conformance!(workers_and_metrics_show_the_fleet);
+conformance!(workers_and_metrics_show_the_fleet, mysql);
 async fn workers_and_metrics_show_the_fleet(t: TestDb) {
     let server = Server::start(&t).await;
     for n in 1..=5 {

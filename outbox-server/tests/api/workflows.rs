@@ -17,7 +17,7 @@ fn diamond() -> Value {
     ]})
 }
 
-conformance!(a_workflow_is_created_read_and_cancelled_over_http);
+conformance!(a_workflow_is_created_read_and_cancelled_over_http, mysql);
 async fn a_workflow_is_created_read_and_cancelled_over_http(t: TestDb) {
     let server = Server::start(&t).await;
     let created = server.operate(Method::POST, "/api/workflows", Some(diamond())).await;
