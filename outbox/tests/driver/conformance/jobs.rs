@@ -26,8 +26,11 @@ driver_tests!(
     purge_takes_the_events_of_jobs_deleted_as_they_completed,
     subjects_list_cancel_and_retry_their_jobs,
     a_subject_s_jobs_are_read_through_its_index_among_a_million;
-    // Not yet on MySQL: purges (retention), the worker (and a plan read with its own EXPLAIN).
+    // Not on MySQL: a plan read with PostgreSQL's and SQLite's own EXPLAIN.
     mysql:
+    purge_deletes_old_finished_jobs,
+    delete_removes_one_finished_job,
+    purge_takes_the_events_of_jobs_deleted_as_they_completed,
     get_of_an_unknown_id_is_none,
     list_filters_by_status_kind_queue_and_key,
     list_pages_newest_first,
