@@ -60,8 +60,8 @@ pub async fn history<C: ConnectionTrait>(conn: &C, id: &str) -> Result<Vec<JobEv
 /// order the database committed them. Reading again after the last id returned gets exactly what came
 /// since, with nothing skipped and nothing twice. On PostgreSQL an event shows once every transaction
 /// that began before it has ended, so a transaction left open holds the feed back. On MariaDB a read first
-/// puts the events committed since the last read in the feed's order (in `conn`'s transaction: read it
-/// outside one, or other readers see nothing new until it ends).
+/// puts the events committed since the last read in the feed's order; a read inside a transaction does not, and
+/// shows what readers outside one have ordered (read it outside one).
 pub async fn feed<C: ConnectionTrait>(conn: &C, after: &str, limit: u64) -> Result<Vec<FeedEvent>> {
     storage::events::feed(conn, after, limit).await
 }

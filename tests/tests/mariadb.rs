@@ -380,3 +380,48 @@ async fn a_worker_runs_every_job_once_and_retries_a_failing_one() {
     let events: Vec<String> = history.iter().map(|e| e.event.to_string()).collect();
     assert_eq!(events, ["enqueued", "claimed", "retried", "claimed", "completed"], "{history:?}");
 }
+
+/// A parent's outcome another writer noted (here by hand) whose child an open transaction holds cannot be counted
+/// yet: it holds no worker's outcomes (a store counts the notes of its own outcomes in their transaction, and others'
+/// in a look of their own, whose waits are bounded), and it is counted once the child is let go.
+#[tokio::test]
+async fn a_note_that_cannot_be_counted_yet_holds_no_worker_s_outcome() {
+    use std::time::Duration;
+
+    use outbox::{EnqueueOpts, JobStatus, Worker};
+    use outbox_tests::{Probe, eventually};
+    let Some(t) = TestMariaDb::fresh("held_note").await else { return };
+    with_schema(&t).await;
+    let mut wf = outbox::Workflow::new("held");
+    wf.step("a", &Probe { n: 1 });
+    wf.step("b", &Probe { n: 2 }).after(["a"]);
+    let txn = outbox::begin(&t.db).await.expect("begin");
+    let enqueued = outbox::enqueue_workflow(&txn, &wf).await.expect("a workflow");
+    txn.commit().await.expect("commit");
+    let (a, b) = (enqueued.step("a").expect("a").to_owned(), enqueued.step("b").expect("b").to_owned());
+    let sql = format!("UPDATE outbox_jobs SET status = 'completed', updated_at = updated_at + 1 WHERE id = '{a}'");
+    t.db.execute_unprepared(&sql).await.expect("a completed by another writer");
+    let holder = t.connect(1).await;
+    let held = holder.begin().await.expect("begin");
+    held.execute_unprepared(&format!("SELECT id FROM outbox_jobs WHERE id = '{b}' FOR UPDATE")).await.expect("hold b");
+
+    let other = outbox::enqueue(&t.db, &Probe { n: 3 }, EnqueueOpts::new()).await.expect("a job").id().to_owned();
+    let worker = Worker::builder(&t.db)
+        .poll_interval(Duration::from_millis(20))
+        .register(|_: Probe, _: outbox::JobContext| async { Ok::<_, outbox::JobError>(()) })
+        .build()
+        .await
+        .expect("a worker")
+        .start();
+    let status = |id: String| {
+        let db = t.db.clone();
+        async move { outbox::ops::get(&db, &id).await.expect("the job").status }
+    };
+    let done = eventually(Duration::from_secs(20), || async { status(other.clone()).await == JobStatus::Completed });
+    assert!(done.await, "the worker's outcome was held by a note it does not own");
+    assert_eq!(status(b.clone()).await, JobStatus::Pending, "b waits while its row is held");
+    held.rollback().await.expect("let b go");
+    let ran = eventually(Duration::from_secs(20), || async { status(b.clone()).await == JobStatus::Completed });
+    assert!(ran.await, "b ran once a's outcome was counted");
+    worker.shutdown().await.expect("shutdown");
+}

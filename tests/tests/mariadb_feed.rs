@@ -80,3 +80,22 @@ async fn the_head_is_after_every_event_committed_before_it_even_never_read() {
     let err = ops::feed(&t.db, "12", 10).await.expect_err("a position of another engine");
     assert!(err.to_string().contains("`<stamp>-<number>`"), "{err}");
 }
+
+#[tokio::test]
+async fn a_read_inside_a_transaction_orders_nothing_and_misses_nothing() {
+    use sea_orm::TransactionTrait;
+    let Some(t) = TestMariaDb::fresh("feed_in_txn").await else { return };
+    outbox::migrate(&t.db).await.expect("the migrations");
+    let start = ops::feed_head(&t.db).await.expect("head");
+    let first = outbox::enqueue(&t.db, &Probe { n: 1 }, EnqueueOpts::new()).await.expect("enqueue");
+    // A transaction's snapshot may predate a stamp another reader commits: a stamp of its own would be seen beside
+    // rows of an earlier one it cannot see, and a reader would move past those. Inside one, nothing is stamped.
+    let txn = t.db.begin().await.expect("begin");
+    let inside = ops::feed(&txn, &start, 100).await.expect("a read inside a transaction");
+    assert!(inside.is_empty(), "nothing ordered inside a transaction: {inside:?}");
+    txn.commit().await.expect("commit");
+    let stamped = ids(&t, "SELECT COUNT(*) FROM outbox_job_events WHERE seq IS NOT NULL".into()).await;
+    assert_eq!(stamped, [0], "the transaction stamped nothing");
+    let outside: Vec<String> = feed(&t, &start).await.into_iter().map(|e| e.job_id).collect();
+    assert_eq!(outside, vec![first.id().to_owned()], "a read outside one orders and shows it");
+}

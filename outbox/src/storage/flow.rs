@@ -48,15 +48,18 @@ async fn set_pause<C: ConnectionTrait + ?Sized>(
     let values = || -> Vec<Value> {
         vec![scope.into(), name.into(), key.into(), ends_at.into(), reason.map(str::to_owned).into(), now.into()]
     };
-    if execute_write(conn, b.stmt(sql, values()), &ctx).await?.rows_affected() == 1 {
+    if execute_write(conn, b.stmt(sql.clone(), values()), &ctx).await?.rows_affected() == 1 {
         return Ok(());
     }
-    let sql = format!(
+    let insert = format!(
         "INSERT INTO outbox_pauses (scope, name, {k}, ends_at, reason, paused_at) VALUES ($1, $2, $3, {}, $5, {})",
         b.ts("$4"),
         b.ts("$6"),
     );
-    super::insert_if_absent(conn, sql, values(), ctx()).await?;
+    if !super::insert_if_absent(conn, insert, values(), ctx()).await? {
+        // A row written meanwhile by another pause: compare with it too.
+        execute_write(conn, b.stmt(sql, values()), &ctx).await?;
+    }
     Ok(())
 }
 
@@ -141,15 +144,18 @@ pub(crate) async fn define_rate<C: ConnectionTrait + ?Sized>(
     let b = Dialect::of(conn)?;
     let k = b.quoted("key");
     let ctx = || format!("recording the rate of `{name}`");
-    let sql = "UPDATE outbox_rates SET amount = $2, window_ms = $3, burst = $4 WHERE name = $1 \
+    let update = "UPDATE outbox_rates SET amount = $2, window_ms = $3, burst = $4 WHERE name = $1 \
          AND (amount <> $2 OR window_ms <> $3 OR burst <> $4)";
-    let values: Vec<Value> = vec![name.into(), amount.into(), window_ms.into(), burst.into()];
-    execute_write(conn, b.stmt(sql, values), ctx).await?;
+    let rate = || -> Vec<Value> { vec![name.into(), amount.into(), window_ms.into(), burst.into()] };
+    execute_write(conn, b.stmt(update, rate()), ctx).await?;
     let sql = format!(
         "INSERT INTO outbox_rates (name, {k}, amount, window_ms, burst, level, at) VALUES ($1, '', $2, $3, $4, $4, $5)"
     );
     let values: Vec<Value> = vec![name.into(), amount.into(), window_ms.into(), burst.into(), now.into()];
-    super::insert_if_absent(conn, sql, values, ctx()).await?;
+    if !super::insert_if_absent(conn, sql, values, ctx()).await? {
+        // A rate written meanwhile by another process: this one's rate goes over it, as it would have.
+        execute_write(conn, b.stmt(update, rate()), ctx).await?;
+    }
     Ok(())
 }
 

@@ -9,6 +9,9 @@ use crate::error::Result;
 use crate::storage::events::invalid;
 
 /// What a reader runs before it reads: stamps up to 10,000 committed rows, or nothing while another reader stamps.
+/// Nothing inside a transaction (the function looks): its snapshot may predate a stamp another reader committed,
+/// whose rows it would not see beside its own later stamp, and the reader would move past them. Read so, the feed
+/// shows the stamps committed before the snapshot, a prefix of the feed's order: exact, if not the newest.
 pub(super) const FEED_STAMP: Option<&str> = Some("SELECT outbox_feed_stamp(FALSE)");
 
 /// The feed's query from the row `row` of the position `after`, `rows` rows at most
@@ -25,5 +28,6 @@ pub(super) fn feed_after(row: &str, after: &str, rows: i64) -> Result<(String, V
 }
 
 /// The feed's current end: every row committed before it is stamped first, so every event after `<next stamp>-0`
-/// commits from now on.
+/// commits from now on. Inside a transaction, the next stamp as its snapshot sees it, stamping nothing (a head
+/// taken there may be followed by events committed before it, and misses none).
 pub(super) const FEED_HEAD: &str = "SELECT CONCAT(COALESCE(outbox_feed_stamp(TRUE), 0) + 1, '-0')";

@@ -371,7 +371,8 @@ CREATE TABLE IF NOT EXISTS outbox_workflow_notes (
     id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
     parent_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_nopad_bin NOT NULL,
     outcome VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    at BIGINT NOT NULL
+    at BIGINT NOT NULL,
+    KEY outbox_workflow_notes_parent (parent_id, id)
 ) ENGINE = InnoDB;
 
 CREATE TABLE IF NOT EXISTS outbox_workflow_turn (
@@ -438,6 +439,12 @@ BEGIN
     DECLARE free TINYINT DEFAULT NULL;
     DECLARE ids LONGTEXT DEFAULT NULL;
     DECLARE stamped BIGINT DEFAULT 1;
+    -- Inside a transaction, nothing: its snapshot may predate a stamp another reader committed, whose rows it would
+    -- not see beside its own later stamp. The last stamp as the snapshot sees it (a read without a lock here: the
+    -- calling statement is a SELECT).
+    IF @@in_transaction THEN
+        RETURN (SELECT last FROM outbox_feed_stamps WHERE one = 1);
+    END IF;
     IF NOT everything THEN
         SELECT JSON_ARRAYAGG(id) INTO ids
             FROM (SELECT id FROM outbox_job_events WHERE seq IS NULL ORDER BY id LIMIT 10000) w;
@@ -592,7 +599,9 @@ BEGIN
     IF OLD.status <> 'claimed' THEN
         DELETE FROM outbox_job_events WHERE job_id = OLD.id;
     ELSE
-        INSERT INTO outbox_outlived (job_id, at) VALUES (OLD.id, OLD.updated_at)
+        -- As old as its last event (the completion its store wrote before the delete), not its claim.
+        INSERT INTO outbox_outlived (job_id, at)
+            VALUES (OLD.id, COALESCE((SELECT MAX(e.at) FROM outbox_job_events e WHERE e.job_id = OLD.id), OLD.updated_at))
             ON DUPLICATE KEY UPDATE at = VALUES(at);
     END IF;
     IF OLD.workflow_id IS NOT NULL THEN

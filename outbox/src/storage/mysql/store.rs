@@ -424,7 +424,7 @@ pub(super) async fn rescue(db: &DatabaseConnection, now: i64, sweep: bool) -> Re
         .await
         .map_err(ctx())?;
     // What a rescue that failed a parent for good does to its children commits with it.
-    let counted = workflows::settle_in(&tx, true).await?;
+    let counted = workflows::settle_own(&tx, rescued.iter().map(|r| r.id.clone()).collect()).await?;
     tx.commit().await.map_err(Error::db("committing rescues"))?;
     if sweep {
         sequences::sweep(db).await;
@@ -449,7 +449,7 @@ pub(super) async fn write_all(db: &DatabaseConnection, owner: &str, batch: &[Fin
         applied[i] = write_one(&tx, owner, &batch[i], now).await?;
     }
     // What the outcomes do to their children commits with them.
-    let mut released = workflows::settle_in(&tx, true).await?;
+    let mut released = workflows::settle_own(&tx, batch.iter().map(|f| f.id.clone()).collect()).await?;
     tx.commit().await.map_err(Error::db("committing outcomes"))?;
     // The sequences these outcomes let go, at once: a failure to look is logged, and the outcomes stand.
     released.extend(sequences::release(db).await);
