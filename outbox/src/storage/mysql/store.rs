@@ -128,10 +128,12 @@ async fn claim_in<C: ConnectionTrait>(
     tx.execute_raw(stmt(PROMOTE, vec![now.into(), PROMOTE_PER_CLAIM.into()])).await.map_err(ctx())?;
     let mut claimed = Vec::new();
     let mut wake = None;
+    // Walked once a claim: the controlled kinds and the others read the same queues.
+    let queues = queues_of(tx, c).await?;
     if !c.flows.is_empty() {
         let pauses = flow::pauses(tx, now).await?;
         wake = pauses.wake_at;
-        let queues: Vec<String> = queues_of(tx, c).await?.into_iter().filter(|q| !pauses.queues.contains(q)).collect();
+        let unpaused: Vec<String> = queues.iter().filter(|q| !pauses.queues.contains(q)).cloned().collect();
         for f in &c.flows {
             let left = limit - claimed.len();
             if left == 0 {
@@ -147,7 +149,7 @@ async fn claim_in<C: ConnectionTrait>(
                 wake = Some(wake.map_or(at, |w: i64| w.min(at)));
                 continue;
             }
-            if !flow::any_ready(tx, &f.kind, &queues, now).await? {
+            if !flow::any_ready(tx, &f.kind, &unpaused, now).await? {
                 continue;
             }
             tx.execute_raw(stmt(flow::TURN, vec![f.kind.as_str().into()])).await.map_err(ctx())?;
@@ -163,10 +165,10 @@ async fn claim_in<C: ConnectionTrait>(
             }
             let lone = f.may_be_lone() && !pauses.keys.contains_key(&f.kind) && flow::lone_key(tx, &f.kind).await?;
             if !f.chosen(&pauses, lone) {
-                claimed.extend(claim_of(tx, c, std::slice::from_ref(&f.kind), room, now, lease_until).await?);
+                claimed.extend(claim_of(tx, c, std::slice::from_ref(&f.kind), &queues, room, now, lease_until).await?);
                 continue;
             }
-            let chosen = flow::choose(tx, f, &queues, &pauses, room, now).await?;
+            let chosen = flow::choose(tx, f, &unpaused, &pauses, room, now).await?;
             if let Some(at) = chosen.plan.wake_at {
                 wake = Some(wake.map_or(at, |w: i64| w.min(at)));
                 if chosen.ids.is_empty() {
@@ -182,7 +184,7 @@ async fn claim_in<C: ConnectionTrait>(
         }
     }
     let left = limit - claimed.len();
-    claimed.extend(claim_of(tx, c, &c.kinds, left, now, lease_until).await?);
+    claimed.extend(claim_of(tx, c, &c.kinds, &queues, left, now, lease_until).await?);
     Ok((claimed, wake))
 }
 
@@ -224,11 +226,14 @@ pub(super) async fn walk<C: ConnectionTrait>(
     Ok(found)
 }
 
-/// Claims up to `limit` due jobs of `kinds` from `c`'s queues.
+/// Claims up to `limit` due jobs of `kinds` from `queues` (`c`'s, as [`queues_of`] reads them; the statement passes
+/// over paused ones).
+#[allow(clippy::too_many_arguments)]
 async fn claim_of<C: ConnectionTrait>(
     tx: &C,
     c: &Config,
     kinds: &[String],
+    queues: &[String],
     limit: usize,
     now: i64,
     lease_until: i64,
@@ -237,12 +242,11 @@ async fn claim_of<C: ConnectionTrait>(
         return Ok(Vec::new());
     }
     let ctx = || Error::db("claiming jobs");
-    let queues = queues_of(tx, c).await?;
     // Candidates first, read without locks from each queue's and kind's range of the ready index in its order (a
     // locking read that sorts would lock every row it reads), then the best of them locked by id, passing over
     // those another claim took meanwhile.
     let mut candidates: Vec<(i32, i64, String)> = Vec::new();
-    for queue in &queues {
+    for queue in queues {
         for kind in kinds {
             let sql = "SELECT priority, run_at, id FROM outbox_jobs j WHERE ready_queue = $2 AND kind = $3 \
                  AND status = 'pending' AND run_at <= $1 AND NOT EXISTS (SELECT 1 FROM outbox_pauses p \
