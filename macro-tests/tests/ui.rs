@@ -1,5 +1,5 @@
 //! Compile-fail tests: each file in `tests/ui` must fail with exactly the error in its `.stderr` snapshot.
-//! Regenerate the snapshots with `TRYBUILD=overwrite cargo test -p outbox-macros --test ui`.
+//! Regenerate the snapshots with `TRYBUILD=overwrite cargo test -p outbox-macro-tests --test ui`.
 
 #[test]
 fn ui() {
