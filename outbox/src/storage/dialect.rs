@@ -316,6 +316,8 @@ impl Dialect {
         match self {
             #[cfg(feature = "mysql")]
             Dialect::MySql => {
+                // `ON DUPLICATE KEY` names no key: any unique key of the row's table counts.
+                let _ = keys;
                 let set: Vec<String> = columns.iter().map(|c| format!("{c} = VALUES({c})")).collect();
                 format!(" ON DUPLICATE KEY UPDATE {}", set.join(", "))
             }

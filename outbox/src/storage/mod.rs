@@ -76,9 +76,11 @@ use sea_orm::{
 
 pub(crate) use dialect::Dialect;
 use engine::Engine;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use worker_store::Unreadable;
 pub(crate) use worker_store::{
-    ClaimedJob, Finished, Keep, Outcome, Rescued, Store, Unreadable, WorkerStore, WorkerStoreOpts, log_finished,
-    log_rescued, rescue_due,
+    ClaimedJob, Finished, Keep, Outcome, Rescued, Store, WorkerStore, WorkerStoreOpts, log_finished, log_rescued,
+    rescue_due,
 };
 
 use crate::error::{Error, Result};

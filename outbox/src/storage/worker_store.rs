@@ -146,7 +146,9 @@ impl ClaimedJob {
 }
 
 /// A claimed row the worker cannot read (a value of the wrong SQL type or text that is not UTF-8, written
-/// behind the framework's back): it is failed by itself, without running, and the rest of the claim goes on.
+/// behind the framework's back): it is failed by itself, without running, and the rest of the claim goes on. MySQL's
+/// typed columns refuse such values, so its store has none.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 #[derive(Debug, Clone)]
 pub(crate) struct Unreadable {
     /// The job's id, or what could be read of it.
@@ -159,6 +161,7 @@ pub(crate) struct Unreadable {
     pub(crate) found: String,
 }
 
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 impl Unreadable {
     /// The error recorded on the job.
     pub(crate) fn error(&self) -> String {
@@ -192,7 +195,8 @@ pub(crate) enum Outcome {
 }
 
 /// How an outcome changes its job's row, as every batched completion writes it: the new status, the attempts
-/// given back, the output, the error and the next run.
+/// given back, the output, the error and the next run (MySQL's store writes its outcomes by their statuses).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) struct OutcomeColumns<'a> {
     pub(crate) status: &'static str,
     pub(crate) give_back: i32,
@@ -203,6 +207,7 @@ pub(crate) struct OutcomeColumns<'a> {
 
 impl Outcome {
     /// The columns this outcome writes; a released job runs again at `now`.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn columns(&self, now: i64) -> OutcomeColumns<'_> {
         let (status, give_back, output, error, run_at) = match self {
             Outcome::Completed { output } => ("completed", 0, output.as_deref(), None, None),
