@@ -179,7 +179,7 @@ async fn read<C: ConnectionTrait>(
     let mut values: Vec<Value> = vec![kind.into(), now.into(), (limit as u64).into(), key.map(str::to_owned).into()];
     values.extend(queues.iter().map(|q| Value::from(q.as_str())));
     for row in tx.query_all_raw(stmt(sql, values)).await.map_err(ctx())? {
-        // A cost that cannot be read counts 1: the claim fails the row by itself if it cannot be read.
+        // A cost that is NULL or cannot be read counts 1, as on the other engines.
         let cost = row.try_get_by_index::<i64>(1).ok().and_then(|c| u64::try_from(c).ok()).unwrap_or(1);
         found.push((
             Candidate { key: row.try_get_by_index(0).map_err(ctx())?, cost },
