@@ -13,7 +13,7 @@ use sea_orm::ConnectionTrait;
 
 use super::engine::Engine;
 pub(crate) use super::engine::{Done, Upkeep};
-use super::{Dialect, execute_write, on_engine};
+use super::{Dialect, execute_write, on_engine, unused_by_mysql};
 use crate::error::{Error, Result};
 
 /// The archive's columns, in the order of its tables; `outbox_jobs` has each of them. A macro, so that the
@@ -141,11 +141,12 @@ pub(crate) async fn round<C: ConnectionTrait + ?Sized>(
     Ok(Round { newest, window: now.div_euclid(span) * span, old })
 }
 
-/// Drops one partition table (MySQL drops its partitions with `ALTER TABLE ... DROP PARTITION`).
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-pub(crate) async fn drop_partition<C: ConnectionTrait + ?Sized>(conn: &C, b: Dialect, name: &str) -> Result<()> {
-    run(conn, b, format!("DROP TABLE \"{name}\""), || format!("dropping archive partition `{name}`")).await?;
-    Ok(())
+unused_by_mysql! {
+    /// Drops one partition table (MySQL drops its partitions with `ALTER TABLE ... DROP PARTITION`).
+    pub(crate) async fn drop_partition<C: ConnectionTrait + ?Sized>(conn: &C, b: Dialect, name: &str) -> Result<()> {
+        run(conn, b, format!("DROP TABLE \"{name}\""), || format!("dropping archive partition `{name}`")).await?;
+        Ok(())
+    }
 }
 
 /// Whether the archive holds any job: a worker whose retention keeps no kind in partitions leaves the upkeep

@@ -68,6 +68,18 @@ macro_rules! on_engine {
 }
 pub(crate) use on_engine;
 
+/// Items that only the SQLite and PostgreSQL engines use: built with MySQL alone, they are compiled and checked, and
+/// not warned of as dead code.
+macro_rules! unused_by_mysql {
+    ($($item:item)*) => {
+        $(
+            #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+            $item
+        )*
+    };
+}
+pub(crate) use unused_by_mysql;
+
 use std::time::{Duration, Instant};
 
 use sea_orm::{

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use super::unused_by_mysql;
 use crate::error::Result;
 
 /// Who the worker is and what it may claim.
@@ -145,37 +146,37 @@ impl ClaimedJob {
     }
 }
 
-/// A claimed row the worker cannot read (a value of the wrong SQL type or text that is not UTF-8, written
-/// behind the framework's back): it is failed by itself, without running, and the rest of the claim goes on. MySQL's
-/// typed columns refuse such values, so its store has none.
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-#[derive(Debug, Clone)]
-pub(crate) struct Unreadable {
-    /// The job's id, or what could be read of it.
-    pub(crate) id: String,
-    /// The job's kind, or what could be read of it.
-    pub(crate) kind: String,
-    /// The first column that could not be read.
-    pub(crate) column: &'static str,
-    /// What it holds instead of what belongs there: `a BLOB of 12 bytes`, `text that is not UTF-8`, ...
-    pub(crate) found: String,
-}
-
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-impl Unreadable {
-    /// The error recorded on the job.
-    pub(crate) fn error(&self) -> String {
-        format!(
-            "job `{}` cannot be read: its `{}` column holds {}; failed without running",
-            self.id, self.column, self.found
-        )
+unused_by_mysql! {
+    /// A claimed row the worker cannot read (a value of the wrong SQL type or text that is not UTF-8, written
+    /// behind the framework's back): it is failed by itself, without running, and the rest of the claim goes on.
+    /// MySQL's typed columns refuse such values, so its store has none.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Unreadable {
+        /// The job's id, or what could be read of it.
+        pub(crate) id: String,
+        /// The job's kind, or what could be read of it.
+        pub(crate) kind: String,
+        /// The first column that could not be read.
+        pub(crate) column: &'static str,
+        /// What it holds instead of what belongs there: `a BLOB of 12 bytes`, `text that is not UTF-8`, ...
+        pub(crate) found: String,
     }
 
-    pub(crate) fn log(&self, worker: &str) {
-        tracing::error!(
-            job_id = %self.id, kind = %self.kind, column = self.column, found = %self.found, worker,
-            "claimed a job that cannot be read; failed it without running"
-        );
+    impl Unreadable {
+        /// The error recorded on the job.
+        pub(crate) fn error(&self) -> String {
+            format!(
+                "job `{}` cannot be read: its `{}` column holds {}; failed without running",
+                self.id, self.column, self.found
+            )
+        }
+
+        pub(crate) fn log(&self, worker: &str) {
+            tracing::error!(
+                job_id = %self.id, kind = %self.kind, column = self.column, found = %self.found, worker,
+                "claimed a job that cannot be read; failed it without running"
+            );
+        }
     }
 }
 
@@ -194,31 +195,33 @@ pub(crate) enum Outcome {
     Released,
 }
 
-/// How an outcome changes its job's row, as every batched completion writes it: the new status, the attempts
-/// given back, the output, the error and the next run (MySQL's store writes its outcomes by their statuses).
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-pub(crate) struct OutcomeColumns<'a> {
-    pub(crate) status: &'static str,
-    pub(crate) give_back: i32,
-    pub(crate) output: Option<&'a str>,
-    pub(crate) error: Option<&'a str>,
-    pub(crate) run_at: Option<i64>,
+unused_by_mysql! {
+    /// How an outcome changes its job's row, as every batched completion writes it: the new status, the attempts
+    /// given back, the output, the error and the next run (MySQL's store writes its outcomes by their statuses).
+    pub(crate) struct OutcomeColumns<'a> {
+        pub(crate) status: &'static str,
+        pub(crate) give_back: i32,
+        pub(crate) output: Option<&'a str>,
+        pub(crate) error: Option<&'a str>,
+        pub(crate) run_at: Option<i64>,
+    }
+
+    impl Outcome {
+        /// The columns this outcome writes; a released job runs again at `now`.
+        pub(crate) fn columns(&self, now: i64) -> OutcomeColumns<'_> {
+            let (status, give_back, output, error, run_at) = match self {
+                Outcome::Completed { output } => ("completed", 0, output.as_deref(), None, None),
+                Outcome::Retry { run_at, error } => ("pending", 0, None, Some(error.as_str()), Some(*run_at)),
+                Outcome::Failed { error } => ("failed", 0, None, Some(error.as_str()), None),
+                Outcome::Snoozed { run_at } => ("pending", 1, None, None, Some(*run_at)),
+                Outcome::Released => ("pending", 1, None, None, Some(now)),
+            };
+            OutcomeColumns { status, give_back, output, error, run_at }
+        }
+    }
 }
 
 impl Outcome {
-    /// The columns this outcome writes; a released job runs again at `now`.
-    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-    pub(crate) fn columns(&self, now: i64) -> OutcomeColumns<'_> {
-        let (status, give_back, output, error, run_at) = match self {
-            Outcome::Completed { output } => ("completed", 0, output.as_deref(), None, None),
-            Outcome::Retry { run_at, error } => ("pending", 0, None, Some(error.as_str()), Some(*run_at)),
-            Outcome::Failed { error } => ("failed", 0, None, Some(error.as_str()), None),
-            Outcome::Snoozed { run_at } => ("pending", 1, None, None, Some(*run_at)),
-            Outcome::Released => ("pending", 1, None, None, Some(now)),
-        };
-        OutcomeColumns { status, give_back, output, error, run_at }
-    }
-
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Outcome::Completed { .. } => "completed",
