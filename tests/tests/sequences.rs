@@ -9,7 +9,7 @@ mod fleet;
 use std::path::Path;
 use std::time::Duration;
 
-use fleet::{Spawn, runs};
+use fleet::{Chaos, Spawn, runs};
 use outbox::EnqueueOpts;
 use outbox_tests::{Backend, ChildProcess, Limited, Step, TestDb, conformance, scalar};
 
@@ -23,32 +23,12 @@ fn fleet(t: &TestDb, log: &Path, n: usize, lease_ms: u64) -> Vec<ChildProcess> {
 
 conformance!(sequences_hold_their_order_while_workers_are_killed_every_300_ms);
 async fn sequences_hold_their_order_while_workers_are_killed_every_300_ms(t: TestDb) {
+    // Handlers take 0-20 ms.
     let processes = if t.backend == Backend::Postgres { 8 } else { 4 };
-    // Enqueued step by step across keys, as interleaved commits would be; handlers take 0-20 ms.
-    let jobs: Vec<Step> = (0..STEPS)
-        .flat_map(|seq| (0..KEYS).map(move |key| Step { key, seq, sleep_ms: u64::from((key * 7 + seq * 13) % 21) }))
-        .collect();
-    for chunk in jobs.chunks(1_000) {
-        outbox::enqueue_batch(&t.db, chunk, EnqueueOpts::new()).await.expect("enqueue");
-    }
+    let chaos =
+        Chaos { keys: KEYS, steps: STEPS, sleep_mod: 21, processes, lease_ms: 1_000, within: Duration::from_secs(240) };
     let log = t.dir.path().join("steps.log");
-    let mut children = fleet(&t, &log, processes, 1_000);
-    let total = i64::from(KEYS * STEPS);
-    let respawn =
-        || Spawn { url: &t.url, log: &log, mode: "serve", lease_ms: 1_000, concurrency: 8, stderr: None }.start();
-    let kills = fleet::kill_every_300_ms(&t.db, &mut children, total, Duration::from_secs(240), respawn).await;
-    for status in fleet::wait_all(&mut children, Duration::from_secs(120)).await {
-        assert!(status.success(), "a worker process failed: {status}");
-    }
-
-    let (runs, reruns, twice) = fleet::check_steps(&t.db, &log, &kills, KEYS, STEPS).await;
-    eprintln!(
-        "{processes} processes, {} kills, {} runs for {total} jobs ({reruns} re-runs after a kill, {} jobs ended \
-         twice after a kill)",
-        kills.len(),
-        runs,
-        twice
-    );
+    eprintln!("{:?}: {}", t.backend, chaos.run(&t.db, &t.url, &log).await);
 }
 
 conformance!(a_fleet_wide_limit_of_two_holds_across_eight_processes, mysql);

@@ -156,6 +156,53 @@ pub(crate) fn runs(log: &Path) -> Vec<Run> {
     runs
 }
 
+/// A chaos run of sequences: `keys` sequences of `steps` steps (handlers of 0 to `sleep_mod - 1` ms), enqueued step by
+/// step across keys as interleaved commits would be, drained by `processes` serving workers with `lease_ms` leases,
+/// one SIGKILLed and restarted every 300 ms until every job completed (`within` at most), then checked by
+/// [`check_steps`]. Answers a line saying what the run did.
+pub(crate) struct Chaos {
+    pub(crate) keys: u32,
+    pub(crate) steps: u32,
+    pub(crate) sleep_mod: u32,
+    pub(crate) processes: usize,
+    pub(crate) lease_ms: u64,
+    pub(crate) within: Duration,
+}
+
+impl Chaos {
+    pub(crate) async fn run(&self, db: &sea_orm::DatabaseConnection, url: &str, log: &Path) -> String {
+        let (keys, sleep_mod) = (self.keys, self.sleep_mod);
+        let jobs: Vec<outbox_tests::Step> = (0..self.steps)
+            .flat_map(|seq| {
+                (0..keys).map(move |key| outbox_tests::Step {
+                    key,
+                    seq,
+                    sleep_ms: u64::from((key * 7 + seq * 13) % sleep_mod),
+                })
+            })
+            .collect();
+        for chunk in jobs.chunks(1_000) {
+            outbox::enqueue_batch(db, chunk, outbox::EnqueueOpts::new()).await.expect("enqueue");
+        }
+        let spawn = || Spawn { url, log, mode: "serve", lease_ms: self.lease_ms, concurrency: 8, stderr: None }.start();
+        let mut children: Vec<ChildProcess> = (0..self.processes).map(|_| spawn()).collect();
+        let total = i64::from(keys * self.steps);
+        let started = std::time::Instant::now();
+        let kills = kill_every_300_ms(db, &mut children, total, self.within, spawn).await;
+        for status in wait_all(&mut children, Duration::from_secs(120)).await {
+            assert!(status.success(), "a worker process failed: {status}");
+        }
+        let (runs, reruns, twice) = check_steps(db, log, &kills, keys, self.steps).await;
+        format!(
+            "{} processes, {} kills, {runs} runs for {total} jobs in {:.0?} ({reruns} re-runs after a kill, {twice} \
+             jobs ended twice after a kill)",
+            self.processes,
+            kills.len(),
+            started.elapsed()
+        )
+    }
+}
+
 /// Every 300 ms until `total` jobs completed (`within` at most: a guard against a hang), SIGKILLs the next of `children` and starts `respawn()`
 /// in its place, after checking that each claim the killed process left is one a rescue finds; the (pid, time) of
 /// every kill, for telling the reruns a kill explains.
